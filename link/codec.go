@@ -1,0 +1,253 @@
+package link
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// PLC maps did:plc identifiers to the sequence number of their genesis
+// operation in the PLC directory, and back. A nil PLC (the "plc: off" mode)
+// outlines every DID.
+type PLC interface {
+	Seq(did string) (uint64, bool)
+	DID(seq uint64) (string, bool)
+}
+
+// plcSeqMax is the largest sequence number that can be inline: bits 63 and
+// 62 of the did field are tags.
+const plcSeqMax = 1<<62 - 1
+
+// ErrUnknown is returned by read-only encodings (queries) when a component
+// has never been seen: no link can refer to it.
+var ErrUnknown = errors.New("unknown to the index")
+
+// Codec encodes strings into record fields and renders them back.
+//
+// Encoding rules, which must never change for data already written:
+//   - a DID that has an outline keeps it (so a did:plc outlined before the
+//     PLC directory knew it stays outlined); otherwise a did:plc the PLC map
+//     knows is inline; otherwise it is outlined;
+//   - a record key that is a TID is inline; otherwise it is outlined;
+//   - collections and paths are outlined.
+type Codec struct {
+	Outlines Outlines
+	PLC      PLC // nil: every DID is outlined
+}
+
+// DID encodes a DID. With assign false, an unknown DID gives ErrUnknown.
+func (c *Codec) DID(did string, assign bool) (uint64, error) {
+	if id, ok := c.Outlines.Lookup(OutlineDID, did); ok {
+		return OutlinedBit | id, nil
+	}
+	if c.PLC != nil && strings.HasPrefix(did, "did:plc:") {
+		if seq, ok := c.PLC.Seq(did); ok && seq <= plcSeqMax {
+			return seq, nil
+		}
+	}
+	return c.outline(OutlineDID, did, assign, OutlinedBit)
+}
+
+// RKey encodes a record key.
+func (c *Codec) RKey(rkey string, assign bool) (uint64, error) {
+	if v, ok := TIDValue(rkey); ok {
+		return v, nil
+	}
+	return c.outline(OutlineRKey, rkey, assign, OutlinedBit)
+}
+
+// Collection encodes a collection NSID.
+func (c *Codec) Collection(nsid string, assign bool) (uint64, error) {
+	id, err := c.outline(OutlineCollection, nsid, assign, 0)
+	if err != nil {
+		return 0, err
+	}
+	return id + CollectionFirst - 1, nil
+}
+
+// Location encodes a link path (Constellation's convention).
+func (c *Codec) Location(path string, strongRef bool, assign bool) (Location, error) {
+	id, err := c.outline(OutlinePath, path, assign, 0)
+	if err != nil {
+		return 0, err
+	}
+	return MakeLocation(id, strongRef), nil
+}
+
+func (c *Codec) outline(kind OutlineKind, s string, assign bool, tag uint64) (uint64, error) {
+	if s == "" {
+		return 0, fmt.Errorf("encode %s: empty", kind)
+	}
+	if id, ok := c.Outlines.Lookup(kind, s); ok {
+		return tag | id, nil
+	}
+	if !assign {
+		return 0, fmt.Errorf("%s %q: %w", kind, s, ErrUnknown)
+	}
+	id, err := c.Outlines.Assign(kind, s)
+	if err != nil {
+		return 0, err
+	}
+	return tag | id, nil
+}
+
+// Record encodes the RecordID of a record.
+func (c *Codec) Record(did, collection, rkey string, assign bool) (RecordID, error) {
+	d, err := c.DID(did, assign)
+	if err != nil {
+		return RecordID{}, err
+	}
+	col, err := c.Collection(collection, assign)
+	if err != nil {
+		return RecordID{}, err
+	}
+	rk, err := c.RKey(rkey, assign)
+	if err != nil {
+		return RecordID{}, err
+	}
+	return RecordID{RKey: rk, Collection: col, DID: d}, nil
+}
+
+// Target encodes a parsed target: a repository, a record, or a hash.
+func (c *Codec) Target(t *Target, assign bool) (RecordID, error) {
+	switch {
+	case t.IsHashed():
+		return HashTarget(t.Norm), nil
+	case t.IsRepo():
+		d, err := c.DID(t.DID, assign)
+		if err != nil {
+			return RecordID{}, err
+		}
+		return RepoID(d), nil
+	default:
+		return c.Record(t.DID, t.Collection, t.RKey, assign)
+	}
+}
+
+// HashTarget is the RecordID of a target that is not a DID-authority record
+// URI: collection CollectionHashed, and the first 128 bits of
+// SHA-256("eddy/target/v1\x00" + norm) in rkey (high half) and did (low
+// half). A cryptographic hash, so nobody can craft a URL whose links show up
+// under another URL.
+func HashTarget(norm string) RecordID {
+	h := sha256.New()
+	h.Write([]byte("eddy/target/v1\x00"))
+	h.Write([]byte(norm))
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return RecordID{
+		RKey:       binary.BigEndian.Uint64(sum[0:8]),
+		Collection: CollectionHashed,
+		DID:        binary.BigEndian.Uint64(sum[8:16]),
+	}
+}
+
+// TIDValue returns the integer of a TID record key, or false if rkey is not
+// a TID. TIDs are canonical: the integer renders back to the same string.
+func TIDValue(rkey string) (uint64, bool) {
+	if len(rkey) != 13 {
+		return 0, false
+	}
+	t, err := syntax.ParseTID(rkey)
+	if err != nil {
+		return 0, false
+	}
+	return t.Integer(), true
+}
+
+// RenderDID turns a did field back into the DID string.
+func (c *Codec) RenderDID(v uint64) (string, error) {
+	if v&OutlinedBit != 0 {
+		if s, ok := c.Outlines.Name(OutlineDID, v&^OutlinedBit); ok {
+			return s, nil
+		}
+		return "", fmt.Errorf("did outline %d: %w", v&^OutlinedBit, ErrOutlineMissing)
+	}
+	if v&didReservedBit != 0 {
+		return "", fmt.Errorf("did field %#x: reserved tag", v)
+	}
+	if c.PLC != nil {
+		if s, ok := c.PLC.DID(v); ok {
+			return s, nil
+		}
+	}
+	return "", fmt.Errorf("plc seq %d: %w", v, ErrOutlineMissing)
+}
+
+// RenderRKey turns an rkey field back into the record key.
+func (c *Codec) RenderRKey(v uint64) (string, error) {
+	if v&OutlinedBit != 0 {
+		if s, ok := c.Outlines.Name(OutlineRKey, v&^OutlinedBit); ok {
+			return s, nil
+		}
+		return "", fmt.Errorf("rkey outline %d: %w", v&^OutlinedBit, ErrOutlineMissing)
+	}
+	return syntax.NewTIDFromInteger(v).String(), nil
+}
+
+// RenderCollection turns a collection field back into the NSID.
+func (c *Codec) RenderCollection(v uint64) (string, error) {
+	if v < CollectionFirst {
+		return "", fmt.Errorf("collection %d is reserved", v)
+	}
+	if s, ok := c.Outlines.Name(OutlineCollection, v-CollectionFirst+1); ok {
+		return s, nil
+	}
+	return "", fmt.Errorf("collection outline %d: %w", v, ErrOutlineMissing)
+}
+
+// RenderRecord renders a record's at-uri.
+func (c *Codec) RenderRecord(r RecordID) (string, error) {
+	did, err := c.RenderDID(r.DID)
+	if err != nil {
+		return "", err
+	}
+	if r.IsRepo() {
+		return "at://" + did, nil
+	}
+	col, err := c.RenderCollection(r.Collection)
+	if err != nil {
+		return "", err
+	}
+	rkey, err := c.RenderRKey(r.RKey)
+	if err != nil {
+		return "", err
+	}
+	return "at://" + did + "/" + col + "/" + rkey, nil
+}
+
+// PathStyle selects how a location is rendered.
+type PathStyle uint8
+
+const (
+	// StyleConstellation: ".reply.parent.uri", array elements "[]" or
+	// "[<$type>]".
+	StyleConstellation PathStyle = iota
+	// StyleDollar is seed 000's: "$" then the path, a strong reference
+	// reported at its own path ("$.reply.parent").
+	StyleDollar
+)
+
+// RenderLocation renders a location in a style.
+func (c *Codec) RenderLocation(l Location, style PathStyle) (string, error) {
+	p, ok := c.Outlines.Name(OutlinePath, l.PathID())
+	if !ok {
+		return "", fmt.Errorf("path outline %d: %w", l.PathID(), ErrOutlineMissing)
+	}
+	return RenderPath(p, l.StrongRef(), style), nil
+}
+
+// RenderPath renders a path string in a style.
+func RenderPath(path string, strongRef bool, style PathStyle) string {
+	if style == StyleConstellation {
+		return path
+	}
+	if strongRef {
+		path = strings.TrimSuffix(path, ".uri")
+	}
+	return "$" + path
+}
