@@ -39,6 +39,7 @@ FUZZ_TARGETS := \
 	./ingest/event:FuzzDecodeJetstream \
 	./ingest/event:FuzzDecodeFrame \
 	./ingest/event:FuzzReadCAR \
+	./ingest/event:FuzzRecordCBOR \
 	./extract:FuzzExtract \
 	./link:FuzzParseTarget
 
