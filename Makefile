@@ -41,7 +41,8 @@ FUZZ_TARGETS := \
 	./ingest/event:FuzzReadCAR \
 	./ingest/event:FuzzRecordCBOR \
 	./extract:FuzzExtract \
-	./link:FuzzParseTarget
+	./link:FuzzParseTarget \
+	./link:FuzzSyntaxMatchesIndigo
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

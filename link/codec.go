@@ -149,14 +149,7 @@ func HashTarget(norm string) RecordID {
 // TIDValue returns the integer of a TID record key, or false if rkey is not
 // a TID. TIDs are canonical: the integer renders back to the same string.
 func TIDValue(rkey string) (uint64, bool) {
-	if len(rkey) != 13 {
-		return 0, false
-	}
-	t, err := syntax.ParseTID(rkey)
-	if err != nil {
-		return 0, false
-	}
-	return t.Integer(), true
+	return tidValue(rkey)
 }
 
 // RenderDID turns a did field back into the DID string.

@@ -1,6 +1,10 @@
 package link
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
 
 // FuzzParseTarget: parsing never panics, normalisation is idempotent, and
 // equal normal forms give equal RecordIDs.
@@ -30,6 +34,47 @@ func FuzzParseTarget(f *testing.F) {
 		b, err2 := c.Target(&again, false)
 		if err1 != nil || err2 != nil || a != b {
 			t.Fatalf("%q: ids %v %v (%v %v)", s, a, b, err1, err2)
+		}
+	})
+}
+
+// FuzzSyntaxMatchesIndigo holds the hand-written syntax checks to indigo's
+// atproto/syntax parsers: both accept exactly the same strings.
+func FuzzSyntaxMatchesIndigo(f *testing.F) {
+	for _, s := range []string{
+		"did:plc:44ybard66vv44zksje25o7dz", "did:web:example.com", "did:m:v:", "did:method::::val", "did:a:%", "did:a:b%",
+		"at://did:plc:44ybard66vv44zksje25o7dz/app.bsky.feed.post/3jwdwj2ctlk26", "at://user.bsky.social", "at://a.b/c.d.e",
+		"at://did:abc:123/io.nsid.someFunc/self.", "at://a.b/c.d.e/", "app.bsky.feed.post", "a-b.c.d", "a.b.c-d", "com.example.fooBar",
+		"3jwdwj2ctlk26", "self", ".", "..", "a~b", "7777777777777", "k222222222222", "handle.invalid", "xn--ls8h.test",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		_, err := syntax.ParseDID(s)
+		if isDID(s) != (err == nil) {
+			t.Fatalf("did %q: ours %v, indigo %v", s, isDID(s), err)
+		}
+		_, err = syntax.ParseNSID(s)
+		if isNSID(s) != (err == nil) {
+			t.Fatalf("nsid %q: ours %v, indigo %v", s, isNSID(s), err)
+		}
+		_, err = syntax.ParseRecordKey(s)
+		if isRKey(s) != (err == nil) {
+			t.Fatalf("rkey %q: ours %v, indigo %v", s, isRKey(s), err)
+		}
+		_, err = syntax.ParseHandle(s)
+		if isHandle(s) != (err == nil) {
+			t.Fatalf("handle %q: ours %v, indigo %v", s, isHandle(s), err)
+		}
+		tid, err := syntax.ParseTID(s)
+		v, ok := tidValue(s)
+		if ok != (err == nil) || (ok && v != tid.Integer()) {
+			t.Fatalf("tid %q: ours %d %v, indigo %v", s, v, ok, err)
+		}
+		_, err = syntax.ParseATURI(s)
+		_, ok = parseATURIStrict(s)
+		if ok != (err == nil) {
+			t.Fatalf("at-uri %q: ours %v, indigo %v", s, ok, err)
 		}
 	})
 }

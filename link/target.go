@@ -5,7 +5,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/bluesky-social/indigo/atproto/syntax"
 	"golang.org/x/net/idna"
 )
 
@@ -103,11 +102,10 @@ func ParseTarget(s string) (Target, error) {
 	case 'a':
 		return parseATURI(s)
 	case 'd':
-		d, err := syntax.ParseDID(s)
-		if err != nil {
+		if !isDID(s) {
 			return Target{}, ErrNotLink
 		}
-		return Target{Kind: TargetDID, Norm: string(d), DID: string(d)}, nil
+		return Target{Kind: TargetDID, Norm: s, DID: s}, nil
 	default:
 		n, err := NormalizeURL(s)
 		if err != nil {
@@ -118,27 +116,22 @@ func ParseTarget(s string) (Target, error) {
 }
 
 func parseATURI(s string) (Target, error) {
-	u, err := syntax.ParseATURI(s)
-	if err != nil {
+	u, ok := parseATURIStrict(s)
+	if !ok {
 		return Target{}, ErrNotLink
 	}
-	auth := u.Authority()
 	t := Target{Kind: TargetATURI}
-	coll := string(u.Collection())
-	rkey := string(u.RecordKey())
-	if auth.IsDID() {
-		t.DID = auth.String()
-		t.Collection, t.RKey = coll, rkey
+	if strings.HasPrefix(u.authority, "did:") {
+		t.DID, t.Collection, t.RKey = u.authority, u.collection, u.rkey
 		t.Norm = s
 		return t, nil
 	}
 	// A handle authority: handles are case-insensitive, so lowercase it.
-	h := strings.ToLower(auth.String())
-	t.Norm = "at://" + h
-	if coll != "" {
-		t.Norm += "/" + coll
-		if rkey != "" {
-			t.Norm += "/" + rkey
+	t.Norm = "at://" + strings.ToLower(u.authority)
+	if u.collection != "" {
+		t.Norm += "/" + u.collection
+		if u.rkey != "" {
+			t.Norm += "/" + u.rkey
 		}
 	}
 	return t, nil
@@ -419,19 +412,10 @@ func removeDotSegments(p string) string {
 }
 
 // ValidCollection reports whether s is a valid NSID (a record collection).
-func ValidCollection(s string) bool {
-	_, err := syntax.ParseNSID(s)
-	return err == nil
-}
+func ValidCollection(s string) bool { return isNSID(s) }
 
 // ValidRKey reports whether s is a valid record key.
-func ValidRKey(s string) bool {
-	_, err := syntax.ParseRecordKey(s)
-	return err == nil
-}
+func ValidRKey(s string) bool { return isRKey(s) }
 
 // ValidDID reports whether s is a valid DID.
-func ValidDID(s string) bool {
-	_, err := syntax.ParseDID(s)
-	return err == nil
-}
+func ValidDID(s string) bool { return isDID(s) }
