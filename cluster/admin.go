@@ -1,0 +1,363 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/fsm"
+	"github.com/eddy-backlinks/eddy/version"
+)
+
+// The admin API: membership and status, on its own listener, apart from
+// the public query API, every call authenticated with a bearer token read
+// from a file. A follower forwards membership calls to the leader.
+//
+//	GET  /admin/status                this node
+//	GET  /admin/cluster               every node (this one asks its peers)
+//	POST /admin/join                  {"id","raft","http","admin"}
+//	POST /admin/remove                {"id"}
+//	POST /admin/transfer-leadership   {}
+
+// adminBodyBytesMax bounds an admin request body.
+const adminBodyBytesMax = 1 << 20
+
+// adminCallTimeout bounds one admin call between nodes.
+const adminCallTimeout = 15 * time.Second
+
+// NodeStatus is one node's view of itself.
+type NodeStatus struct {
+	ID             string            `json:"id"`
+	Version        string            `json:"version"`
+	State          string            `json:"state"`
+	Leader         string            `json:"leader"`
+	Term           string            `json:"term"`
+	AppliedIndex   uint64            `json:"applied_index"`
+	LastContactMs  int64             `json:"last_contact_ms"` // -1: never / is leader
+	Generation     uint64            `json:"generation"`      // manifest generation applied by the FSM
+	ViewGeneration uint64            `json:"view_generation"` // manifest generation queries are served from
+	Clock          uint64            `json:"clock"`
+	PublishedClock uint64            `json:"published_clock"`
+	Cursors        map[string]string `json:"cursors"`
+	Servers        []ServerStatus    `json:"servers"`
+	Extra          map[string]any    `json:"extra,omitempty"`
+	Error          string            `json:"error,omitempty"` // set by /admin/cluster for a node that did not answer
+}
+
+// ServerStatus is a configuration member.
+type ServerStatus struct {
+	ID       string `json:"id"`
+	Raft     string `json:"raft"`
+	Suffrage string `json:"suffrage"`
+	Admin    string `json:"admin,omitempty"`
+	HTTP     string `json:"http,omitempty"`
+}
+
+// Admin serves the admin API of a node.
+type Admin struct {
+	node  *Node
+	token []byte
+	// Extra, if set, adds fields to this node's status (the serving view,
+	// ingest state).
+	Extra func() (viewGeneration uint64, extra map[string]any)
+	http  *http.Client
+}
+
+// NewAdmin returns the admin API of n, requiring token.
+func NewAdmin(n *Node, token string) (*Admin, error) {
+	if len(token) < 16 {
+		return nil, errors.New("admin token must be at least 16 characters")
+	}
+	return &Admin{node: n, token: []byte(token), http: &http.Client{Timeout: adminCallTimeout}}, nil
+}
+
+// Handler returns the HTTP handler.
+func (a *Admin) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /admin/status", a.handleStatus)
+	mux.HandleFunc("GET /admin/cluster", a.handleCluster)
+	mux.HandleFunc("POST /admin/join", a.handleJoin)
+	mux.HandleFunc("POST /admin/remove", a.handleRemove)
+	mux.HandleFunc("POST /admin/transfer-leadership", a.handleTransfer)
+	return a.auth(mux)
+}
+
+func (a *Admin) auth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), a.token) != 1 {
+			writeErr(w, http.StatusUnauthorized, "Unauthorized", "a valid admin token is required")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type apiError struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+}
+
+func writeErr(w http.ResponseWriter, code int, name, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(apiError{Error: name, Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+// Status returns this node's status.
+func (a *Admin) Status() NodeStatus {
+	n := a.node
+	sum := n.FSM.Summary()
+	stats := n.raft.Stats()
+	leader, _ := n.Leader()
+	st := NodeStatus{
+		ID: n.cfg.ID, Version: version.Version, State: n.raft.State().String(), Leader: leader, Term: stats["term"],
+		AppliedIndex: n.raft.AppliedIndex(), Generation: sum.Generation, Clock: sum.Clock, PublishedClock: sum.Published,
+		Cursors: sum.Cursors, LastContactMs: -1,
+	}
+	if lc := n.raft.LastContact(); !lc.IsZero() && !n.IsLeader() {
+		st.LastContactMs = time.Since(lc).Milliseconds()
+	}
+	if servers, err := n.Servers(); err == nil {
+		for _, s := range servers {
+			ss := ServerStatus{ID: string(s.ID), Raft: string(s.Address), Suffrage: s.Suffrage.String()}
+			if ni, ok := n.FSM.Node(ss.ID); ok {
+				ss.Admin, ss.HTTP = ni.Admin, ni.HTTP
+			}
+			st.Servers = append(st.Servers, ss)
+		}
+	}
+	if a.Extra != nil {
+		st.ViewGeneration, st.Extra = a.Extra()
+	}
+	return st
+}
+
+func (a *Admin) handleStatus(w http.ResponseWriter, r *http.Request) { writeJSON(w, a.Status()) }
+
+// handleCluster asks every member for its status, concurrently.
+func (a *Admin) handleCluster(w http.ResponseWriter, r *http.Request) {
+	self := a.Status()
+	out := make([]NodeStatus, len(self.Servers))
+	var wg sync.WaitGroup
+	for i, s := range self.Servers {
+		if s.ID == self.ID {
+			out[i] = self
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var st NodeStatus
+			err := errors.New("admin address unknown")
+			if s.Admin != "" {
+				err = a.call(r.Context(), s.Admin, http.MethodGet, "/admin/status", nil, &st)
+			}
+			if err != nil {
+				st = NodeStatus{ID: s.ID, Error: err.Error(), LastContactMs: -1}
+			}
+			out[i] = st
+		}()
+	}
+	wg.Wait()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	writeJSON(w, out)
+}
+
+// forward sends a membership call to the leader when this node is not it.
+// It returns true when it handled the request.
+func (a *Admin) forward(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	if a.node.IsLeader() {
+		return false
+	}
+	if r.Header.Get("X-Eddy-Forwarded") != "" {
+		writeErr(w, http.StatusServiceUnavailable, "NotLeader", "forwarded to a node that is not the leader")
+		return true
+	}
+	id, _ := a.node.Leader()
+	ni, ok := a.node.FSM.Node(id)
+	if id == "" || !ok || ni.Admin == "" {
+		writeErr(w, http.StatusServiceUnavailable, "NoLeader", "no leader is known yet; retry")
+		return true
+	}
+	var resp json.RawMessage
+	if err := a.call(r.Context(), ni.Admin, r.Method, r.URL.Path, body, &resp); err != nil {
+		var ae *CallError
+		if errors.As(err, &ae) {
+			writeErr(w, ae.Status, ae.Name, ae.Message)
+		} else {
+			writeErr(w, http.StatusBadGateway, "LeaderUnreachable", err.Error())
+		}
+		return true
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(resp)
+	return true
+}
+
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, adminBodyBytesMax))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "InvalidRequest", err.Error())
+		return nil, false
+	}
+	return b, true
+}
+
+func (a *Admin) handleJoin(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok || a.forward(w, r, body) {
+		return
+	}
+	var req fsm.NodeInfo
+	if err := json.Unmarshal(body, &req); err != nil || req.ID == "" || req.Raft == "" {
+		writeErr(w, http.StatusBadRequest, "InvalidRequest", "join needs a JSON body with id and raft")
+		return
+	}
+	if _, _, err := net.SplitHostPort(req.Raft); err != nil {
+		writeErr(w, http.StatusBadRequest, "InvalidRequest", "raft: "+err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
+	defer cancel()
+	if err := a.node.Join(ctx, req); err != nil {
+		code, name := http.StatusInternalServerError, "JoinFailed"
+		if errors.Is(err, ErrRemoved) {
+			code, name = http.StatusForbidden, "Removed"
+		}
+		writeErr(w, code, name, err.Error())
+		return
+	}
+	writeJSON(w, map[string]string{"joined": req.ID})
+}
+
+func (a *Admin) handleRemove(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok || a.forward(w, r, body) {
+		return
+	}
+	var req struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil || req.ID == "" {
+		writeErr(w, http.StatusBadRequest, "InvalidRequest", "remove needs a JSON body with id")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
+	defer cancel()
+	if err := a.node.Remove(ctx, req.ID); err != nil {
+		writeErr(w, http.StatusInternalServerError, "RemoveFailed", err.Error())
+		return
+	}
+	writeJSON(w, map[string]string{"removed": req.ID})
+}
+
+func (a *Admin) handleTransfer(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok || a.forward(w, r, body) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
+	defer cancel()
+	if err := a.node.TransferLeadership(ctx); err != nil {
+		writeErr(w, http.StatusInternalServerError, "TransferFailed", err.Error())
+		return
+	}
+	id, _ := a.node.Leader()
+	writeJSON(w, map[string]string{"leader": id})
+}
+
+// CallError is an error answer of the admin API.
+type CallError struct {
+	Status        int
+	Name, Message string
+}
+
+func (e *CallError) Error() string { return fmt.Sprintf("%s (%d): %s", e.Name, e.Status, e.Message) }
+
+func (a *Admin) call(ctx context.Context, addr, method, path string, body []byte, out any) error {
+	c := AdminClient{Addrs: []string{addr}, Token: string(a.token), HTTP: a.http, forwarded: true}
+	return c.Call(ctx, method, path, body, out)
+}
+
+// AdminClient calls the admin API, trying each address in turn on a
+// connection failure, a timeout or a 5xx answer.
+type AdminClient struct {
+	Addrs     []string // host:port or http://host:port
+	Token     string
+	HTTP      *http.Client
+	forwarded bool
+}
+
+// Call performs one call; out receives the JSON answer.
+func (c *AdminClient) Call(ctx context.Context, method, path string, body []byte, out any) error {
+	if len(c.Addrs) == 0 {
+		return errors.New("no admin address")
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: adminCallTimeout}
+	}
+	var errs []error
+	for _, addr := range c.Addrs {
+		base := addr
+		if !strings.Contains(base, "://") {
+			base = "http://" + base
+		}
+		req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(base, "/")+path, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+		req.Header.Set("Content-Type", "application/json")
+		if c.forwarded {
+			req.Header.Set("X-Eddy-Forwarded", "1")
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+		resp.Body.Close()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			continue
+		}
+		if resp.StatusCode != http.StatusOK {
+			var ae apiError
+			json.Unmarshal(b, &ae)
+			ce := &CallError{Status: resp.StatusCode, Name: ae.Error, Message: ae.Message}
+			if ce.Name == "" {
+				ce.Name, ce.Message = http.StatusText(resp.StatusCode), strings.TrimSpace(string(b))
+			}
+			if resp.StatusCode >= 500 {
+				errs = append(errs, fmt.Errorf("%s: %w", addr, ce))
+				continue
+			}
+			return ce
+		}
+		if out != nil {
+			if err := json.Unmarshal(b, out); err != nil {
+				return fmt.Errorf("%s: bad answer: %w", addr, err)
+			}
+		}
+		return nil
+	}
+	return errors.Join(errs...)
+}

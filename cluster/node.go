@@ -1,0 +1,485 @@
+// Package cluster runs one Eddy node's part of the Raft cluster: the
+// hashicorp/raft instance over mutual TLS, its log and snapshot stores, the
+// replicated state (fsm.State), membership (bootstrap, join, remove,
+// leadership transfer) and the admin API other nodes and eddy-ctl use.
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/fsm"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// Raft timing. Chosen so that a lost leader is replaced within a few
+// seconds on small VPSes, without elections on a busy node's GC pause.
+const (
+	DefaultHeartbeatTimeout   = 1000 * time.Millisecond
+	DefaultElectionTimeout    = 1000 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
+	DefaultCommitTimeout      = 50 * time.Millisecond
+	// DefaultSnapshotThreshold: entries between snapshots. Entries are
+	// small (a flush every few seconds), so this bounds the log to a few
+	// megabytes and a restart replays at most minutes of history.
+	DefaultSnapshotThreshold = 8192
+	DefaultSnapshotInterval  = 2 * time.Minute
+	// DefaultTrailingLogs: entries kept after a snapshot, so a briefly
+	// lagging follower catches up from the log, not a snapshot install.
+	DefaultTrailingLogs = 4096
+	// MembershipTimeout bounds every membership change.
+	MembershipTimeout = 10 * time.Second
+	// ProposeTimeout bounds one proposal.
+	ProposeTimeout    = 10 * time.Second
+	snapshotsRetained = 3
+	transportPool     = 3
+	transportTimeout  = 10 * time.Second
+)
+
+// Errors.
+var (
+	ErrNotLeader = errors.New("cluster: not the leader")
+	ErrRemoved   = errors.New("cluster: node was removed")
+	ErrNodeID    = errors.New("cluster: node ID mismatch")
+)
+
+// Config configures a node.
+type Config struct {
+	ID            string // node ID; persisted in Dir at first start, then must match
+	Dir           string // raft log, stable store, snapshots, node-id
+	RaftBind      string // host:port to listen on
+	RaftAdvertise string // host:port peers dial; RaftBind when empty
+	HTTPAddr      string // advertised public query address
+	AdminAddr     string // advertised admin address
+	Certs         CertFiles
+	Bootstrap     bool // form a new cluster of this node if no state exists
+	Logger        hclog.Logger
+
+	// Timing; zero takes the defaults above.
+	HeartbeatTimeout  time.Duration
+	ElectionTimeout   time.Duration
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+
+	testBlock func(peerID, addr string) bool // partitions in tests
+}
+
+// Node is a running cluster member.
+type Node struct {
+	cfg   Config
+	log   hclog.Logger
+	FSM   *fsm.State
+	raft  *raft.Raft
+	trans *raft.NetworkTransport
+	store *raftboltdb.BoltStore
+
+	obsCh    chan raft.Observation
+	observer *raft.Observer
+
+	mu struct {
+		sync.Mutex
+		leaderFns []func(bool)
+	}
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// readNodeID returns the ID persisted in dir, persisting want if none; a
+// different persisted ID is an error (a data directory belongs to one node).
+func readNodeID(dir, want string) (string, error) {
+	path := filepath.Join(dir, "node-id")
+	b, err := os.ReadFile(path)
+	if err == nil {
+		have := strings.TrimSpace(string(b))
+		if want != "" && want != have {
+			return "", fmt.Errorf("%s holds node %q, configured %q: %w", dir, have, want, ErrNodeID)
+		}
+		return have, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	if want == "" {
+		var r [6]byte
+		if _, err := rand.Read(r[:]); err != nil {
+			return "", err
+		}
+		want = "node-" + hex.EncodeToString(r[:])
+	}
+	if err := os.WriteFile(path, []byte(want+"\n"), 0o644); err != nil {
+		return "", err
+	}
+	return want, nil
+}
+
+// Open starts a node: with existing state it rejoins its cluster; with
+// none and Bootstrap it forms a one-node cluster; with neither it waits to
+// be added by `eddy-ctl join`.
+func Open(cfg Config) (*Node, error) {
+	if cfg.Dir == "" || cfg.RaftBind == "" {
+		return nil, errors.New("cluster: Dir and RaftBind are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	id, err := readNodeID(cfg.Dir, cfg.ID)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ID = id
+	if cfg.RaftAdvertise == "" {
+		cfg.RaftAdvertise = cfg.RaftBind
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger.Named("cluster"), FSM: fsm.New(), done: make(chan struct{})}
+
+	tlsCfg, err := LoadTLS(cfg.Certs, n.acceptPeer)
+	if err != nil {
+		return nil, err
+	}
+	adv, err := net.ResolveTCPAddr("tcp", cfg.RaftAdvertise)
+	if err != nil {
+		return nil, fmt.Errorf("raft advertise address: %w", err)
+	}
+	stream, err := newTLSStream(cfg.RaftBind, adv, tlsCfg)
+	if err != nil {
+		return nil, fmt.Errorf("raft listen: %w", err)
+	}
+	if cfg.testBlock != nil {
+		stream.block = cfg.testBlock
+	}
+	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: stream, MaxPool: transportPool, Timeout: transportTimeout, Logger: cfg.Logger.Named("raft-net"),
+	})
+	n.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db")})
+	if err != nil {
+		n.trans.Close()
+		return nil, fmt.Errorf("raft store: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, snapshotsRetained, cfg.Logger.Named("snapshots"))
+	if err != nil {
+		n.closeStores()
+		return nil, err
+	}
+
+	rc := raft.DefaultConfig()
+	rc.ProtocolVersion = raft.ProtocolVersionMax
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.HeartbeatTimeout = orDur(cfg.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	rc.ElectionTimeout = orDur(cfg.ElectionTimeout, DefaultElectionTimeout)
+	rc.LeaderLeaseTimeout = min(DefaultLeaderLeaseTimeout, rc.HeartbeatTimeout)
+	rc.CommitTimeout = DefaultCommitTimeout
+	rc.SnapshotThreshold = orU64(cfg.SnapshotThreshold, DefaultSnapshotThreshold)
+	rc.SnapshotInterval = orDur(cfg.SnapshotInterval, DefaultSnapshotInterval)
+	rc.TrailingLogs = orU64(cfg.TrailingLogs, DefaultTrailingLogs)
+	rc.MaxAppendEntries = 64
+	rc.BatchApplyCh = true
+	rc.ShutdownOnRemove = true
+	rc.NoSnapshotRestoreOnStart = false
+	rc.Logger = cfg.Logger.Named("raft")
+	if err := raft.ValidateConfig(rc); err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	existing, err := raft.HasExistingState(n.store, n.store, snaps)
+	if err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	n.raft, err = raft.NewRaft(rc, n.FSM, n.store, n.store, snaps, n.trans)
+	if err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	if cfg.Bootstrap && !existing {
+		f := n.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{
+			ID: rc.LocalID, Address: raft.ServerAddress(cfg.RaftAdvertise), Suffrage: raft.Voter,
+		}}})
+		if err := f.Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			n.Close(context.Background())
+			return nil, fmt.Errorf("bootstrap: %w", err)
+		}
+	}
+	n.obsCh = make(chan raft.Observation, 16)
+	n.observer = raft.NewObserver(n.obsCh, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	n.raft.RegisterObserver(n.observer)
+	n.wg.Add(1)
+	go n.watchLeadership()
+	return n, nil
+}
+
+func orDur(v, d time.Duration) time.Duration {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+func orU64(v, d uint64) uint64 {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+func (n *Node) closeStores() {
+	if n.trans != nil {
+		n.trans.Close()
+	}
+	if n.store != nil {
+		n.store.Close()
+	}
+}
+
+// acceptPeer refuses Raft connections from removed nodes.
+func (n *Node) acceptPeer(peerID string) error {
+	if ni, ok := n.FSM.Node(peerID); ok && ni.Removed {
+		return fmt.Errorf("peer %q: %w", peerID, ErrRemoved)
+	}
+	return nil
+}
+
+// ID is the node's ID.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// Config returns the node's configuration.
+func (n *Node) Config() Config { return n.cfg }
+
+// Raft exposes the raft instance (status, tests).
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// IsLeader reports whether this node is the leader.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Leader returns the leader's ID and Raft address, if known.
+func (n *Node) Leader() (id, addr string) {
+	a, i := n.raft.LeaderWithID()
+	return string(i), string(a)
+}
+
+// OnLeadership registers fn, called (in order, from one goroutine) with
+// true when this node becomes leader and false when it stops being leader.
+func (n *Node) OnLeadership(fn func(isLeader bool)) {
+	n.mu.Lock()
+	n.mu.leaderFns = append(n.mu.leaderFns, fn)
+	n.mu.Unlock()
+}
+
+func (n *Node) watchLeadership() {
+	defer n.wg.Done()
+	was := false
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.done:
+			if was {
+				n.callLeader(false)
+			}
+			return
+		case <-n.obsCh:
+		case <-tick.C:
+		}
+		is := n.IsLeader()
+		if is == was {
+			continue
+		}
+		was = is
+		if is {
+			n.log.Info("became leader", "term", n.raft.Stats()["term"])
+			// Record this node's own addresses if the state lacks them.
+			go n.registerSelf()
+		} else {
+			n.log.Info("lost leadership")
+		}
+		n.callLeader(is)
+	}
+}
+
+func (n *Node) callLeader(is bool) {
+	n.mu.Lock()
+	fns := append([]func(bool){}, n.mu.leaderFns...)
+	n.mu.Unlock()
+	for _, fn := range fns {
+		fn(is)
+	}
+}
+
+func (n *Node) registerSelf() {
+	want := fsm.NodeInfo{ID: n.cfg.ID, HTTP: n.cfg.HTTPAddr, Admin: n.cfg.AdminAddr, Raft: n.cfg.RaftAdvertise}
+	if have, ok := n.FSM.Node(n.cfg.ID); ok && have == want {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ProposeTimeout)
+	defer cancel()
+	if _, err := n.Propose(ctx, fsm.TypeNodeInfo, 0, want); err != nil {
+		n.log.Warn("record own addresses", "error", err)
+	}
+}
+
+// Propose commits an entry through Raft (leader only) and returns its
+// Apply response; an Apply error (a stale flush) is returned as the error.
+func (n *Node) Propose(ctx context.Context, t fsm.Type, flags uint8, payload any) (any, error) {
+	b, err := fsm.Encode(t, flags, payload)
+	if err != nil {
+		return nil, err
+	}
+	return n.ProposeRaw(ctx, b)
+}
+
+// ProposeRaw commits an encoded entry.
+func (n *Node) ProposeRaw(ctx context.Context, b []byte) (any, error) {
+	if !n.IsLeader() {
+		return nil, ErrNotLeader
+	}
+	timeout := ProposeTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	f := n.raft.Apply(b, timeout)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return nil, fmt.Errorf("%w: %v", ErrNotLeader, err)
+		}
+		return nil, err
+	}
+	resp := f.Response()
+	if err, ok := resp.(error); ok {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// Barrier waits until every committed entry is applied on the leader.
+func (n *Node) Barrier(timeout time.Duration) error { return n.raft.Barrier(timeout).Error() }
+
+// Join adds (or updates) a voter. A re-join with the same ID and address
+// is a no-op; a changed address is updated; a removed ID is refused.
+func (n *Node) Join(ctx context.Context, info fsm.NodeInfo) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	if info.ID == "" || info.Raft == "" {
+		return errors.New("join: node ID and raft address are required")
+	}
+	if ni, ok := n.FSM.Node(info.ID); ok && ni.Removed {
+		return fmt.Errorf("join %s: %w; a replacement joins under a new ID", info.ID, ErrRemoved)
+	}
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return err
+	}
+	present := false
+	for _, s := range cf.Configuration().Servers {
+		if s.ID == raft.ServerID(info.ID) && s.Address == raft.ServerAddress(info.Raft) {
+			present = true
+		}
+	}
+	if !present {
+		f := n.raft.AddVoter(raft.ServerID(info.ID), raft.ServerAddress(info.Raft), 0, MembershipTimeout)
+		if err := f.Error(); err != nil {
+			return fmt.Errorf("join %s: %w", info.ID, err)
+		}
+	}
+	info.Removed = false
+	if have, ok := n.FSM.Node(info.ID); !ok || have != info {
+		if _, err := n.Propose(ctx, fsm.TypeNodeInfo, 0, info); err != nil {
+			return fmt.Errorf("join %s: record addresses: %w", info.ID, err)
+		}
+	}
+	return nil
+}
+
+// Remove takes a node out of the cluster for good: its ID is recorded as
+// removed (so its connections and re-joins are refused), then it leaves
+// the configuration.
+func (n *Node) Remove(ctx context.Context, id string) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	if id == n.cfg.ID {
+		return errors.New("remove: transfer leadership away from this node first")
+	}
+	info, _ := n.FSM.Node(id)
+	info.ID, info.Removed = id, true
+	if _, err := n.Propose(ctx, fsm.TypeNodeInfo, 0, info); err != nil {
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, MembershipTimeout).Error(); err != nil {
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
+	return nil
+}
+
+// TransferLeadership hands leadership to another voter and waits for it.
+func (n *Node) TransferLeadership(ctx context.Context) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	if err := n.raft.LeadershipTransfer().Error(); err != nil {
+		return fmt.Errorf("transfer leadership: %w", err)
+	}
+	deadline := time.Now().Add(MembershipTimeout)
+	for time.Now().Before(deadline) {
+		if id, _ := n.Leader(); id != "" && id != n.cfg.ID {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return errors.New("transfer leadership: no new leader in time")
+}
+
+// Servers returns the current configuration.
+func (n *Node) Servers() ([]raft.Server, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	return f.Configuration().Servers, nil
+}
+
+// Close stops the node. A leader first hands leadership to another voter
+// (so the cluster does not wait out an election), then Raft shuts down.
+func (n *Node) Close(ctx context.Context) error {
+	if n.raft != nil && n.IsLeader() {
+		if servers, err := n.Servers(); err == nil && len(servers) > 1 {
+			if err := n.TransferLeadership(ctx); err != nil {
+				n.log.Warn("leadership transfer before shutdown", "error", err)
+			}
+		}
+	}
+	select {
+	case <-n.done:
+	default:
+		close(n.done)
+	}
+	var err error
+	if n.raft != nil {
+		n.raft.DeregisterObserver(n.observer)
+		err = n.raft.Shutdown().Error()
+	}
+	n.wg.Wait()
+	n.closeStores()
+	return err
+}

@@ -1,0 +1,564 @@
+package lsm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/objstore"
+)
+
+// Defaults of Options.
+const (
+	DefaultCompactionFanIn = 8
+	// DefaultShardTargetBytes: a compacted run gets one shard per this many
+	// data bytes (rounded up to a power of two), so a shard table stays a
+	// size one node can merge in memory.
+	DefaultShardTargetBytes = 256 << 20
+	// DefaultGCGrace: a table that left the manifest is deleted this long
+	// after, so nodes still serving an older manifest can finish reading.
+	DefaultGCGrace = 10 * time.Minute
+	// tierBaseBytes is the size of the smallest tier of size-tiered
+	// compaction; each tier is CompactionFanIn times the one below.
+	tierBaseBytes = 1 << 20
+	// CompactionInputBytesMax bounds the decoded bytes one compaction holds
+	// in memory (inputs are merged in memory, shard by shard).
+	CompactionInputBytesMax = 2 << 30
+)
+
+// Options configure a DB.
+type Options struct {
+	Store            objstore.Store
+	Dir              string // local directory for table metadata and the manifest copy
+	MemtableBytes    int    // per tree; DefaultMemtableBytes when 0
+	CacheBytes       int64  // decoded-frame cache; DefaultCacheBytes when 0
+	CompactionFanIn  int    // runs merged at once; DefaultCompactionFanIn when 0
+	ShardTargetBytes uint64 // DefaultShardTargetBytes when 0
+	GCGrace          time.Duration
+	NoGCGrace        bool // delete garbage at once (tests)
+	// CompactionBytesPerSec paces compaction reads so that a merge never
+	// takes the CPU and bandwidth ingest needs; 0 = DefaultCompactionBytesPerSec.
+	CompactionBytesPerSec int64
+}
+
+// DefaultCompactionBytesPerSec: 64 MiB/s of compressed input is about a
+// quarter of one small core's merge speed, and a full tier-4 merge
+// (8 x 4 GiB) still finishes within ten minutes.
+const DefaultCompactionBytesPerSec = 64 << 20
+
+// DB is a single-writer LSM index over an object store: the backlink and
+// revocation trees, their memtables, the manifest and a reader. In a
+// cluster the leader writes tables with WriteRun and the FSM applies
+// manifest edits; DB is that engine run by one process (tests, benchmarks,
+// tools).
+type DB struct {
+	opts   Options
+	store  objstore.Store
+	cat    *Catalog
+	reader *Reader
+
+	writeMu sync.Mutex // serialises writers: Add*, Flush, Compact
+	links   *Memtable
+	revs    *Memtable
+
+	mu struct {
+		sync.Mutex
+		view      *View
+		garbage   []garbageItem
+		published []string // manifest copies, oldest first
+	}
+}
+
+type garbageItem struct {
+	tree Tree
+	ref  TableRef
+	at   time.Time
+}
+
+// Open opens (or creates) a DB: the manifest comes from the local copy in
+// Dir, else the newest copy in the store, else it is empty.
+func Open(ctx context.Context, opts Options) (*DB, error) {
+	if opts.Store == nil || opts.Dir == "" {
+		return nil, errors.New("lsm: Open needs a store and a directory")
+	}
+	if opts.CompactionFanIn <= 1 {
+		opts.CompactionFanIn = DefaultCompactionFanIn
+	}
+	if opts.ShardTargetBytes == 0 {
+		opts.ShardTargetBytes = DefaultShardTargetBytes
+	}
+	if opts.CompactionBytesPerSec <= 0 {
+		opts.CompactionBytesPerSec = DefaultCompactionBytesPerSec
+	}
+	if opts.GCGrace == 0 && !opts.NoGCGrace {
+		opts.GCGrace = DefaultGCGrace
+	}
+	db := &DB{
+		opts:   opts,
+		store:  opts.Store,
+		cat:    NewCatalog(opts.Dir, opts.Store),
+		reader: NewReader(opts.Store, NewFrameCache(opts.CacheBytes)),
+		links:  NewMemtable(BacklinkFormat, opts.MemtableBytes),
+		revs:   NewMemtable(RevocationFormat, opts.MemtableBytes),
+	}
+	m, err := db.loadManifest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v, err := OpenView(ctx, db.cat, m)
+	if err != nil {
+		return nil, fmt.Errorf("open manifest generation %d: %w", m.Generation, err)
+	}
+	db.mu.view = v
+	return db, nil
+}
+
+func (db *DB) localManifestPath() string { return filepath.Join(db.opts.Dir, "MANIFEST") }
+
+// loadManifest returns the newest manifest this DB can see: its local copy,
+// or the newest copy published in the store if that is newer (this
+// directory was offline while another process wrote; or it is new).
+func (db *DB) loadManifest(ctx context.Context) (*Manifest, error) {
+	local := &Manifest{}
+	if b, err := os.ReadFile(db.localManifestPath()); err == nil {
+		if local, err = DecodeManifest(b); err != nil {
+			return nil, err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	newest, newestGen, err := newestManifestKey(ctx, db.store)
+	if err != nil {
+		return nil, err
+	}
+	if newest == "" || newestGen <= local.Generation {
+		return local, nil
+	}
+	b, err := db.store.Get(ctx, newest)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeManifest(b)
+}
+
+// newestManifestKey lists the published manifest copies.
+func newestManifestKey(ctx context.Context, store objstore.Store) (string, uint64, error) {
+	var newest string
+	var newestGen uint64
+	err := store.List(ctx, "manifests/", func(key string, _ int64) error {
+		gen, ok := manifestGeneration(key)
+		if ok && (newest == "" || gen > newestGen) {
+			newest, newestGen = key, gen
+		}
+		return nil
+	})
+	if err != nil {
+		return "", 0, fmt.Errorf("list manifests: %w", err)
+	}
+	return newest, newestGen, nil
+}
+
+func manifestGeneration(key string) (uint64, bool) {
+	name := strings.TrimPrefix(key, "manifests/")
+	gen, err := strconv.ParseUint(strings.SplitN(name, "-", 2)[0], 10, 64)
+	return gen, err == nil
+}
+
+// manifestCopiesKept: published manifest copies older than this many
+// generations are deleted (after the GC grace, like tables).
+const manifestCopiesKept = 16
+
+// ManifestKey is the object key of a published manifest copy:
+// manifests/<generation, 20 digits>-<sha256 prefix>.
+func ManifestKey(m *Manifest, enc []byte) string {
+	sum := sha256.Sum256(enc)
+	return fmt.Sprintf("manifests/%020d-%s", m.Generation, hex.EncodeToString(sum[:8]))
+}
+
+// View returns the view queries are answered from.
+func (db *DB) View() *View {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.mu.view
+}
+
+// Reader returns the DB's reader.
+func (db *DB) Reader() *Reader { return db.reader }
+
+// Backlinks answers a query from the current view.
+func (db *DB) Backlinks(ctx context.Context, q Query) (*Result, error) {
+	return db.reader.Backlinks(ctx, db.View(), q)
+}
+
+// Count counts the live links to target from the current view.
+func (db *DB) Count(ctx context.Context, target link.RecordID, f Filter) (uint64, Stats, error) {
+	return db.reader.Count(ctx, db.View(), target, f)
+}
+
+// AddBacklink buffers a link; it becomes durable and visible at the next
+// Flush. ErrFull means Flush first.
+func (db *DB) AddBacklink(l *link.Backlink) error {
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	return db.links.AddBacklink(l)
+}
+
+// AddRevocation buffers a revocation.
+func (db *DB) AddRevocation(v *link.Revocation) error {
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	return db.revs.AddRevocation(v)
+}
+
+// NeedsFlush reports whether a memtable is full.
+func (db *DB) NeedsFlush() bool {
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	return db.links.Full() || db.revs.Full()
+}
+
+// Flush writes the memtables as delta runs and publishes them in one
+// manifest edit. Revocations and links written together appear together.
+func (db *DB) Flush(ctx context.Context) error {
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	var add []Run
+	for _, mt := range []struct {
+		tree Tree
+		m    *Memtable
+	}{{TreeRevocations, db.revs}, {TreeLinks, db.links}} {
+		if mt.m.Len() == 0 {
+			continue
+		}
+		run, err := WriteRun(ctx, db.store, db.cat, mt.tree, RunDelta, 0, mt.m.Sorted())
+		if err != nil {
+			return fmt.Errorf("flush %s: %w", mt.tree, err)
+		}
+		add = append(add, run)
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	if err := db.apply(ctx, func(base uint64) Edit { return Edit{Base: base, Add: add} }); err != nil {
+		return err
+	}
+	db.links.Reset()
+	db.revs.Reset()
+	return nil
+}
+
+// apply builds an edit on the current generation, applies it, opens the
+// new view, persists the manifest locally and publishes a copy.
+func (db *DB) apply(ctx context.Context, build func(base uint64) Edit) error {
+	cur := db.View()
+	next, garbage, err := cur.Manifest.Apply(build(cur.Manifest.Generation))
+	if err != nil {
+		return err
+	}
+	v, err := OpenView(ctx, db.cat, next)
+	if err != nil {
+		return err
+	}
+	enc := next.Encode()
+	if err := db.store.Put(ctx, ManifestKey(next, enc), enc); err != nil {
+		return fmt.Errorf("publish manifest: %w", err)
+	}
+	if err := writeFileAtomic(db.localManifestPath(), enc); err != nil {
+		return fmt.Errorf("save manifest: %w", err)
+	}
+	db.mu.Lock()
+	db.mu.view = v
+	db.mu.published = append(db.mu.published, ManifestKey(next, enc))
+	var oldCopies []string
+	if n := len(db.mu.published) - manifestCopiesKept; n > 0 {
+		oldCopies = append(oldCopies, db.mu.published[:n]...)
+		db.mu.published = db.mu.published[n:]
+	}
+	now := time.Now()
+	for _, r := range cur.Manifest.Runs {
+		for _, g := range garbage {
+			for _, t := range r.Tables {
+				if t.ID == g.ID {
+					db.mu.garbage = append(db.mu.garbage, garbageItem{tree: r.Tree, ref: g, at: now})
+				}
+			}
+		}
+	}
+	db.mu.Unlock()
+	for _, k := range oldCopies {
+		if err := db.store.Delete(ctx, k); err != nil {
+			return fmt.Errorf("delete old manifest copy: %w", err)
+		}
+	}
+	return db.CollectGarbage(ctx)
+}
+
+// CollectGarbage deletes tables that left the manifest more than the grace
+// period ago.
+func (db *DB) CollectGarbage(ctx context.Context) error {
+	db.mu.Lock()
+	var due, keep []garbageItem
+	for _, g := range db.mu.garbage {
+		if time.Since(g.at) >= db.opts.GCGrace {
+			due = append(due, g)
+		} else {
+			keep = append(keep, g)
+		}
+	}
+	db.mu.garbage = keep
+	db.mu.Unlock()
+	var errs []error
+	for _, g := range due {
+		db.reader.cache.DropTable(g.ref.ID)
+		db.cat.Drop(g.tree, g.ref.ID)
+		for _, k := range []string{dataKey(g.tree, g.ref.ID), metaKey(g.tree, g.ref.ID)} {
+			if err := db.store.Delete(ctx, k); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// WriteRun writes sorted, folded records as a run: a delta run is one
+// table; a compacted run is split into 1<<shardBits tables by the hash of
+// each record's key prefix (empty shards get no table). Each table is
+// PUT (data, then meta) and its meta kept in the catalog; the run is not
+// yet in any manifest.
+func WriteRun(ctx context.Context, store objstore.Store, cat *Catalog, tree Tree, kind RunKind, shardBits uint8, recs []byte) (Run, error) {
+	f, err := FormatOf(tree)
+	if err != nil {
+		return Run{}, err
+	}
+	run := Run{ID: NewID(), Tree: tree, Kind: kind}
+	if kind == RunDelta {
+		ref, err := writeTable(ctx, store, cat, tree, f, recs, TableOptions{})
+		if err != nil {
+			return Run{}, err
+		}
+		run.Tables = []TableRef{ref}
+		return run, nil
+	}
+	shards := splitShards(f, recs, shardBits)
+	for s, part := range shards {
+		if len(part) == 0 {
+			continue
+		}
+		ref, err := writeTable(ctx, store, cat, tree, f, part, TableOptions{ShardBits: shardBits, Shard: uint32(s)})
+		if err != nil {
+			return Run{}, err
+		}
+		run.Tables = append(run.Tables, ref)
+	}
+	return run, nil
+}
+
+// splitShards splits sorted records by shard, keeping each part sorted.
+func splitShards(f Format, recs []byte, bits uint8) [][]byte {
+	shards := make([][]byte, 1<<bits)
+	if bits == 0 {
+		shards[0] = recs
+		return shards
+	}
+	w := f.Width
+	for off := 0; off < len(recs); {
+		// Records of one prefix are adjacent and share a shard.
+		p := recs[off : off+f.PrefixLen]
+		s := ShardOf(p, bits)
+		end := off + w
+		for end < len(recs) && string(recs[end:end+f.PrefixLen]) == string(p) {
+			end += w
+		}
+		shards[s] = append(shards[s], recs[off:end]...)
+		off = end
+	}
+	return shards
+}
+
+func writeTable(ctx context.Context, store objstore.Store, cat *Catalog, tree Tree, f Format, recs []byte, opt TableOptions) (TableRef, error) {
+	data, meta, err := BuildTable(f, recs, opt)
+	if err != nil {
+		return TableRef{}, err
+	}
+	id := NewID()
+	if err := store.Put(ctx, dataKey(tree, id), data); err != nil {
+		return TableRef{}, fmt.Errorf("put table %s: %w", id, err)
+	}
+	if err := store.Put(ctx, metaKey(tree, id), meta); err != nil {
+		return TableRef{}, fmt.Errorf("put table meta %s: %w", id, err)
+	}
+	if _, err := cat.Add(tree, id, meta); err != nil {
+		return TableRef{}, err
+	}
+	return TableRef{
+		ID: id, Records: uint64(len(recs) / f.Width), DataBytes: uint64(len(data)), MetaBytes: uint64(len(meta)),
+		ShardBits: opt.ShardBits, Shard: opt.Shard,
+	}, nil
+}
+
+// tier returns a run's size tier.
+func tier(bytes uint64, fanIn int) int {
+	t := 0
+	for b := uint64(tierBaseBytes); bytes > b; b *= uint64(fanIn) {
+		t++
+	}
+	return t
+}
+
+// PickCompaction returns the runs of a tree to merge next: the oldest
+// CompactionFanIn runs of the lowest tier that has that many, or nil.
+func PickCompaction(m *Manifest, t Tree, fanIn int) []Run {
+	byTier := map[int][]Run{}
+	for _, r := range m.RunsOf(t) {
+		k := tier(r.Bytes(), fanIn)
+		byTier[k] = append(byTier[k], r)
+	}
+	tiers := make([]int, 0, len(byTier))
+	for k := range byTier {
+		tiers = append(tiers, k)
+	}
+	sort.Ints(tiers)
+	for _, k := range tiers {
+		if rs := byTier[k]; len(rs) >= fanIn {
+			return rs[:fanIn]
+		}
+	}
+	return nil
+}
+
+// Compact merges one set of runs of each tree if any tier is full, and
+// reports whether it did anything. Identical records keep the newest rev.
+func (db *DB) Compact(ctx context.Context) (bool, error) {
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	did := false
+	for _, t := range []Tree{TreeLinks, TreeRevocations} {
+		v := db.View()
+		inputs := PickCompaction(v.Manifest, t, db.opts.CompactionFanIn)
+		if inputs == nil {
+			continue
+		}
+		out, err := CompactRuns(ctx, db.store, db.cat, v, inputs, db.opts.ShardTargetBytes, db.opts.CompactionBytesPerSec)
+		if err != nil {
+			return did, fmt.Errorf("compact %s: %w", t, err)
+		}
+		ids := make([]string, len(inputs))
+		for i, r := range inputs {
+			ids[i] = r.ID
+		}
+		if err := db.apply(ctx, func(base uint64) Edit { return Edit{Base: base, Add: []Run{out}, Remove: ids} }); err != nil {
+			return did, err
+		}
+		did = true
+	}
+	return did, nil
+}
+
+// CompactRuns merges runs of one tree into one compacted run: it reads every
+// frame of the inputs, splits records by shard, and per shard sorts, folds
+// (identical records keep the newest rev) and writes a table.
+//
+// Reads are paced at bytesPerSec (<= 0: unpaced).
+func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *View, inputs []Run, shardTargetBytes uint64, bytesPerSec int64) (Run, error) {
+	tree := inputs[0].Tree
+	f, err := FormatOf(tree)
+	if err != nil {
+		return Run{}, err
+	}
+	var total, records uint64
+	for _, r := range inputs {
+		if r.Tree != tree {
+			return Run{}, fmt.Errorf("compaction mixes trees %s and %s", tree, r.Tree)
+		}
+		total += r.Bytes()
+		records += r.Records()
+	}
+	if records*uint64(f.Width) > CompactionInputBytesMax {
+		return Run{}, fmt.Errorf("compaction of %d records over the in-memory bound: %w", records, ErrTooBig)
+	}
+	var bits uint8
+	for bits < ShardBitsMax && total > shardTargetBytes<<bits {
+		bits++
+	}
+	shards := make([][]byte, 1<<bits)
+	start := time.Now()
+	var read int64
+	metas := map[string]*TableMeta{}
+	for _, vr := range v.trees[tree] {
+		for _, t := range vr.tables {
+			if t != nil {
+				metas[t.ref.ID] = t.meta
+			}
+		}
+	}
+	for _, r := range inputs {
+		for _, ref := range r.Tables {
+			meta := metas[ref.ID]
+			if meta == nil {
+				return Run{}, fmt.Errorf("table %s of run %s not in the view", ref.ID, r.ID)
+			}
+			data, err := store.Get(ctx, dataKey(tree, ref.ID))
+			if err != nil {
+				return Run{}, fmt.Errorf("read table %s: %w", ref.ID, err)
+			}
+			read += int64(len(data))
+			if bytesPerSec > 0 {
+				due := start.Add(time.Duration(float64(read) / float64(bytesPerSec) * float64(time.Second)))
+				if d := time.Until(due); d > 0 {
+					select {
+					case <-time.After(d):
+					case <-ctx.Done():
+						return Run{}, ctx.Err()
+					}
+				}
+			}
+			if uint64(len(data)) != meta.DataBytes {
+				return Run{}, fmt.Errorf("table %s: %d data bytes, meta says %d: %w", ref.ID, len(data), meta.DataBytes, ErrCorrupt)
+			}
+			var dst []byte
+			for i := range meta.Frames {
+				off, n := meta.ByteRange(i, i)
+				dst, err = meta.DecodeFrame(i, data[off:off+n], dst[:0])
+				if err != nil {
+					return Run{}, fmt.Errorf("table %s: %w", ref.ID, err)
+				}
+				for o := 0; o < len(dst); o += f.Width {
+					s := ShardOf(dst[o:o+f.PrefixLen], bits)
+					shards[s] = append(shards[s], dst[o:o+f.Width]...)
+				}
+			}
+		}
+	}
+	run := Run{ID: NewID(), Tree: tree, Kind: RunCompacted}
+	for s, part := range shards {
+		if len(part) == 0 {
+			continue
+		}
+		SortRecords(part, f.Width)
+		part = Fold(f, part)
+		ref, err := writeTable(ctx, store, cat, tree, f, part, TableOptions{ShardBits: bits, Shard: uint32(s)})
+		if err != nil {
+			return Run{}, err
+		}
+		run.Tables = append(run.Tables, ref)
+		shards[s] = nil
+	}
+	if len(run.Tables) == 0 {
+		return Run{}, fmt.Errorf("compaction of %d runs produced nothing", len(inputs))
+	}
+	return run, nil
+}
+
+// Close flushes nothing (unflushed writes are not durable by design) and
+// releases the DB.
+func (db *DB) Close() error { return nil }

@@ -1,0 +1,106 @@
+package lsm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/eddy-backlinks/eddy/link"
+)
+
+// DefaultMemtableBytes bounds one tree's memtable: 64 MiB is one million
+// backlinks, a few seconds of full-network backfill, and sorts in well
+// under a second.
+const DefaultMemtableBytes = 64 << 20
+
+// ErrFull: the memtable is at its bound; flush before adding more.
+var ErrFull = errors.New("memtable full")
+
+// Memtable buffers the records of one tree in memory until a flush. It is
+// an append buffer of fixed-width records, sorted (and folded) only when it
+// is flushed. Not safe for concurrent use.
+type Memtable struct {
+	format   Format
+	maxBytes int
+	buf      []byte
+}
+
+// NewMemtable returns an empty memtable bounded by maxBytes
+// (DefaultMemtableBytes when <= 0).
+func NewMemtable(f Format, maxBytes int) *Memtable {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMemtableBytes
+	}
+	return &Memtable{format: f, maxBytes: maxBytes}
+}
+
+// Add appends one encoded record.
+func (m *Memtable) Add(rec []byte) error {
+	if len(rec) != m.format.Width {
+		return fmt.Errorf("record of %d bytes in a %d-byte tree", len(rec), m.format.Width)
+	}
+	if len(m.buf)+len(rec) > m.maxBytes {
+		return ErrFull
+	}
+	m.buf = append(m.buf, rec...)
+	return nil
+}
+
+// AddBacklink appends a backlink (the tree must be a backlink tree).
+func (m *Memtable) AddBacklink(l *link.Backlink) error {
+	var b [link.BacklinkSize]byte
+	l.Put(b[:])
+	return m.Add(b[:])
+}
+
+// AddRevocation appends a revocation (the tree must be a revocation tree).
+func (m *Memtable) AddRevocation(v *link.Revocation) error {
+	var b [link.RevocationSize]byte
+	v.Put(b[:])
+	return m.Add(b[:])
+}
+
+// Len is the number of records buffered.
+func (m *Memtable) Len() int { return len(m.buf) / m.format.Width }
+
+// Bytes is the number of bytes buffered.
+func (m *Memtable) Bytes() int { return len(m.buf) }
+
+// Full reports whether the memtable is at or past a fraction of its bound
+// at which the owner should flush.
+func (m *Memtable) Full() bool { return len(m.buf)+m.format.Width > m.maxBytes }
+
+// Sorted sorts the buffer, folds duplicates (see Fold) and returns the
+// records; the memtable must then be Reset before reuse.
+func (m *Memtable) Sorted() []byte {
+	SortRecords(m.buf, m.format.Width)
+	m.buf = Fold(m.format, m.buf)
+	return m.buf
+}
+
+// Reset empties the memtable, keeping its buffer.
+func (m *Memtable) Reset() { m.buf = m.buf[:0] }
+
+// Fold removes duplicates from sorted records in place: records equal in
+// all but their last 8 bytes (a link's sourceRev, a revocation's rev) keep
+// only the last (newest) one. Returns the shortened slice.
+func Fold(f Format, recs []byte) []byte {
+	w := f.Width
+	n := len(recs) / w
+	if n < 2 {
+		return recs
+	}
+	out := 1
+	for i := 1; i < n; i++ {
+		cur := recs[i*w : (i+1)*w]
+		prev := recs[(out-1)*w : out*w]
+		if string(cur[:w-8]) == string(prev[:w-8]) {
+			copy(prev, cur) // sorted: cur's rev is >= prev's
+			continue
+		}
+		if out != i {
+			copy(recs[out*w:(out+1)*w], cur)
+		}
+		out++
+	}
+	return recs[:out*w]
+}

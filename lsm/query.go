@@ -1,0 +1,467 @@
+package lsm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/objstore"
+)
+
+// Query limits.
+const (
+	// FetchConcurrencyMax bounds concurrent object-store requests of one
+	// reader: enough to fetch every run of a tree at once on a small node.
+	FetchConcurrencyMax = 32
+	// LimitMax bounds the links one page returns.
+	LimitMax = 1000
+	// CandidatesMax bounds the links one query considers (a count of the
+	// most popular targets on the network is in the low millions).
+	CandidatesMax = 64 << 20
+	// fetchBytesMax bounds one ranged GET (adjacent frames of one table).
+	fetchBytesMax = 256 << 20
+)
+
+// ErrTooBig: a query would consider more than CandidatesMax links.
+var ErrTooBig = errors.New("query too big")
+
+// Reader answers queries from views; it fetches frames from the object
+// store into a shared cache. Safe for concurrent use.
+type Reader struct {
+	store objstore.Store
+	cache *FrameCache
+	sem   chan struct{}
+}
+
+// NewReader returns a reader over store with a frame cache.
+func NewReader(store objstore.Store, cache *FrameCache) *Reader {
+	if cache == nil {
+		cache = NewFrameCache(0)
+	}
+	return &Reader{store: store, cache: cache, sem: make(chan struct{}, FetchConcurrencyMax)}
+}
+
+// Cache returns the reader's frame cache.
+func (r *Reader) Cache() *FrameCache { return r.cache }
+
+// Filter narrows a query to links from some source collections, source
+// DIDs or paths; an empty list does not filter.
+type Filter struct {
+	Collections []uint64
+	DIDs        []uint64
+	Paths       []uint64 // location path IDs (Location.PathID)
+}
+
+func (f *Filter) empty() bool {
+	return len(f.Collections) == 0 && len(f.DIDs) == 0 && len(f.Paths) == 0
+}
+
+func (f *Filter) match(l *link.Backlink) bool {
+	if len(f.Collections) > 0 && !slices.Contains(f.Collections, l.Source.Collection) {
+		return false
+	}
+	if len(f.DIDs) > 0 && !slices.Contains(f.DIDs, l.Source.DID) {
+		return false
+	}
+	if len(f.Paths) > 0 && !slices.Contains(f.Paths, l.Location.PathID()) {
+		return false
+	}
+	return true
+}
+
+// Cursor is a position in one target's links: the source and location of
+// the last link returned. Positions are in byte order of (source,
+// location), which never changes as links arrive, so a page never repeats
+// or skips a link that was live when paging began.
+type Cursor struct {
+	Source   link.RecordID
+	Location link.Location
+}
+
+// Query asks for the live links to Target.
+type Query struct {
+	Target  link.RecordID
+	After   *Cursor // exclusive start; nil = from the first (or, Reverse, the last)
+	Reverse bool
+	Limit   int // 0 = LimitMax
+	Filter  Filter
+}
+
+// Stats says what a query cost.
+type Stats struct {
+	TablesConsidered int // tables whose shard or run may hold the key
+	TablesFiltered   int // skipped by their filter
+	Round1GETs       int // ranged GETs of backlink frames
+	Round2GETs       int // ranged GETs of revocation frames
+	Round2Passes     int // revocation passes (1 unless a page was mostly revoked)
+	Round1MaxPerRun  int // the most GETs any one run needed in round one
+	Candidates       int // links read before revocation
+	Revoked          int
+}
+
+// Result is one page of links.
+type Result struct {
+	Links      []link.Backlink
+	Next       *Cursor // nil when there are no more links
+	Generation uint64
+	Stats      Stats
+}
+
+// Backlinks returns the live links to q.Target in source order (or
+// reverse), after q.After, at most q.Limit of them.
+//
+// Round one reads the target's frames from every run (filters skip tables,
+// fences pick frames, adjacent frames come in one ranged GET, runs in
+// parallel). Round two reads the revocations of the sources found (filters
+// first). If more than three quarters of a page's candidates were revoked,
+// round two repeats on the next candidates, a bounded number of times.
+func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, error) {
+	limit := q.Limit
+	if limit <= 0 || limit > LimitMax {
+		limit = LimitMax
+	}
+	res := &Result{Generation: v.Generation()}
+	cands, err := r.candidates(ctx, v, q.Target, &q.Filter, &res.Stats)
+	if err != nil {
+		return nil, err
+	}
+	// Position after the cursor.
+	if q.Reverse {
+		slices.Reverse(cands)
+	}
+	start := 0
+	if q.After != nil {
+		start, _ = slices.BinarySearchFunc(cands, *q.After, func(l link.Backlink, c Cursor) int {
+			x := cmpPos(l.Source, l.Location, c.Source, c.Location)
+			if q.Reverse {
+				return -x
+			}
+			return x
+		})
+		for start < len(cands) && cmpPos(cands[start].Source, cands[start].Location, q.After.Source, q.After.Location) == 0 {
+			start++
+		}
+	}
+	cands = cands[start:]
+	batch := limit + limit/2 + 16
+	more := false
+	for len(cands) > 0 && len(res.Links) < limit {
+		n := min(batch, len(cands))
+		live, err := r.live(ctx, v, cands[:n], &res.Stats)
+		if err != nil {
+			return nil, err
+		}
+		for i, ok := range live {
+			if !ok {
+				continue
+			}
+			if len(res.Links) == limit {
+				more = true // a live link follows the page
+				break
+			}
+			res.Links = append(res.Links, cands[i])
+		}
+		cands = cands[n:]
+		batch *= 4
+	}
+	if len(res.Links) == limit && (more || len(cands) > 0) {
+		last := res.Links[len(res.Links)-1]
+		res.Next = &Cursor{Source: last.Source, Location: last.Location}
+	}
+	return res, nil
+}
+
+// Count returns the number of live links to target that pass filter.
+func (r *Reader) Count(ctx context.Context, v *View, target link.RecordID, filter Filter) (uint64, Stats, error) {
+	var st Stats
+	cands, err := r.candidates(ctx, v, target, &filter, &st)
+	if err != nil {
+		return 0, st, err
+	}
+	live, err := r.live(ctx, v, cands, &st)
+	if err != nil {
+		return 0, st, err
+	}
+	var n uint64
+	for _, ok := range live {
+		if ok {
+			n++
+		}
+	}
+	return n, st, nil
+}
+
+func cmpPos(s1 link.RecordID, l1 link.Location, s2 link.RecordID, l2 link.Location) int {
+	if c := s1.Compare(s2); c != 0 {
+		return c
+	}
+	switch {
+	case l1 < l2:
+		return -1
+	case l1 > l2:
+		return 1
+	}
+	return 0
+}
+
+// fetchGroup is one ranged GET: frames first..last of one table.
+type fetchGroup struct {
+	t           *viewTable
+	first, last int
+	frames      [][]byte // decoded, by frame - first
+	err         error
+}
+
+// fetch fills g.frames from the cache, or with one ranged GET covering the
+// frames the cache lacks.
+func (r *Reader) fetch(ctx context.Context, g *fetchGroup) (gets int, err error) {
+	g.frames = make([][]byte, g.last-g.first+1)
+	lo, hi := -1, -1
+	for i := g.first; i <= g.last; i++ {
+		if recs, ok := r.cache.Get(g.t.ref.ID, i); ok {
+			g.frames[i-g.first] = recs
+			continue
+		}
+		if lo < 0 {
+			lo = i
+		}
+		hi = i
+	}
+	if lo < 0 {
+		return 0, nil
+	}
+	off, n := g.t.meta.ByteRange(lo, hi)
+	if n > fetchBytesMax {
+		return 0, fmt.Errorf("table %s: frames %d..%d are %d bytes: %w", g.t.ref.ID, lo, hi, n, ErrTooBig)
+	}
+	select {
+	case r.sem <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	buf, err := r.store.GetRange(ctx, dataKey(g.t.tree, g.t.ref.ID), off, n)
+	<-r.sem
+	if err != nil {
+		return 1, fmt.Errorf("table %s: %w", g.t.ref.ID, err)
+	}
+	for i := lo; i <= hi; i++ {
+		if g.frames[i-g.first] != nil {
+			continue
+		}
+		foff, fn := g.t.meta.ByteRange(i, i)
+		recs, err := g.t.meta.DecodeFrame(i, buf[foff-off:foff-off+fn], nil)
+		if err != nil {
+			return 1, fmt.Errorf("table %s frame %d: %w", g.t.ref.ID, i, err)
+		}
+		r.cache.Put(g.t.ref.ID, i, recs)
+		g.frames[i-g.first] = recs
+	}
+	return 1, nil
+}
+
+// fetchAll runs fetches concurrently.
+func (r *Reader) fetchAll(ctx context.Context, groups []*fetchGroup) (gets []int, err error) {
+	gets = make([]int, len(groups))
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gets[i], g.err = r.fetch(ctx, g)
+		}()
+	}
+	wg.Wait()
+	var errs []error
+	for _, g := range groups {
+		if g.err != nil {
+			errs = append(errs, g.err)
+		}
+	}
+	return gets, errors.Join(errs...)
+}
+
+// candidates is round one: every link to target in every run, folded
+// (identical links keep their newest rev), filtered, in source order.
+func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, f *Filter, st *Stats) ([]link.Backlink, error) {
+	prefix := target.Bytes()
+	var groups []*fetchGroup
+	runOf := make([]int, 0)
+	for ri, vr := range v.trees[TreeLinks] {
+		t := vr.tableFor(prefix[:])
+		if t == nil {
+			continue
+		}
+		st.TablesConsidered++
+		if !t.meta.MayContain(prefix[:]) {
+			st.TablesFiltered++
+			continue
+		}
+		first, last, ok := t.meta.FramesFor(prefix[:])
+		if !ok {
+			continue
+		}
+		groups = append(groups, &fetchGroup{t: t, first: first, last: last})
+		runOf = append(runOf, ri)
+	}
+	gets, err := r.fetchAll(ctx, groups)
+	perRun := map[int]int{}
+	for i, n := range gets {
+		st.Round1GETs += n
+		perRun[runOf[i]] += n
+	}
+	for _, n := range perRun {
+		st.Round1MaxPerRun = max(st.Round1MaxPerRun, n)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []link.Backlink
+	for _, g := range groups {
+		for _, recs := range g.frames {
+			lo, hi := prefixRange(recs, link.BacklinkSize, prefix[:])
+			for off := lo; off < hi; off += link.BacklinkSize {
+				l := link.GetBacklink(recs[off:])
+				if f.empty() || f.match(&l) {
+					out = append(out, l)
+				}
+			}
+			if len(out) > CandidatesMax {
+				return nil, fmt.Errorf("target %v: more than %d links: %w", target, CandidatesMax, ErrTooBig)
+			}
+		}
+	}
+	if len(groups) > 1 {
+		slices.SortFunc(out, func(a, b link.Backlink) int { return a.Compare(&b) })
+	}
+	// Fold identical links (same source and location), keeping the newest.
+	w := 0
+	for i := range out {
+		if w > 0 && out[w-1].Source == out[i].Source && out[w-1].Location == out[i].Location {
+			out[w-1].SourceRev = max(out[w-1].SourceRev, out[i].SourceRev)
+			continue
+		}
+		out[w] = out[i]
+		w++
+	}
+	out = out[:w]
+	st.Candidates += len(out)
+	return out, nil
+}
+
+// prefixRange returns the byte offsets [lo, hi) of the records of a sorted
+// frame that start with prefix.
+func prefixRange(recs []byte, width int, prefix []byte) (int, int) {
+	n := len(recs) / width
+	i := searchRecs(n, func(i int) bool { return bytes.Compare(recs[i*width:i*width+len(prefix)], prefix) >= 0 })
+	j := searchRecs(n, func(i int) bool { return bytes.Compare(recs[i*width:i*width+len(prefix)], prefix) > 0 })
+	return i * width, j * width
+}
+
+func searchRecs(n int, f func(int) bool) int {
+	lo, hi := 0, n
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if !f(m) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// revKey is a revocation key: a source record or a repository.
+type revKey = link.RecordID
+
+// live is round two: for each link, whether it survives the revocations of
+// its source record and repository.
+func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, st *Stats) ([]bool, error) {
+	st.Round2Passes++
+	thresholds := make(map[revKey]uint64, len(links)*2)
+	for i := range links {
+		thresholds[links[i].Source] = 0
+		thresholds[links[i].Source.Repo()] = 0
+	}
+	keys := make([]revKey, 0, len(thresholds))
+	for k := range thresholds {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b revKey) int { return a.Compare(b) })
+
+	// For each table, the keys that pass its filter and their frames.
+	type hit struct {
+		key         revKey
+		first, last int
+		group       *fetchGroup
+	}
+	var groups []*fetchGroup
+	var hits []hit
+	for _, vr := range v.trees[TreeRevocations] {
+		// Per table of the run: collect frame ranges of matching keys.
+		perTable := map[*viewTable][]hit{}
+		for _, k := range keys {
+			kb := k.Bytes()
+			t := vr.tableFor(kb[:])
+			if t == nil {
+				continue
+			}
+			if !t.meta.MayContain(kb[:]) {
+				continue
+			}
+			first, last, ok := t.meta.FramesFor(kb[:])
+			if !ok {
+				continue
+			}
+			perTable[t] = append(perTable[t], hit{key: k, first: first, last: last})
+		}
+		for t, hs := range perTable {
+			// Keys are sorted, so their frame ranges are ascending: merge
+			// overlapping or adjacent ranges into one GET each.
+			var g *fetchGroup
+			for _, h := range hs {
+				if g == nil || h.first > g.last+1 {
+					g = &fetchGroup{t: t, first: h.first, last: h.last}
+					groups = append(groups, g)
+				} else if h.last > g.last {
+					g.last = h.last
+				}
+				h.group = g
+				hits = append(hits, h)
+			}
+		}
+	}
+	gets, err := r.fetchAll(ctx, groups)
+	for _, n := range gets {
+		st.Round2GETs += n
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range hits {
+		kb := h.key.Bytes()
+		for fi := h.first; fi <= h.last; fi++ {
+			recs := h.group.frames[fi-h.group.first]
+			lo, hi := prefixRange(recs, link.RevocationSize, kb[:])
+			for off := lo; off < hi; off += link.RevocationSize {
+				rev := binary.BigEndian.Uint64(recs[off+24 : off+32])
+				if rev > thresholds[h.key] {
+					thresholds[h.key] = rev
+				}
+			}
+		}
+	}
+	out := make([]bool, len(links))
+	for i := range links {
+		l := &links[i]
+		out[i] = link.Live(l.SourceRev, thresholds[l.Source], thresholds[l.Source.Repo()])
+		if !out[i] {
+			st.Revoked++
+		}
+	}
+	return out, nil
+}
