@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/cluster"
+)
+
+func init() {
+	register("local", command{
+		summary: "run a local cluster of eddy-node processes on loopback: local up|down --dir DIR",
+		run:     runLocal,
+	})
+}
+
+// LocalCluster is DIR/cluster.json, written by `local up`.
+type LocalCluster struct {
+	Store     string      `json:"store"`
+	TokenFile string      `json:"token_file"`
+	CertsDir  string      `json:"certs_dir"`
+	Nodes     []LocalNode `json:"nodes"`
+}
+
+// LocalNode is one node of a local cluster; Args restart it exactly.
+type LocalNode struct {
+	ID    string   `json:"id"`
+	PID   int      `json:"pid"`
+	HTTP  string   `json:"http"`
+	Admin string   `json:"admin"`
+	Raft  string   `json:"raft"`
+	Bin   string   `json:"bin"`
+	Args  []string `json:"args"`
+	Log   string   `json:"log"`
+}
+
+// localUpTimeout bounds how long `local up` waits for a healthy cluster.
+const localUpTimeout = 60 * time.Second
+
+func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "up" && args[0] != "down") {
+		return fmt.Errorf("local up|down --dir DIR: %w", errUsage)
+	}
+	fs := flag.NewFlagSet("local "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "", "directory of the local cluster (required)")
+	nodes := fs.Int("nodes", 3, "number of nodes")
+	store := fs.String("store", "", "object store URL (default: file://DIR/store)")
+	plc := fs.String("plc", "off", "DID source: off")
+	nodeBin := fs.String("node-bin", "", "eddy-node binary (default: beside eddy-ctl)")
+	flushInterval := fs.Duration("flush-interval", 0, "passed to every node (default: the node's)")
+	var sources listFlag
+	fs.Var(&sources, "source", "ingest source URL, repeatable (replay+file:///abs/path, jetstream+wss://..., firehose+wss://...)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return fmt.Errorf("--dir is required: %w", errUsage)
+	}
+	abs, err := filepath.Abs(*dir)
+	if err != nil {
+		return err
+	}
+	if args[0] == "down" {
+		return localDown(abs, stdout)
+	}
+	if *nodes < 1 || *nodes > 9 {
+		return fmt.Errorf("--nodes %d: 1 to 9: %w", *nodes, errUsage)
+	}
+	bin := *nodeBin
+	if bin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		bin = filepath.Join(filepath.Dir(self), "eddy-node")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("eddy-node binary: %w (build it with make build, or pass --node-bin)", err)
+	}
+	return localUp(ctx, abs, bin, *nodes, *store, *plc, *flushInterval, sources, stdout)
+}
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func localUp(ctx context.Context, dir, bin string, n int, store, plc string, flushInterval time.Duration, sources []string, stdout io.Writer) error {
+	if _, err := os.Stat(filepath.Join(dir, "cluster.json")); err == nil {
+		return fmt.Errorf("%s already holds a cluster (cluster.json); run local down, or remove the directory", dir)
+	}
+	certs := filepath.Join(dir, "certs")
+	if err := os.MkdirAll(certs, 0o755); err != nil {
+		return err
+	}
+	if store == "" {
+		store = "file://" + filepath.Join(dir, "store")
+	}
+	if _, err := os.Stat(filepath.Join(certs, "ca.pem")); err != nil {
+		if err := cluster.MakeCA(certs); err != nil {
+			return err
+		}
+	}
+	tokenFile := filepath.Join(certs, "admin-token")
+	if _, err := os.Stat(tokenFile); err != nil {
+		if err := os.WriteFile(tokenFile, []byte(randomHex(32)+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	lc := LocalCluster{Store: store, TokenFile: tokenFile, CertsDir: certs}
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("n%d", i)
+		if _, err := os.Stat(filepath.Join(certs, id+".pem")); err != nil {
+			if err := cluster.MakeNodeCert(certs, id, []string{"127.0.0.1", "localhost"}); err != nil {
+				return err
+			}
+		}
+		var addrs [3]string
+		for j := range addrs {
+			a, err := freePort()
+			if err != nil {
+				return err
+			}
+			addrs[j] = a
+		}
+		ln := LocalNode{ID: id, Raft: addrs[0], Admin: addrs[1], HTTP: addrs[2], Bin: bin, Log: filepath.Join(dir, id+".log")}
+		ln.Args = []string{
+			"--id", id, "--data-dir", filepath.Join(dir, id), "--raft-addr", ln.Raft, "--admin-addr", ln.Admin, "--http-addr", ln.HTTP,
+			"--certs-dir", certs, "--admin-token-file", tokenFile, "--store", store, "--plc", plc,
+		}
+		if flushInterval > 0 {
+			ln.Args = append(ln.Args, "--flush-interval", flushInterval.String())
+		}
+		for _, s := range sources {
+			ln.Args = append(ln.Args, "--source", s)
+		}
+		if i == 1 {
+			ln.Args = append(ln.Args, "--bootstrap")
+		} else {
+			ln.Args = append(ln.Args, "--join", lc.Nodes[0].Admin)
+		}
+		lc.Nodes = append(lc.Nodes, ln)
+	}
+	// Start the bootstrap node, wait for it to lead, then the others.
+	for i := range lc.Nodes {
+		pid, err := StartNode(&lc.Nodes[i])
+		if err != nil {
+			localKill(lc)
+			return err
+		}
+		lc.Nodes[i].PID = pid
+		if i == 0 {
+			if err := waitHealthy(ctx, lc, 1); err != nil {
+				localKill(lc)
+				return err
+			}
+		}
+	}
+	if err := writeJSONFile(filepath.Join(dir, "cluster.json"), lc); err != nil {
+		localKill(lc)
+		return err
+	}
+	if err := waitHealthy(ctx, lc, n); err != nil {
+		return fmt.Errorf("%w (the nodes are still running; see their logs in %s; stop them with local down)", err, dir)
+	}
+	fmt.Fprintf(stdout, "local cluster of %d nodes up in %s\n", n, dir)
+	for _, nd := range lc.Nodes {
+		fmt.Fprintf(stdout, "  %s pid %d  http %s  admin %s  raft %s\n", nd.ID, nd.PID, nd.HTTP, nd.Admin, nd.Raft)
+	}
+	return nil
+}
+
+// StartNode starts one node process in its own session (it outlives
+// eddy-ctl), logging to its log file; it returns the pid.
+func StartNode(n *LocalNode) (int, error) {
+	logf, err := os.OpenFile(n.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(n.Bin, n.Args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start %s: %w", n.ID, err)
+	}
+	pid := cmd.Process.Pid
+	go cmd.Wait() // reap it if it exits while eddy-ctl runs
+	return pid, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	f, err := os.Open("/dev/urandom")
+	if err == nil {
+		io.ReadFull(f, b)
+		f.Close()
+	}
+	const hexd = "0123456789abcdef"
+	out := make([]byte, 2*n)
+	for i, c := range b {
+		out[2*i], out[2*i+1] = hexd[c>>4], hexd[c&15]
+	}
+	return string(out)
+}
+
+func writeJSONFile(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// waitHealthy waits until the first n nodes report one leader, n voters
+// and the same applied generation.
+func waitHealthy(ctx context.Context, lc LocalCluster, n int) error {
+	tok, err := os.ReadFile(lc.TokenFile)
+	if err != nil {
+		return err
+	}
+	var addrs []string
+	for _, nd := range lc.Nodes[:n] {
+		addrs = append(addrs, nd.Admin)
+	}
+	cl := cluster.AdminClient{Addrs: addrs, Token: strings.TrimSpace(string(tok)), HTTP: &http.Client{Timeout: 2 * time.Second}}
+	deadline := time.Now().Add(localUpTimeout)
+	var last error
+	for time.Now().Before(deadline) {
+		var st []cluster.NodeStatus
+		err := cl.Call(ctx, http.MethodGet, "/admin/cluster", nil, &st)
+		if err == nil {
+			err = healthy(st, n)
+		}
+		if err == nil {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("cluster not healthy within %v: %v", localUpTimeout, last)
+}
+
+func healthy(st []cluster.NodeStatus, n int) error {
+	if len(st) != n {
+		return fmt.Errorf("%d of %d nodes in the configuration", len(st), n)
+	}
+	leaders := 0
+	for _, s := range st {
+		if s.Error != "" {
+			return fmt.Errorf("node %s: %s", s.ID, s.Error)
+		}
+		if s.State == "Leader" {
+			leaders++
+		}
+		if s.Leader == "" {
+			return fmt.Errorf("node %s knows no leader", s.ID)
+		}
+	}
+	if leaders != 1 {
+		return fmt.Errorf("%d leaders", leaders)
+	}
+	return nil
+}
+
+// ReadLocalCluster reads DIR/cluster.json.
+func ReadLocalCluster(dir string) (LocalCluster, error) {
+	var lc LocalCluster
+	b, err := os.ReadFile(filepath.Join(dir, "cluster.json"))
+	if err != nil {
+		return lc, err
+	}
+	return lc, json.Unmarshal(b, &lc)
+}
+
+func localKill(lc LocalCluster) {
+	for _, n := range lc.Nodes {
+		if n.PID > 0 {
+			syscall.Kill(n.PID, syscall.SIGKILL)
+		}
+	}
+}
+
+// localDown stops every node: SIGTERM (a leader publishes and hands over),
+// then SIGKILL after a grace period.
+func localDown(dir string, stdout io.Writer) error {
+	lc, err := ReadLocalCluster(dir)
+	if err != nil {
+		return fmt.Errorf("no local cluster in %s: %w", dir, err)
+	}
+	for _, n := range lc.Nodes {
+		if n.PID > 0 {
+			syscall.Kill(n.PID, syscall.SIGTERM)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, n := range lc.Nodes {
+		for n.PID > 0 && alive(n.PID) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n.PID > 0 && alive(n.PID) {
+			syscall.Kill(n.PID, syscall.SIGKILL)
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, "cluster.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	fmt.Fprintf(stdout, "local cluster in %s stopped\n", dir)
+	return nil
+}
+
+// alive reports whether pid runs (and is not a zombie).
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return len(f) < 3 || f[2] != "Z"
+}

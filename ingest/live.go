@@ -1,0 +1,280 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/ingest/event"
+	"github.com/gorilla/websocket"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Reconnection limits of the live sources.
+const (
+	backoffMin = 500 * time.Millisecond
+	backoffMax = 30 * time.Second
+	// jetstreamRewindUs: Jetstream delivers events in roughly, not exactly,
+	// time order; a reconnect resumes this far before the cursor (replayed
+	// events fold into the same answers).
+	jetstreamRewindUs = 5_000_000
+	// readTimeout: a connection that delivers nothing for this long is
+	// considered dead and replaced.
+	readTimeout = 60 * time.Second
+	// wsMessageBytesMax bounds one websocket message.
+	wsMessageBytesMax = event.MaxFrameSize
+)
+
+// sleepCtx waits d or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func nextBackoff(d time.Duration) time.Duration { return min(backoffMax, max(backoffMin, 2*d)) }
+
+// Jetstream follows one or more Jetstream v1 endpoints (failing over in
+// turn), with zstd-dictionary compression. Its cursor is time_us.
+type Jetstream struct {
+	URLs   []string
+	Log    hclog.Logger
+	OnSkip func(reason string)
+	// OnLag, if set, receives how far behind now each event is.
+	OnLag func(d time.Duration)
+	dec   *event.JetstreamDecompressor
+}
+
+// NewJetstream returns a Jetstream source over urls (ws:// or wss://,
+// ending in /subscribe).
+func NewJetstream(urls []string, log hclog.Logger) (*Jetstream, error) {
+	for _, u := range urls {
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "ws" && p.Scheme != "wss") {
+			return nil, fmt.Errorf("jetstream url %q: want ws:// or wss://", u)
+		}
+	}
+	dec, err := event.NewJetstreamDecompressor()
+	if err != nil {
+		return nil, err
+	}
+	return &Jetstream{URLs: urls, Log: log, dec: dec}, nil
+}
+
+func (j *Jetstream) Name() string { return "jetstream" }
+
+func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op, string) error) error {
+	var cur int64
+	if cursor != "" {
+		n, err := strconv.ParseInt(cursor, 10, 64)
+		if err != nil {
+			return fmt.Errorf("jetstream: bad cursor %q", cursor)
+		}
+		cur = n
+	}
+	backoff := time.Duration(0)
+	for i := 0; ; i++ {
+		base := j.URLs[i%len(j.URLs)]
+		err := j.session(ctx, base, &cur, emit)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var fatal *emitError
+		if errors.As(err, &fatal) {
+			return fatal.err
+		}
+		backoff = nextBackoff(backoff)
+		if j.Log != nil {
+			j.Log.Warn("jetstream connection ended; reconnecting", "url", base, "error", err, "backoff", backoff)
+		}
+		if err := sleepCtx(ctx, backoff); err != nil {
+			return err
+		}
+	}
+}
+
+// emitError wraps an error of the consumer: it stops the source.
+type emitError struct{ err error }
+
+func (e *emitError) Error() string { return e.err.Error() }
+
+func (j *Jetstream) session(ctx context.Context, base string, cur *int64, emit func(*event.Op, string) error) error {
+	u, err := url.Parse(base)
+	if err != nil {
+		return err
+	}
+	q := u.Query()
+	q.Set("compress", "true")
+	if *cur > 0 {
+		q.Set("cursor", strconv.FormatInt(max(0, *cur-jetstreamRewindUs), 10))
+	}
+	u.RawQuery = q.Encode()
+	conn, _, err := websocket.DefaultDialer.DialContext(ctx, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	conn.SetReadLimit(wsMessageBytesMax)
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	var buf []byte
+	for {
+		conn.SetReadDeadline(time.Now().Add(readTimeout))
+		mt, msg, err := conn.ReadMessage()
+		if err != nil {
+			return err
+		}
+		if mt == websocket.BinaryMessage {
+			buf, err = j.dec.Decompress(buf, msg)
+			if err != nil {
+				j.skip("bad_compression", err)
+				continue
+			}
+			msg = buf
+		}
+		op, err := event.DecodeJetstream(msg)
+		if err != nil {
+			j.skip("bad_event", err)
+			continue
+		}
+		if op.Seq > *cur {
+			*cur = op.Seq
+		}
+		if j.OnLag != nil && op.Seq > 0 {
+			j.OnLag(time.Since(time.UnixMicro(op.Seq)))
+		}
+		if err := emit(&op, strconv.FormatInt(*cur, 10)); err != nil {
+			return &emitError{err}
+		}
+	}
+}
+
+func (j *Jetstream) skip(reason string, err error) {
+	if j.Log != nil {
+		j.Log.Warn("skipped bad input", "source", "jetstream", "reason", reason, "error", err)
+	}
+	if j.OnSkip != nil {
+		j.OnSkip(reason)
+	}
+}
+
+// Firehose follows a relay's com.atproto.sync.subscribeRepos. Its cursor
+// is the relay sequence number.
+type Firehose struct {
+	URL    string
+	Log    hclog.Logger
+	OnSkip func(reason string)
+	OnLag  func(d time.Duration)
+}
+
+// NewFirehose returns a firehose source of a relay (ws:// or wss:// host).
+func NewFirehose(raw string, log hclog.Logger) (*Firehose, error) {
+	p, err := url.Parse(raw)
+	if err != nil || (p.Scheme != "ws" && p.Scheme != "wss") {
+		return nil, fmt.Errorf("firehose url %q: want ws:// or wss://", raw)
+	}
+	if !strings.Contains(p.Path, "subscribeRepos") {
+		p.Path = strings.TrimRight(p.Path, "/") + "/xrpc/com.atproto.sync.subscribeRepos"
+	}
+	return &Firehose{URL: p.String(), Log: log}, nil
+}
+
+func (f *Firehose) Name() string { return "firehose" }
+
+func (f *Firehose) Run(ctx context.Context, cursor string, emit func(*event.Op, string) error) error {
+	var cur int64
+	if cursor != "" {
+		n, err := strconv.ParseInt(cursor, 10, 64)
+		if err != nil {
+			return fmt.Errorf("firehose: bad cursor %q", cursor)
+		}
+		cur = n
+	}
+	backoff := time.Duration(0)
+	for {
+		err := f.session(ctx, &cur, emit)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var fatal *emitError
+		if errors.As(err, &fatal) {
+			return fatal.err
+		}
+		backoff = nextBackoff(backoff)
+		if f.Log != nil {
+			f.Log.Warn("firehose connection ended; reconnecting", "url", f.URL, "error", err, "backoff", backoff)
+		}
+		if err := sleepCtx(ctx, backoff); err != nil {
+			return err
+		}
+	}
+}
+
+func (f *Firehose) session(ctx context.Context, cur *int64, emit func(*event.Op, string) error) error {
+	u, err := url.Parse(f.URL)
+	if err != nil {
+		return err
+	}
+	if *cur > 0 {
+		q := u.Query()
+		q.Set("cursor", strconv.FormatInt(*cur, 10))
+		u.RawQuery = q.Encode()
+	}
+	conn, _, err := websocket.DefaultDialer.DialContext(ctx, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	conn.SetReadLimit(wsMessageBytesMax)
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	var ops []event.Op
+	for {
+		conn.SetReadDeadline(time.Now().Add(readTimeout))
+		_, msg, err := conn.ReadMessage()
+		if err != nil {
+			return err
+		}
+		ops = ops[:0]
+		err = event.DecodeFrame(msg, func(o *event.Op) error { ops = append(ops, *o); return nil })
+		if err != nil {
+			var se *event.StreamError
+			if errors.As(err, &se) {
+				return err // the relay closes after an error frame: reconnect
+			}
+			f.skip("bad_frame", err)
+			continue
+		}
+		for i := range ops {
+			seq := ops[i].Seq
+			c := seq - 1
+			if i == len(ops)-1 {
+				c = seq
+			}
+			if err := emit(&ops[i], strconv.FormatInt(max(c, *cur), 10)); err != nil {
+				return &emitError{err}
+			}
+		}
+		if n := len(ops); n > 0 && ops[n-1].Seq > *cur {
+			*cur = ops[n-1].Seq
+		}
+	}
+}
+
+func (f *Firehose) skip(reason string, err error) {
+	if f.Log != nil {
+		f.Log.Warn("skipped bad input", "source", "firehose", "reason", reason, "error", err)
+	}
+	if f.OnSkip != nil {
+		f.OnSkip(reason)
+	}
+}

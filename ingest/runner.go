@@ -1,0 +1,163 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/ingest/event"
+	"github.com/eddy-backlinks/eddy/lsm"
+)
+
+// Runner runs the write path while this node leads: the sources, the flush
+// timer and compaction. Start it on gaining leadership and cancel its
+// context on losing it.
+type Runner struct {
+	Config  Config
+	Sources []Source
+	// CompactionInterval: how often to look for a full tier (0: 5 s).
+	CompactionInterval time.Duration
+	// ShardTargetBytes for compacted runs (0: lsm default).
+	ShardTargetBytes uint64
+}
+
+// flushPoll: how often the flush timer checks whether a flush is due.
+const flushPoll = 100 * time.Millisecond
+
+// Run runs until ctx is done or the writer fails (leadership lost); it
+// returns the reason.
+func (r *Runner) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w, err := NewWriter(ctx, r.Config)
+	if err != nil {
+		return err
+	}
+	log := w.log
+	log.Info("write path started", "sources", len(r.Sources), "clock", r.Config.Node.FSM.Clock())
+	var wg sync.WaitGroup
+	for _, s := range r.Sources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := s.Name()
+			cursor := r.Config.Node.FSM.Cursor(name)
+			err := s.Run(ctx, cursor, func(op *event.Op, c string) error {
+				if op == nil { // a replay's end
+					w.SetCursor(name, c)
+					return nil
+				}
+				return w.Apply(ctx, name, c, op)
+			})
+			if err != nil && ctx.Err() == nil {
+				log.Error("source stopped", "source", name, "error", err)
+				if errors.Is(err, ErrLeadershipLost) {
+					cancel(err)
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.compactLoop(ctx, w)
+	}()
+	t := time.NewTicker(flushPoll)
+	defer t.Stop()
+	var result error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			result = context.Cause(ctx)
+			break loop
+		case <-t.C:
+			if !w.Due() {
+				continue
+			}
+			if err := w.Flush(ctx); err != nil {
+				result = err
+				cancel(err)
+				break loop
+			}
+		}
+	}
+	wg.Wait()
+	if errors.Is(result, context.Canceled) && !errors.Is(result, ErrLeadershipLost) {
+		// A clean stop (shutdown, leadership handed away): publish what is
+		// buffered so the next leader does not have to replay it.
+		fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := w.Flush(fctx); err != nil {
+			log.Warn("final flush", "error", err)
+		}
+		fcancel()
+	}
+	log.Info("write path stopped", "reason", result)
+	return result
+}
+
+// compactLoop merges full tiers in the background and hands each result to
+// the writer, whose next flush publishes it (one serialised publisher, so
+// the compare-and-set never races the flushes).
+func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
+	every := r.CompactionInterval
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var inFlight map[string]bool // runs of an offered compaction not yet published
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m := r.Config.Node.FSM.Manifest()
+		if inFlight != nil {
+			still := false
+			for _, run := range m.Runs {
+				if inFlight[run.ID] {
+					still = true
+				}
+			}
+			if still {
+				continue // the last result is not published yet
+			}
+			inFlight = nil
+		}
+		for _, tree := range []lsm.Tree{lsm.TreeLinks, lsm.TreeRevocations} {
+			inputs := lsm.PickCompaction(m, tree, lsm.DefaultCompactionFanIn)
+			if inputs == nil {
+				continue
+			}
+			v, err := lsm.OpenView(ctx, r.Config.Catalog, m)
+			if err != nil {
+				w.log.Warn("compaction: open view", "error", err)
+				break
+			}
+			out, err := lsm.CompactRuns(ctx, r.Config.Store, r.Config.Catalog, v, inputs, r.shardTarget(), lsm.DefaultCompactionBytesPerSec)
+			if err != nil {
+				w.log.Warn("compaction failed", "tree", tree, "error", err)
+				break
+			}
+			ids := make([]string, len(inputs))
+			inFlight = map[string]bool{}
+			for i, in := range inputs {
+				ids[i] = in.ID
+				inFlight[in.ID] = true
+			}
+			w.OfferCompaction(out, ids)
+			w.log.Info("compacted", "tree", tree, "runs", len(inputs), "records", out.Records())
+			break // one at a time
+		}
+	}
+}
+
+func (r *Runner) shardTarget() uint64 {
+	if r.ShardTargetBytes > 0 {
+		return r.ShardTargetBytes
+	}
+	return lsm.DefaultShardTargetBytes
+}

@@ -1,0 +1,364 @@
+// Package ingest is the leader's write path: it consumes operations from
+// the network's sources (ingest/event decodes them), stamps each with the
+// ingestion clock, extracts links, buffers them in memtables and publishes
+// them as tables plus one Raft entry per flush.
+//
+// The promise: an operation is durable once the flush that holds it is
+// committed (its tables are in the store, the entry names them together
+// with the outlines they use and the source cursors). A new leader resumes
+// every source from its committed cursor; replayed operations fold into the
+// same answers (identical links keep their newest rev; revocations are
+// idempotent), so nothing acknowledged is lost and nothing deleted comes
+// back.
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/extract"
+	"github.com/eddy-backlinks/eddy/fsm"
+	"github.com/eddy-backlinks/eddy/ingest/event"
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Defaults and limits of the write path.
+const (
+	// DefaultFlushInterval: how long an operation may wait in memory before
+	// its flush starts; with Raft commit and follower apply this bounds
+	// freshness to a few seconds.
+	DefaultFlushInterval = 2 * time.Second
+	// DefaultMemtableBytes bounds each tree's memtable; a full memtable
+	// flushes at once, and the sources wait (backpressure) while the one
+	// before it is still being published.
+	DefaultMemtableBytes = 64 << 20
+	// DefaultClockBlock: stamps reserved per Raft entry.
+	DefaultClockBlock = 1 << 20
+)
+
+// Config configures a Writer.
+type Config struct {
+	Node          *cluster.Node
+	Store         objstore.Store
+	Catalog       *lsm.Catalog
+	PLC           link.PLC // nil: every DID outlined ("plc: off")
+	FlushInterval time.Duration
+	MemtableBytes int
+	ClockBlock    uint64
+	Logger        hclog.Logger
+	Metrics       *Metrics
+}
+
+// ErrLeadershipLost: the writer's node is no longer the leader (or its
+// publication lost the compare-and-set): stop; the new leader resumes.
+var ErrLeadershipLost = errors.New("ingest: leadership lost")
+
+// Writer is the write path of one leadership term. It is discarded when
+// leadership is lost: what it had not published is not durable and is
+// replayed by the next leader from the committed cursors.
+type Writer struct {
+	cfg     Config
+	log     hclog.Logger
+	pending *fsm.Pending
+	codec   link.Codec
+	metrics *Metrics
+
+	flushMu sync.Mutex // one publication at a time
+
+	mu struct {
+		sync.Mutex
+		links, revs *lsm.Memtable
+		cursors     map[string]string
+		maxStamp    uint64
+		clockNext   uint64 // next stamp to hand out
+		clockEnd    uint64 // last reserved stamp
+		ex          extract.Extractor
+		compaction  *compactionResult
+		lastFlush   time.Time
+	}
+	dead atomic.Bool
+}
+
+type compactionResult struct {
+	add    lsm.Run
+	remove []string
+}
+
+// NewWriter starts a leadership term's write path: it waits until the
+// leader has applied everything committed before it, then reserves its
+// first block of stamps.
+func NewWriter(ctx context.Context, cfg Config) (*Writer, error) {
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = DefaultFlushInterval
+	}
+	if cfg.MemtableBytes <= 0 {
+		cfg.MemtableBytes = DefaultMemtableBytes
+	}
+	if cfg.ClockBlock == 0 {
+		cfg.ClockBlock = DefaultClockBlock
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	if err := cfg.Node.Barrier(cluster.ProposeTimeout); err != nil {
+		return nil, fmt.Errorf("barrier: %w", err)
+	}
+	w := &Writer{cfg: cfg, log: cfg.Logger.Named("ingest"), metrics: cfg.Metrics}
+	w.pending = fsm.NewPending(cfg.Node.FSM)
+	w.codec = link.Codec{Outlines: w.pending, PLC: cfg.PLC}
+	w.mu.links = lsm.NewMemtable(lsm.BacklinkFormat, cfg.MemtableBytes)
+	w.mu.revs = lsm.NewMemtable(lsm.RevocationFormat, cfg.MemtableBytes)
+	w.mu.cursors = map[string]string{}
+	w.mu.lastFlush = time.Now()
+	if err := w.reserveLocked(ctx); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Codec returns the writer's codec (reads see uncommitted outlines too).
+func (w *Writer) Codec() *link.Codec { return &w.codec }
+
+func (w *Writer) reserveLocked(ctx context.Context) error {
+	after := w.cfg.Node.FSM.Clock()
+	res, err := w.cfg.Node.Propose(ctx, fsm.TypeReserveClock, 0, fsm.ReserveClock{After: after, Count: w.cfg.ClockBlock})
+	if err != nil {
+		w.dead.Store(true)
+		return fmt.Errorf("reserve clock: %w: %w", err, ErrLeadershipLost)
+	}
+	end := res.(uint64)
+	w.mu.clockNext, w.mu.clockEnd = end-w.cfg.ClockBlock+1, end
+	return nil
+}
+
+// stampLocked hands out the next stamp.
+func (w *Writer) stampLocked(ctx context.Context) (uint64, error) {
+	if w.mu.clockNext > w.mu.clockEnd {
+		if err := w.reserveLocked(ctx); err != nil {
+			return 0, err
+		}
+	}
+	s := w.mu.clockNext
+	w.mu.clockNext++
+	w.mu.maxStamp = s
+	return s, nil
+}
+
+// Apply stamps one operation and buffers what it writes; cursor is the
+// source position after it. Bad input is skipped and counted, never an
+// error; an error means this writer must stop (leadership lost, store
+// failing past retries).
+func (w *Writer) Apply(ctx context.Context, source, cursor string, op *event.Op) error {
+	if w.dead.Load() {
+		return ErrLeadershipLost
+	}
+	for {
+		w.mu.Lock()
+		full := w.mu.links.Bytes() > w.cfg.MemtableBytes-64*extract.LinksPerRecordMax || w.mu.revs.Full()
+		w.mu.Unlock()
+		if !full {
+			break
+		}
+		// Backpressure: publish before buffering more.
+		if err := w.Flush(ctx); err != nil {
+			return err
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.metrics.Events.WithLabelValues(source, op.Kind.String()).Inc()
+	if err := w.applyLocked(ctx, source, op); err != nil {
+		return err
+	}
+	w.mu.cursors[source] = cursor
+	return nil
+}
+
+func (w *Writer) skip(source, reason string) {
+	w.metrics.Skipped.WithLabelValues(source, reason).Inc()
+}
+
+func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) error {
+	switch op.Kind {
+	case event.KindCommit:
+	case event.KindAccount:
+		if op.Active || !(op.Status == "deleted" || op.Status == "takendown" || op.Status == "suspended") {
+			return nil // deactivated accounts keep their links; reactivation needs a resync (backfill)
+		}
+		if !link.ValidDID(op.DID) {
+			w.skip(source, "bad_did")
+			return nil
+		}
+		did, err := w.codec.DID(op.DID, true)
+		if err != nil {
+			w.skip(source, "bad_did")
+			return nil
+		}
+		stamp, err := w.stampLocked(ctx)
+		if err != nil {
+			return err
+		}
+		v := link.Revocation{Source: link.RepoID(did), Rev: stamp}
+		return w.mu.revs.AddRevocation(&v)
+	default:
+		return nil // identity, sync: nothing to index
+	}
+	if !link.ValidDID(op.DID) || !link.ValidCollection(op.Collection) || !link.ValidRKey(op.RKey) {
+		w.skip(source, "bad_source")
+		return nil
+	}
+	src, err := w.codec.Record(op.DID, op.Collection, op.RKey, true)
+	if err != nil {
+		w.skip(source, "bad_source")
+		return nil
+	}
+	stamp, err := w.stampLocked(ctx)
+	if err != nil {
+		return err
+	}
+	if op.Action == event.ActionUpdate || op.Action == event.ActionDelete {
+		v := link.Revocation{Source: src, Rev: stamp}
+		if err := w.mu.revs.AddRevocation(&v); err != nil {
+			return err
+		}
+		if op.Action == event.ActionDelete {
+			return nil
+		}
+	}
+	if op.Action != event.ActionCreate && op.Action != event.ActionUpdate {
+		w.skip(source, "bad_action")
+		return nil
+	}
+	if op.Skip != "" || op.Record == nil {
+		w.skip(source, "record_"+orStr(op.Skip, "missing"))
+		return nil
+	}
+	links, st := w.mu.ex.Extract(op.Record)
+	w.metrics.countDrops(source, st)
+	for i := range links {
+		l := &links[i]
+		tgt, err := w.codec.Target(&l.Target, true)
+		if err != nil {
+			w.skip(source, "bad_target")
+			continue
+		}
+		loc, err := w.codec.Location(l.Path, l.StrongRef, true)
+		if err != nil {
+			w.skip(source, "bad_path")
+			continue
+		}
+		bl := link.Backlink{Target: tgt, Source: src, Location: loc, SourceRev: stamp}
+		if err := w.mu.links.AddBacklink(&bl); err != nil {
+			return err
+		}
+		w.metrics.Links.WithLabelValues(source).Inc()
+	}
+	return nil
+}
+
+func orStr(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// SetCursor records a source position that needs no operation (a replay
+// that reached its end, a heartbeat); it is published with the next flush.
+func (w *Writer) SetCursor(source, cursor string) {
+	w.mu.Lock()
+	w.mu.cursors[source] = cursor
+	w.mu.Unlock()
+}
+
+// OfferCompaction hands a finished compaction to the next flush.
+func (w *Writer) OfferCompaction(add lsm.Run, remove []string) {
+	w.mu.Lock()
+	w.mu.compaction = &compactionResult{add: add, remove: remove}
+	w.mu.Unlock()
+}
+
+// Due reports whether the flush interval has passed since the last flush.
+func (w *Writer) Due() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return time.Since(w.mu.lastFlush) >= w.cfg.FlushInterval
+}
+
+// Flush publishes what is buffered: the memtables are swapped for empty
+// ones (ingest goes on), written as delta runs, and committed with the
+// outlines they use, the cursors and the clock in one entry, on the
+// generation this leader last saw (compare-and-set).
+func (w *Writer) Flush(ctx context.Context) error {
+	w.flushMu.Lock()
+	defer w.flushMu.Unlock()
+	if w.dead.Load() {
+		return ErrLeadershipLost
+	}
+	start := time.Now()
+	w.mu.Lock()
+	links, revs := w.mu.links, w.mu.revs
+	cursors := w.mu.cursors
+	maxStamp := w.mu.maxStamp
+	comp := w.mu.compaction
+	w.mu.links = lsm.NewMemtable(lsm.BacklinkFormat, w.cfg.MemtableBytes)
+	w.mu.revs = lsm.NewMemtable(lsm.RevocationFormat, w.cfg.MemtableBytes)
+	w.mu.cursors = map[string]string{}
+	w.mu.compaction = nil
+	w.mu.lastFlush = start
+	outlines := w.pending.Take() // after the swap: covers every outline the swapped data uses
+	w.mu.Unlock()
+
+	changed := false
+	for k, v := range cursors {
+		if w.cfg.Node.FSM.Cursor(k) != v {
+			changed = true
+		}
+	}
+	if links.Len() == 0 && revs.Len() == 0 && comp == nil && !changed && len(outlines) == 0 {
+		return nil
+	}
+	var edit lsm.Edit
+	for _, mt := range []struct {
+		tree lsm.Tree
+		m    *lsm.Memtable
+	}{{lsm.TreeRevocations, revs}, {lsm.TreeLinks, links}} {
+		if mt.m.Len() == 0 {
+			continue
+		}
+		run, err := lsm.WriteRun(ctx, w.cfg.Store, w.cfg.Catalog, mt.tree, lsm.RunDelta, 0, mt.m.Sorted())
+		if err != nil {
+			w.dead.Store(true)
+			return fmt.Errorf("flush %s: %w", mt.tree, err)
+		}
+		edit.Add = append(edit.Add, run)
+	}
+	if comp != nil {
+		edit.Add = append(edit.Add, comp.add)
+		edit.Remove = comp.remove
+	}
+	edit.Base = w.cfg.Node.FSM.Manifest().Generation
+	entry := fsm.Flush{Edit: edit, Outlines: outlines, Cursors: cursors, Clock: maxStamp}
+	res, err := w.cfg.Node.Propose(ctx, fsm.TypeFlush, 0, entry)
+	if err != nil {
+		w.dead.Store(true)
+		return fmt.Errorf("publish: %w: %w", err, ErrLeadershipLost)
+	}
+	w.pending.Committed()
+	fr := res.(fsm.FlushResult)
+	w.metrics.FlushSeconds.Observe(time.Since(start).Seconds())
+	w.metrics.Generation.Set(float64(fr.Generation))
+	w.log.Debug("published", "generation", fr.Generation, "links", links.Len(), "revocations", revs.Len(), "outlines", len(outlines), "took", time.Since(start))
+	return nil
+}

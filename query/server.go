@@ -1,0 +1,266 @@
+package query
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Limits of the public API.
+const (
+	// DefaultLimit and LimitMax bound a page of links.
+	DefaultLimit = 100
+	LimitMax     = lsm.LimitMax
+	// ConcurrentQueriesMax bounds queries in flight per node; past it a
+	// query is answered 429 at once rather than queued.
+	ConcurrentQueriesMax = 64
+	// QueryTimeout bounds one query.
+	QueryTimeout = 10 * time.Second
+	// MinGenerationWaitMax bounds how long a query asking for a newer
+	// generation than the node serves waits before a 503.
+	MinGenerationWaitMax = 5 * time.Second
+	// paramBytesMax bounds a query parameter.
+	paramBytesMax = link.TargetBytesMax + 64
+)
+
+// GenerationHeader names the manifest generation that answered.
+const GenerationHeader = "X-Eddy-Generation"
+
+// Server serves the query API.
+type Server struct {
+	Views  *Views
+	Reader *lsm.Reader
+	Codec  *link.Codec // read-only: Outlines from the replicated state
+	Log    hclog.Logger
+	sem    chan struct{}
+}
+
+// NewServer returns a query server.
+func NewServer(views *Views, reader *lsm.Reader, codec *link.Codec, log hclog.Logger) *Server {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	return &Server{Views: views, Reader: reader, Codec: codec, Log: log.Named("query"), sem: make(chan struct{}, ConcurrentQueriesMax)}
+}
+
+// Handler returns the HTTP handler of the public API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /xrpc/blue.cerulea.backlinks.listBacklinks", s.wrap(s.listBacklinks))
+	mux.HandleFunc("GET /xrpc/_health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{"generation": s.Views.Current().Generation()})
+	})
+	return cors(mux)
+}
+
+func cors(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+		w.Header().Set("Access-Control-Allow-Methods", "GET, OPTIONS")
+		w.Header().Set("Access-Control-Allow-Headers", "*")
+		w.Header().Set("Access-Control-Expose-Headers", GenerationHeader)
+		if r.Method == http.MethodOptions {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// apiError is an XRPC error.
+type apiError struct {
+	status  int
+	name    string
+	message string
+}
+
+func (e *apiError) Error() string { return e.name + ": " + e.message }
+
+func badRequest(msg string) *apiError { return &apiError{http.StatusBadRequest, "InvalidRequest", msg} }
+
+type handler func(ctx context.Context, r *http.Request, v *lsm.View) (any, error)
+
+// wrap applies the concurrency bound, the timeout, the minimum generation,
+// the generation header and XRPC error bodies.
+func (s *Server) wrap(h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case s.sem <- struct{}{}:
+			defer func() { <-s.sem }()
+		default:
+			w.Header().Set("Retry-After", "1")
+			writeErr(w, &apiError{http.StatusTooManyRequests, "RateLimitExceeded", "too many concurrent queries on this node; retry"})
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), QueryTimeout)
+		defer cancel()
+		for k, vs := range r.URL.Query() {
+			for _, v := range vs {
+				if len(v) > paramBytesMax {
+					writeErr(w, badRequest("parameter "+k+" is too long"))
+					return
+				}
+			}
+		}
+		v := s.Views.Current()
+		if mg := r.URL.Query().Get("minGeneration"); mg != "" {
+			gen, err := strconv.ParseUint(mg, 10, 64)
+			if err != nil {
+				writeErr(w, badRequest("minGeneration must be a non-negative integer"))
+				return
+			}
+			wctx, wcancel := context.WithTimeout(ctx, MinGenerationWaitMax)
+			v, err = s.Views.WaitFor(wctx, gen)
+			wcancel()
+			if err != nil {
+				w.Header().Set("Retry-After", "1")
+				writeErr(w, &apiError{http.StatusServiceUnavailable, "GenerationNotReady", "this node has not applied generation " + mg + " yet; retry"})
+				return
+			}
+		}
+		w.Header().Set(GenerationHeader, strconv.FormatUint(v.Generation(), 10))
+		out, err := h(ctx, r, v)
+		if err != nil {
+			var ae *apiError
+			if !errors.As(err, &ae) {
+				s.Log.Error("query failed", "path", r.URL.Path, "error", err)
+				ae = &apiError{http.StatusInternalServerError, "InternalServerError", "the query failed on this node"}
+				if errors.Is(err, lsm.ErrTooBig) {
+					ae = &apiError{http.StatusBadRequest, "QueryTooBig", err.Error()}
+				}
+			}
+			writeErr(w, ae)
+			return
+		}
+		writeJSON(w, out)
+	}
+}
+
+func writeErr(w http.ResponseWriter, e *apiError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.status)
+	json.NewEncoder(w).Encode(map[string]string{"error": e.name, "message": e.message})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+// parseLimit reads limit with a default and the maximum.
+func parseLimit(r *http.Request) (int, error) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return DefaultLimit, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > LimitMax {
+		return 0, badRequest("limit must be an integer from 1 to " + strconv.Itoa(LimitMax))
+	}
+	return n, nil
+}
+
+// Cursors are opaque: base64url of version byte 1, flags (bit 0: reverse),
+// the source RecordID (24 bytes) and the location (8 bytes) of the last
+// link returned.
+const cursorBytes = 1 + 1 + link.RecordIDSize + 8
+
+func encodeCursor(c *lsm.Cursor, reverse bool) *string {
+	if c == nil {
+		return nil
+	}
+	var b [cursorBytes]byte
+	b[0] = 1
+	if reverse {
+		b[1] = 1
+	}
+	c.Source.Put(b[2:26])
+	binary.BigEndian.PutUint64(b[26:], uint64(c.Location))
+	s := base64.RawURLEncoding.EncodeToString(b[:])
+	return &s
+}
+
+func decodeCursor(s string, reverse bool) (*lsm.Cursor, *apiError) {
+	if s == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) != cursorBytes || b[0] != 1 {
+		return nil, badRequest("cursor is not one this service returned")
+	}
+	if (b[1] == 1) != reverse {
+		return nil, badRequest("cursor was returned for the other direction")
+	}
+	return &lsm.Cursor{Source: link.GetRecordID(b[2:26]), Location: link.Location(binary.BigEndian.Uint64(b[26:]))}, nil
+}
+
+// target parses and encodes a target parameter; ok is false when the
+// index has never seen a component of it (so no link can point there).
+func (s *Server) target(param, raw string) (link.RecordID, bool, error) {
+	if raw == "" {
+		return link.RecordID{}, false, badRequest(param + " is required")
+	}
+	t, err := link.ParseTarget(raw)
+	if err != nil {
+		return link.RecordID{}, false, badRequest(param + " must be an at-uri, a DID or an http(s) URL")
+	}
+	id, err := s.Codec.Target(&t, false)
+	if errors.Is(err, link.ErrUnknown) {
+		return link.RecordID{}, false, nil
+	}
+	if err != nil {
+		return link.RecordID{}, false, badRequest(param + ": " + err.Error())
+	}
+	return id, true, nil
+}
+
+type listBacklinksOut struct {
+	Backlinks map[string][]string `json:"backlinks"`
+	Cursor    *string             `json:"cursor"`
+}
+
+// listBacklinks: GET /xrpc/blue.cerulea.backlinks.listBacklinks?target=&cursor=&limit=
+func (s *Server) listBacklinks(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+	q := r.URL.Query()
+	limit, err := parseLimit(r)
+	if err != nil {
+		return nil, err
+	}
+	after, aerr := decodeCursor(q.Get("cursor"), false)
+	if aerr != nil {
+		return nil, aerr
+	}
+	out := listBacklinksOut{Backlinks: map[string][]string{}}
+	tgt, known, err := s.target("target", q.Get("target"))
+	if err != nil || !known {
+		return out, err
+	}
+	res, err := s.Reader.Backlinks(ctx, v, lsm.Query{Target: tgt, After: after, Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range res.Links {
+		src, err := s.Codec.RenderRecord(l.Source)
+		if err != nil {
+			return nil, err
+		}
+		loc, err := s.Codec.RenderLocation(l.Location, link.StyleDollar)
+		if err != nil {
+			return nil, err
+		}
+		out.Backlinks[loc] = append(out.Backlinks[loc], src)
+	}
+	out.Cursor = encodeCursor(res.Next, false)
+	return out, nil
+}

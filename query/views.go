@@ -1,0 +1,112 @@
+// Package query answers "who links here?" over HTTP on every node: the
+// design's blue.cerulea.backlinks.listBacklinks and a Constellation-
+// compatible API, from the manifest the node has applied.
+package query
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/hashicorp/go-hclog"
+)
+
+// ManifestSource is what Views needs from the replicated state.
+type ManifestSource interface {
+	Manifest() *lsm.Manifest
+	Watch() <-chan struct{}
+}
+
+// Views keeps the view a node serves queries from: when the replicated
+// manifest changes, it loads the metadata of every new table (fetching it
+// from the store on a node that never saw it) and only then switches
+// queries to the new generation.
+type Views struct {
+	src     ManifestSource
+	cat     *lsm.Catalog
+	log     hclog.Logger
+	current atomic.Pointer[lsm.View]
+	changed chan struct{} // closed and replaced on every switch
+	mu      sync.Mutex
+	applied atomic.Int64 // unix nanos of the last switch
+}
+
+// NewViews starts following src.
+func NewViews(src ManifestSource, cat *lsm.Catalog, log hclog.Logger) *Views {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	v := &Views{src: src, cat: cat, log: log.Named("views"), changed: make(chan struct{})}
+	empty, _ := lsm.OpenView(context.Background(), cat, &lsm.Manifest{})
+	v.current.Store(empty)
+	return v
+}
+
+// Run follows the manifest until ctx is done.
+func (v *Views) Run(ctx context.Context) {
+	watch := v.src.Watch()
+	retry := time.NewTicker(time.Second)
+	defer retry.Stop()
+	for {
+		v.refresh(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-watch:
+		case <-retry.C: // also retries a manifest whose tables could not be loaded yet
+		}
+	}
+}
+
+func (v *Views) refresh(ctx context.Context) {
+	m := v.src.Manifest()
+	if cur := v.current.Load(); cur != nil && cur.Generation() >= m.Generation {
+		return
+	}
+	view, err := lsm.OpenView(ctx, v.cat, m)
+	if err != nil {
+		v.log.Warn("cannot open manifest yet", "generation", m.Generation, "error", err)
+		return
+	}
+	v.current.Store(view)
+	v.applied.Store(time.Now().UnixNano())
+	v.mu.Lock()
+	close(v.changed)
+	v.changed = make(chan struct{})
+	v.mu.Unlock()
+}
+
+// Current returns the view queries are answered from.
+func (v *Views) Current() *lsm.View { return v.current.Load() }
+
+// WaitFor waits until the served generation is at least gen, or ctx ends.
+func (v *Views) WaitFor(ctx context.Context, gen uint64) (*lsm.View, error) {
+	for {
+		cur := v.current.Load()
+		if cur.Generation() >= gen {
+			return cur, nil
+		}
+		v.mu.Lock()
+		ch := v.changed
+		v.mu.Unlock()
+		if cur := v.current.Load(); cur.Generation() >= gen {
+			return cur, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// AppliedAt is when the current view was switched to (zero if never).
+func (v *Views) AppliedAt() time.Time {
+	n := v.applied.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
