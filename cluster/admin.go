@@ -49,6 +49,7 @@ type NodeStatus struct {
 	Clock          uint64            `json:"clock"`
 	PublishedClock uint64            `json:"published_clock"`
 	Cursors        map[string]string `json:"cursors"`
+	Outlines       map[string]int    `json:"outlines"`
 	Servers        []ServerStatus    `json:"servers"`
 	Extra          map[string]any    `json:"extra,omitempty"`
 	Error          string            `json:"error,omitempty"` // set by /admin/cluster for a node that did not answer
@@ -128,7 +129,7 @@ func (a *Admin) Status() NodeStatus {
 	st := NodeStatus{
 		ID: n.cfg.ID, Version: version.Version, State: n.raft.State().String(), Leader: leader, Term: stats["term"],
 		AppliedIndex: n.raft.AppliedIndex(), Generation: sum.Generation, Clock: sum.Clock, PublishedClock: sum.Published,
-		Cursors: sum.Cursors, LastContactMs: -1,
+		Cursors: sum.Cursors, Outlines: sum.Outlines, LastContactMs: -1,
 	}
 	if lc := n.raft.LastContact(); !lc.IsZero() && !n.IsLeader() {
 		st.LastContactMs = time.Since(lc).Milliseconds()
