@@ -176,6 +176,27 @@ func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, erro
 	return res, nil
 }
 
+// All returns every live link to target that passes filter, in source
+// order (bounded by CandidatesMax).
+func (r *Reader) All(ctx context.Context, v *View, target link.RecordID, filter Filter) ([]link.Backlink, Stats, error) {
+	var st Stats
+	cands, err := r.candidates(ctx, v, target, &filter, &st)
+	if err != nil {
+		return nil, st, err
+	}
+	live, err := r.live(ctx, v, cands, &st)
+	if err != nil {
+		return nil, st, err
+	}
+	out := cands[:0]
+	for i, ok := range live {
+		if ok {
+			out = append(out, cands[i])
+		}
+	}
+	return out, st, nil
+}
+
 // Count returns the number of live links to target that pass filter.
 func (r *Reader) Count(ctx context.Context, v *View, target link.RecordID, filter Filter) (uint64, Stats, error) {
 	var st Stats

@@ -56,6 +56,10 @@ func NewServer(views *Views, reader *lsm.Reader, codec *link.Codec, log hclog.Lo
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /xrpc/blue.cerulea.backlinks.listBacklinks", s.wrap(s.listBacklinks))
+	mux.HandleFunc("GET /xrpc/blue.microcosm.links.getBacklinks", s.wrap(s.getBacklinks))
+	mux.HandleFunc("GET /xrpc/blue.microcosm.links.getBacklinksCount", s.wrap(s.getBacklinksCount))
+	mux.HandleFunc("GET /xrpc/blue.microcosm.links.getBacklinkDids", s.wrap(s.getBacklinkDids))
+	mux.HandleFunc("GET /links/all", s.wrap(s.linksAll))
 	mux.HandleFunc("GET /xrpc/_health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{"generation": s.Views.Current().Generation()})
 	})

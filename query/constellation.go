@@ -1,0 +1,312 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm"
+)
+
+// The Constellation-compatible API (same parameter names and response
+// shapes as constellation.microcosm.blue), so existing clients switch by
+// changing a host name. Paths are in Constellation's convention
+// (".subject.uri"); a `source` is "collection:path", the path with or
+// without its leading dot.
+
+// Constellation's page limits.
+const (
+	ConstellationDefaultLimit = 16
+	ConstellationLimitMax     = 100
+)
+
+type constellationRecord struct {
+	DID        string `json:"did"`
+	Collection string `json:"collection"`
+	RKey       string `json:"rkey"`
+}
+
+type getBacklinksOut struct {
+	Total   uint64                `json:"total"`
+	Records []constellationRecord `json:"records"`
+	Cursor  *string               `json:"cursor"`
+}
+
+// sourceFilter parses source ("collection:path") and repeated did
+// parameters into a filter; ok is false when something in it was never
+// indexed (so nothing can match).
+func (s *Server) sourceFilter(q map[string][]string, requireSource bool) (lsm.Filter, bool, error) {
+	var f lsm.Filter
+	src := first(q["source"])
+	if src == "" && requireSource {
+		return f, false, badRequest("source is required: collection:path, e.g. app.bsky.feed.like:subject.uri")
+	}
+	if src != "" {
+		coll, path, ok := strings.Cut(src, ":")
+		if !ok || !link.ValidCollection(coll) || path == "" {
+			return f, false, badRequest("source must be collection:path, e.g. app.bsky.feed.like:subject.uri")
+		}
+		known, err := s.collectionPathFilter(&f, coll, path)
+		if err != nil || !known {
+			return f, known, err
+		}
+	}
+	for _, d := range q["did"] {
+		if !link.ValidDID(d) {
+			return f, false, badRequest("did must be a DID")
+		}
+		v, err := s.Codec.DID(d, false)
+		if errors.Is(err, link.ErrUnknown) {
+			continue // this DID never linked anything
+		}
+		if err != nil {
+			return f, false, badRequest("did: " + err.Error())
+		}
+		f.DIDs = append(f.DIDs, v)
+	}
+	if len(q["did"]) > 0 && len(f.DIDs) == 0 {
+		return f, false, nil
+	}
+	return f, true, nil
+}
+
+func (s *Server) collectionPathFilter(f *lsm.Filter, coll, path string) (bool, error) {
+	if !strings.HasPrefix(path, ".") {
+		path = "." + path
+	}
+	c, err := s.Codec.Collection(coll, false)
+	if errors.Is(err, link.ErrUnknown) {
+		return false, nil
+	}
+	if err != nil {
+		return false, badRequest("collection: " + err.Error())
+	}
+	loc, err := s.Codec.Location(path, false, false)
+	if errors.Is(err, link.ErrUnknown) {
+		return false, nil
+	}
+	if err != nil {
+		return false, badRequest("path: " + err.Error())
+	}
+	f.Collections = []uint64{c}
+	f.Paths = []uint64{loc.PathID()}
+	return true, nil
+}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+
+func constellationLimit(r *http.Request) (int, error) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return ConstellationDefaultLimit, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > ConstellationLimitMax {
+		return 0, badRequest("limit must be an integer from 1 to " + strconv.Itoa(ConstellationLimitMax))
+	}
+	return n, nil
+}
+
+func (s *Server) record(id link.RecordID) (constellationRecord, error) {
+	did, err := s.Codec.RenderDID(id.DID)
+	if err != nil {
+		return constellationRecord{}, err
+	}
+	coll, err := s.Codec.RenderCollection(id.Collection)
+	if err != nil {
+		return constellationRecord{}, err
+	}
+	rkey, err := s.Codec.RenderRKey(id.RKey)
+	if err != nil {
+		return constellationRecord{}, err
+	}
+	return constellationRecord{DID: did, Collection: coll, RKey: rkey}, nil
+}
+
+// getBacklinks: GET /xrpc/blue.microcosm.links.getBacklinks?subject=&source=&did=&limit=&cursor=&reverse=
+func (s *Server) getBacklinks(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+	q := r.URL.Query()
+	limit, err := constellationLimit(r)
+	if err != nil {
+		return nil, err
+	}
+	reverse := q.Get("reverse") == "true"
+	if rv := q.Get("reverse"); rv != "" && rv != "true" && rv != "false" {
+		return nil, badRequest("reverse must be true or false")
+	}
+	after, aerr := decodeCursor(q.Get("cursor"), reverse)
+	if aerr != nil {
+		return nil, aerr
+	}
+	out := getBacklinksOut{Records: []constellationRecord{}}
+	f, known, err := s.sourceFilter(q, true)
+	if err != nil {
+		return nil, err
+	}
+	tgt, tknown, err := s.target("subject", q.Get("subject"))
+	if err != nil || !tknown || !known {
+		return out, err
+	}
+	total, _, err := s.Reader.Count(ctx, v, tgt, f)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.Reader.Backlinks(ctx, v, lsm.Query{Target: tgt, After: after, Reverse: reverse, Limit: limit, Filter: f})
+	if err != nil {
+		return nil, err
+	}
+	out.Total = total
+	for _, l := range res.Links {
+		rec, err := s.record(l.Source)
+		if err != nil {
+			return nil, err
+		}
+		out.Records = append(out.Records, rec)
+	}
+	out.Cursor = encodeCursor(res.Next, reverse)
+	return out, nil
+}
+
+// getBacklinksCount: GET /xrpc/blue.microcosm.links.getBacklinksCount?subject=&source=
+func (s *Server) getBacklinksCount(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+	q := r.URL.Query()
+	f, known, err := s.sourceFilter(q, true)
+	if err != nil {
+		return nil, err
+	}
+	tgt, tknown, err := s.target("subject", q.Get("subject"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{"total": 0}
+	if !tknown || !known {
+		return out, nil
+	}
+	n, _, err := s.Reader.Count(ctx, v, tgt, f)
+	if err != nil {
+		return nil, err
+	}
+	out["total"] = n
+	return out, nil
+}
+
+type backlinkDidsOut struct {
+	Total       int      `json:"total"`
+	LinkingDids []string `json:"linking_dids"`
+	Cursor      *string  `json:"cursor"`
+}
+
+// getBacklinkDids: GET /xrpc/blue.microcosm.links.getBacklinkDids?subject=&source=&limit=&cursor=
+// The distinct DIDs linking, ordered by their encoding; the cursor is the
+// last DID returned.
+func (s *Server) getBacklinkDids(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+	q := r.URL.Query()
+	limit, err := constellationLimit(r)
+	if err != nil {
+		return nil, err
+	}
+	out := backlinkDidsOut{LinkingDids: []string{}}
+	f, known, err := s.sourceFilter(q, true)
+	if err != nil {
+		return nil, err
+	}
+	tgt, tknown, err := s.target("subject", q.Get("subject"))
+	if err != nil || !tknown || !known {
+		return out, err
+	}
+	var after uint64
+	hasAfter := false
+	if c := q.Get("cursor"); c != "" {
+		n, err := strconv.ParseUint(c, 36, 64)
+		if err != nil {
+			return nil, badRequest("cursor is not one this service returned")
+		}
+		after, hasAfter = n, true
+	}
+	links, _, err := s.Reader.All(ctx, v, tgt, f)
+	if err != nil {
+		return nil, err
+	}
+	dids := make([]uint64, 0, len(links))
+	for _, l := range links {
+		dids = append(dids, l.Source.DID)
+	}
+	slices.Sort(dids)
+	dids = slices.Compact(dids)
+	out.Total = len(dids)
+	i := 0
+	if hasAfter {
+		var found bool
+		i, found = slices.BinarySearch(dids, after)
+		if found {
+			i++
+		}
+	}
+	for ; i < len(dids) && len(out.LinkingDids) < limit; i++ {
+		d, err := s.Codec.RenderDID(dids[i])
+		if err != nil {
+			return nil, err
+		}
+		out.LinkingDids = append(out.LinkingDids, d)
+	}
+	if i < len(dids) {
+		c := strconv.FormatUint(dids[i-1], 36)
+		out.Cursor = &c
+	}
+	return out, nil
+}
+
+type pathCounts struct {
+	Records      int `json:"records"`
+	DistinctDids int `json:"distinct_dids"`
+}
+
+// linksAll: GET /links/all?target= — per collection and path, the live
+// links and distinct DIDs.
+func (s *Server) linksAll(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+	q := r.URL.Query()
+	out := map[string]map[string]map[string]pathCounts{"links": {}}
+	tgt, known, err := s.target("target", q.Get("target"))
+	if err != nil || !known {
+		return out, err
+	}
+	links, _, err := s.Reader.All(ctx, v, tgt, lsm.Filter{})
+	if err != nil {
+		return nil, err
+	}
+	type key struct{ coll, path uint64 }
+	records := map[key]int{}
+	dids := map[key]map[uint64]bool{}
+	for _, l := range links {
+		k := key{l.Source.Collection, l.Location.PathID()}
+		records[k]++
+		if dids[k] == nil {
+			dids[k] = map[uint64]bool{}
+		}
+		dids[k][l.Source.DID] = true
+	}
+	for k, n := range records {
+		coll, err := s.Codec.RenderCollection(k.coll)
+		if err != nil {
+			return nil, err
+		}
+		path, err := s.Codec.RenderLocation(link.MakeLocation(k.path, false), link.StyleConstellation)
+		if err != nil {
+			return nil, err
+		}
+		if out["links"][coll] == nil {
+			out["links"][coll] = map[string]pathCounts{}
+		}
+		out["links"][coll][path] = pathCounts{Records: n, DistinctDids: len(dids[k])}
+	}
+	return out, nil
+}
