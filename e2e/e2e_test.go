@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -343,4 +344,72 @@ func TestReplayMatchesLinks(t *testing.T) {
 		}
 	}
 	t.Logf("%d targets, %d links compared on %d nodes", len(targets), links, len(lc.Nodes))
+}
+
+// With one node SIGKILLed, eddy-ctl query across the three addresses has
+// no failed query in a run of 1,000.
+func TestQueryFailover(t *testing.T) {
+	src, _ := filepath.Abs(corpus + "expected_v1.jsonl")
+	lc := up(t, "--flush-interval", "200ms", "--source", "replay+file://"+src)
+	lc.waitFor(t, "every node serves the replay", 30*time.Second, func() error {
+		for _, n := range lc.Nodes {
+			st, err := lc.status(n)
+			if err != nil {
+				return err
+			}
+			if st.ViewGeneration == 0 || st.ViewGeneration != st.Generation {
+				return fmt.Errorf("%s serving %d of %d", n.ID, st.ViewGeneration, st.Generation)
+			}
+		}
+		return nil
+	})
+	// Kill the first address, so every query meets a dead node first.
+	victim := lc.Nodes[0]
+	if err := syscall.Kill(victim.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, n := range lc.Nodes {
+		addrs = append(addrs, "http://"+n.HTTP)
+	}
+	target := "at://did:plc:r2zybk6op3ymzpz6jhqpkoy5/app.bsky.feed.post/3mpsjbtci2c2o"
+	failed := 0
+	answeredBy := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	jobs := make(chan int)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range jobs {
+				cmd := exec.Command(filepath.Join(binDir, "eddy-ctl"), "query", target, "--json", "--addr", strings.Join(addrs, ","))
+				out, err := cmd.Output()
+				var page struct {
+					Node      string              `json:"node"`
+					Backlinks map[string][]string `json:"backlinks"`
+				}
+				mu.Lock()
+				if err != nil || json.Unmarshal(out, &page) != nil || len(page.Backlinks["$.subject"]) != 1 {
+					failed++
+				} else {
+					answeredBy[page.Node]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := 0; i < 1000; i++ {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	t.Logf("1000 queries with %s killed: %d failed, answered by %v", victim.ID, failed, answeredBy)
+	fmt.Printf("e2e: 1000 queries with one node SIGKILLed: %d failed\n", failed)
+	if failed != 0 {
+		t.Fatalf("%d of 1000 queries failed", failed)
+	}
+	if answeredBy["http://"+victim.HTTP] != 0 {
+		t.Fatal("the killed node answered")
+	}
 }

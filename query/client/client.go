@@ -1,0 +1,174 @@
+// Package client is a small Go client of Eddy's query API with the failover
+// any user of a round-robin DNS name wants: given several node URLs, or one
+// URL whose host name resolves to several addresses, it tries each in turn
+// on a connection failure, a timeout or a 5xx answer, and says which node
+// answered.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultTimeout bounds one attempt against one node.
+const DefaultTimeout = 5 * time.Second
+
+// responseBytesMax bounds an answer read.
+const responseBytesMax = 64 << 20
+
+// Client queries Eddy nodes.
+type Client struct {
+	// Addrs are node base URLs (http://host:port) or host:port.
+	Addrs []string
+	// HTTP is the client used for each attempt (Timeout: DefaultTimeout).
+	HTTP *http.Client
+	// Resolver expands a host name into addresses (net.DefaultResolver).
+	Resolver *net.Resolver
+}
+
+// New returns a client of addrs (comma-separated lists are split).
+func New(addrs ...string) *Client {
+	var out []string
+	for _, a := range addrs {
+		for _, p := range strings.Split(a, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return &Client{Addrs: out, HTTP: &http.Client{Timeout: DefaultTimeout}}
+}
+
+// Error is an error answer of the API (4xx: not retried on another node).
+type Error struct {
+	Status  int
+	Name    string `json:"error"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s (%d): %s", e.Name, e.Status, e.Message) }
+
+// Answer says which node answered and at which manifest generation.
+type Answer struct {
+	Node       string // base URL tried
+	Generation uint64
+	Attempts   int
+}
+
+// endpoints expands the addresses: each URL whose host resolves to
+// several IPs becomes one endpoint per IP.
+func (c *Client) endpoints(ctx context.Context) []string {
+	var out []string
+	res := c.Resolver
+	if res == nil {
+		res = net.DefaultResolver
+	}
+	for _, a := range c.Addrs {
+		if !strings.Contains(a, "://") {
+			a = "http://" + a
+		}
+		u, err := url.Parse(a)
+		if err != nil {
+			continue
+		}
+		host, port := u.Hostname(), u.Port()
+		if net.ParseIP(host) != nil {
+			out = append(out, strings.TrimRight(u.String(), "/"))
+			continue
+		}
+		ips, err := res.LookupHost(ctx, host)
+		if err != nil || len(ips) == 0 {
+			out = append(out, strings.TrimRight(u.String(), "/")) // let the dial report it
+			continue
+		}
+		for _, ip := range ips {
+			v := *u
+			if port != "" {
+				v.Host = net.JoinHostPort(ip, port)
+			} else {
+				v.Host = ip
+			}
+			out = append(out, strings.TrimRight(v.String(), "/"))
+		}
+	}
+	return out
+}
+
+// Get calls path with params on the first node that answers, decoding the
+// JSON answer into out.
+func (c *Client) Get(ctx context.Context, path string, params url.Values, out any) (Answer, error) {
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: DefaultTimeout}
+	}
+	eps := c.endpoints(ctx)
+	if len(eps) == 0 {
+		return Answer{}, errors.New("no node address")
+	}
+	var errs []error
+	for i, base := range eps {
+		ans := Answer{Node: base, Attempts: i + 1}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path+"?"+params.Encode(), nil)
+		if err != nil {
+			return ans, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", base, err))
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, responseBytesMax))
+		resp.Body.Close()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", base, err))
+			continue
+		}
+		ans.Generation, _ = strconv.ParseUint(resp.Header.Get("X-Eddy-Generation"), 10, 64)
+		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+			errs = append(errs, fmt.Errorf("%s: HTTP %d", base, resp.StatusCode))
+			continue
+		}
+		if resp.StatusCode != http.StatusOK {
+			e := &Error{Status: resp.StatusCode}
+			json.Unmarshal(b, e)
+			return ans, e
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			return ans, fmt.Errorf("%s: bad answer: %w", base, err)
+		}
+		return ans, nil
+	}
+	return Answer{Attempts: len(eps)}, fmt.Errorf("every node failed: %w", errors.Join(errs...))
+}
+
+// Backlinks is one page of listBacklinks.
+type Backlinks struct {
+	Backlinks map[string][]string `json:"backlinks"`
+	Cursor    *string             `json:"cursor"`
+}
+
+// ListBacklinks calls blue.cerulea.backlinks.listBacklinks.
+func (c *Client) ListBacklinks(ctx context.Context, target, cursor string, limit int) (Backlinks, Answer, error) {
+	p := url.Values{"target": {target}}
+	if cursor != "" {
+		p.Set("cursor", cursor)
+	}
+	if limit > 0 {
+		p.Set("limit", strconv.Itoa(limit))
+	}
+	var out Backlinks
+	ans, err := c.Get(ctx, "/xrpc/blue.cerulea.backlinks.listBacklinks", p, &out)
+	return out, ans, err
+}
