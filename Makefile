@@ -11,7 +11,7 @@ FUZZTIME  ?= 30s
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/eddy-backlinks/eddy/version.Version=$(VERSION)
 
-.PHONY: all build test vet bench fuzz minio clean
+.PHONY: all build test vet bench fuzz minio demo demo-down clean
 
 all: build
 
@@ -19,6 +19,14 @@ build:
 	@mkdir -p bin
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/eddy-node ./cmd/node
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/eddy-ctl ./cmd/ctl
+
+# The main job on embedded defaults: a three-node cluster on loopback ingests
+# the bundled capture of the live network and answers real queries.
+demo: build
+	@bash scripts/demo.sh
+
+demo-down:
+	bin/eddy-ctl local down --dir .demo
 
 # MinIO is a test service only: built outside the repository into GOPATH/bin,
 # reused when present, never linked into Eddy.

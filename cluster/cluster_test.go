@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -355,7 +356,8 @@ func TestThreeNodes(t *testing.T) {
 	})
 
 	t.Run("bad admin token", func(t *testing.T) {
-		cl := AdminClient{Addrs: []string{n1.adminAddr}, Token: "wrong-token-wrong-token"}
+		l := c.leader(5 * time.Second)
+		cl := AdminClient{Addrs: []string{l.adminAddr}, Token: "wrong-token-wrong-token"}
 		var ce *CallError
 		if err := cl.Call(context.Background(), http.MethodGet, "/admin/status", nil, nil); !errors.As(err, &ce) || ce.Status != http.StatusUnauthorized {
 			t.Fatalf("bad token: %v", err)
@@ -375,4 +377,51 @@ func TestNodeIDPersisted(t *testing.T) {
 	if _, err := readNodeID(dir, "b"); !errors.Is(err, ErrNodeID) {
 		t.Fatal(err)
 	}
+}
+
+// Losing two of three nodes: the survivor, restarted with a peers.json
+// naming only itself, leads alone with all committed state, and fresh nodes
+// join under new IDs.
+func TestRecoverFromPeersJSON(t *testing.T) {
+	c := newTCluster(t)
+	n1 := c.start("n1", true)
+	c.leader(5 * time.Second)
+	n2, n3 := c.start("n2", false), c.start("n3", false)
+	if err := c.join(n1, n2); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.join(n1, n3); err != nil {
+		t.Fatal(err)
+	}
+	l := c.leader(5 * time.Second)
+	gen := c.publish(l, "before")
+	c.waitGen(gen, 5*time.Second)
+	// Two nodes are lost for good; the survivor cannot make progress.
+	var survivor *tnode
+	for _, n := range []*tnode{n1, n2, n3} {
+		if n != l && survivor == nil {
+			survivor = n
+			continue
+		}
+		c.crash(n)
+	}
+	c.stop(survivor)
+	peers := fmt.Sprintf(`[{"id":%q,"address":%q,"non_voter":false}]`, survivor.id, survivor.raftAddr)
+	if err := os.WriteFile(filepath.Join(survivor.dir, "peers.json"), []byte(peers), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.start(survivor.id, false)
+	nl := c.leader(10 * time.Second)
+	if nl != survivor || nl.node.FSM.Manifest().Generation != gen {
+		t.Fatalf("after recovery: leader %s at generation %d", nl.id, nl.node.FSM.Manifest().Generation)
+	}
+	if _, err := os.Stat(filepath.Join(survivor.dir, "peers.json")); !os.IsNotExist(err) {
+		t.Fatal("peers.json left behind")
+	}
+	n4 := c.start("n4", false)
+	if err := c.join(nl, n4); err != nil {
+		t.Fatal(err)
+	}
+	g := c.publish(nl, "after")
+	c.waitGen(g, 5*time.Second)
 }

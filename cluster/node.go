@@ -195,6 +195,25 @@ func Open(cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, err
 	}
+	// Manual recovery after losing a majority: a peers.json beside raft.db
+	// replaces the configuration (docs/operations.md), once.
+	peers := filepath.Join(cfg.Dir, "peers.json")
+	if _, err := os.Stat(peers); err == nil {
+		conf, err := raft.ReadConfigJSON(peers)
+		if err != nil {
+			n.closeStores()
+			return nil, fmt.Errorf("recovery: %s: %w", peers, err)
+		}
+		if err := raft.RecoverCluster(rc, fsm.New(), n.store, n.store, snaps, n.trans, conf); err != nil {
+			n.closeStores()
+			return nil, fmt.Errorf("recovery: %w", err)
+		}
+		if err := os.Remove(peers); err != nil {
+			n.closeStores()
+			return nil, fmt.Errorf("recovery: remove %s: %w", peers, err)
+		}
+		n.log.Warn("recovered the cluster configuration from peers.json", "servers", len(conf.Servers))
+	}
 	existing, err := raft.HasExistingState(n.store, n.store, snaps)
 	if err != nil {
 		n.closeStores()
@@ -416,6 +435,19 @@ func (n *Node) Remove(ctx context.Context, id string) error {
 	}
 	if id == n.cfg.ID {
 		return errors.New("remove: transfer leadership away from this node first")
+	}
+	servers, err := n.Servers()
+	if err != nil {
+		return err
+	}
+	member := false
+	for _, s := range servers {
+		member = member || string(s.ID) == id
+	}
+	if !member {
+		if _, known := n.FSM.Node(id); !known {
+			return fmt.Errorf("remove %s: not a member of the cluster", id)
+		}
 	}
 	info, _ := n.FSM.Node(id)
 	info.ID, info.Removed = id, true

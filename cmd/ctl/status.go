@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/cluster"
+)
+
+func init() {
+	register("status", command{
+		summary: "show every node of the cluster: status --addr ADMIN [--json]",
+		run:     runStatus,
+	})
+}
+
+const statusUsage = `Usage: eddy-ctl status --addr ADMIN_ADDRS [--token-file FILE] [--json]
+
+Asks the first node that answers (and is a cluster member) for the status
+of every node (GET /admin/cluster) and prints one row per node: state,
+leader mark, Raft applied index, time since the leader was last heard from,
+manifest generation applied and served, ingestion clock and stream cursors,
+then the configuration. A node that did not answer shows its error. With
+--json, prints the JSON array of node statuses as the node returned it.
+
+Flags:
+`
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), statusUsage)
+		fs.PrintDefaults()
+	}
+	af := addAdminFlags(fs, true)
+	if err := parseAdminArgs(fs, args); err != nil {
+		return err
+	}
+	c, err := af.client(ctx)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, af.timeout)
+	defer cancel()
+
+	raw, nodes, err := clusterStatus(ctx, c, stderr)
+	if err != nil {
+		return err
+	}
+	if af.json {
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, raw, "", "  "); err != nil {
+			return err
+		}
+		buf.WriteByte('\n')
+		_, err := stdout.Write(buf.Bytes())
+		return err
+	}
+	printStatus(stdout, nodes)
+	return nil
+}
+
+// clusterStatus asks each address in turn for GET /admin/cluster and
+// returns, raw and decoded, the first answer of a cluster member that shows
+// a leader, or else the first answer of a member (a removed or cut-off node
+// still answers, from a stale configuration).
+func clusterStatus(ctx context.Context, c *cluster.AdminClient, stderr io.Writer) (json.RawMessage, []cluster.NodeStatus, error) {
+	var (
+		errs      []string
+		fallback  json.RawMessage
+		fallbackN []cluster.NodeStatus
+	)
+	for _, addr := range c.Addrs {
+		one := *c
+		one.Addrs = []string{addr}
+		var raw json.RawMessage
+		err := one.Call(ctx, http.MethodGet, "/admin/cluster", nil, &raw)
+		if err != nil {
+			err = describeCallErr(ctx, err)
+			if len(callErrorsWith(err, http.StatusUnauthorized)) > 0 {
+				return nil, nil, err
+			}
+			errs = append(errs, err.Error())
+			continue
+		}
+		var nodes []cluster.NodeStatus
+		if err := json.Unmarshal(raw, &nodes); err != nil {
+			errs = append(errs, fmt.Sprintf("%s: bad answer: %v", addr, err))
+			continue
+		}
+		if len(nodes) == 0 {
+			errs = append(errs, fmt.Sprintf("%s: this node is not a member of a cluster yet", addr))
+			continue
+		}
+		if !slices.ContainsFunc(nodes, func(n cluster.NodeStatus) bool { return n.Error == "" && n.State == "Leader" }) {
+			if fallback == nil {
+				fallback, fallbackN = raw, nodes
+			}
+			errs = append(errs, fmt.Sprintf("%s: answered, but shows no leader", addr))
+			continue
+		}
+		fallback, fallbackN = raw, nodes
+		break
+	}
+	if fallback == nil {
+		return nil, nil, fmt.Errorf("no member of the cluster answered: %s", strings.Join(errs, "; "))
+	}
+	for _, e := range errs {
+		fmt.Fprintf(stderr, "eddy-ctl status: %s\n", e)
+	}
+	return fallback, fallbackN, nil
+}
+
+func printStatus(w io.Writer, nodes []cluster.NodeStatus) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATE\tLEADER\tAPPLIED\tLAST CONTACT\tGENERATION\tVIEW GEN\tCLOCK\tCURSORS")
+	leaders := 0
+	var failed []cluster.NodeStatus
+	var config *cluster.NodeStatus
+	for i, n := range nodes {
+		if n.Error != "" {
+			failed = append(failed, n)
+			fmt.Fprintf(tw, "%s\tno answer\t\t-\t-\t-\t-\t-\t-\n", n.ID)
+			continue
+		}
+		mark := ""
+		if n.State == "Leader" {
+			mark = "*"
+			leaders++
+			config = &nodes[i]
+		} else if config == nil {
+			config = &nodes[i]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", n.ID, n.State, mark, n.AppliedIndex,
+			lastContact(n.LastContactMs), n.Generation, n.ViewGeneration, n.Clock, cursors(n.Cursors))
+	}
+	tw.Flush()
+	for _, n := range failed {
+		fmt.Fprintf(w, "%s: %s\n", n.ID, n.Error)
+	}
+	switch {
+	case leaders == 0:
+		fmt.Fprintln(w, "no node is leader: the cluster cannot change until one is elected (a majority of voters must be up)")
+	case leaders > 1:
+		fmt.Fprintf(w, "%d nodes claim to lead (a stale leader has not noticed the new term yet)\n", leaders)
+	}
+	if config == nil || len(config.Servers) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nConfiguration, as %s sees it:\n", config.ID)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVER\tSUFFRAGE\tRAFT\tADMIN\tHTTP")
+	for _, s := range config.Servers {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.ID, s.Suffrage, s.Raft, dash(s.Admin), dash(s.HTTP))
+	}
+	tw.Flush()
+}
+
+func lastContact(ms int64) string {
+	if ms < 0 {
+		return "-"
+	}
+	d := time.Duration(ms) * time.Millisecond
+	if d < time.Second {
+		return strconv.FormatInt(ms, 10) + "ms"
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
+func cursors(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, " ")
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
