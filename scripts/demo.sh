@@ -33,7 +33,8 @@ ask() {
 }
 ask "at://did:plc:r2zybk6op3ymzpz6jhqpkoy5/app.bsky.feed.post/3mpsjbtci2c2o"
 ask "https://www.youtube.com/watch?v=V5lDo-jw8mA"
-ask "did:plc:xch6d5hpl66djlqq4j5uut6x"
+ask "at://did:plc:u4lmvw4wwzaql3z5kcf3r7h4/app.bsky.feed.post/3mptbyospqk2i"
+ask "did:plc:mlbpil2fwz43vfn6uuysxtqa"
 
 cat <<MSG
 
