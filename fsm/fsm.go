@@ -97,7 +97,7 @@ func (s *State) Apply(l *raft.Log) any {
 	d, err := Decode(l.Data)
 	if err != nil {
 		// Never diverge: a node that cannot read the log must stop.
-		panic(fmt.Sprintf("fsm: log index %d: %v", l.Index, err))
+		panic(fmt.Sprintf("fsm: cannot apply Raft log entry %d (%v): this binary is older than the cluster's log or the entry is corrupt; stop and upgrade this node to the cluster's version", l.Index, err))
 	}
 	s.mu.Lock()
 	res := s.applyLocked(d)

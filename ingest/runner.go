@@ -37,7 +37,22 @@ func (r *Runner) Run(ctx context.Context) error {
 	log := w.log
 	log.Info("write path started", "sources", len(r.Sources), "clock", r.Config.Node.FSM.Clock())
 	var wg sync.WaitGroup
+	var backfill *Backfill
 	for _, s := range r.Sources {
+		if b, ok := s.(*Backfill); ok {
+			backfill = b
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := b.RunBackfill(ctx, w, r.Config.Node.FSM.Cursor(b.Name())); err != nil && ctx.Err() == nil {
+					log.Error("backfill stopped", "error", err)
+					if errors.Is(err, ErrLeadershipLost) {
+						cancel(err)
+					}
+				}
+			}()
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -62,6 +77,24 @@ func (r *Runner) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		r.compactLoop(ctx, w)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case did := <-w.resync:
+				if backfill == nil {
+					w.skip("resync", "no_backfill_source")
+					continue
+				}
+				if err := backfill.Resync(ctx, w, did); err != nil && ctx.Err() == nil {
+					log.Warn("resync failed", "did", did, "error", err)
+				}
+			}
+		}
 	}()
 	t := time.NewTicker(flushPoll)
 	defer t.Stop()

@@ -36,6 +36,7 @@ func Done(cursor string) bool { return strings.HasPrefix(cursor, "eof:") }
 //	replay+file:///path/capture.bin     firehose frames, [u32 LE length][frame]
 //	jetstream+wss://host/subscribe      (several URLs, comma-separated: failover)
 //	firehose+wss://host                 com.atproto.sync.subscribeRepos
+//	backfill+https://relay?plc=https://plc.directory   every repository (listRepos, getRepo)
 func ParseSource(raw string, log hclog.Logger) (Source, error) {
 	kind, rest, ok := strings.Cut(raw, "+")
 	if !ok {
@@ -50,6 +51,14 @@ func ParseSource(raw string, log hclog.Logger) (Source, error) {
 		return &Replay{Path: u.Path, Log: log}, nil
 	case "jetstream":
 		return NewJetstream(strings.Split(rest, ","), log)
+	case "backfill":
+		u, err := url.Parse(rest)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("source %q: a backfill reads a relay at http(s)://host[?plc=http(s)://plc-directory]", raw)
+		}
+		plc := u.Query().Get("plc")
+		u.RawQuery = ""
+		return &Backfill{Relay: u.String(), PLC: plc, Log: log}, nil
 	case "firehose":
 		return NewFirehose(rest, log)
 	}

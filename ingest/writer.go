@@ -85,7 +85,13 @@ type Writer struct {
 		lastFlush   time.Time
 	}
 	dead atomic.Bool
+	// resync receives DIDs whose repository must be fetched again
+	// (reactivated accounts, #sync events); bounded, drops when full.
+	resync chan string
 }
+
+// resyncQueueMax bounds the repositories waiting for a resync.
+const resyncQueueMax = 10000
 
 type compactionResult struct {
 	add    lsm.Run
@@ -114,7 +120,7 @@ func NewWriter(ctx context.Context, cfg Config) (*Writer, error) {
 	if err := cfg.Node.Barrier(cluster.ProposeTimeout); err != nil {
 		return nil, fmt.Errorf("barrier: %w", err)
 	}
-	w := &Writer{cfg: cfg, log: cfg.Logger.Named("ingest"), metrics: cfg.Metrics}
+	w := &Writer{cfg: cfg, log: cfg.Logger.Named("ingest"), metrics: cfg.Metrics, resync: make(chan string, resyncQueueMax)}
 	w.pending = fsm.NewPending(cfg.Node.FSM)
 	w.codec = link.Codec{Outlines: w.pending, PLC: cfg.PLC}
 	w.mu.links = lsm.NewMemtable(lsm.BacklinkFormat, cfg.MemtableBytes)
@@ -192,9 +198,16 @@ func (w *Writer) skip(source, reason string) {
 func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) error {
 	switch op.Kind {
 	case event.KindCommit:
+	case event.KindSync:
+		w.requestResync(source, op.DID)
+		return nil
 	case event.KindAccount:
-		if op.Active || !(op.Status == "deleted" || op.Status == "takendown" || op.Status == "suspended") {
-			return nil // deactivated accounts keep their links; reactivation needs a resync (backfill)
+		if op.Active {
+			w.requestResync(source, op.DID) // its links may have been revoked: fetch it again
+			return nil
+		}
+		if !(op.Status == "deleted" || op.Status == "takendown" || op.Status == "suspended") {
+			return nil // deactivated accounts keep their links
 		}
 		if !link.ValidDID(op.DID) {
 			w.skip(source, "bad_did")
@@ -244,6 +257,11 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 		w.skip(source, "record_"+orStr(op.Skip, "missing"))
 		return nil
 	}
+	return w.linksLocked(source, op, src, stamp)
+}
+
+// linksLocked extracts and buffers the links of a record.
+func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, stamp uint64) error {
 	links, st := w.mu.ex.Extract(op.Record)
 	w.metrics.countDrops(source, st)
 	for i := range links {
@@ -267,11 +285,96 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 	return nil
 }
 
+func (w *Writer) requestResync(source, did string) {
+	select {
+	case w.resync <- did:
+	default:
+		w.skip(source, "resync_queue_full")
+	}
+}
+
 func orStr(s, d string) string {
 	if s == "" {
 		return d
 	}
 	return s
+}
+
+// ReserveStamp hands out a stamp now, for data written later (a backfill
+// reserves its repository's stamp before fetching it).
+func (w *Writer) ReserveStamp(ctx context.Context) (uint64, error) {
+	if w.dead.Load() {
+		return 0, ErrLeadershipLost
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stampLocked(ctx)
+}
+
+// ApplyRepo writes a whole repository at one stamp: a repository-wide
+// revocation, then the links of every record. Nil ops (a repository that
+// is gone) writes the revocation alone.
+func (w *Writer) ApplyRepo(ctx context.Context, source, did string, stamp uint64, ops []event.Op) error {
+	if w.dead.Load() {
+		return ErrLeadershipLost
+	}
+	w.mu.Lock()
+	d, err := w.codec.DID(did, true)
+	if err != nil {
+		w.mu.Unlock()
+		w.skip(source, "bad_did")
+		return nil
+	}
+	v := link.Revocation{Source: link.RepoID(d), Rev: stamp}
+	err = w.mu.revs.AddRevocation(&v)
+	w.mu.Unlock()
+	if errors.Is(err, lsm.ErrFull) {
+		if err := w.Flush(ctx); err != nil {
+			return err
+		}
+		w.mu.Lock()
+		err = w.mu.revs.AddRevocation(&v)
+		w.mu.Unlock()
+	}
+	if err != nil {
+		return err
+	}
+	for i := range ops {
+		w.mu.Lock()
+		full := w.mu.links.Bytes() > w.cfg.MemtableBytes-64*extract.LinksPerRecordMax
+		w.mu.Unlock()
+		if full {
+			if err := w.Flush(ctx); err != nil {
+				return err
+			}
+		}
+		w.mu.Lock()
+		err := w.recordLocked(source, &ops[i], stamp)
+		w.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	w.metrics.Events.WithLabelValues(source, "repo").Inc()
+	return nil
+}
+
+// recordLocked buffers the links of one record at stamp.
+func (w *Writer) recordLocked(source string, op *event.Op, stamp uint64) error {
+	if !link.ValidDID(op.DID) || !link.ValidCollection(op.Collection) || !link.ValidRKey(op.RKey) {
+		w.skip(source, "bad_source")
+		return nil
+	}
+	if op.Skip != "" || op.Record == nil {
+		w.skip(source, "record_"+orStr(op.Skip, "missing"))
+		return nil
+	}
+	src, err := w.codec.Record(op.DID, op.Collection, op.RKey, true)
+	if err != nil {
+		w.skip(source, "bad_source")
+		return nil
+	}
+	return w.linksLocked(source, op, src, stamp)
 }
 
 // SetCursor records a source position that needs no operation (a replay

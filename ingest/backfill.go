@@ -1,0 +1,365 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/ingest/event"
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Backfill limits.
+const (
+	// DefaultBackfillConcurrency: repositories fetched at once.
+	DefaultBackfillConcurrency = 16
+	// DefaultBackfillPerHost: repositories fetched at once from one PDS, so
+	// a backfill never floods a small PDS.
+	DefaultBackfillPerHost = 4
+	// backfillTries: attempts per repository before it is counted failed.
+	backfillTries = 3
+	// listReposPage: repositories per listRepos page.
+	listReposPage = 1000
+	// repoBytesMax bounds one repository CAR fetched.
+	repoBytesMax = event.MaxCARBytes
+	// didDocBytesMax bounds a DID document.
+	didDocBytesMax = 1 << 20
+	// backfillHTTPTimeout bounds one request.
+	backfillHTTPTimeout = 5 * time.Minute
+)
+
+// Backfill enumerates every repository a relay knows (listRepos, paged),
+// resolves each DID's PDS, fetches the repository CAR and writes one
+// repository-wide revocation and all the repository's links at one stamp,
+// reserved before the fetch: live events for the repository, stamped later,
+// are never lost or overridden. Its cursor is the listRepos cursor of the
+// last page whose repositories are all written; a new leader redoes at
+// most the pages in flight (idempotent).
+type Backfill struct {
+	Relay       string // relay base URL (http(s)://host)
+	PLC         string // PLC directory base URL, for did:plc documents
+	Concurrency int
+	PerHost     int
+	HTTP        *http.Client
+	Log         hclog.Logger
+	OnSkip      func(reason string)
+
+	hostMu sync.Mutex
+	hosts  map[string]chan struct{}
+	stats  BackfillStats
+}
+
+// BackfillStats counts a backfill's progress.
+type BackfillStats struct {
+	mu                         sync.Mutex
+	Listed, Done, Failed, Gone int
+}
+
+// Snapshot returns the counters.
+func (s *BackfillStats) Snapshot() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return map[string]int{"listed": s.Listed, "done": s.Done, "failed": s.Failed, "gone": s.Gone}
+}
+
+func (s *BackfillStats) add(f func(*BackfillStats)) {
+	s.mu.Lock()
+	f(s)
+	s.mu.Unlock()
+}
+
+// Stats returns the backfill's counters.
+func (b *Backfill) Stats() *BackfillStats { return &b.stats }
+
+func (b *Backfill) Name() string { return "backfill:" + b.Relay }
+
+func (b *Backfill) client() *http.Client {
+	if b.HTTP != nil {
+		return b.HTTP
+	}
+	return &http.Client{Timeout: backfillHTTPTimeout}
+}
+
+func (b *Backfill) skip(reason string, did string, err error) {
+	if b.Log != nil {
+		b.Log.Warn("backfill: repository skipped", "did", did, "reason", reason, "error", err)
+	}
+	if b.OnSkip != nil {
+		b.OnSkip(reason)
+	}
+}
+
+type listReposOut struct {
+	Cursor string `json:"cursor"`
+	Repos  []struct {
+		DID    string `json:"did"`
+		Active *bool  `json:"active"`
+		Status string `json:"status"`
+	} `json:"repos"`
+}
+
+func (b *Backfill) getJSON(ctx context.Context, u string, max int64, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := b.client().Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, max))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return &httpError{status: resp.StatusCode, body: strings.TrimSpace(string(body))}
+	}
+	return json.Unmarshal(body, out)
+}
+
+type httpError struct {
+	status int
+	body   string
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.body) }
+
+// resolvePDS finds a DID's PDS from its DID document.
+func (b *Backfill) resolvePDS(ctx context.Context, did string) (string, error) {
+	var docURL string
+	switch {
+	case strings.HasPrefix(did, "did:plc:"):
+		if b.PLC == "" {
+			return "", errors.New("no PLC directory configured")
+		}
+		docURL = strings.TrimRight(b.PLC, "/") + "/" + did
+	case strings.HasPrefix(did, "did:web:"):
+		host, err := url.PathUnescape(strings.TrimPrefix(did, "did:web:"))
+		if err != nil || strings.ContainsAny(host, "/:") && !strings.HasPrefix(host, "localhost") && !strings.HasPrefix(host, "127.0.0.1") {
+			return "", fmt.Errorf("did:web %q: unsupported host", did)
+		}
+		scheme := "https"
+		if strings.HasPrefix(host, "localhost") || strings.HasPrefix(host, "127.0.0.1") {
+			scheme = "http"
+		}
+		docURL = scheme + "://" + host + "/.well-known/did.json"
+	default:
+		return "", fmt.Errorf("DID method of %q not supported", did)
+	}
+	var doc struct {
+		Service []struct {
+			ID              string `json:"id"`
+			Type            string `json:"type"`
+			ServiceEndpoint string `json:"serviceEndpoint"`
+		} `json:"service"`
+	}
+	if err := b.getJSON(ctx, docURL, didDocBytesMax, &doc); err != nil {
+		return "", fmt.Errorf("DID document of %s: %w", did, err)
+	}
+	for _, s := range doc.Service {
+		if strings.HasSuffix(s.ID, "#atproto_pds") || s.Type == "AtprotoPersonalDataServer" {
+			if u, err := url.Parse(s.ServiceEndpoint); err == nil && (u.Scheme == "https" || u.Scheme == "http") {
+				return strings.TrimRight(s.ServiceEndpoint, "/"), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("DID document of %s names no PDS", did)
+}
+
+func (b *Backfill) hostSlot(host string) chan struct{} {
+	b.hostMu.Lock()
+	defer b.hostMu.Unlock()
+	if b.hosts == nil {
+		b.hosts = map[string]chan struct{}{}
+	}
+	ch := b.hosts[host]
+	if ch == nil {
+		n := b.PerHost
+		if n <= 0 {
+			n = DefaultBackfillPerHost
+		}
+		ch = make(chan struct{}, n)
+		b.hosts[host] = ch
+	}
+	return ch
+}
+
+// fetchRepo returns the repository CAR of did.
+func (b *Backfill) fetchRepo(ctx context.Context, did string) ([]byte, error) {
+	pds, err := b.resolvePDS(ctx, did)
+	if err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(pds)
+	slot := b.hostSlot(u.Host)
+	select {
+	case slot <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-slot }()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, pds+"/xrpc/com.atproto.sync.getRepo?did="+url.QueryEscape(did), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := b.client().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, repoBytesMax+1))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, &httpError{status: resp.StatusCode, body: strings.TrimSpace(string(body))}
+	}
+	if len(body) > repoBytesMax {
+		return nil, errors.New("repository CAR too big")
+	}
+	return body, nil
+}
+
+// gone reports whether an error says the repository no longer exists (it
+// is then not retried: its revocation stands).
+func gone(err error) bool {
+	var he *httpError
+	return errors.As(err, &he) && (he.status == http.StatusNotFound || (he.status == http.StatusBadRequest &&
+		(strings.Contains(he.body, "RepoNotFound") || strings.Contains(he.body, "RepoTakendown") || strings.Contains(he.body, "RepoDeactivated"))))
+}
+
+// Resync backfills one repository now (a reactivated account, a #sync).
+func (b *Backfill) Resync(ctx context.Context, w *Writer, did string) error {
+	return b.repo(ctx, w, did)
+}
+
+// repo backfills one repository: stamp, fetch, write.
+func (b *Backfill) repo(ctx context.Context, w *Writer, did string) error {
+	if !link.ValidDID(did) {
+		b.skip("bad_did", did, nil)
+		return nil
+	}
+	stamp, err := w.ReserveStamp(ctx)
+	if err != nil {
+		return err
+	}
+	var car []byte
+	var ferr error
+	for try := 0; try < backfillTries; try++ {
+		car, ferr = b.fetchRepo(ctx, did)
+		if ferr == nil || gone(ferr) || ctx.Err() != nil {
+			break
+		}
+		if err := sleepCtx(ctx, time.Duration(try+1)*time.Second); err != nil {
+			return err
+		}
+	}
+	if ferr != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if gone(ferr) {
+			b.stats.add(func(s *BackfillStats) { s.Gone++ })
+			return w.ApplyRepo(ctx, b.Name(), did, stamp, nil) // the repository is gone: revoke it
+		}
+		b.stats.add(func(s *BackfillStats) { s.Failed++ })
+		b.skip("fetch_failed", did, ferr)
+		return nil
+	}
+	var ops []event.Op
+	info, err := event.DecodeCAR(car, func(o *event.Op) error { ops = append(ops, *o); return nil })
+	if err != nil {
+		b.stats.add(func(s *BackfillStats) { s.Failed++ })
+		b.skip("bad_car", did, err)
+		return nil
+	}
+	if info.DID != did {
+		b.stats.add(func(s *BackfillStats) { s.Failed++ })
+		b.skip("car_did_mismatch", did, fmt.Errorf("CAR is of %s", info.DID))
+		return nil
+	}
+	if err := w.ApplyRepo(ctx, b.Name(), did, stamp, ops); err != nil {
+		return err
+	}
+	b.stats.add(func(s *BackfillStats) { s.Done++ })
+	return nil
+}
+
+// Run is not used: a backfill needs the writer (see RunBackfill).
+func (b *Backfill) Run(ctx context.Context, cursor string, emit func(*event.Op, string) error) error {
+	return errors.New("backfill runs through RunBackfill")
+}
+
+// RunBackfill enumerates and backfills every repository from cursor, and
+// records each finished page's cursor with the writer. It returns nil once
+// every page is done (the cursor then reads "eof:<last>").
+func (b *Backfill) RunBackfill(ctx context.Context, w *Writer, cursor string) error {
+	if Done(cursor) {
+		return nil
+	}
+	conc := b.Concurrency
+	if conc <= 0 {
+		conc = DefaultBackfillConcurrency
+	}
+	sem := make(chan struct{}, conc)
+	for {
+		u := strings.TrimRight(b.Relay, "/") + "/xrpc/com.atproto.sync.listRepos?limit=" + fmt.Sprint(listReposPage)
+		if cursor != "" {
+			u += "&cursor=" + url.QueryEscape(cursor)
+		}
+		var page listReposOut
+		var err error
+		for try := 0; ; try++ {
+			if err = b.getJSON(ctx, u, 64<<20, &page); err == nil || try == backfillTries || ctx.Err() != nil {
+				break
+			}
+			sleepCtx(ctx, time.Duration(try+1)*time.Second)
+		}
+		if err != nil {
+			return fmt.Errorf("listRepos: %w", err)
+		}
+		b.stats.add(func(s *BackfillStats) { s.Listed += len(page.Repos) })
+		var wg sync.WaitGroup
+		errs := make(chan error, len(page.Repos))
+		for _, r := range page.Repos {
+			if r.Active != nil && !*r.Active {
+				continue // inactive: nothing to fetch; account events revoke
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				wg.Wait()
+				return ctx.Err()
+			}
+			wg.Add(1)
+			go func(did string) {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if err := b.repo(ctx, w, did); err != nil {
+					errs <- err
+				}
+			}(r.DID)
+		}
+		wg.Wait()
+		close(errs)
+		if err := <-errs; err != nil {
+			return err
+		}
+		if page.Cursor == "" || len(page.Repos) == 0 {
+			w.SetCursor(b.Name(), "eof:"+cursor)
+			return nil
+		}
+		cursor = page.Cursor
+		w.SetCursor(b.Name(), cursor)
+	}
+}
+
