@@ -362,4 +362,3 @@ func (b *Backfill) RunBackfill(ctx context.Context, w *Writer, cursor string) er
 		w.SetCursor(b.Name(), cursor)
 	}
 }
-
