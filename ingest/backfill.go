@@ -44,8 +44,11 @@ const (
 // last page whose repositories are all written; a new leader redoes at
 // most the pages in flight (idempotent).
 type Backfill struct {
-	Relay       string // relay base URL (http(s)://host)
-	PLC         string // PLC directory base URL, for did:plc documents
+	Relay string // relay base URL (http(s)://host)
+	PLC   string // PLC directory base URL, for did:plc documents
+	// DIDWeb, if set, serves did:web documents at DIDWeb/<did> instead of
+	// each domain's /.well-known/did.json (private networks, tests).
+	DIDWeb      string
 	Concurrency int
 	PerHost     int
 	HTTP        *http.Client
@@ -142,6 +145,8 @@ func (b *Backfill) resolvePDS(ctx context.Context, did string) (string, error) {
 			return "", errors.New("no PLC directory configured")
 		}
 		docURL = strings.TrimRight(b.PLC, "/") + "/" + did
+	case strings.HasPrefix(did, "did:web:") && b.DIDWeb != "":
+		docURL = strings.TrimRight(b.DIDWeb, "/") + "/" + did
 	case strings.HasPrefix(did, "did:web:"):
 		host, err := url.PathUnescape(strings.TrimPrefix(did, "did:web:"))
 		if err != nil || strings.ContainsAny(host, "/:") && !strings.HasPrefix(host, "localhost") && !strings.HasPrefix(host, "127.0.0.1") {
@@ -266,6 +271,12 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string) error {
 	if ferr != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		var he *httpError
+		if errors.As(ferr, &he) && strings.Contains(he.body, "RepoDeactivated") {
+			// A deactivated account keeps its links; its reactivation
+			// event brings a resync.
+			return nil
 		}
 		if gone(ferr) {
 			b.stats.add(func(s *BackfillStats) { s.Gone++ })

@@ -56,9 +56,9 @@ func ParseSource(raw string, log hclog.Logger) (Source, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("source %q: a backfill reads a relay at http(s)://host[?plc=http(s)://plc-directory]", raw)
 		}
-		plc := u.Query().Get("plc")
+		plc, didweb := u.Query().Get("plc"), u.Query().Get("didweb")
 		u.RawQuery = ""
-		return &Backfill{Relay: u.String(), PLC: plc, Log: log}, nil
+		return &Backfill{Relay: u.String(), PLC: plc, DIDWeb: didweb, Log: log}, nil
 	case "firehose":
 		return NewFirehose(rest, log)
 	}

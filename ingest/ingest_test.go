@@ -1,0 +1,202 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/ingest/simnet"
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore/local"
+	"github.com/hashicorp/go-hclog"
+)
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// oneNode starts a single-node cluster (real Raft, real TLS).
+func oneNode(t *testing.T) *cluster.Node {
+	dir := t.TempDir()
+	if err := cluster.MakeCA(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.MakeNodeCert(dir, "n1", []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := cluster.Open(cluster.Config{ID: "n1", Dir: filepath.Join(dir, "raft"), RaftBind: freeAddr(t), Certs: cluster.Files(dir, "n1"), Bootstrap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(context.Background()) })
+	deadline := time.Now().Add(10 * time.Second)
+	for !n.IsLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return n
+}
+
+// ingestSim runs the write path against a simulated network: history
+// before the sources connect (reached by the backfill), live steps while
+// they run (reached by the stream), then compares every target of the
+// model with what the index answers.
+func ingestSim(t *testing.T, live func(n *simnet.Net) Source, seed int64) map[string][]string {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	world := simnet.NewWorld(simnet.Config{Seed: seed, Accounts: 150})
+	world.Step(1500)
+	sim, err := simnet.Serve(world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	node := oneNode(t)
+	store, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := lsm.NewCatalog(t.TempDir(), store)
+	bf := &Backfill{Relay: sim.RelayURL(), PLC: sim.PLCURL(), DIDWeb: sim.PLCURL()}
+	src := live(sim)
+	r := &Runner{Config: Config{Node: node, Store: store, Catalog: cat, FlushInterval: 100 * time.Millisecond, MemtableBytes: 1 << 20,
+		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})}, Sources: []Source{bf, src}, CompactionInterval: 200 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	// The world goes on while the index backfills and tails it.
+	for i := 0; i < 10; i++ {
+		world.Step(200)
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Wait for the backfill to finish and the stream to reach the end.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		bc := node.FSM.Cursor(bf.Name())
+		sc := node.FSM.Cursor(src.Name())
+		if Done(bc) && sc == wantCursor(world, src) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backfill cursor %q, stream cursor %q (want %q), backfill %v", bc, sc, wantCursor(world, src), bf.Stats().Snapshot())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // resyncs queued by the last account events
+	cancel()
+	<-done
+	t.Logf("backfill %v; generation %d; outlines %v", bf.Stats().Snapshot(), node.FSM.Manifest().Generation, node.FSM.Summary().Outlines)
+
+	// Compare every target of the model.
+	view, err := lsm.OpenView(context.Background(), lsm.NewCatalog(t.TempDir(), store), node.FSM.Manifest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := lsm.NewReader(store, nil)
+	codec := &link.Codec{Outlines: node.FSM}
+	model := world.LiveLinks()
+	got := map[string][]string{}
+	links := 0
+	for target, refs := range model {
+		var want []string
+		for _, l := range refs {
+			want = append(want, l.Source+" "+l.Path)
+		}
+		slices.Sort(want)
+		tg, err := link.ParseTarget(target)
+		if err != nil {
+			t.Fatalf("model target %q: %v", target, err)
+		}
+		id, err := codec.Target(&tg, false)
+		var have []string
+		if err == nil {
+			ls, _, err := reader.All(context.Background(), view, id, lsm.Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range ls {
+				s, err1 := codec.RenderRecord(l.Source)
+				p, err2 := codec.RenderLocation(l.Location, link.StyleConstellation)
+				if err1 != nil || err2 != nil {
+					t.Fatal(err1, err2)
+				}
+				have = append(have, s+" "+p)
+			}
+		}
+		slices.Sort(have)
+		if !slices.Equal(have, want) {
+			var missing, extra []string
+			for _, w := range want {
+				if !slices.Contains(have, w) {
+					missing = append(missing, w)
+				}
+			}
+			for _, h := range have {
+				if !slices.Contains(want, h) {
+					extra = append(extra, h)
+				}
+			}
+			t.Fatalf("target %s: %d links, model %d\nmissing %v\nextra %v", target, len(have), len(want), missing, extra)
+		}
+		got[target] = have
+		links += len(have)
+	}
+	t.Logf("%d targets, %d live links: every one equal to the model", len(model), links)
+	return got
+}
+
+func wantCursor(w *simnet.World, s Source) string {
+	switch s.(type) {
+	case *Jetstream:
+		return fmt.Sprint(w.LastTimeUS())
+	default:
+		return fmt.Sprint(w.LastSeq())
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// Backfill plus live tail, through Jetstream and through the firehose:
+// both indexes equal the model, so they equal each other.
+func TestIngestSimulatedNetwork(t *testing.T) {
+	js := ingestSim(t, func(n *simnet.Net) Source {
+		s, err := NewJetstream([]string{n.JetstreamURL()}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}, 7)
+	fh := ingestSim(t, func(n *simnet.Net) Source {
+		s, err := NewFirehose(n.FirehoseURL(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}, 7)
+	if len(js) != len(fh) {
+		t.Fatalf("jetstream index has %d targets, firehose %d", len(js), len(fh))
+	}
+	for k, v := range js {
+		if !slices.Equal(v, fh[k]) {
+			t.Fatalf("target %s differs between jetstream and firehose", k)
+		}
+	}
+}
