@@ -87,7 +87,7 @@ type Outline struct {
 type Flush struct {
 	Edit     lsm.Edit          `json:"edit"`
 	Outlines []Outline         `json:"outlines,omitempty"`
-	Cursors  map[string]string `json:"cursors,omitempty"` // ingest source -> cursor
+	Cursors  map[string]string `json:"cursors,omitempty"` // ingest source -> cursor; "" deletes the entry
 	// Clock is the highest stamp the flushed data uses; Apply raises the
 	// committed clock to it (never lowers).
 	Clock uint64 `json:"clock,omitempty"`

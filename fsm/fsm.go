@@ -187,6 +187,10 @@ func (s *State) applyFlushLocked(f *Flush) any {
 	}
 	s.mu.manifest = next
 	for k, v := range f.Cursors {
+		if v == "" {
+			delete(s.mu.cursors, k) // a finished entry (e.g. a pending resync)
+			continue
+		}
 		s.mu.cursors[k] = v
 	}
 	s.mu.published = max(s.mu.published, f.Clock)

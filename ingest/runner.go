@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,15 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	log := w.log
 	log.Info("write path started", "sources", len(r.Sources), "clock", r.Config.Node.FSM.Clock())
+	// Resyncs a previous leader had not finished.
+	for k := range r.Config.Node.FSM.Summary().Cursors {
+		if did, ok := strings.CutPrefix(k, ResyncPrefix); ok {
+			select {
+			case w.resync <- did:
+			default:
+			}
+		}
+	}
 	var wg sync.WaitGroup
 	var backfill *Backfill
 	for _, s := range r.Sources {
@@ -90,9 +100,13 @@ func (r *Runner) Run(ctx context.Context) error {
 					w.skip("resync", "no_backfill_source")
 					continue
 				}
-				if err := backfill.Resync(ctx, w, did); err != nil && ctx.Err() == nil {
-					log.Warn("resync failed", "did", did, "error", err)
+				if err := backfill.Resync(ctx, w, did); err != nil {
+					if ctx.Err() == nil {
+						log.Warn("resync failed", "did", did, "error", err)
+					}
+					continue
 				}
+				w.resyncDone(did)
 			}
 		}
 	}()

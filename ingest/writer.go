@@ -285,13 +285,28 @@ func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, sta
 	return nil
 }
 
+// ResyncPrefix marks pending resyncs among the cursors: the flush holding
+// the event that asked for one also records "resync:<did>", so a new
+// leader finds every resync its predecessor had not finished.
+const ResyncPrefix = "resync:"
+
+// requestResync queues a repository for a resync; the caller holds w.mu.
 func (w *Writer) requestResync(source, did string) {
+	if !link.ValidDID(did) {
+		return
+	}
+	w.mu.cursors[ResyncPrefix+did] = "pending"
 	select {
 	case w.resync <- did:
 	default:
+		// The queue is full: the pending entry stays in the replicated
+		// state, and the next leadership term picks it up.
 		w.skip(source, "resync_queue_full")
 	}
 }
+
+// resyncDone records that a repository was fetched again.
+func (w *Writer) resyncDone(did string) { w.SetCursor(ResyncPrefix+did, "") }
 
 func orStr(s, d string) string {
 	if s == "" {
