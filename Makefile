@@ -11,7 +11,7 @@ FUZZTIME  ?= 30s
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/eddy-backlinks/eddy/version.Version=$(VERSION)
 
-.PHONY: all build test vet bench fuzz minio demo demo-down clean
+.PHONY: all build test vet bench fuzz minio demo demo-down e2e-full clean
 
 all: build
 
@@ -39,6 +39,12 @@ vet:
 
 test: minio vet build
 	EDDY_REQUIRE_MINIO=1 EDDY_MINIO_BIN=$(GOBIN)/minio $(GO) test -count=1 -timeout 14m ./...
+
+# The end-to-end ingest run at the issue's full size: 2,000 accounts and
+# about 200,000 records of a simulated network, the leader SIGKILLed three
+# times, every target compared on every node.
+e2e-full: build
+	EDDY_E2E_ACCOUNTS=2000 EDDY_E2E_STEPS=260000 $(GO) test -count=1 -timeout 60m -run TestIngestWithLeaderKills -v ./e2e
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./...
