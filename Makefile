@@ -56,7 +56,8 @@ FUZZ_TARGETS := \
 	./ingest/event:FuzzRecordCBOR \
 	./extract:FuzzExtract \
 	./link:FuzzParseTarget \
-	./link:FuzzSyntaxMatchesIndigo
+	./link:FuzzSyntaxMatchesIndigo \
+	./lsm:FuzzDecodeMeta
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

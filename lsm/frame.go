@@ -15,13 +15,65 @@ import (
 // an xxh3 of the compressed bytes). The codec is recorded once per table in
 // the meta, so a table written with any of them stays readable.
 //
-// Transforms tried (frameTransform values), on the synthetic workload of
-// format_bench_test.go (sorted backlinks: Zipf-popular targets, TID-ordered
-// sources, ~30 collections and ~25 paths, increasing revs; revocations
-// derived from it), measured by TestMeasureFrameCodecs
-// (go test ./lsm -run MeasureFrameCodecs -v -lsm.measure):
+// # Measurements
 //
-// MEASUREMENTS-PLACEHOLDER
+// Transforms tried (frameTransform values) with zstd levels 1 (fastest), 3
+// (default), 7 (better) and 11 (best), on the synthetic workload of
+// format_bench_test.go: 1M sorted distinct backlinks (Zipf-popular post
+// targets, repository targets for follows/blocks, 4% hashed URLs; sources
+// with TID rkeys in time order and random clock ids, 1M Zipf-active
+// authors among 40M DIDs, ~30 collections and ~25 paths; revs increasing)
+// and 512K revocations derived from them. Frames of FrameBytesMax. Single
+// core of a shared 2-vCPU VM (AMD EPYC, Go 1.26, klauspost/compress
+// v1.20.4), best of 3; speeds are noisy (other tenants), sizes exact.
+// Reproduce: go test ./lsm -run TestMeasureFrameCodecs -v -lsm.measure
+//
+//	                       backlinks (64 B)              revocations (32 B)
+//	transform     level  B/rec  enc MB/s  dec us/64K   B/rec  enc MB/s  dec us/64K
+//	none              1  17.45       286        47     10.87       243        77
+//	none              3  17.25       247        50      9.71       207        68
+//	none             11  15.43        26        45      8.90        22        67
+//	shuffle           1  14.69       645        84      8.38       595        64
+//	shuffle           3  14.22       495        87      7.90       439        78
+//	xor+shuffle       1  14.12       558        61      7.12       493        60
+//	xor+shuffle       3  14.36       448        61      6.86       342        64
+//	xor+shuffle       7  14.32       242        66      6.84       199        74
+//	xor+shuffle      11  13.90        60       114      7.05        48       110
+//	delta+shuffle     1  14.25       538        63      6.52       503        59
+//	delta+shuffle     3  14.44       432        63      6.30       399        66
+//	delta+shuffle     7  14.39       243        66      6.29       225        67
+//	delta+shuffle    11  13.88        56       105      6.51        52       107
+//
+// (dec: zstd plus the inverse transform, without DecodeFrame's checks.) A
+// plain (two's complement) word delta instead of zigzag measured 15.54 /
+// 7.27 B/rec at level 1: worse than XOR for backlinks, because a
+// collection or DID that steps down when the target changes fills its
+// column's high bytes with 0xff.
+//
+// What BuildTable does, and why:
+//
+//   - A transform, always: shuffling alone saves 16-23% over raw records.
+//     XOR and zigzag delta with the previous record save a little more, and
+//     neither wins everywhere (XOR for the backlinks, delta for the
+//     revocations, by 1-8%), so BuildTable picks one of the two per table
+//     by compressing a few sample frames with each (chooseTransform); the
+//     meta records the choice.
+//   - zstd level 1 (DefaultCompressionLevel): within 4% of levels 3 and 7
+//     in size (smaller for backlinks), faster to encode (compaction runs on
+//     2-core nodes) and as fast to decode; level 11 gains at most 2% at a
+//     tenth of the speed.
+//   - Decoding a full 64 KiB backlink frame (DecodeFrame with its checks,
+//     BenchmarkDecodeFrame) takes 83-115 us here depending on the other
+//     tenants: ~70% zstd, ~20% the inverse shuffle and delta, ~6% the
+//     fence and order checks, ~1% the checksum. zstd dominates. Raw
+//     records would decode in ~50 us (47 against 61 in the table): the
+//     transform costs about a quarter of the decode time, for a fifth
+//     fewer bytes to store and to fetch.
+//
+// The residual ~14 B per backlink is close to the synthetic data's
+// entropy: a source TID (~5 B: microseconds and a random clock id), a
+// source DID (~3.5 B, random among 40M), a rev (~2.4 B) and a target change
+// every ~5.6 links account for nearly all of it.
 type frameTransform uint8
 
 const (
@@ -56,10 +108,11 @@ var candidateTransforms = [...]frameTransform{transformXORShuffle, transformDelt
 // for).
 const transformSamples = 4
 
-// chooseTransform compresses up to transformSamples frames spread over recs
-// (n records of width w, perFrame records a frame) with each candidate
+// chooseTransform compresses transformSamples frames spread over recs
+// (records of width w, perFrame records a frame) with each candidate
 // transform and returns the one that makes them smallest (the first
-// candidate on a tie, and for tables of a frame or two).
+// candidate on a tie). Tables of two frames or less take delta+shuffle
+// without sampling.
 func chooseTransform(enc *zstd.Encoder, recs []byte, w, perFrame int) frameTransform {
 	n := len(recs) / w
 	if n <= 2*perFrame {
@@ -104,10 +157,10 @@ func (t frameTransform) String() string {
 // TableOptions.CompressionLevel is 0 (see the measurements above).
 const DefaultCompressionLevel = 1
 
-// encoders holds one zstd encoder per klauspost level, created on first use
-// (an encoder is expensive to create; EncodeAll is safe for concurrent use,
-// up to GOMAXPROCS at once).
-var encoders [5]struct {
+// frameEncoders holds one zstd encoder per klauspost level, created on
+// first use (an encoder is expensive to create; EncodeAll is safe for
+// concurrent use, up to GOMAXPROCS at once).
+var frameEncoders [5]struct {
 	once sync.Once
 	enc  *zstd.Encoder
 	err  error
@@ -121,7 +174,7 @@ func encoderFor(level int) (*zstd.Encoder, error) {
 		return nil, fmt.Errorf("lsm: compression level %d outside [1, 22]", level)
 	}
 	l := zstd.EncoderLevelFromZstd(level)
-	e := &encoders[l]
+	e := &frameEncoders[l]
 	e.once.Do(func() {
 		e.enc, e.err = zstd.NewWriter(nil,
 			zstd.WithEncoderLevel(l),
@@ -139,10 +192,11 @@ func encoderFor(level int) (*zstd.Encoder, error) {
 // window that covers it loses nothing and bounds the decoder's memory.
 const frameWindow = FrameBytesMax
 
-// decoder decompresses frames. DecodeAll is safe for concurrent use (up to
-// GOMAXPROCS at once; more wait); WithDecodeAllCapLimit makes it decode at
-// most cap(dst) bytes, so a frame can never expand past what the meta says.
-var decoder = sync.OnceValues(func() (*zstd.Decoder, error) {
+// frameDecoder decompresses frames. DecodeAll is safe for concurrent use
+// (up to GOMAXPROCS at once; more wait); WithDecodeAllCapLimit makes it
+// decode at most cap(dst) bytes, so a frame can never expand past what the
+// meta says (plus zstdSlack).
+var frameDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
 	return zstd.NewReader(nil,
 		zstd.WithDecoderConcurrency(0),
 		zstd.WithDecoderMaxMemory(FrameBytesMax),
@@ -324,35 +378,63 @@ func unshuffleWords(dst, src []byte, w int, t frameTransform) {
 	n := len(src) / w
 	n8 := n &^ 7
 	for j := 0; j < w; j += 8 {
-		var prev uint64 // the word of the previous record, byte-swapped as loaded
 		s := src[j*n : (j+8)*n]
+		s0, s1, s2, s3 := s[:n], s[n:2*n], s[2*n:3*n], s[3*n:4*n]
+		s4, s5, s6, s7 := s[4*n:5*n], s[5*n:6*n], s[6*n:7*n], s[7*n:8*n]
+		var prev uint64 // the previous record's word (as loaded, for XOR; big-endian value, for delta)
 		for i := 0; i < n8; i += 8 {
-			y := [8]uint64{}
-			y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7] = transpose8(
-				binary.LittleEndian.Uint64(s[i:]),
-				binary.LittleEndian.Uint64(s[n+i:]),
-				binary.LittleEndian.Uint64(s[2*n+i:]),
-				binary.LittleEndian.Uint64(s[3*n+i:]),
-				binary.LittleEndian.Uint64(s[4*n+i:]),
-				binary.LittleEndian.Uint64(s[5*n+i:]),
-				binary.LittleEndian.Uint64(s[6*n+i:]),
-				binary.LittleEndian.Uint64(s[7*n+i:]))
-			d := dst[i*w+j:]
+			y0, y1, y2, y3, y4, y5, y6, y7 := transpose8(
+				binary.LittleEndian.Uint64(s0[i:]), binary.LittleEndian.Uint64(s1[i:]),
+				binary.LittleEndian.Uint64(s2[i:]), binary.LittleEndian.Uint64(s3[i:]),
+				binary.LittleEndian.Uint64(s4[i:]), binary.LittleEndian.Uint64(s5[i:]),
+				binary.LittleEndian.Uint64(s6[i:]), binary.LittleEndian.Uint64(s7[i:]))
+			d := dst[i*w+j : (i+7)*w+j+8]
 			switch t {
 			case transformShuffle:
-				for k := range 8 {
-					binary.LittleEndian.PutUint64(d[k*w:], y[k])
-				}
+				binary.LittleEndian.PutUint64(d, y0)
+				binary.LittleEndian.PutUint64(d[w:], y1)
+				binary.LittleEndian.PutUint64(d[2*w:], y2)
+				binary.LittleEndian.PutUint64(d[3*w:], y3)
+				binary.LittleEndian.PutUint64(d[4*w:], y4)
+				binary.LittleEndian.PutUint64(d[5*w:], y5)
+				binary.LittleEndian.PutUint64(d[6*w:], y6)
+				binary.LittleEndian.PutUint64(d[7*w:], y7)
 			case transformXORShuffle:
-				for k := range 8 {
-					prev ^= y[k]
-					binary.LittleEndian.PutUint64(d[k*w:], prev)
-				}
+				y0 ^= prev
+				y1 ^= y0
+				y2 ^= y1
+				y3 ^= y2
+				y4 ^= y3
+				y5 ^= y4
+				y6 ^= y5
+				y7 ^= y6
+				prev = y7
+				binary.LittleEndian.PutUint64(d, y0)
+				binary.LittleEndian.PutUint64(d[w:], y1)
+				binary.LittleEndian.PutUint64(d[2*w:], y2)
+				binary.LittleEndian.PutUint64(d[3*w:], y3)
+				binary.LittleEndian.PutUint64(d[4*w:], y4)
+				binary.LittleEndian.PutUint64(d[5*w:], y5)
+				binary.LittleEndian.PutUint64(d[6*w:], y6)
+				binary.LittleEndian.PutUint64(d[7*w:], y7)
 			default:
-				for k := range 8 {
-					prev += unzigzag(bits.ReverseBytes64(y[k]))
-					binary.BigEndian.PutUint64(d[k*w:], prev)
-				}
+				v0 := prev + unzigzag(bits.ReverseBytes64(y0))
+				v1 := v0 + unzigzag(bits.ReverseBytes64(y1))
+				v2 := v1 + unzigzag(bits.ReverseBytes64(y2))
+				v3 := v2 + unzigzag(bits.ReverseBytes64(y3))
+				v4 := v3 + unzigzag(bits.ReverseBytes64(y4))
+				v5 := v4 + unzigzag(bits.ReverseBytes64(y5))
+				v6 := v5 + unzigzag(bits.ReverseBytes64(y6))
+				v7 := v6 + unzigzag(bits.ReverseBytes64(y7))
+				prev = v7
+				binary.BigEndian.PutUint64(d, v0)
+				binary.BigEndian.PutUint64(d[w:], v1)
+				binary.BigEndian.PutUint64(d[2*w:], v2)
+				binary.BigEndian.PutUint64(d[3*w:], v3)
+				binary.BigEndian.PutUint64(d[4*w:], v4)
+				binary.BigEndian.PutUint64(d[5*w:], v5)
+				binary.BigEndian.PutUint64(d[6*w:], v6)
+				binary.BigEndian.PutUint64(d[7*w:], v7)
 			}
 		}
 		for i := n8; i < n; i++ {

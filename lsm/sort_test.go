@@ -91,13 +91,13 @@ func TestSortRecordsLargeFallback(t *testing.T) {
 	}
 }
 
-func TestSortRecordsPartitioned(t *testing.T) {
-	// Runs larger than partitionMin take the partitioned scatter; check it
-	// with widths that are and are not multiples of 8, and with many equal
-	// first words (long runs sorted in place by later words).
+func TestSortRecordsLarge(t *testing.T) {
+	// Larger than the caches, with widths that are and are not multiples
+	// of 8, and many equal first words (long runs sorted in place by later
+	// words).
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, w := range []int{13, 24, 64} {
-		n := partitionMin/w + 5000
+		n := (6<<20)/w + 5000
 		buf := make([]byte, n*w)
 		for i := range buf {
 			buf[i] = byte(rng.IntN(256))

@@ -18,7 +18,14 @@
 //     early, at the last key-prefix boundary among its final eighth, if there
 //     is one, so that a prefix with few records rarely straddles two frames;
 //   - the n_i*W record bytes are transformed by the table's frame transform
-//     (meta byte 14; frame.go) into the same number of bytes;
+//     (meta byte 14) into the same number of bytes:
+//     0 (none): unchanged;
+//     1 (shuffle): column-major, byte j of record r at offset j*n_i + r;
+//     2 (XOR): record r XOR record r-1 (record -1 is all zeros), shuffled;
+//     3 (delta): each 8-byte big-endian word of record r minus the same
+//     word of record r-1 (all zeros for r = 0), wrapping, zigzag-encoded
+//     (d<<1 ^ d>>63, arithmetic shift) and stored big-endian, a trailing
+//     partial word XORed instead, then shuffled;
 //   - the result is compressed as one zstd frame (RFC 8878): single segment,
 //     no dictionary, no zstd content checksum (the meta holds a checksum of
 //     the compressed bytes), window <= FrameBytesMax.
@@ -60,9 +67,27 @@
 //	                                     record's P-byte prefix also appears in
 //	                                     the previous frame; other bits zero
 //	                              17  W  the frame's first record (its fence)
-//	64+W+F*(17+W)   B           filter section: a binary fuse filter over the
-//	                            distinct key prefixes (layout in filter.go)
+//	64+W+F*(17+W)   B           filter section (below)
 //	64+W+F*(17+W)+B 8           xxh3-64 of every byte before it
+//
+// The filter section is a binary fuse filter (3-wise, FastFilter/xorfilter
+// BinaryFuse[uint8 or uint16]) over the filter keys of the distinct
+// P-byte prefixes:
+//
+//	offset  size   field
+//	0       8      fuse seed
+//	8       4      segment length L (a power of two, <= 2^18)
+//	12      4      segment length mask (L - 1)
+//	16      4      segment count C (>= 1)
+//	20      4      segment count length (C * L)
+//	24      S*b    fingerprints, S = (C + 2) * L of b = bits/8 bytes each
+//	               (little-endian)
+//
+// A key k is present when fp(h) ^ f[h0] ^ f[h1] ^ f[h2] == 0, where h =
+// murmur64(k + fuse seed), fp(h) = h ^ h>>32 truncated to b bytes, h0 =
+// hi64(h * C*L), h1 = (h0 + L) ^ (h>>18 & (L-1)), h2 = (h0 + 2L) ^ (h &
+// (L-1)): the library's Contains, which is therefore part of this format
+// (a change to it needs a new format version).
 //
 // Frame offsets are not stored: frame i starts at the sum of the lengths of
 // frames 0..i-1. The first record of frame 0 is the table's MinKey. Fences
@@ -131,7 +156,7 @@ const (
 	MaxShardBits = 16
 	// MaxMetaBytes bounds a meta object: the largest table's filter and
 	// fences (MaxTableRecords prefixes at 16 bits, one fence per 256
-	// records at MaxWidth) fit well below 1 GiB.
+	// records at MaxWidth: ~900 MiB) fit below 1 GiB.
 	MaxMetaBytes = 1 << 30
 	// maxFrameLength bounds a compressed frame: zstd never expands its
 	// input by more than a few bytes per 128 KiB block.
@@ -638,8 +663,8 @@ func (m *TableMeta) ByteRange(first, last int) (off, n int64) {
 // is large enough). It checks the length and checksum, the decompressed
 // size, that the first record equals the fence, that records strictly
 // increase and stay below the next frame's fence (or end at MaxKey), and
-// the next frame's "continues" flag; any failure is ErrCorrupt. Safe for
-// concurrent use.
+// the next frame's "continues" flag; any failure is ErrCorrupt. dst must
+// not overlap compressed. Safe for concurrent use.
 func (m *TableMeta) DecodeFrame(i int, compressed []byte, dst []byte) ([]byte, error) {
 	if i < 0 || i >= len(m.Frames) {
 		return nil, fmt.Errorf("lsm: %sframe %d out of range [0, %d)", m.namePrefix(), i, len(m.Frames))
@@ -656,7 +681,7 @@ func (m *TableMeta) DecodeFrame(i int, compressed []byte, dst []byte) ([]byte, e
 	}
 	w := m.Format.Width
 	want := int(fr.Records) * w
-	dec, err := decoder()
+	dec, err := frameDecoder()
 	if err != nil {
 		return nil, err
 	}
