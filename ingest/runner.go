@@ -54,6 +54,14 @@ func (r *Runner) Run(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				// A backfill starts only once every live stream has a
+				// committed position: a stream that starts "from now" and
+				// loses its leader before committing would otherwise skip
+				// the events between the two leaders for repositories
+				// already backfilled.
+				if !r.waitStreamCursors(ctx) {
+					return
+				}
 				if err := b.RunBackfill(ctx, w, r.Config.Node.FSM.Cursor(b.Name())); err != nil && ctx.Err() == nil {
 					log.Error("backfill stopped", "error", err)
 					if errors.Is(err, ErrLeadershipLost) {
@@ -198,6 +206,28 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			w.OfferCompaction(out, ids)
 			w.log.Info("compacted", "tree", tree, "runs", len(inputs), "records", out.Records())
 			break // one at a time
+		}
+	}
+}
+
+// waitStreamCursors waits until every live stream source has a committed
+// cursor; it returns false if ctx ends first.
+func (r *Runner) waitStreamCursors(ctx context.Context) bool {
+	for {
+		ready := true
+		for _, s := range r.Sources {
+			switch s.(type) {
+			case *Jetstream, *Firehose:
+				if r.Config.Node.FSM.Cursor(s.Name()) == "" {
+					ready = false
+				}
+			}
+		}
+		if ready {
+			return true
+		}
+		if sleepCtx(ctx, 50*time.Millisecond) != nil {
+			return false
 		}
 	}
 }
