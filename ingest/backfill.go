@@ -272,12 +272,6 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		var he *httpError
-		if errors.As(ferr, &he) && strings.Contains(he.body, "RepoDeactivated") {
-			// A deactivated account keeps its links; its reactivation
-			// event brings a resync.
-			return nil
-		}
 		if gone(ferr) {
 			b.stats.add(func(s *BackfillStats) { s.Gone++ })
 			return w.ApplyRepo(ctx, b.Name(), did, stamp, nil) // the repository is gone: revoke it

@@ -206,9 +206,8 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 			w.requestResync(source, op.DID) // its links may have been revoked: fetch it again
 			return nil
 		}
-		if !(op.Status == "deleted" || op.Status == "takendown" || op.Status == "suspended") {
-			return nil // deactivated accounts keep their links
-		}
+		// deleted, takendown, suspended, deactivated: the repository is no
+		// longer served, so its links go; a reactivation resyncs them.
 		if !link.ValidDID(op.DID) {
 			w.skip(source, "bad_did")
 			return nil

@@ -183,7 +183,7 @@ func (x *naive) live() map[string][]LinkRef {
 	out := map[string][]LinkRef{}
 	seen := map[[3]string]bool{}
 	for did, recs := range x.recs {
-		if st := x.status[did]; st != "" && st != "deactivated" {
+		if st := x.status[did]; st != "" {
 			continue
 		}
 		for path, links := range recs {

@@ -709,19 +709,19 @@ func (w *World) Records(did string) []Record {
 func (w *World) Mega() string { return w.megaTarget }
 
 // linkLive says whether the records of an account in this status are live
-// links. Deactivated accounts keep theirs: their repository still exists
-// and comes back unchanged on reactivation (AppViews hide it meanwhile,
-// but a backlink index answers about the network's data). Taken-down
-// accounts' links are gone until a reactivation restores the repository;
-// deleted accounts' are gone for good.
+// links: only an active account's. A deactivated or taken-down account's
+// repository is not served (getRepo answers RepoDeactivated or
+// RepoTakendown, AppViews hide it), so no index can know its records; its
+// links come back when a reactivation restores the repository. Deleted
+// accounts' are gone for good.
 func linkLive(status string) bool {
-	return status == StatusActive || status == StatusDeactivated
+	return status == StatusActive
 }
 
 // LiveLinks returns THE MODEL: for every normalised target (at-uri, DID or
 // URL, as link.ParseTarget spells it) the set of live links to it, sorted
 // by source then path. A link is live when its source record exists and
-// its account is active or deactivated (see linkLive). Links are found
+// its account is active (see linkLive). Links are found
 // with package extract; a record linking one target twice at one path
 // counts once.
 func (w *World) LiveLinks() map[string][]LinkRef {
