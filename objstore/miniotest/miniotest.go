@@ -1,11 +1,12 @@
-// Package miniotest starts a real MinIO server for tests.
+// Package miniotest starts a real MinIO server for tests and benchmarks.
 //
 // StartMinIO runs the minio binary found through $EDDY_MINIO_BIN, else
 // $(go env GOPATH)/bin/minio, else $PATH, on free 127.0.0.1 ports with a
 // temporary data directory, and creates the bucket Bucket in it. Without a
 // binary the test is skipped, or fails when $CI is set or
 // EDDY_REQUIRE_MINIO=1; `make minio` (scripts/install-minio.sh) installs
-// one.
+// one. Start does the same outside of tests (for `eddy-ctl bench`): it
+// returns a Server to Stop, or an error when there is no binary.
 package miniotest
 
 import (
@@ -22,6 +23,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,23 +112,76 @@ func StartMinIO(t testing.TB) (endpoint, accessKey, secretKey string) {
 		}
 		t.Skip(msg)
 	}
-	// Ports are picked free then released, so another process may take
-	// one before MinIO binds it: try a few times.
+	srv, err := startWith(context.Background(), bin, t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatalf("miniotest: %v", err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	return srv.Endpoint(), AccessKey, SecretKey
+}
+
+// Server is a running MinIO server started by Start.
+type Server struct {
+	endpoint string
+	cmd      *exec.Cmd
+	exited   chan error
+	stopOnce sync.Once
+}
+
+// Start starts a MinIO server outside of tests (the bench command uses
+// it): the binary FindBinary finds, data and log under dir (which must
+// exist and should be empty; it is not removed), root credentials
+// AccessKey and SecretKey, and the bucket Bucket created. Without a binary
+// the error says so and points to `make minio`. Stop the server with Stop.
+func Start(ctx context.Context, dir string) (*Server, error) {
+	bin, err := FindBinary()
+	if err != nil {
+		return nil, fmt.Errorf("%w; run `make minio` to install it", err)
+	}
+	return startWith(ctx, bin, dir, nil)
+}
+
+// Endpoint is the server's address: 127.0.0.1:port, plain HTTP.
+func (s *Server) Endpoint() string { return s.endpoint }
+
+// Stop kills the server and waits for it to exit. Calling it again does
+// nothing.
+func (s *Server) Stop() error {
+	s.stopOnce.Do(func() {
+		_ = s.cmd.Process.Kill()
+		err := <-s.exited
+		s.exited <- err
+	})
+	return nil
+}
+
+// startWith starts a server with bin under dir and creates Bucket. Ports
+// are picked free then released, so another process may take one before
+// MinIO binds it: it tries a few times, each in its own subdirectory.
+func startWith(ctx context.Context, bin, dir string, logf func(format string, args ...any)) (*Server, error) {
 	var lastErr error
-	for range 3 {
-		endpoint, lastErr = start(t, bin)
-		if lastErr == nil {
+	for try := range 3 {
+		base := filepath.Join(dir, fmt.Sprintf("minio-%d", try))
+		if err := os.MkdirAll(base, 0o755); err != nil {
+			return nil, err
+		}
+		srv, err := start(ctx, bin, base)
+		if err == nil {
+			if err := makeBucket(srv.endpoint); err != nil {
+				_ = srv.Stop()
+				return nil, fmt.Errorf("create bucket %s: %w", Bucket, err)
+			}
+			return srv, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
 			break
 		}
-		t.Logf("miniotest: %v; retrying", lastErr)
+		if logf != nil {
+			logf("miniotest: %v; retrying", err)
+		}
 	}
-	if lastErr != nil {
-		t.Fatalf("miniotest: %v", lastErr)
-	}
-	if err := makeBucket(endpoint); err != nil {
-		t.Fatalf("miniotest: create bucket %s: %v", Bucket, err)
-	}
-	return endpoint, AccessKey, SecretKey
+	return nil, lastErr
 }
 
 func freePort() (int, error) {
@@ -138,28 +193,27 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// start runs one server and waits until it is live. On success the server
-// is stopped at the test's cleanup.
-func start(t testing.TB, bin string) (string, error) {
+// start runs one server with its files under base and waits until it is
+// live.
+func start(ctx context.Context, bin, base string) (*Server, error) {
 	port, err := freePort()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	consolePort, err := freePort()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if consolePort == port {
-		return "", errors.New("got the same free port twice")
+		return nil, errors.New("got the same free port twice")
 	}
 	endpoint := "127.0.0.1:" + strconv.Itoa(port)
-	base := t.TempDir()
 	dataDir := filepath.Join(base, "data")
 	certsDir := filepath.Join(base, "certs")
 	logPath := filepath.Join(base, "minio.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer logFile.Close() // the child keeps its own descriptor
 
@@ -179,14 +233,10 @@ func start(t testing.TB, bin string) (string, error) {
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("start %s: %w", bin, err)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	}
+	srv := &Server{endpoint: endpoint, cmd: cmd, exited: make(chan error, 1)}
+	go func() { srv.exited <- cmd.Wait() }()
 	logTail := func() string {
 		b, _ := os.ReadFile(logPath)
 		if len(b) > 4000 {
@@ -200,26 +250,27 @@ func start(t testing.TB, bin string) (string, error) {
 	deadline := time.Now().Add(startTimeout)
 	for {
 		select {
-		case err := <-exited:
-			exited <- err // for stop
-			return "", fmt.Errorf("minio exited before it was ready (%v); its log:\n%s", err, logTail())
+		case err := <-srv.exited:
+			srv.exited <- err // for Stop
+			return nil, fmt.Errorf("minio exited before it was ready (%v); its log:\n%s", err, logTail())
 		default:
 		}
 		resp, err := client.Get("http://" + endpoint + "/minio/health/live")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				break
+				return srv, nil
 			}
 		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", fmt.Errorf("minio not live at %s after %v; its log:\n%s", endpoint, startTimeout, logTail())
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			_ = srv.Stop()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("minio not live at %s after %v; its log:\n%s", endpoint, startTimeout, logTail())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Cleanup(stop)
-	return endpoint, nil
 }
 
 // NewClient returns a minio-go client for a server StartMinIO started.

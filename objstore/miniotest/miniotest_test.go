@@ -2,11 +2,13 @@ package miniotest
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fakeT records how StartMinIO ends a test without a binary.
@@ -98,5 +100,42 @@ func TestStartMinIO(t *testing.T) {
 	ok, err := c.BucketExists(t.Context(), Bucket)
 	if err != nil || !ok {
 		t.Fatalf("BucketExists(%s) = %v, %v", Bucket, ok, err)
+	}
+}
+
+// Start (outside of tests) gives a live server with the bucket made, and
+// Stop ends it; without a binary its error points to `make minio`.
+func TestStart(t *testing.T) {
+	if _, err := FindBinary(); err != nil {
+		t.Setenv(EnvBin, filepath.Join(t.TempDir(), "no-minio-here"))
+		if _, err := Start(t.Context(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "make minio") {
+			t.Fatalf("Start without a binary: %v; want an error naming `make minio`", err)
+		}
+		if required() {
+			t.Fatal("no MinIO binary")
+		}
+		t.Skip("no MinIO binary")
+	}
+	srv, err := Start(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, tr, err := NewClient(srv.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.CloseIdleConnections()
+	ok, err := c.BucketExists(t.Context(), Bucket)
+	if err != nil || !ok {
+		t.Fatalf("BucketExists(%s) = %v, %v", Bucket, ok, err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	_ = srv.Stop() // a second Stop does nothing
+	hc := &http.Client{Timeout: 2 * time.Second}
+	if resp, err := hc.Get("http://" + srv.Endpoint() + "/minio/health/live"); err == nil {
+		resp.Body.Close()
+		t.Fatal("server still answers after Stop")
 	}
 }
