@@ -43,6 +43,37 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 func nextBackoff(d time.Duration) time.Duration { return min(backoffMax, max(backoffMin, 2*d)) }
 
+// backoffReset: a connection that lasted this long was healthy; the next
+// reconnect starts from the shortest wait again.
+const backoffReset = time.Minute
+
+// reconnect runs session (attempt 0, 1, ...) until ctx ends or the
+// consumer fails, waiting with exponential backoff between attempts.
+func reconnect(ctx context.Context, log hclog.Logger, name string, session func(attempt int) (string, error)) error {
+	backoff := time.Duration(0)
+	for attempt := 0; ; attempt++ {
+		start := time.Now()
+		url, err := session(attempt)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var fatal *emitError
+		if errors.As(err, &fatal) {
+			return fatal.err
+		}
+		if time.Since(start) >= backoffReset {
+			backoff = 0
+		}
+		backoff = nextBackoff(backoff)
+		if log != nil {
+			log.Warn(name+" connection ended; reconnecting", "url", url, "error", err, "backoff", backoff)
+		}
+		if err := sleepCtx(ctx, backoff); err != nil {
+			return err
+		}
+	}
+}
+
 // Jetstream follows one or more Jetstream v1 endpoints (failing over in
 // turn), with zstd-dictionary compression. Its cursor is time_us.
 type Jetstream struct {
@@ -81,25 +112,10 @@ func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op,
 		}
 		cur = n
 	}
-	backoff := time.Duration(0)
-	for i := 0; ; i++ {
-		base := j.URLs[i%len(j.URLs)]
-		err := j.session(ctx, base, &cur, emit)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		var fatal *emitError
-		if errors.As(err, &fatal) {
-			return fatal.err
-		}
-		backoff = nextBackoff(backoff)
-		if j.Log != nil {
-			j.Log.Warn("jetstream connection ended; reconnecting", "url", base, "error", err, "backoff", backoff)
-		}
-		if err := sleepCtx(ctx, backoff); err != nil {
-			return err
-		}
-	}
+	return reconnect(ctx, j.Log, "jetstream", func(attempt int) (string, error) {
+		base := j.URLs[attempt%len(j.URLs)] // fail over across the URLs in turn
+		return base, j.session(ctx, base, &cur, emit)
+	})
 }
 
 // emitError wraps an error of the consumer: it stops the source.
@@ -199,24 +215,9 @@ func (f *Firehose) Run(ctx context.Context, cursor string, emit func(*event.Op, 
 		}
 		cur = n
 	}
-	backoff := time.Duration(0)
-	for {
-		err := f.session(ctx, &cur, emit)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		var fatal *emitError
-		if errors.As(err, &fatal) {
-			return fatal.err
-		}
-		backoff = nextBackoff(backoff)
-		if f.Log != nil {
-			f.Log.Warn("firehose connection ended; reconnecting", "url", f.URL, "error", err, "backoff", backoff)
-		}
-		if err := sleepCtx(ctx, backoff); err != nil {
-			return err
-		}
-	}
+	return reconnect(ctx, f.Log, "firehose", func(int) (string, error) {
+		return f.URL, f.session(ctx, &cur, emit)
+	})
 }
 
 func (f *Firehose) session(ctx context.Context, cur *int64, emit func(*event.Op, string) error) error {
