@@ -253,7 +253,8 @@ func normalizeAuthority(scheme, a string) (string, error) {
 		}
 		if !ascii {
 			h, err := idna.Lookup.ToASCII(host)
-			if err != nil {
+			if err != nil || h == "" {
+				// IDNA maps some characters (a soft hyphen) to nothing.
 				return "", ErrInvalidURL
 			}
 			host = h
