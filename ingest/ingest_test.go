@@ -73,7 +73,7 @@ func ingestSim(t *testing.T, live func(n *simnet.Net) Source, seed int64) map[st
 	cat := lsm.NewCatalog(t.TempDir(), store)
 	bf := &Backfill{Relay: sim.RelayURL(), PLC: sim.PLCURL(), DIDWeb: sim.PLCURL()}
 	src := live(sim)
-	r := &Runner{Config: Config{Node: node, Store: store, Catalog: cat, FlushInterval: 100 * time.Millisecond, MemtableBytes: 1 << 20,
+	r := &Runner{Config: Config{Node: node, Store: store, Catalog: cat, FlushInterval: 100 * time.Millisecond, MemtableBytes: 1 << 20, GCGrace: time.Nanosecond,
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})}, Sources: []Source{bf, src}, CompactionInterval: 200 * time.Millisecond}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()

@@ -55,6 +55,10 @@ type Config struct {
 	ClockBlock    uint64
 	Logger        hclog.Logger
 	Metrics       *Metrics
+	// GCGrace: tables a compaction replaced are deleted this long after
+	// the flush that published it (0: lsm.DefaultGCGrace), so nodes still
+	// serving the older generation finish their reads.
+	GCGrace time.Duration
 }
 
 // ErrLeadershipLost: the writer's node is no longer the leader (or its
@@ -83,6 +87,7 @@ type Writer struct {
 		ex          extract.Extractor
 		compaction  *compactionResult
 		lastFlush   time.Time
+		garbage     []garbageTable
 	}
 	dead atomic.Bool
 	// resync receives DIDs whose repository must be fetched again
@@ -92,6 +97,12 @@ type Writer struct {
 
 // resyncQueueMax bounds the repositories waiting for a resync.
 const resyncQueueMax = 10000
+
+type garbageTable struct {
+	tree lsm.Tree
+	id   string
+	at   time.Time
+}
 
 type compactionResult struct {
 	add    lsm.Run
@@ -314,6 +325,36 @@ func orStr(s, d string) string {
 	return s
 }
 
+// collectGarbage deletes the tables replaced more than the grace period
+// ago. A deposed leader's list is lost: those tables stay in the bucket
+// (an orphan sweep is future work).
+func (w *Writer) collectGarbage(ctx context.Context) {
+	grace := w.cfg.GCGrace
+	if grace <= 0 {
+		grace = lsm.DefaultGCGrace
+	}
+	w.mu.Lock()
+	var due, keep []garbageTable
+	for _, g := range w.mu.garbage {
+		if time.Since(g.at) >= grace {
+			due = append(due, g)
+		} else {
+			keep = append(keep, g)
+		}
+	}
+	w.mu.garbage = keep
+	w.mu.Unlock()
+	for _, g := range due {
+		data, meta := lsm.TableKeys(g.tree, g.id)
+		for _, k := range []string{data, meta} {
+			if err := w.cfg.Store.Delete(ctx, k); err != nil {
+				w.log.Warn("delete replaced table", "key", k, "error", err)
+			}
+		}
+		w.cfg.Catalog.Drop(g.tree, g.id)
+	}
+}
+
 // ReserveStamp hands out a stamp now, for data written later (a backfill
 // reserves its repository's stamp before fetching it).
 func (w *Writer) ReserveStamp(ctx context.Context) (uint64, error) {
@@ -474,6 +515,14 @@ func (w *Writer) Flush(ctx context.Context) error {
 	}
 	w.pending.Committed()
 	fr := res.(fsm.FlushResult)
+	if comp != nil {
+		w.mu.Lock()
+		for _, g := range fr.Garbage {
+			w.mu.garbage = append(w.mu.garbage, garbageTable{tree: comp.add.Tree, id: g.ID, at: time.Now()})
+		}
+		w.mu.Unlock()
+	}
+	w.collectGarbage(ctx)
 	w.metrics.FlushSeconds.Observe(time.Since(start).Seconds())
 	w.metrics.Generation.Set(float64(fr.Generation))
 	w.log.Debug("published", "generation", fr.Generation, "links", links.Len(), "revocations", revs.Len(), "outlines", len(outlines), "took", time.Since(start))

@@ -224,6 +224,9 @@ func NewID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// TableKeys returns the object keys of a table's data and meta.
+func TableKeys(t Tree, id string) (data, meta string) { return dataKey(t, id), metaKey(t, id) }
+
 // Object keys.
 func dataKey(t Tree, id string) string { return "tables/" + string(t) + "/" + id + ".data" }
 func metaKey(t Tree, id string) string { return "tables/" + string(t) + "/" + id + ".meta" }
