@@ -3,6 +3,7 @@ package lsm
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
@@ -35,7 +36,7 @@ func TestPagingWhileIngesting(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	const before = 20_000
+	const before = 100_000
 	for i := 0; i < 10; i++ {
 		add(before / 10)
 	}
@@ -55,7 +56,7 @@ func TestPagingWhileIngesting(t *testing.T) {
 			seen[Cursor{l.Source, l.Location}]++
 		}
 		pages++
-		if pages%10 == 0 { // ingest goes on: new links before and after the cursor, new generations
+		if pages%50 == 0 { // ingest goes on: new links before and after the cursor, new generations
 			add(500)
 			if _, err := db.Compact(ctx); err != nil {
 				t.Fatal(err)
@@ -77,4 +78,90 @@ func TestPagingWhileIngesting(t *testing.T) {
 		}
 	}
 	t.Logf("%d pages, %d links seen (%d live before paging), %d generations", pages, len(seen), before, db.View().Generation())
+}
+
+// Paging reads only the frames a page needs (round one stops at a
+// horizon); whatever the limit, direction, filter and revocations, the
+// pages together are exactly the target's live links.
+func TestWindowedPagingMatchesAll(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, Options{Store: newLocalStore(t), Dir: t.TempDir(), NoGCGrace: true, CompactionFanIn: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := link.RecordID{RKey: 9, Collection: link.CollectionFirst, DID: 3}
+	r := rand.New(rand.NewPCG(8, 9))
+	stamp := uint64(0)
+	var sources []link.RecordID
+	for run := 0; run < 5; run++ {
+		for i := 0; i < 2500; i++ {
+			stamp++
+			src := link.RecordID{RKey: r.Uint64() >> 1, Collection: link.CollectionFirst + uint64(r.IntN(3)), DID: uint64(1 + r.IntN(300))}
+			if r.IntN(5) == 0 && len(sources) > 0 { // the same link again, newer
+				src = sources[r.IntN(len(sources))]
+			}
+			sources = append(sources, src)
+			l := link.Backlink{Target: target, Source: src, Location: link.Location(1 + r.IntN(2)), SourceRev: stamp}
+			if err := db.AddBacklink(&l); err != nil {
+				t.Fatal(err)
+			}
+			if r.IntN(4) == 0 { // revoke a random earlier source, or a repository
+				stamp++
+				v := link.Revocation{Source: sources[r.IntN(len(sources))], Rev: stamp}
+				if r.IntN(50) == 0 {
+					v.Source = v.Source.Repo()
+				}
+				if err := db.AddRevocation(&v); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := db.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if run == 3 {
+			if _, err := db.Compact(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, c := range []struct {
+		limit   int
+		reverse bool
+		filter  Filter
+	}{
+		{3, false, Filter{}}, {7, true, Filter{}}, {100, false, Filter{}}, {100, true, Filter{}},
+		{1000, false, Filter{}}, {50, false, Filter{Collections: []uint64{link.CollectionFirst + 1}}},
+		{33, true, Filter{Paths: []uint64{2}}},
+	} {
+		want, _, err := db.Reader().All(ctx, db.View(), target, c.filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.reverse {
+			slices.Reverse(want)
+		}
+		var got []link.Backlink
+		var after *Cursor
+		maxGets := 0
+		for page := 0; ; page++ {
+			res, err := db.Backlinks(ctx, Query{Target: target, After: after, Reverse: c.reverse, Limit: c.limit, Filter: c.filter})
+			if err != nil {
+				t.Fatal(err)
+			}
+			maxGets = max(maxGets, res.Stats.Round1MaxPerRun)
+			got = append(got, res.Links...)
+			if res.Next == nil {
+				break
+			}
+			after = res.Next
+			if page > 20000 {
+				t.Fatal("paging does not end")
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("limit %d reverse %v filter %+v: %d links paged, %d live", c.limit, c.reverse, c.filter, len(got), len(want))
+		}
+		t.Logf("limit %d reverse %v: %d links, round-one GETs per run per page at most %d", c.limit, c.reverse, len(got), maxGets)
+	}
 }

@@ -126,52 +126,46 @@ func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, erro
 		limit = LimitMax
 	}
 	res := &Result{Generation: v.Generation()}
-	cands, err := r.candidates(ctx, v, q.Target, &q.Filter, &res.Stats)
-	if err != nil {
-		return nil, err
-	}
-	// Position after the cursor.
-	if q.Reverse {
-		slices.Reverse(cands)
-	}
-	start := 0
-	if q.After != nil {
-		start, _ = slices.BinarySearchFunc(cands, *q.After, func(l link.Backlink, c Cursor) int {
-			x := cmpPos(l.Source, l.Location, c.Source, c.Location)
-			if q.Reverse {
-				return -x
-			}
-			return x
-		})
-		for start < len(cands) && cmpPos(cands[start].Source, cands[start].Location, q.After.Source, q.After.Location) == 0 {
-			start++
-		}
-	}
-	cands = cands[start:]
+	after := q.After
 	batch := limit + limit/2 + 16
-	more := false
-	for len(cands) > 0 && len(res.Links) < limit {
-		n := min(batch, len(cands))
-		live, err := r.live(ctx, v, cands[:n], &res.Stats)
+	for len(res.Links) < limit {
+		cands, horizon, err := r.candidates(ctx, v, q.Target, &q.Filter, window{after: after, reverse: q.Reverse, want: batch}, &res.Stats)
 		if err != nil {
 			return nil, err
 		}
+		if q.Reverse {
+			slices.Reverse(cands)
+		}
+		live, err := r.live(ctx, v, cands, &res.Stats)
+		if err != nil {
+			return nil, err
+		}
+		rest := false // candidates not returned follow the page's last link
 		for i, ok := range live {
 			if !ok {
 				continue
 			}
 			if len(res.Links) == limit {
-				more = true // a live link follows the page
+				rest = true
 				break
 			}
 			res.Links = append(res.Links, cands[i])
+			if len(res.Links) == limit && i < len(cands)-1 {
+				rest = true
+			}
 		}
-		cands = cands[n:]
+		if len(res.Links) == limit {
+			if rest || horizon != nil {
+				last := res.Links[len(res.Links)-1]
+				res.Next = &Cursor{Source: last.Source, Location: last.Location}
+			}
+			break
+		}
+		if horizon == nil {
+			break // every link of the target was considered
+		}
+		after = horizon // everything up to the horizon was considered
 		batch *= 4
-	}
-	if len(res.Links) == limit && (more || len(cands) > 0) {
-		last := res.Links[len(res.Links)-1]
-		res.Next = &Cursor{Source: last.Source, Location: last.Location}
 	}
 	return res, nil
 }
@@ -180,7 +174,7 @@ func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, erro
 // order (bounded by CandidatesMax).
 func (r *Reader) All(ctx context.Context, v *View, target link.RecordID, filter Filter) ([]link.Backlink, Stats, error) {
 	var st Stats
-	cands, err := r.candidates(ctx, v, target, &filter, &st)
+	cands, _, err := r.candidates(ctx, v, target, &filter, window{}, &st)
 	if err != nil {
 		return nil, st, err
 	}
@@ -200,7 +194,7 @@ func (r *Reader) All(ctx context.Context, v *View, target link.RecordID, filter 
 // Count returns the number of live links to target that pass filter.
 func (r *Reader) Count(ctx context.Context, v *View, target link.RecordID, filter Filter) (uint64, Stats, error) {
 	var st Stats
-	cands, err := r.candidates(ctx, v, target, &filter, &st)
+	cands, _, err := r.candidates(ctx, v, target, &filter, window{}, &st)
 	if err != nil {
 		return 0, st, err
 	}
@@ -306,12 +300,39 @@ func (r *Reader) fetchAll(ctx context.Context, groups []*fetchGroup) (gets []int
 	return gets, errors.Join(errs...)
 }
 
-// candidates is round one: every link to target in every run, folded
-// (identical links keep their newest rev), filtered, in source order.
-func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, f *Filter, st *Stats) ([]link.Backlink, error) {
+// window limits round one to the frames a page needs: the links after
+// (or, reverse, before) a cursor, about want of them per run. want 0 reads
+// every link of the target.
+type window struct {
+	after   *Cursor
+	reverse bool
+	want    int
+}
+
+// cursorKey is the 56-byte prefix of a position: target, source, location.
+func cursorKey(target link.RecordID, c *Cursor) []byte {
+	k := make([]byte, 56)
+	target.Put(k[0:24])
+	c.Source.Put(k[24:48])
+	binary.BigEndian.PutUint64(k[48:56], uint64(c.Location))
+	return k
+}
+
+// candidates is round one: the links to target in every run, folded
+// (identical links keep their newest rev), filtered, in ascending source
+// order. With a window it reads only the frames after the cursor that a
+// page needs; horizon, when not nil, is the furthest position (in the
+// window's direction) up to which every run was read: candidates beyond
+// it are dropped, and the caller continues from it.
+func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, f *Filter, w window, st *Stats) ([]link.Backlink, *Cursor, error) {
 	prefix := target.Bytes()
 	var groups []*fetchGroup
+	var cut []bool
 	runOf := make([]int, 0)
+	var key []byte
+	if w.after != nil {
+		key = cursorKey(target, w.after)
+	}
 	for ri, vr := range v.trees[TreeLinks] {
 		t := vr.tableFor(prefix[:])
 		if t == nil {
@@ -326,7 +347,34 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 		if !ok {
 			continue
 		}
-		groups = append(groups, &fetchGroup{t: t, first: first, last: last})
+		lo, hi := first, last
+		if w.want > 0 {
+			need := w.want/(FrameBytesMax/link.BacklinkSize) + 2
+			if !w.reverse {
+				if key != nil {
+					if fs, _, ok := t.meta.FramesFor(key); ok {
+						lo = max(lo, fs)
+					} else if bytes.Compare(key, t.meta.MaxKey[:56]) > 0 {
+						continue // nothing after the cursor here
+					}
+				}
+				hi = min(last, lo+need-1)
+			} else {
+				if key != nil {
+					if _, fl, ok := t.meta.FramesFor(key); ok {
+						hi = min(hi, fl)
+					} else if bytes.Compare(key, t.meta.MinKey[:56]) < 0 {
+						continue // nothing before the cursor here
+					}
+				}
+				lo = max(first, hi-need+1)
+			}
+			if lo > hi {
+				continue
+			}
+		}
+		groups = append(groups, &fetchGroup{t: t, first: lo, last: hi})
+		cut = append(cut, (!w.reverse && hi < last) || (w.reverse && lo > first))
 		runOf = append(runOf, ri)
 	}
 	gets, err := r.fetchAll(ctx, groups)
@@ -339,7 +387,47 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 		st.Round1MaxPerRun = max(st.Round1MaxPerRun, n)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	// The horizon: for each run read only in part, the last position it
+	// holds of the target in what was read.
+	var horizon *Cursor
+	for gi, g := range groups {
+		if !cut[gi] {
+			continue
+		}
+		var recs []byte
+		var off int
+		if !w.reverse {
+			recs = g.frames[len(g.frames)-1]
+			off = len(recs) - link.BacklinkSize
+		} else {
+			recs = g.frames[0]
+		}
+		if len(recs) == 0 || !bytes.Equal(recs[off:off+24], prefix[:]) {
+			continue // the target ends (or starts) inside what was read
+		}
+		l := link.GetBacklink(recs[off:])
+		c := Cursor{Source: l.Source, Location: l.Location}
+		if horizon == nil || (!w.reverse && cmpPos(c.Source, c.Location, horizon.Source, horizon.Location) < 0) ||
+			(w.reverse && cmpPos(c.Source, c.Location, horizon.Source, horizon.Location) > 0) {
+			horizon = &c
+		}
+	}
+	inWindow := func(l *link.Backlink) bool {
+		if w.after != nil {
+			x := cmpPos(l.Source, l.Location, w.after.Source, w.after.Location)
+			if (!w.reverse && x <= 0) || (w.reverse && x >= 0) {
+				return false
+			}
+		}
+		if horizon != nil {
+			x := cmpPos(l.Source, l.Location, horizon.Source, horizon.Location)
+			if (!w.reverse && x > 0) || (w.reverse && x < 0) {
+				return false
+			}
+		}
+		return true
 	}
 	// Size the result once for big targets (a popular target's frames
 	// hold most of their records); small ones append.
@@ -352,12 +440,12 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 			lo, hi := prefixRange(recs, link.BacklinkSize, prefix[:])
 			for off := lo; off < hi; off += link.BacklinkSize {
 				l := link.GetBacklink(recs[off:])
-				if f.empty() || f.match(&l) {
+				if (f.empty() || f.match(&l)) && inWindow(&l) {
 					out = append(out, l)
 				}
 			}
 			if len(out) > CandidatesMax {
-				return nil, fmt.Errorf("target %v: more than %d links: %w", target, CandidatesMax, ErrTooBig)
+				return nil, nil, fmt.Errorf("target %v: more than %d links: %w", target, CandidatesMax, ErrTooBig)
 			}
 		}
 	}
@@ -365,18 +453,18 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 		slices.SortFunc(out, func(a, b link.Backlink) int { return a.Compare(&b) })
 	}
 	// Fold identical links (same source and location), keeping the newest.
-	w := 0
+	n := 0
 	for i := range out {
-		if w > 0 && out[w-1].Source == out[i].Source && out[w-1].Location == out[i].Location {
-			out[w-1].SourceRev = max(out[w-1].SourceRev, out[i].SourceRev)
+		if n > 0 && out[n-1].Source == out[i].Source && out[n-1].Location == out[i].Location {
+			out[n-1].SourceRev = max(out[n-1].SourceRev, out[i].SourceRev)
 			continue
 		}
-		out[w] = out[i]
-		w++
+		out[n] = out[i]
+		n++
 	}
-	out = out[:w]
+	out = out[:n]
 	st.Candidates += len(out)
-	return out, nil
+	return out, horizon, nil
 }
 
 func countFrames(groups []*fetchGroup) int {
