@@ -125,7 +125,7 @@ func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, erro
 	if limit <= 0 || limit > LimitMax {
 		limit = LimitMax
 	}
-	res := &Result{Generation: v.Generation()}
+	res := &Result{Generation: v.Generation(), Links: make([]link.Backlink, 0, min(limit, 128))}
 	after := q.After
 	batch := limit + limit/2 + 16
 	for len(res.Links) < limit {
@@ -136,23 +136,34 @@ func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, erro
 		if q.Reverse {
 			slices.Reverse(cands)
 		}
-		live, err := r.live(ctx, v, cands, &res.Stats)
-		if err != nil {
-			return nil, err
-		}
+		// Round two in batches: a page rarely needs the revocations of
+		// every candidate.
 		rest := false // candidates not returned follow the page's last link
-		for i, ok := range live {
-			if !ok {
-				continue
+		check := limit + limit/2 + 16
+		for len(cands) > 0 && len(res.Links) < limit {
+			n := min(check, len(cands))
+			live, err := r.live(ctx, v, cands[:n], &res.Stats)
+			if err != nil {
+				return nil, err
 			}
-			if len(res.Links) == limit {
-				rest = true
-				break
+			for i, ok := range live {
+				if !ok {
+					continue
+				}
+				if len(res.Links) == limit {
+					rest = true
+					break
+				}
+				res.Links = append(res.Links, cands[i])
+				if len(res.Links) == limit && i < n-1 {
+					rest = true
+				}
 			}
-			res.Links = append(res.Links, cands[i])
-			if len(res.Links) == limit && i < len(cands)-1 {
-				rest = true
-			}
+			cands = cands[n:]
+			check *= 4
+		}
+		if len(cands) > 0 {
+			rest = true
 		}
 		if len(res.Links) == limit {
 			if rest || horizon != nil {
@@ -309,6 +320,10 @@ type window struct {
 	want    int
 }
 
+// windowFramesMin: a target spanning at most this many frames of a table
+// is read whole (512 KiB of 64 KiB frames, about 8,000 links).
+const windowFramesMin = 8
+
 // cursorKey is the 56-byte prefix of a position: target, source, location.
 func cursorKey(target link.RecordID, c *Cursor) []byte {
 	k := make([]byte, 56)
@@ -348,8 +363,10 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 			continue
 		}
 		lo, hi := first, last
-		if w.want > 0 {
-			need := w.want/(FrameBytesMax/link.BacklinkSize) + 2
+		// Targets of a few frames are read whole (one GET, no second
+		// round); a window pays off for popular targets.
+		if w.want > 0 && last-first+1 > windowFramesMin {
+			need := max(windowFramesMin, w.want/(FrameBytesMax/link.BacklinkSize)+2)
 			if !w.reverse {
 				if key != nil {
 					if fs, _, ok := t.meta.FramesFor(key); ok {
@@ -431,16 +448,24 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 	}
 	// Size the result once for big targets (a popular target's frames
 	// hold most of their records); small ones append.
-	var out []link.Backlink
-	if frames := countFrames(groups); frames > 4 {
-		out = make([]link.Backlink, 0, frames*(FrameBytesMax/link.BacklinkSize))
+	n := 0
+	for _, g := range groups {
+		for _, recs := range g.frames {
+			lo, hi := prefixRange(recs, link.BacklinkSize, prefix[:])
+			n += (hi - lo) / link.BacklinkSize
+		}
 	}
+	if n > CandidatesMax {
+		return nil, nil, fmt.Errorf("target %v: more than %d links: %w", target, CandidatesMax, ErrTooBig)
+	}
+	out := make([]link.Backlink, 0, n)
+	all, windowed := f.empty(), w.after != nil || horizon != nil
 	for _, g := range groups {
 		for _, recs := range g.frames {
 			lo, hi := prefixRange(recs, link.BacklinkSize, prefix[:])
 			for off := lo; off < hi; off += link.BacklinkSize {
 				l := link.GetBacklink(recs[off:])
-				if (f.empty() || f.match(&l)) && inWindow(&l) {
+				if (all || f.match(&l)) && (!windowed || inWindow(&l)) {
 					out = append(out, l)
 				}
 			}
@@ -453,26 +478,18 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 		slices.SortFunc(out, func(a, b link.Backlink) int { return a.Compare(&b) })
 	}
 	// Fold identical links (same source and location), keeping the newest.
-	n := 0
+	k := 0
 	for i := range out {
-		if n > 0 && out[n-1].Source == out[i].Source && out[n-1].Location == out[i].Location {
-			out[n-1].SourceRev = max(out[n-1].SourceRev, out[i].SourceRev)
+		if k > 0 && out[k-1].Source == out[i].Source && out[k-1].Location == out[i].Location {
+			out[k-1].SourceRev = max(out[k-1].SourceRev, out[i].SourceRev)
 			continue
 		}
-		out[n] = out[i]
-		n++
+		out[k] = out[i]
+		k++
 	}
-	out = out[:n]
+	out = out[:k]
 	st.Candidates += len(out)
 	return out, horizon, nil
-}
-
-func countFrames(groups []*fetchGroup) int {
-	n := 0
-	for _, g := range groups {
-		n += len(g.frames)
-	}
-	return n
 }
 
 // prefixRange returns the byte offsets [lo, hi) of the records of a sorted
