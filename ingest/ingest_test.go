@@ -18,7 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +28,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // oneNode starts a single-node cluster (real Raft, real TLS).
-func oneNode(t *testing.T) *cluster.Node {
+func oneNode(t testing.TB) *cluster.Node {
 	dir := t.TempDir()
 	if err := cluster.MakeCA(dir); err != nil {
 		t.Fatal(err)
