@@ -242,13 +242,18 @@ func gone(err error) bool {
 		(strings.Contains(he.body, "RepoNotFound") || strings.Contains(he.body, "RepoTakendown") || strings.Contains(he.body, "RepoDeactivated"))))
 }
 
+// errResyncFailed: a resync could not fetch the repository; its replicated
+// marker stays, so a later leadership term tries again.
+var errResyncFailed = errors.New("resync: repository not fetched")
+
 // Resync backfills one repository now (a reactivated account, a #sync).
 func (b *Backfill) Resync(ctx context.Context, w *Writer, did string) error {
-	return b.repo(ctx, w, did)
+	return b.repo(ctx, w, did, true)
 }
 
-// repo backfills one repository: stamp, fetch, write.
-func (b *Backfill) repo(ctx context.Context, w *Writer, did string) error {
+// repo backfills one repository: stamp, fetch, write. With strict, a
+// repository that cannot be fetched is an error rather than a count.
+func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool) error {
 	if !link.ValidDID(did) {
 		b.skip("bad_did", did, nil)
 		return nil
@@ -278,6 +283,9 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string) error {
 		}
 		b.stats.add(func(s *BackfillStats) { s.Failed++ })
 		b.skip("fetch_failed", did, ferr)
+		if strict {
+			return fmt.Errorf("%s: %w: %v", did, errResyncFailed, ferr)
+		}
 		return nil
 	}
 	var ops []event.Op
@@ -349,7 +357,7 @@ func (b *Backfill) RunBackfill(ctx context.Context, w *Writer, cursor string) er
 			go func(did string) {
 				defer wg.Done()
 				defer func() { <-sem }()
-				if err := b.repo(ctx, w, did); err != nil {
+				if err := b.repo(ctx, w, did, false); err != nil {
 					errs <- err
 				}
 			}(r.DID)

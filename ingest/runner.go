@@ -40,8 +40,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	// Resyncs a previous leader had not finished.
 	for k := range r.Config.Node.FSM.Summary().Cursors {
 		if did, ok := strings.CutPrefix(k, ResyncPrefix); ok {
+			w.mu.Lock()
+			w.mu.resyncs[did]++
+			job := resyncJob{did: did, seq: w.mu.resyncs[did]}
+			w.mu.Unlock()
 			select {
-			case w.resync <- did:
+			case w.resync <- job:
 			default:
 			}
 		}
@@ -103,18 +107,18 @@ func (r *Runner) Run(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return
-			case did := <-w.resync:
+			case job := <-w.resync:
 				if backfill == nil {
 					w.skip("resync", "no_backfill_source")
 					continue
 				}
-				if err := backfill.Resync(ctx, w, did); err != nil {
+				if err := backfill.Resync(ctx, w, job.did); err != nil {
 					if ctx.Err() == nil {
-						log.Warn("resync failed", "did", did, "error", err)
+						log.Warn("resync failed", "did", job.did, "error", err)
 					}
 					continue
 				}
-				w.resyncDone(did)
+				w.resyncDone(job)
 			}
 		}
 	}()

@@ -88,11 +88,14 @@ type Writer struct {
 		compaction  *compactionResult
 		lastFlush   time.Time
 		garbage     []garbageTable
+		// resyncs counts resync requests per DID: a finished resync clears
+		// the replicated marker only if no newer request came meanwhile.
+		resyncs map[string]uint64
 	}
 	dead atomic.Bool
 	// resync receives DIDs whose repository must be fetched again
 	// (reactivated accounts, #sync events); bounded, drops when full.
-	resync chan string
+	resync chan resyncJob
 }
 
 // resyncQueueMax bounds the repositories waiting for a resync.
@@ -131,12 +134,13 @@ func NewWriter(ctx context.Context, cfg Config) (*Writer, error) {
 	if err := cfg.Node.Barrier(cluster.ProposeTimeout); err != nil {
 		return nil, fmt.Errorf("barrier: %w", err)
 	}
-	w := &Writer{cfg: cfg, log: cfg.Logger.Named("ingest"), metrics: cfg.Metrics, resync: make(chan string, resyncQueueMax)}
+	w := &Writer{cfg: cfg, log: cfg.Logger.Named("ingest"), metrics: cfg.Metrics, resync: make(chan resyncJob, resyncQueueMax)}
 	w.pending = fsm.NewPending(cfg.Node.FSM)
 	w.codec = link.Codec{Outlines: w.pending, PLC: cfg.PLC}
 	w.mu.links = lsm.NewMemtable(lsm.BacklinkFormat, cfg.MemtableBytes)
 	w.mu.revs = lsm.NewMemtable(lsm.RevocationFormat, cfg.MemtableBytes)
 	w.mu.cursors = map[string]string{}
+	w.mu.resyncs = map[string]uint64{}
 	w.mu.lastFlush = time.Now()
 	if err := w.reserveLocked(ctx); err != nil {
 		return nil, err
@@ -300,14 +304,21 @@ func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, sta
 // leader finds every resync its predecessor had not finished.
 const ResyncPrefix = "resync:"
 
+// resyncJob is one queued resync: the DID and the request count it answers.
+type resyncJob struct {
+	did string
+	seq uint64
+}
+
 // requestResync queues a repository for a resync; the caller holds w.mu.
 func (w *Writer) requestResync(source, did string) {
 	if !link.ValidDID(did) {
 		return
 	}
+	w.mu.resyncs[did]++
 	w.mu.cursors[ResyncPrefix+did] = "pending"
 	select {
-	case w.resync <- did:
+	case w.resync <- resyncJob{did: did, seq: w.mu.resyncs[did]}:
 	default:
 		// The queue is full: the pending entry stays in the replicated
 		// state, and the next leadership term picks it up.
@@ -315,8 +326,16 @@ func (w *Writer) requestResync(source, did string) {
 	}
 }
 
-// resyncDone records that a repository was fetched again.
-func (w *Writer) resyncDone(did string) { w.SetCursor(ResyncPrefix+did, "") }
+// resyncDone records that a repository was fetched again for request seq;
+// the replicated marker goes only if no newer request is waiting.
+func (w *Writer) resyncDone(j resyncJob) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.mu.resyncs[j.did] == j.seq {
+		delete(w.mu.resyncs, j.did)
+		w.mu.cursors[ResyncPrefix+j.did] = ""
+	}
+}
 
 func orStr(s, d string) string {
 	if s == "" {
