@@ -152,6 +152,21 @@ func ingestWithKills(t *testing.T, kind string) {
 			slices.Sort(want)
 			have := nodeLinks(t, n, target)
 			if !slices.Equal(have, want) {
+				// Say what the world knows of every differing source.
+				for _, h := range have {
+					if slices.Contains(want, h) {
+						continue
+					}
+					src := strings.SplitN(strings.TrimPrefix(h, "at://"), "/", 3)
+					a, _ := world.Account(src[0])
+					found := false
+					for _, r := range world.Records(src[0]) {
+						if strings.HasSuffix(h, "/"+r.Collection+"/"+r.RKey+" "+strings.SplitN(h, " ", 2)[1]) || strings.Contains(h, "/"+r.Collection+"/"+r.RKey+" ") {
+							found = true
+						}
+					}
+					t.Logf("extra %s: account status %q, record exists %v", h, a.Status, found)
+				}
 				t.Fatalf("%s target %s: %d links, model %d\n have %v\n want %v", n.ID, target, len(have), len(want), have, want)
 			}
 			links += len(have)
