@@ -30,6 +30,8 @@ const (
 	listReposPage = 1000
 	// repoBytesMax bounds one repository CAR fetched.
 	repoBytesMax = event.MaxCARBytes
+	// listReposBytesMax bounds one listRepos page (1,000 repositories).
+	listReposBytesMax = 64 << 20
 	// didDocBytesMax bounds a DID document.
 	didDocBytesMax = 1 << 20
 	// backfillHTTPTimeout bounds one request.
@@ -332,7 +334,7 @@ func (b *Backfill) RunBackfill(ctx context.Context, w *Writer, cursor string) er
 		var page listReposOut
 		var err error
 		for try := 0; ; try++ {
-			if err = b.getJSON(ctx, u, 64<<20, &page); err == nil || try == backfillTries || ctx.Err() != nil {
+			if err = b.getJSON(ctx, u, listReposBytesMax, &page); err == nil || try == backfillTries || ctx.Err() != nil {
 				break
 			}
 			sleepCtx(ctx, time.Duration(try+1)*time.Second)

@@ -43,6 +43,18 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 func nextBackoff(d time.Duration) time.Duration { return min(backoffMax, max(backoffMin, 2*d)) }
 
+// intCursor parses a numeric stream cursor ("" = none, 0).
+func intCursor(source, cursor string) (int64, error) {
+	if cursor == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(cursor, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%s: bad cursor %q", source, cursor)
+	}
+	return n, nil
+}
+
 // backoffReset: a connection that lasted this long was healthy; the next
 // reconnect starts from the shortest wait again.
 const backoffReset = time.Minute
@@ -104,13 +116,9 @@ func NewJetstream(urls []string, log hclog.Logger) (*Jetstream, error) {
 func (j *Jetstream) Name() string { return "jetstream" }
 
 func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op, string) error) error {
-	var cur int64
-	if cursor != "" {
-		n, err := strconv.ParseInt(cursor, 10, 64)
-		if err != nil {
-			return fmt.Errorf("jetstream: bad cursor %q", cursor)
-		}
-		cur = n
+	cur, err := intCursor("jetstream", cursor)
+	if err != nil {
+		return err
 	}
 	return reconnect(ctx, j.Log, "jetstream", func(attempt int) (string, error) {
 		base := j.URLs[attempt%len(j.URLs)] // fail over across the URLs in turn
@@ -207,13 +215,9 @@ func NewFirehose(raw string, log hclog.Logger) (*Firehose, error) {
 func (f *Firehose) Name() string { return "firehose" }
 
 func (f *Firehose) Run(ctx context.Context, cursor string, emit func(*event.Op, string) error) error {
-	var cur int64
-	if cursor != "" {
-		n, err := strconv.ParseInt(cursor, 10, 64)
-		if err != nil {
-			return fmt.Errorf("firehose: bad cursor %q", cursor)
-		}
-		cur = n
+	cur, err := intCursor("firehose", cursor)
+	if err != nil {
+		return err
 	}
 	return reconnect(ctx, f.Log, "firehose", func(int) (string, error) {
 		return f.URL, f.session(ctx, &cur, emit)

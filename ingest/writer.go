@@ -184,17 +184,8 @@ func (w *Writer) Apply(ctx context.Context, source, cursor string, op *event.Op)
 	if w.dead.Load() {
 		return ErrLeadershipLost
 	}
-	for {
-		w.mu.Lock()
-		full := w.mu.links.Bytes() > w.cfg.MemtableBytes-64*extract.LinksPerRecordMax || w.mu.revs.Full()
-		w.mu.Unlock()
-		if !full {
-			break
-		}
-		// Backpressure: publish before buffering more.
-		if err := w.Flush(ctx); err != nil {
-			return err
-		}
+	if err := w.makeRoom(ctx); err != nil {
+		return err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -204,6 +195,23 @@ func (w *Writer) Apply(ctx context.Context, source, cursor string, op *event.Op)
 	}
 	w.mu.cursors[source] = cursor
 	return nil
+}
+
+// makeRoom publishes the memtables when they cannot take one more record
+// (its links at most extract.LinksPerRecordMax, plus one revocation):
+// backpressure on the sources instead of unbounded memory.
+func (w *Writer) makeRoom(ctx context.Context) error {
+	for {
+		w.mu.Lock()
+		full := w.mu.links.Bytes() > w.cfg.MemtableBytes-link.BacklinkSize*extract.LinksPerRecordMax || w.mu.revs.Full()
+		w.mu.Unlock()
+		if !full {
+			return nil
+		}
+		if err := w.Flush(ctx); err != nil {
+			return err
+		}
+	}
 }
 
 func (w *Writer) skip(source, reason string) {
@@ -392,6 +400,9 @@ func (w *Writer) ApplyRepo(ctx context.Context, source, did string, stamp uint64
 	if w.dead.Load() {
 		return ErrLeadershipLost
 	}
+	if err := w.makeRoom(ctx); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	d, err := w.codec.DID(did, true)
 	if err != nil {
@@ -402,25 +413,12 @@ func (w *Writer) ApplyRepo(ctx context.Context, source, did string, stamp uint64
 	v := link.Revocation{Source: link.RepoID(d), Rev: stamp}
 	err = w.mu.revs.AddRevocation(&v)
 	w.mu.Unlock()
-	if errors.Is(err, lsm.ErrFull) {
-		if err := w.Flush(ctx); err != nil {
-			return err
-		}
-		w.mu.Lock()
-		err = w.mu.revs.AddRevocation(&v)
-		w.mu.Unlock()
-	}
 	if err != nil {
 		return err
 	}
 	for i := range ops {
-		w.mu.Lock()
-		full := w.mu.links.Bytes() > w.cfg.MemtableBytes-64*extract.LinksPerRecordMax
-		w.mu.Unlock()
-		if full {
-			if err := w.Flush(ctx); err != nil {
-				return err
-			}
+		if err := w.makeRoom(ctx); err != nil {
+			return err
 		}
 		w.mu.Lock()
 		err := w.recordLocked(source, &ops[i], stamp)

@@ -487,7 +487,7 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		return Run{}, fmt.Errorf("compaction of %d records over the in-memory bound: %w", records, ErrTooBig)
 	}
 	var bits uint8
-	for bits < ShardBitsMax && total > shardTargetBytes<<bits {
+	for bits < MaxShardBits && total > shardTargetBytes<<bits {
 		bits++
 	}
 	shards := make([][]byte, 1<<bits)

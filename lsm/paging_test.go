@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/objstore"
 )
 
 // Paging through a popular target with limit 100 while links keep arriving
@@ -85,7 +86,8 @@ func TestPagingWhileIngesting(t *testing.T) {
 // pages together are exactly the target's live links.
 func TestWindowedPagingMatchesAll(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, Options{Store: newLocalStore(t), Dir: t.TempDir(), NoGCGrace: true, CompactionFanIn: 3})
+	store := objstore.Counting(newLocalStore(t))
+	db, err := Open(ctx, Options{Store: store, Dir: t.TempDir(), NoGCGrace: true, CompactionFanIn: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +96,7 @@ func TestWindowedPagingMatchesAll(t *testing.T) {
 	stamp := uint64(0)
 	var sources []link.RecordID
 	for run := 0; run < 5; run++ {
-		for i := 0; i < 2500; i++ {
+		for i := 0; i < 5000; i++ {
 			stamp++
 			src := link.RecordID{RKey: r.Uint64() >> 1, Collection: link.CollectionFirst + uint64(r.IntN(3)), DID: uint64(1 + r.IntN(300))}
 			if r.IntN(5) == 0 && len(sources) > 0 { // the same link again, newer
@@ -125,12 +127,36 @@ func TestWindowedPagingMatchesAll(t *testing.T) {
 			}
 		}
 	}
+	// A cold first page reads less than the whole target: the compacted
+	// run (more than windowFramesMin frames of the target) is read only in
+	// part; the small delta runs are read whole.
+	readBytes := func(f func()) int64 {
+		db.reader.cache = NewFrameCache(0)
+		before := store.Snapshot()
+		f()
+		d := store.Snapshot().Sub(before)
+		return d.Get.Bytes + d.GetRange.Bytes
+	}
+	all := readBytes(func() {
+		if _, _, err := db.Reader().All(ctx, db.View(), target, Filter{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	page := readBytes(func() {
+		if _, err := db.Backlinks(ctx, Query{Target: target, Limit: 100}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if page >= all {
+		t.Fatalf("a cold page of 100 read %d bytes, the whole target %d", page, all)
+	}
+	t.Logf("cold page of 100: %d bytes; whole target: %d bytes", page, all)
 	for _, c := range []struct {
 		limit   int
 		reverse bool
 		filter  Filter
 	}{
-		{3, false, Filter{}}, {7, true, Filter{}}, {100, false, Filter{}}, {100, true, Filter{}},
+		{13, false, Filter{}}, {29, true, Filter{}}, {100, false, Filter{}}, {100, true, Filter{}},
 		{1000, false, Filter{}}, {50, false, Filter{Collections: []uint64{link.CollectionFirst + 1}}},
 		{33, true, Filter{Paths: []uint64{2}}},
 	} {

@@ -11,10 +11,6 @@ import (
 	"github.com/eddy-backlinks/eddy/objstore"
 )
 
-// MetaBytesMax bounds a meta object read from the store or disk (the
-// fences of a 4 GiB table at 64 KiB frames are well under this).
-const MetaBytesMax = 64 << 20
-
 // Catalog holds table metadata: decoded in memory, as files on local disk
 // (dir/tables/<tree>/<id>.meta), and fetched from the object store the first
 // time a node sees a table. Safe for concurrent use.
@@ -78,7 +74,7 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 	if err != nil {
 		return nil, fmt.Errorf("fetch meta of table %s: %w", ref.ID, err)
 	}
-	if len(b) > MetaBytesMax || (ref.MetaBytes != 0 && uint64(len(b)) != ref.MetaBytes) {
+	if len(b) > MaxMetaBytes || (ref.MetaBytes != 0 && uint64(len(b)) != ref.MetaBytes) {
 		return nil, fmt.Errorf("table %s: meta of %d bytes, manifest says %d: %w", ref.ID, len(b), ref.MetaBytes, ErrCorrupt)
 	}
 	return c.Add(t, ref.ID, b)
@@ -149,9 +145,6 @@ type View struct {
 	trees    map[Tree][]*viewRun
 }
 
-// ShardBitsMax bounds the shards of a compacted run (1<<16 tables).
-const ShardBitsMax = 16
-
 // OpenView loads the meta of every table of m (fetching missing ones from
 // the store, concurrently), so that a node exposes a manifest to queries
 // only once it can serve all of it.
@@ -171,7 +164,7 @@ func OpenView(ctx context.Context, cat *Catalog, m *Manifest) (*View, error) {
 					bits = t.ShardBits
 				}
 			}
-			if bits > ShardBitsMax {
+			if bits > MaxShardBits {
 				return nil, fmt.Errorf("run %s: %d shard bits: %w", r.ID, bits, ErrCorrupt)
 			}
 			vr.shardBits = bits

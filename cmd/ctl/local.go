@@ -124,10 +124,8 @@ func localUp(ctx context.Context, dir, bin string, n int, store, plc string, flu
 		}
 	}
 	tokenFile := filepath.Join(certs, "admin-token")
-	if _, err := os.Stat(tokenFile); err != nil {
-		if err := os.WriteFile(tokenFile, []byte(randomHex(32)+"\n"), 0o600); err != nil {
-			return err
-		}
+	if _, err := makeAdminToken(tokenFile); err != nil {
+		return err
 	}
 	lc := LocalCluster{Store: store, TokenFile: tokenFile, CertsDir: certs}
 	for i := 1; i <= n; i++ {
@@ -209,21 +207,6 @@ func StartNode(n *LocalNode) (int, error) {
 	pid := cmd.Process.Pid
 	go cmd.Wait() // reap it if it exits while eddy-ctl runs
 	return pid, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	f, err := os.Open("/dev/urandom")
-	if err == nil {
-		io.ReadFull(f, b)
-		f.Close()
-	}
-	const hexd = "0123456789abcdef"
-	out := make([]byte, 2*n)
-	for i, c := range b {
-		out[2*i], out[2*i+1] = hexd[c>>4], hexd[c&15]
-	}
-	return string(out)
 }
 
 func writeJSONFile(path string, v any) error {
