@@ -1,7 +1,7 @@
 # Eddy: a backlink index for the AT Protocol network.
 #
 #   make build   builds bin/eddy-node and bin/eddy-ctl
-#   make test    installs the test services (MinIO) if missing, then vets and tests everything
+#   make test    installs the test services (MinIO, systemd-analyze) if missing, then vets and tests everything
 #   make bench   runs the Go benchmarks (figures go to docs/bench.md by hand, with the command)
 #   make fuzz    runs every fuzz target for FUZZTIME each
 
@@ -11,7 +11,7 @@ FUZZTIME  ?= 30s
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/eddy-backlinks/eddy/version.Version=$(VERSION)
 
-.PHONY: all build test vet bench fuzz minio demo demo-down e2e-full clean
+.PHONY: all build test vet bench fuzz minio testdeps demo demo-down run e2e-full clean
 
 all: build
 
@@ -28,16 +28,26 @@ demo: build
 demo-down:
 	bin/eddy-ctl local down --dir .demo
 
+# One node on embedded defaults following the public Jetstream (state in
+# .run, kept across runs); says so when the network cannot be reached and
+# goes on serving what it has. Ctrl-C stops it.
+run: build
+	@bash scripts/run.sh
+
 # MinIO is a test service only: built outside the repository into GOPATH/bin,
 # reused when present, never linked into Eddy.
 minio:
 	@bash scripts/install-minio.sh
 
+# Other tools the tests need (systemd-analyze), installed if absent.
+testdeps:
+	@bash scripts/install-test-deps.sh
+
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 	$(GO) vet ./...
 
-test: minio vet build
+test: minio testdeps vet build
 	EDDY_REQUIRE_MINIO=1 EDDY_MINIO_BIN=$(GOBIN)/minio $(GO) test -count=1 -timeout 14m ./...
 
 # The end-to-end ingest run at the issue's full size: 2,000 accounts and

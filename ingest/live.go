@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/eddy-backlinks/eddy/ingest/event"
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/go-hclog"
@@ -78,7 +79,12 @@ func reconnect(ctx context.Context, log hclog.Logger, name string, session func(
 		}
 		backoff = nextBackoff(backoff)
 		if log != nil {
-			log.Warn(name+" connection ended; reconnecting", "url", url, "error", err, "backoff", backoff)
+			var unreachable *unreachableError
+			if errors.As(err, &unreachable) {
+				log.Error("cannot reach "+name+"; queries go on answering from what is already indexed", "url", url, "error", unreachable.err, "retry_in", backoff)
+			} else {
+				log.Warn(name+" connection ended; reconnecting", "url", url, "error", err, "backoff", backoff)
+			}
 		}
 		if err := sleepCtx(ctx, backoff); err != nil {
 			return err
@@ -126,6 +132,13 @@ func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op,
 	})
 }
 
+// unreachableError is a failure to connect at all (DNS, TCP, TLS, or the
+// websocket handshake), as opposed to a connection that ended.
+type unreachableError struct{ err error }
+
+func (e *unreachableError) Error() string { return "cannot connect: " + e.err.Error() }
+func (e *unreachableError) Unwrap() error { return e.err }
+
 // emitError wraps an error of the consumer: it stops the source.
 type emitError struct{ err error }
 
@@ -144,7 +157,10 @@ func (j *Jetstream) session(ctx context.Context, base string, cur *int64, emit f
 	u.RawQuery = q.Encode()
 	conn, _, err := websocket.DefaultDialer.DialContext(ctx, u.String(), nil)
 	if err != nil {
-		return err
+		return &unreachableError{err}
+	}
+	if j.Log != nil {
+		j.Log.Info("jetstream connected", "url", base, "cursor", *cur)
 	}
 	defer conn.Close()
 	conn.SetReadLimit(wsMessageBytesMax)
@@ -160,14 +176,14 @@ func (j *Jetstream) session(ctx context.Context, base string, cur *int64, emit f
 		if mt == websocket.BinaryMessage {
 			buf, err = j.dec.Decompress(buf, msg)
 			if err != nil {
-				j.skip("bad_compression", err)
+				j.skip("bad_compression", *cur, err)
 				continue
 			}
 			msg = buf
 		}
 		op, err := event.DecodeJetstream(msg)
 		if err != nil {
-			j.skip("bad_event", err)
+			j.skip("bad_event", *cur, err)
 			continue
 		}
 		if op.Seq > *cur {
@@ -182,9 +198,11 @@ func (j *Jetstream) session(ctx context.Context, base string, cur *int64, emit f
 	}
 }
 
-func (j *Jetstream) skip(reason string, err error) {
+// skip counts and logs a bad input; after is the cursor (time_us) of the
+// last good event before it, the position to look at in the stream.
+func (j *Jetstream) skip(reason string, after int64, err error) {
 	if j.Log != nil {
-		j.Log.Warn("skipped bad input", "source", "jetstream", "reason", reason, "error", err)
+		j.Log.Warn("skipped bad input", "source", "jetstream", "position", "after time_us "+strconv.FormatInt(after, 10), "reason", reason, "error", err)
 	}
 	if j.OnSkip != nil {
 		j.OnSkip(reason)
@@ -197,7 +215,9 @@ type Firehose struct {
 	URL    string
 	Log    hclog.Logger
 	OnSkip func(reason string)
-	OnLag  func(d time.Duration)
+	// OnLag, if set, receives how far behind now each commit is (by its
+	// revision TID's time).
+	OnLag func(d time.Duration)
 }
 
 // NewFirehose returns a firehose source of a relay (ws:// or wss:// host).
@@ -236,7 +256,10 @@ func (f *Firehose) session(ctx context.Context, cur *int64, emit func(*event.Op,
 	}
 	conn, _, err := websocket.DefaultDialer.DialContext(ctx, u.String(), nil)
 	if err != nil {
-		return err
+		return &unreachableError{err}
+	}
+	if f.Log != nil {
+		f.Log.Info("firehose connected", "url", f.URL, "cursor", *cur)
 	}
 	defer conn.Close()
 	conn.SetReadLimit(wsMessageBytesMax)
@@ -256,7 +279,7 @@ func (f *Firehose) session(ctx context.Context, cur *int64, emit func(*event.Op,
 			if errors.As(err, &se) {
 				return err // the relay closes after an error frame: reconnect
 			}
-			f.skip("bad_frame", err)
+			f.skip("bad_frame", *cur, err)
 			continue
 		}
 		for i := range ops {
@@ -268,6 +291,11 @@ func (f *Firehose) session(ctx context.Context, cur *int64, emit func(*event.Op,
 			if err := emit(&ops[i], strconv.FormatInt(max(c, *cur), 10)); err != nil {
 				return &emitError{err}
 			}
+			if f.OnLag != nil && ops[i].Rev != "" {
+				if tid, err := syntax.ParseTID(ops[i].Rev); err == nil {
+					f.OnLag(time.Since(tid.Time()))
+				}
+			}
 		}
 		if n := len(ops); n > 0 && ops[n-1].Seq > *cur {
 			*cur = ops[n-1].Seq
@@ -275,9 +303,11 @@ func (f *Firehose) session(ctx context.Context, cur *int64, emit func(*event.Op,
 	}
 }
 
-func (f *Firehose) skip(reason string, err error) {
+// skip counts and logs a bad input; after is the sequence number of the
+// last good frame before it.
+func (f *Firehose) skip(reason string, after int64, err error) {
 	if f.Log != nil {
-		f.Log.Warn("skipped bad input", "source", "firehose", "reason", reason, "error", err)
+		f.Log.Warn("skipped bad input", "source", "firehose", "position", "after seq "+strconv.FormatInt(after, 10), "reason", reason, "error", err)
 	}
 	if f.OnSkip != nil {
 		f.OnSkip(reason)

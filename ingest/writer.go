@@ -71,6 +71,7 @@ var ErrLeadershipLost = errors.New("ingest: leadership lost")
 type Writer struct {
 	cfg     Config
 	log     hclog.Logger
+	skipLog skipLogger
 	pending *fsm.Pending
 	codec   link.Codec
 	metrics *Metrics
@@ -214,8 +215,19 @@ func (w *Writer) makeRoom(ctx context.Context) error {
 	}
 }
 
-func (w *Writer) skip(source, reason string) {
+// skip counts a bad input that has no operation to name (a queue full, a
+// repository-wide event's DID); skipOp also names the operation.
+func (w *Writer) skip(source, reason string, kv ...any) {
 	w.metrics.Skipped.WithLabelValues(source, reason).Inc()
+	w.skipLog.log(w.log, source, reason, kv...)
+}
+
+// skipOp counts and logs a bad operation, naming where it was in its
+// source (the cursor: time_us for Jetstream, seq for the firehose) and the
+// record it was about.
+func (w *Writer) skipOp(source, reason string, op *event.Op, err error) {
+	w.metrics.Skipped.WithLabelValues(source, reason).Inc()
+	w.skipLog.log(w.log, source, reason, "position", op.Seq, "did", op.DID, "collection", op.Collection, "rkey", op.RKey, "error", err)
 }
 
 func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) error {
@@ -232,12 +244,12 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 		// deleted, takendown, suspended, deactivated: the repository is no
 		// longer served, so its links go; a reactivation resyncs them.
 		if !link.ValidDID(op.DID) {
-			w.skip(source, "bad_did")
+			w.skipOp(source, "bad_did", op, nil)
 			return nil
 		}
 		did, err := w.codec.DID(op.DID, true)
 		if err != nil {
-			w.skip(source, "bad_did")
+			w.skipOp(source, "bad_did", op, err)
 			return nil
 		}
 		stamp, err := w.stampLocked(ctx)
@@ -250,12 +262,12 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 		return nil // identity, sync: nothing to index
 	}
 	if !link.ValidDID(op.DID) || !link.ValidCollection(op.Collection) || !link.ValidRKey(op.RKey) {
-		w.skip(source, "bad_source")
+		w.skipOp(source, "bad_source", op, nil)
 		return nil
 	}
 	src, err := w.codec.Record(op.DID, op.Collection, op.RKey, true)
 	if err != nil {
-		w.skip(source, "bad_source")
+		w.skipOp(source, "bad_source", op, err)
 		return nil
 	}
 	stamp, err := w.stampLocked(ctx)
@@ -272,11 +284,11 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 		}
 	}
 	if op.Action != event.ActionCreate && op.Action != event.ActionUpdate {
-		w.skip(source, "bad_action")
+		w.skipOp(source, "bad_action", op, nil)
 		return nil
 	}
 	if op.Skip != "" || op.Record == nil {
-		w.skip(source, "record_"+orStr(op.Skip, "missing"))
+		w.skipOp(source, "record_"+orStr(op.Skip, "missing"), op, nil)
 		return nil
 	}
 	return w.linksLocked(source, op, src, stamp)
@@ -290,12 +302,12 @@ func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, sta
 		l := &links[i]
 		tgt, err := w.codec.Target(&l.Target, true)
 		if err != nil {
-			w.skip(source, "bad_target")
+			w.skipOp(source, "bad_target", op, err)
 			continue
 		}
 		loc, err := w.codec.Location(l.Path, l.StrongRef, true)
 		if err != nil {
-			w.skip(source, "bad_path")
+			w.skipOp(source, "bad_path", op, err)
 			continue
 		}
 		bl := link.Backlink{Target: tgt, Source: src, Location: loc, SourceRev: stamp}
@@ -407,7 +419,7 @@ func (w *Writer) ApplyRepo(ctx context.Context, source, did string, stamp uint64
 	d, err := w.codec.DID(did, true)
 	if err != nil {
 		w.mu.Unlock()
-		w.skip(source, "bad_did")
+		w.skip(source, "bad_did", "did", did, "error", err)
 		return nil
 	}
 	v := link.Revocation{Source: link.RepoID(d), Rev: stamp}
@@ -434,16 +446,16 @@ func (w *Writer) ApplyRepo(ctx context.Context, source, did string, stamp uint64
 // recordLocked buffers the links of one record at stamp.
 func (w *Writer) recordLocked(source string, op *event.Op, stamp uint64) error {
 	if !link.ValidDID(op.DID) || !link.ValidCollection(op.Collection) || !link.ValidRKey(op.RKey) {
-		w.skip(source, "bad_source")
+		w.skipOp(source, "bad_source", op, nil)
 		return nil
 	}
 	if op.Skip != "" || op.Record == nil {
-		w.skip(source, "record_"+orStr(op.Skip, "missing"))
+		w.skipOp(source, "record_"+orStr(op.Skip, "missing"), op, nil)
 		return nil
 	}
 	src, err := w.codec.Record(op.DID, op.Collection, op.RKey, true)
 	if err != nil {
-		w.skip(source, "bad_source")
+		w.skipOp(source, "bad_source", op, err)
 		return nil
 	}
 	return w.linksLocked(source, op, src, stamp)

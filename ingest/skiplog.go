@@ -1,0 +1,56 @@
+package ingest
+
+import (
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// skipLogEvery bounds the log lines of skipped inputs: at most one line per
+// source and reason in this interval; the lines in between are counted and
+// the next line says how many were not logged (the metric counts them all).
+const skipLogEvery = time.Second
+
+// skipLogger writes the "skipped bad input" lines, rate-limited per source
+// and reason so a stream of garbage cannot flood the log.
+type skipLogger struct {
+	mu   sync.Mutex
+	last map[[2]string]skipLogState
+	now  func() time.Time // tests
+}
+
+type skipLogState struct {
+	at         time.Time
+	suppressed int
+}
+
+func (s *skipLogger) log(log hclog.Logger, source, reason string, kv ...any) {
+	if log == nil {
+		return
+	}
+	now := time.Now
+	if s.now != nil {
+		now = s.now
+	}
+	t := now()
+	k := [2]string{source, reason}
+	s.mu.Lock()
+	if s.last == nil {
+		s.last = map[[2]string]skipLogState{}
+	}
+	st, seen := s.last[k]
+	if seen && t.Sub(st.at) < skipLogEvery {
+		st.suppressed++
+		s.last[k] = st
+		s.mu.Unlock()
+		return
+	}
+	s.last[k] = skipLogState{at: t}
+	s.mu.Unlock()
+	args := append([]any{"source", source, "reason", reason}, kv...)
+	if st.suppressed > 0 {
+		args = append(args, "not_logged_since_last", st.suppressed)
+	}
+	log.Warn("skipped bad input", args...)
+}
