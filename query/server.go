@@ -41,7 +41,11 @@ type Server struct {
 	Reader *lsm.Reader
 	Codec  *link.Codec // read-only: Outlines from the replicated state
 	Log    hclog.Logger
-	sem    chan struct{}
+	// Ready, when set, gates every query: while it returns an error the
+	// node answers 503 NotReady (a restarted node catching up with the
+	// cluster), so a client asks another node rather than get a stale answer.
+	Ready func() error
+	sem   chan struct{}
 }
 
 // NewServer returns a query server.
@@ -97,6 +101,13 @@ type handler func(ctx context.Context, r *http.Request, v *lsm.View) (any, error
 // the generation header and XRPC error bodies.
 func (s *Server) wrap(h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if s.Ready != nil {
+			if err := s.Ready(); err != nil {
+				w.Header().Set("Retry-After", "1")
+				writeErr(w, &apiError{http.StatusServiceUnavailable, "NotReady", "this node is catching up with the cluster (" + err.Error() + "); ask another node"})
+				return
+			}
+		}
 		select {
 		case s.sem <- struct{}{}:
 			defer func() { <-s.sem }()

@@ -21,7 +21,7 @@ import (
 
 func init() {
 	register("local", command{
-		summary: "run a local cluster of eddy-node processes on loopback: local up|down --dir DIR",
+		summary: "run a local cluster of eddy-node processes on loopback: local up|down|restart --dir DIR",
 		run:     runLocal,
 	})
 }
@@ -50,8 +50,11 @@ type LocalNode struct {
 const localUpTimeout = 60 * time.Second
 
 func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "restart" {
+		return runLocalRestart(ctx, args[1:], stdout, stderr) // local_restart.go
+	}
 	if len(args) == 0 || (args[0] != "up" && args[0] != "down") {
-		return fmt.Errorf("local up|down --dir DIR: %w", errUsage)
+		return fmt.Errorf("local up|down|restart --dir DIR: %w", errUsage)
 	}
 	fs := flag.NewFlagSet("local "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -63,6 +66,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	flushInterval := fs.Duration("flush-interval", 0, "passed to every node (default: the node's)")
 	var sources listFlag
 	fs.Var(&sources, "source", "ingest source URL, repeatable (replay+file:///abs/path, jetstream+wss://..., firehose+wss://...)")
+	httpHosts := fs.String("http-hosts", "", "loopback IPs, one per node (e.g. 127.0.0.1,127.0.0.2,127.0.0.3): node i serves its query API on the i-th at one port shared by all, as behind a round-robin DNS name (default: 127.0.0.1, a port each)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -90,7 +94,44 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("eddy-node binary: %w (build it with make build, or pass --node-bin)", err)
 	}
-	return localUp(ctx, abs, bin, *nodes, *store, *plc, *flushInterval, sources, stdout)
+	var hosts []string
+	if *httpHosts != "" {
+		hosts = strings.Split(*httpHosts, ",")
+		if len(hosts) != *nodes {
+			return fmt.Errorf("--http-hosts: %d addresses for %d nodes: %w", len(hosts), *nodes, errUsage)
+		}
+		for _, h := range hosts {
+			if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
+				return fmt.Errorf("--http-hosts: %q is not a loopback IP: %w", h, errUsage)
+			}
+		}
+	}
+	return localUp(ctx, abs, bin, *nodes, *store, *plc, *flushInterval, sources, hosts, stdout)
+}
+
+// sharedPort finds one TCP port free on every host.
+func sharedPort(hosts []string) (string, error) {
+	var last error
+	for try := 0; try < 50; try++ {
+		a, err := freePort()
+		if err != nil {
+			return "", err
+		}
+		_, port, _ := net.SplitHostPort(a)
+		ok := true
+		for _, h := range hosts {
+			l, err := net.Listen("tcp", net.JoinHostPort(h, port))
+			if err != nil {
+				ok, last = false, err
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return port, nil
+		}
+	}
+	return "", fmt.Errorf("no port free on every one of %v: %v", hosts, last)
 }
 
 type listFlag []string
@@ -107,7 +148,7 @@ func freePort() (string, error) {
 	return l.Addr().String(), nil
 }
 
-func localUp(ctx context.Context, dir, bin string, n int, store, plc string, flushInterval time.Duration, sources []string, stdout io.Writer) error {
+func localUp(ctx context.Context, dir, bin string, n int, store, plc string, flushInterval time.Duration, sources, httpHosts []string, stdout io.Writer) error {
 	if _, err := os.Stat(filepath.Join(dir, "cluster.json")); err == nil {
 		return fmt.Errorf("%s already holds a cluster (cluster.json); run local down, or remove the directory", dir)
 	}
@@ -128,6 +169,14 @@ func localUp(ctx context.Context, dir, bin string, n int, store, plc string, flu
 		return err
 	}
 	lc := LocalCluster{Store: store, TokenFile: tokenFile, CertsDir: certs}
+	httpPort := ""
+	if len(httpHosts) > 0 {
+		p, err := sharedPort(httpHosts)
+		if err != nil {
+			return err
+		}
+		httpPort = p
+	}
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("n%d", i)
 		if _, err := os.Stat(filepath.Join(certs, id+".pem")); err != nil {
@@ -144,6 +193,9 @@ func localUp(ctx context.Context, dir, bin string, n int, store, plc string, flu
 			addrs[j] = a
 		}
 		ln := LocalNode{ID: id, Raft: addrs[0], Admin: addrs[1], HTTP: addrs[2], Bin: bin, Log: filepath.Join(dir, id+".log")}
+		if httpPort != "" {
+			ln.HTTP = net.JoinHostPort(httpHosts[i-1], httpPort)
+		}
 		ln.Args = []string{
 			"--id", id, "--data-dir", filepath.Join(dir, id), "--raft-addr", ln.Raft, "--admin-addr", ln.Admin, "--http-addr", ln.HTTP,
 			"--certs-dir", certs, "--admin-token-file", tokenFile, "--store", store, "--plc", plc,

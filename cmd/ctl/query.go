@@ -27,6 +27,7 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	limit := fs.Int("limit", 100, "links per page")
 	all := fs.Bool("all", false, "follow cursors to the last page")
 	cursor := fs.String("cursor", "", "start after this cursor")
+	dns := fs.String("dns", os.Getenv("EDDY_DNS"), "resolve node host names with the DNS server at ip:port instead of the system's [$EDDY_DNS]")
 	// Accept flags after the target too.
 	var target string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -43,9 +44,17 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("query TARGET --addr URLS: %w", errUsage)
 	}
 	c := client.New(*addr)
+	if *dns != "" {
+		r, err := client.DNSResolver(*dns)
+		if err != nil {
+			return fmt.Errorf("--dns: %w", err)
+		}
+		c.Resolver = r
+	}
 	type page struct {
 		Node       string              `json:"node"`
 		Generation uint64              `json:"generation"`
+		Attempts   int                 `json:"attempts"`
 		Backlinks  map[string][]string `json:"backlinks"`
 		Cursor     *string             `json:"cursor"`
 	}
@@ -56,7 +65,7 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		if *asJSON {
-			b, _ := json.Marshal(page{Node: ans.Node, Generation: ans.Generation, Backlinks: out.Backlinks, Cursor: out.Cursor})
+			b, _ := json.Marshal(page{Node: ans.Node, Generation: ans.Generation, Attempts: ans.Attempts, Backlinks: out.Backlinks, Cursor: out.Cursor})
 			fmt.Fprintln(stdout, string(b))
 		} else {
 			fmt.Fprintf(stdout, "# answered by %s at generation %d\n", ans.Node, ans.Generation)

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -186,6 +187,26 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	reader := lsm.NewReader(counted, lsm.NewFrameCache(c.cacheBytes))
 	codec := &link.Codec{Outlines: node.FSM}
 	qs := query.NewServer(views, reader, codec, log)
+	// A restarted node answers queries only once it has applied the log it
+	// had at start (or readyLagMax passed) and serves the manifest applied.
+	startIndex, started := node.Raft().LastIndex(), time.Now()
+	var caughtUp atomic.Bool
+	qs.Ready = func() error {
+		if caughtUp.Load() {
+			return nil
+		}
+		if _, leader := node.Leader(); leader == "" {
+			return errors.New("no leader known")
+		}
+		if a := node.Raft().AppliedIndex(); a < startIndex && time.Since(started) < c.readyLagMax {
+			return fmt.Errorf("applied log index %d of %d", a, startIndex)
+		}
+		if served, applied := views.Current().Generation(), node.FSM.Manifest().Generation; served < applied {
+			return fmt.Errorf("serving generation %d, applied %d", served, applied)
+		}
+		caughtUp.Store(true)
+		return nil
+	}
 
 	var sources []ingest.Source
 	metrics := ingest.NewMetrics()

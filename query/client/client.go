@@ -31,8 +31,34 @@ type Client struct {
 	Addrs []string
 	// HTTP is the client used for each attempt (Timeout: DefaultTimeout).
 	HTTP *http.Client
-	// Resolver expands a host name into addresses (net.DefaultResolver).
+	// Resolver expands a host name into addresses (net.DefaultResolver);
+	// DNSResolver makes one that asks a given DNS server.
 	Resolver *net.Resolver
+}
+
+// DNSResolver returns a resolver that sends every DNS query to the server
+// at addr (ip:port, or ip for port 53) instead of the servers of
+// /etc/resolv.conf, over UDP or TCP as the Go resolver chooses. As with any
+// Go resolver, a name listed in /etc/hosts is answered from there.
+func DNSResolver(addr string) (*net.Resolver, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		host, port = addr, "53"
+	}
+	if net.ParseIP(host) == nil {
+		return nil, fmt.Errorf("DNS server %q: want ip:port", addr)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return nil, fmt.Errorf("DNS server %q: bad port", addr)
+	}
+	server := net.JoinHostPort(host, port)
+	return &net.Resolver{
+		PreferGo: true,
+		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, server)
+		},
+	}, nil
 }
 
 // New returns a client of addrs (comma-separated lists are split).
@@ -65,9 +91,12 @@ type Answer struct {
 }
 
 // endpoints expands the addresses: each URL whose host resolves to
-// several IPs becomes one endpoint per IP.
-func (c *Client) endpoints(ctx context.Context) []string {
+// several IPs becomes one endpoint per IP, in the resolver's order. A name
+// that does not resolve is reported, not handed to the dialer (which would
+// use another resolver).
+func (c *Client) endpoints(ctx context.Context) ([]string, []error) {
 	var out []string
+	var errs []error
 	res := c.Resolver
 	if res == nil {
 		res = net.DefaultResolver
@@ -77,7 +106,8 @@ func (c *Client) endpoints(ctx context.Context) []string {
 			a = "http://" + a
 		}
 		u, err := url.Parse(a)
-		if err != nil {
+		if err != nil || u.Host == "" {
+			errs = append(errs, fmt.Errorf("node address %q: not a URL", a))
 			continue
 		}
 		host, port := u.Hostname(), u.Port()
@@ -86,8 +116,11 @@ func (c *Client) endpoints(ctx context.Context) []string {
 			continue
 		}
 		ips, err := res.LookupHost(ctx, host)
-		if err != nil || len(ips) == 0 {
-			out = append(out, strings.TrimRight(u.String(), "/")) // let the dial report it
+		if err == nil && len(ips) == 0 {
+			err = errors.New("no address")
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("resolve %s: %w", host, err))
 			continue
 		}
 		for _, ip := range ips {
@@ -100,7 +133,7 @@ func (c *Client) endpoints(ctx context.Context) []string {
 			out = append(out, strings.TrimRight(v.String(), "/"))
 		}
 	}
-	return out
+	return out, errs
 }
 
 // Get calls path with params on the first node that answers, decoding the
@@ -110,11 +143,13 @@ func (c *Client) Get(ctx context.Context, path string, params url.Values, out an
 	if hc == nil {
 		hc = &http.Client{Timeout: DefaultTimeout}
 	}
-	eps := c.endpoints(ctx)
+	eps, errs := c.endpoints(ctx)
 	if len(eps) == 0 {
-		return Answer{}, errors.New("no node address")
+		if len(errs) == 0 {
+			return Answer{}, errors.New("no node address")
+		}
+		return Answer{}, fmt.Errorf("no node address: %w", errors.Join(errs...))
 	}
-	var errs []error
 	for i, base := range eps {
 		ans := Answer{Node: base, Attempts: i + 1}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path+"?"+params.Encode(), nil)
