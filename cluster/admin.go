@@ -50,6 +50,7 @@ type NodeStatus struct {
 	PublishedClock uint64            `json:"published_clock"`
 	Cursors        map[string]string `json:"cursors"`
 	Outlines       map[string]int    `json:"outlines"`
+	SkippedEntries uint64            `json:"skipped_entries"` // Raft entries of a newer build's type, flagged skippable, applied as no-ops
 	Servers        []ServerStatus    `json:"servers"`
 	Extra          map[string]any    `json:"extra,omitempty"`
 	Error          string            `json:"error,omitempty"` // set by /admin/cluster for a node that did not answer
@@ -129,7 +130,7 @@ func (a *Admin) Status() NodeStatus {
 	st := NodeStatus{
 		ID: n.cfg.ID, Version: version.Version, State: n.raft.State().String(), Leader: leader, Term: stats["term"],
 		AppliedIndex: n.raft.AppliedIndex(), Generation: sum.Generation, Clock: sum.Clock, PublishedClock: sum.Published,
-		Cursors: sum.Cursors, Outlines: sum.Outlines, LastContactMs: -1,
+		Cursors: sum.Cursors, Outlines: sum.Outlines, SkippedEntries: sum.Skipped, LastContactMs: -1,
 	}
 	if lc := n.raft.LastContact(); !lc.IsZero() && !n.IsLeader() {
 		st.LastContactMs = time.Since(lc).Milliseconds()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/fsm"
+	"github.com/eddy-backlinks/eddy/version"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -342,14 +343,32 @@ func (n *Node) callLeader(is bool) {
 }
 
 func (n *Node) registerSelf() {
+	ctx, cancel := context.WithTimeout(context.Background(), ProposeTimeout)
+	defer cancel()
+	defer n.proposeLeaderEntries(ctx)
 	want := fsm.NodeInfo{ID: n.cfg.ID, HTTP: n.cfg.HTTPAddr, Admin: n.cfg.AdminAddr, Raft: n.cfg.RaftAdvertise}
 	if have, ok := n.FSM.Node(n.cfg.ID); ok && have == want {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), ProposeTimeout)
-	defer cancel()
 	if _, err := n.Propose(ctx, fsm.TypeNodeInfo, 0, want); err != nil {
 		n.log.Warn("record own addresses", "error", err)
+	}
+}
+
+// proposeLeaderEntries proposes the entries this build writes at each
+// leadership (fsm.LeaderEntries: none in a default build).
+func (n *Node) proposeLeaderEntries(ctx context.Context) {
+	es, err := fsm.LeaderEntries(n.cfg.ID, version.Version)
+	if err != nil {
+		n.log.Warn("leader entries", "error", err)
+		return
+	}
+	for _, e := range es {
+		if _, err := n.ProposeRaw(ctx, e.Data); err != nil {
+			n.log.Warn("propose leader entry", "type", e.Type.String(), "error", err)
+			continue
+		}
+		n.log.Info("proposed leader entry", "type", e.Type.String(), "skippable", e.Flags&fsm.FlagSkippable != 0, "index", n.raft.AppliedIndex())
 	}
 }
 

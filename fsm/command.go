@@ -58,6 +58,9 @@ func (t Type) String() string {
 	case TypeNoop:
 		return "noop"
 	}
+	if name, _, ok := nextType(t); ok {
+		return name
+	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }
 
@@ -137,7 +140,8 @@ func Encode(t Type, flags uint8, v any) ([]byte, error) {
 }
 
 // Decoded is a decoded entry: Payload is a *ReserveClock, *Flush,
-// *NodeInfo, *Setting, or nil for a skipped or no-op entry.
+// *NodeInfo, *Setting, a type only a -tags eddy_next build knows (next.go),
+// or nil for a skipped or no-op entry.
 type Decoded struct {
 	Type    Type
 	Flags   uint8
@@ -170,6 +174,10 @@ func Decode(b []byte) (Decoded, error) {
 	case TypeNoop:
 		return d, nil
 	default:
+		if _, np, ok := nextType(d.Type); ok {
+			p = np
+			break
+		}
 		if d.Flags&FlagSkippable != 0 {
 			d.Skipped = true
 			return d, nil
@@ -181,4 +189,21 @@ func Decode(b []byte) (Decoded, error) {
 	}
 	d.Payload = p
 	return d, nil
+}
+
+// LeaderEntry is an entry a build proposes each time one of its nodes
+// becomes leader.
+type LeaderEntry struct {
+	Type  Type
+	Flags uint8
+	Data  []byte // encoded
+}
+
+// LeaderEntries returns the entries a new leader of this build proposes,
+// after recording its own addresses. A default build has none; a build with
+// -tags eddy_next proposes one entry of a type older builds do not know,
+// flagged FlagSkippable (next.go): the rehearsal of a Raft format change
+// that the rolling-upgrade test (e2e/roll_test.go) runs.
+func LeaderEntries(node, version string) ([]LeaderEntry, error) {
+	return leaderEntries(node, version)
 }

@@ -1,0 +1,92 @@
+//go:build !eddy_next
+
+package fsm
+
+import (
+	"bytes"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/hashicorp/raft"
+)
+
+// nextBuildInfoEntry is, byte for byte, the entry a build with -tags
+// eddy_next proposes when node n1 of version v2 becomes leader
+// (next_test.go checks that build produces exactly these bytes).
+var nextBuildInfoEntry = []byte("\x01\x06\x01" + `{"node":"n1","version":"v2"}`)
+
+// An entry of a type this build does not know, flagged skippable, changes
+// nothing but the applied index and the skipped count, which snapshots
+// keep; unflagged, the same type stops the node with a message to upgrade.
+func TestSkippableUnknownType(t *testing.T) {
+	s := New()
+	apply(t, s, TypeReserveClock, ReserveClock{After: 0, Count: 10})
+	apply(t, s, TypeFlush, Flush{Edit: lsm.Edit{Add: []lsm.Run{run("r1")}}, Cursors: map[string]string{"a": "1"}, Clock: 5})
+	before := s.Summary()
+	snapBefore := snapshotBytes(t, s)
+
+	for i, data := range [][]byte{nextBuildInfoEntry, {EntryVersion, 250, FlagSkippable | 0x80}, {EntryVersion, 99, FlagSkippable, 0xff, 0x00}} {
+		d, err := Decode(data)
+		if err != nil || !d.Skipped || d.Payload != nil {
+			t.Fatalf("entry %d: decoded %+v, %v; want skipped", i, d, err)
+		}
+		l := &raft.Log{Index: before.Index + uint64(i) + 1, Type: raft.LogCommand, Data: data}
+		if r := s.Apply(l); r != nil {
+			t.Fatalf("entry %d: Apply returned %v", i, r)
+		}
+	}
+	after := s.Summary()
+	if after.Skipped != 3 || after.Index != before.Index+3 {
+		t.Fatalf("skipped %d, index %d (was %d)", after.Skipped, after.Index, before.Index)
+	}
+	after.Skipped, after.Index = before.Skipped, before.Index
+	if !reflect.DeepEqual(before, after) {
+		t.Fatalf("a skipped entry changed the state:\n%+v\n%+v", before, after)
+	}
+	// The snapshot differs only in the count, and a restore keeps it.
+	snapAfter := snapshotBytes(t, s)
+	if bytes.Equal(snapBefore, snapAfter) || !bytes.Equal(bytes.Replace(snapAfter, []byte(`"skipped":3`), []byte(`"skipped":0`), 1), snapBefore) {
+		t.Fatalf("snapshots:\n%s\n%s", snapBefore, snapAfter)
+	}
+	r := New()
+	if err := r.Restore(io.NopCloser(bytes.NewReader(snapAfter))); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Summary().Skipped; got != 3 {
+		t.Fatalf("restored skipped count %d", got)
+	}
+
+	// The same unknown types without the flag: refused, with a message that
+	// says what to do; the state is untouched.
+	for _, data := range [][]byte{
+		append([]byte{EntryVersion, 6, 0}, nextBuildInfoEntry[headerBytes:]...),
+		{EntryVersion, 250, 0x80},
+	} {
+		if _, err := Decode(data); err == nil || !strings.Contains(err.Error(), "unknown entry type") {
+			t.Fatalf("Decode(%v): %v; want an unknown type error", data, err)
+		}
+		msg := func() (msg string) {
+			defer func() { msg, _ = recover().(string) }()
+			s.Apply(&raft.Log{Index: 100, Type: raft.LogCommand, Data: data})
+			return ""
+		}()
+		if !strings.Contains(msg, "entry 100") || !strings.Contains(msg, "upgrade this node") {
+			t.Fatalf("Apply of a non-skippable unknown type: panic %q", msg)
+		}
+	}
+	if got := s.Summary(); got.Skipped != 3 || got.Index != before.Index+3 {
+		t.Fatalf("a refused entry changed the state: %+v", got)
+	}
+}
+
+// A default build proposes nothing extra when it becomes leader.
+// (This file is the default build's view: next_test.go is the eddy_next one.)
+func TestLeaderEntriesDefaultBuild(t *testing.T) {
+	es, err := LeaderEntries("n1", "v1")
+	if err != nil || len(es) != 0 {
+		t.Fatalf("LeaderEntries: %v, %v", es, err)
+	}
+}
