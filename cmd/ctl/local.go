@@ -21,7 +21,7 @@ import (
 
 func init() {
 	register("local", command{
-		summary: "run a local cluster of eddy-node processes on loopback: local up|down --dir DIR",
+		summary: "run a local cluster of eddy-node processes on loopback: local up|down|restart --dir DIR",
 		run:     runLocal,
 	})
 }
@@ -50,8 +50,11 @@ type LocalNode struct {
 const localUpTimeout = 60 * time.Second
 
 func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "restart" {
+		return runLocalRestart(ctx, args[1:], stdout, stderr) // local_restart.go
+	}
 	if len(args) == 0 || (args[0] != "up" && args[0] != "down") {
-		return fmt.Errorf("local up|down --dir DIR: %w", errUsage)
+		return fmt.Errorf("local up|down|restart --dir DIR: %w", errUsage)
 	}
 	fs := flag.NewFlagSet("local "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
