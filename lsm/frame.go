@@ -94,8 +94,10 @@ const (
 	// complement difference would fill the high bytes with 0xff. A
 	// trailing partial word is XORed.
 	transformDeltaShuffle frameTransform = 3
+	// transformColumns (4) is the columnar codec of codec.go (format
+	// version 2).
 
-	transformCount = 4
+	transformCount = 5
 )
 
 // candidateTransforms are the transforms BuildTable chooses from, per table
@@ -149,6 +151,8 @@ func (t frameTransform) String() string {
 		return "xor+shuffle"
 	case transformDeltaShuffle:
 		return "delta+shuffle"
+	case transformColumns:
+		return "columns"
 	}
 	return fmt.Sprintf("transform(%d)", uint8(t))
 }

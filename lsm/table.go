@@ -112,6 +112,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/zeebo/xxh3"
 )
 
@@ -135,10 +136,11 @@ var (
 const FrameBytesMax = 64 << 10
 
 // TableFormatVersion is the version of the table format BuildTable writes
-// (see the top of table.go): version 1 is the layout documented there, with
-// frame transforms 0-3, zstd frames and 8- or 16-bit binary fuse filters.
-// DecodeMeta reads versions 1..TableFormatVersion.
-const TableFormatVersion = 1
+// (see the top of table.go): version 1 has frame transforms 0-3, zstd
+// frames and 8- or 16-bit binary fuse filters; version 2 adds 8 header
+// bytes, the dictionary section and the columnar frame transform 4
+// (codec.go). DecodeMeta reads versions 1..TableFormatVersion.
+const TableFormatVersion = 2
 
 // Limits. Everything read from a meta is checked against these (and against
 // the meta's own size) before it is trusted.
@@ -166,7 +168,8 @@ const (
 // Meta layout sizes.
 const (
 	metaMagic       = "EDDYMETA"
-	metaHeaderSize  = 64
+	metaHeaderSize  = 64 // version 1
+	metaHeader2Size = 72 // version 2
 	frameEntryFixed = 17 // a frame entry without its fence
 	metaTrailerSize = 8
 	flagContinues   = 1 << 0
@@ -231,6 +234,9 @@ type TableMeta struct {
 	transform  frameTransform
 	filterBits int
 	filter     *filter
+	version    int
+	dict       *accountDict // transformColumns: the account dictionary
+	layout     colLayout    // transformColumns: the record layout
 }
 
 // FrameMeta describes one frame of a table.
@@ -306,9 +312,20 @@ func BuildTable(f Format, recs []byte, opt TableOptions) (data, meta []byte, err
 	}
 	prefixes := len(keys)
 
+	layout, columnar := columnsLayout(f)
 	transform := opt.transform
-	if !opt.transSet {
+	switch {
+	case !opt.transSet && columnar:
+		transform = transformColumns
+	case !opt.transSet:
 		transform = chooseTransform(enc, recs, w, perFrame)
+	case transform >= transformCount, transform == transformColumns && !columnar:
+		return nil, nil, fmt.Errorf("lsm: BuildTable: transform %v for format %+v", transform, f)
+	}
+	var dict *accountDict
+	var ranks map[account]uint32
+	if transform == transformColumns {
+		dict, ranks = buildAccountDict(recs, layout)
 	}
 
 	// Frames.
@@ -334,10 +351,24 @@ func BuildTable(f Format, recs []byte, opt TableOptions) (data, meta []byte, err
 			}
 		}
 		raw := recs[s*w : e*w]
-		tmp := (*bp)[:len(raw)]
-		encodeTransform(transform, tmp, raw, w)
 		off := len(data)
-		data = enc.EncodeAll(tmp, data)
+		if transform == transformColumns {
+			// Columns (frame byte 0 = 0), or, for records the columns
+			// do not shrink, delta+shuffle and zstd (byte 0 = 1).
+			data = append(data, frameColumns)
+			data = encodeColumns(data, raw, layout, ranks)
+			if len(data)-off > len(raw) {
+				data = data[:off]
+				data = append(data, frameDeltaZstd)
+				tmp := (*bp)[:len(raw)]
+				encodeTransform(transformDeltaShuffle, tmp, raw, w)
+				data = enc.EncodeAll(tmp, data)
+			}
+		} else {
+			tmp := (*bp)[:len(raw)]
+			encodeTransform(transform, tmp, raw, w)
+			data = enc.EncodeAll(tmp, data)
+		}
 		fr := frameInfo{start: s, n: e - s, length: len(data) - off, sum: xxh3.Hash(data[off:])}
 		if fr.length > maxFrameLength {
 			return nil, nil, fmt.Errorf("lsm: BuildTable: frame %d compressed to %d bytes", len(frames), fr.length)
@@ -350,8 +381,8 @@ func BuildTable(f Format, recs []byte, opt TableOptions) (data, meta []byte, err
 	}
 
 	// Meta.
-	size := metaHeaderSize + w + len(frames)*(frameEntryFixed+w) + metaTrailerSize
-	meta = make([]byte, metaHeaderSize, size+filterHeaderSize+prefixes*5/2+64)
+	size := metaHeader2Size + w + len(frames)*(frameEntryFixed+w) + metaTrailerSize
+	meta = make([]byte, metaHeader2Size, size+filterHeaderSize+prefixes*5/2+dict.len()*6+64)
 	copy(meta, metaMagic)
 	binary.LittleEndian.PutUint16(meta[8:], TableFormatVersion)
 	binary.LittleEndian.PutUint16(meta[10:], uint16(w))
@@ -383,6 +414,11 @@ func BuildTable(f Format, recs []byte, opt TableOptions) (data, meta []byte, err
 		return nil, nil, err
 	}
 	binary.LittleEndian.PutUint32(meta[60:], uint32(len(meta)-filterStart))
+	if transform == transformColumns {
+		dictStart := len(meta)
+		meta = appendDict(meta, dict, enc)
+		binary.LittleEndian.PutUint32(meta[64:], uint32(len(meta)-dictStart))
+	}
 	meta = binary.LittleEndian.AppendUint64(meta, xxh3.Hash(meta))
 	if len(meta) > MaxMetaBytes {
 		return nil, nil, fmt.Errorf("lsm: BuildTable: meta of %d bytes exceeds MaxMetaBytes", len(meta))
@@ -456,7 +492,12 @@ func DecodeMeta(b []byte) (*TableMeta, error) {
 	case v > TableFormatVersion:
 		return nil, fmt.Errorf("%w: meta has version %d, this binary reads up to %d", ErrVersion, v, TableFormatVersion)
 	}
-	if len(b) < metaHeaderSize+1+frameEntryFixed+1+filterHeaderSize+metaTrailerSize {
+	version := int(binary.LittleEndian.Uint16(b[8:]))
+	hdr := metaHeaderSize
+	if version >= 2 {
+		hdr = metaHeader2Size
+	}
+	if len(b) < hdr+1+frameEntryFixed+1+filterHeaderSize+metaTrailerSize {
 		return nil, corruptf("%d bytes is too short", len(b))
 	}
 	if len(b) > MaxMetaBytes {
@@ -478,6 +519,14 @@ func DecodeMeta(b []byte) (*TableMeta, error) {
 		DataBytes: binary.LittleEndian.Uint64(b[32:]),
 		Prefixes:  binary.LittleEndian.Uint64(b[40:]),
 		MetaBytes: len(b),
+		version:   version,
+	}
+	var dictBytes uint64
+	if version >= 2 {
+		dictBytes = uint64(binary.LittleEndian.Uint32(b[64:]))
+		if r := binary.LittleEndian.Uint32(b[68:]); r != 0 {
+			return nil, corruptf("reserved header bytes %08x", r)
+		}
 	}
 	filterBits := int(b[15])
 	m.filterBits = filterBits
@@ -487,7 +536,7 @@ func DecodeMeta(b []byte) (*TableMeta, error) {
 	switch {
 	case m.Format.check() != nil:
 		return nil, corruptf("width %d prefix %d", w, p)
-	case m.transform >= transformCount:
+	case m.transform >= transformCount, m.transform == transformColumns && version < 2:
 		return nil, corruptf("unknown frame transform %d", m.transform)
 	case filterBits != FilterBits8 && filterBits != FilterBits16:
 		return nil, corruptf("filter bits %d", filterBits)
@@ -505,11 +554,28 @@ func DecodeMeta(b []byte) (*TableMeta, error) {
 	entry := uint64(frameEntryFixed + w)
 	// Every term is bounded (nFrames < 2^32, entry < 2^9, filterBytes <
 	// 2^32), so the sum cannot overflow.
-	if want := metaHeaderSize + uint64(w) + nFrames*entry + filterBytes + metaTrailerSize; want != uint64(len(b)) {
+	if want := uint64(hdr) + uint64(w) + nFrames*entry + filterBytes + dictBytes + metaTrailerSize; want != uint64(len(b)) {
 		return nil, corruptf("size %d, fields say %d", len(b), want)
 	}
-	filterAt := metaHeaderSize + w + int(nFrames)*int(entry)
+	filterAt := hdr + w + int(nFrames)*int(entry)
 	fb := b[filterAt : filterAt+int(filterBytes)]
+	if m.transform == transformColumns {
+		l, ok := columnsLayout(m.Format)
+		if !ok {
+			return nil, corruptf("columnar transform for width %d prefix %d", w, p)
+		}
+		m.layout = l
+		d, err := decodeDict(b[filterAt+int(filterBytes) : filterAt+int(filterBytes)+int(dictBytes)])
+		if err != nil {
+			return nil, err
+		}
+		if uint64(d.len()) > m.Records/2 {
+			return nil, corruptf("dictionary of %d entries for %d records", d.len(), m.Records)
+		}
+		m.dict = d
+	} else if dictBytes != 0 {
+		return nil, corruptf("dictionary section without the columnar transform")
+	}
 	if sz, err := filterSectionSize(fb, filterBits); err != nil {
 		return nil, err
 	} else if sz != filterBytes {
@@ -519,11 +585,11 @@ func DecodeMeta(b []byte) (*TableMeta, error) {
 	// Fences and the last key share one buffer; nothing refers to b.
 	keys := make([]byte, (int(nFrames)+1)*w)
 	m.MaxKey = keys[:w:w]
-	copy(m.MaxKey, b[metaHeaderSize:])
+	copy(m.MaxKey, b[hdr:])
 	m.Frames = make([]FrameMeta, nFrames)
 	perFrame := uint32(FrameBytesMax / w)
 	var offset, records uint64
-	at := metaHeaderSize + w
+	at := hdr + w
 	for i := range m.Frames {
 		e := b[at : at+int(entry)]
 		at += int(entry)
@@ -688,7 +754,15 @@ func (m *TableMeta) DecodeFrame(i int, compressed []byte, dst []byte) ([]byte, e
 	// The decoder gets zstdSlack bytes of room past the frame (its fast
 	// path); it can write no more than that, and a frame whose size is
 	// not exactly want is corrupt.
-	if m.transform == transformNone {
+	if m.transform == transformColumns {
+		if cap(dst) < want {
+			dst = make([]byte, want)
+		}
+		dst = dst[:want]
+		if err := m.decodeColumnsFrame(dst, compressed, dec); err != nil {
+			return nil, bad("%v", err)
+		}
+	} else if m.transform == transformNone {
 		if cap(dst) < want+zstdSlack {
 			dst = make([]byte, 0, want+zstdSlack)
 		}
@@ -721,6 +795,37 @@ func (m *TableMeta) DecodeFrame(i int, compressed []byte, dst []byte) ([]byte, e
 		return nil, bad("%v", err)
 	}
 	return dst, nil
+}
+
+// Frame byte 0 of a columnar table (transformColumns).
+const (
+	frameColumns   = 0 // the columns (codec.go) follow
+	frameDeltaZstd = 1 // a zstd frame of the delta+shuffle transform follows
+)
+
+// decodeColumnsFrame decodes a frame of a columnar table into dst (the
+// frame's size).
+func (m *TableMeta) decodeColumnsFrame(dst, b []byte, dec *zstd.Decoder) error {
+	if len(b) < 1 {
+		return errors.New("empty frame")
+	}
+	switch b[0] {
+	case frameColumns:
+		return decodeColumns(dst, b[1:], len(dst)/m.Format.Width, m.layout, m.dict)
+	case frameDeltaZstd:
+		bp := scratchPool.Get().(*[]byte)
+		defer scratchPool.Put(bp)
+		out, err := dec.DecodeAll(b[1:], (*bp)[:0:len(dst)+zstdSlack])
+		if err != nil {
+			return fmt.Errorf("zstd: %v", err)
+		}
+		if len(out) != len(dst) {
+			return fmt.Errorf("decompressed to %d bytes, want %d", len(out), len(dst))
+		}
+		decodeTransform(transformDeltaShuffle, dst, out, m.Format.Width)
+		return nil
+	}
+	return fmt.Errorf("frame kind %d", b[0])
 }
 
 // checkFrame checks decoded records against the meta.

@@ -266,6 +266,8 @@ func tblRunDD(t *testing.T, st *tblState, c tblCase) string {
 				opt.transform = transformXORShuffle
 			case "delta":
 				opt.transform = transformDeltaShuffle
+			case "columns":
+				opt.transform = transformColumns
 			default:
 				t.Fatalf("%s: transform %q", c.pos, tr)
 			}
@@ -293,6 +295,9 @@ func tblRunDD(t *testing.T, st *tblState, c tblCase) string {
 		fmt.Fprintf(&b, "format: width=%d prefix=%d version=%d\n", m.Format.Width, m.Format.PrefixLen, binary.LittleEndian.Uint16(st.meta[8:]))
 		fmt.Fprintf(&b, "records=%d prefixes=%d data=%dB meta=%dB\n", m.Records, m.Prefixes, m.DataBytes, m.MetaBytes)
 		fmt.Fprintf(&b, "shard=%d bits=%d transform=%s filter=%dbit filter-bytes=%d\n", m.Shard, m.ShardBits, m.transform, m.filterBits, m.FilterBytes())
+		if m.transform == transformColumns {
+			fmt.Fprintf(&b, "dictionary: %d accounts\n", m.dict.len())
+		}
 		fmt.Fprintf(&b, "min=%s\nmax=%s\n", tblFmtRec(m.MinKey), tblFmtRec(m.MaxKey))
 		for i, fr := range m.Frames {
 			cont := ""
@@ -457,11 +462,15 @@ func TestTableRoundTripRandom(t *testing.T) {
 		f := formats[it%len(formats)]
 		n := 1 + rng.IntN(3000)
 		recs := tblRandomRecords(rng, f, n)
+		tr := frameTransform(rng.IntN(transformCount))
+		if _, ok := columnsLayout(f); !ok && tr == transformColumns {
+			tr = transformDeltaShuffle
+		}
 		opt := TableOptions{
 			FilterSeed: rng.Uint64(),
 			FilterBits: []int{0, 8, 16}[rng.IntN(3)],
 			frameMax:   []int{0, 1, 2, 7, 16, 100}[rng.IntN(6)],
-			transform:  frameTransform(rng.IntN(transformCount)),
+			transform:  tr,
 			transSet:   true,
 		}
 		data, meta, err := BuildTable(f, recs, opt)
@@ -606,13 +615,24 @@ func TestTableCorruptionEveryByte(t *testing.T) {
 		n     int
 		frame int
 		tr    frameTransform
+		synth func() []byte // records shaped like the network's (else random)
 	}{
-		{RevocationFormat, 40, 8, transformDeltaShuffle},
-		{BacklinkFormat, 30, 4, transformNone},
-		{BacklinkFormat, 30, 0, transformXORShuffle},
-		{Format{Width: 16, PrefixLen: 8}, 50, 16, transformShuffle},
+		{RevocationFormat, 40, 8, transformDeltaShuffle, nil},
+		{BacklinkFormat, 30, 4, transformNone, nil},
+		{BacklinkFormat, 30, 0, transformXORShuffle, nil},
+		{Format{Width: 16, PrefixLen: 8}, 50, 16, transformShuffle, nil},
+		// Columnar frames (and, for random records, the delta+zstd
+		// fallback frames of a columnar table).
+		{BacklinkFormat, 0, 40, transformColumns, func() []byte { return synthSortedBacklinks(21, 160) }},
+		{RevocationFormat, 0, 50, transformColumns, func() []byte { return synthRevocations(22, 150) }},
+		{BacklinkFormat, 20, 8, transformColumns, nil},
 	} {
-		recs := tblRandomRecords(rng, tc.f, tc.n)
+		var recs []byte
+		if tc.synth != nil {
+			recs = tc.synth()
+		} else {
+			recs = tblRandomRecords(rng, tc.f, tc.n)
+		}
 		data, meta, err := BuildTable(tc.f, recs, TableOptions{frameMax: tc.frame, transform: tc.tr, transSet: true, FilterBits: 8})
 		if err != nil {
 			t.Fatal(err)
@@ -682,15 +702,50 @@ func tblFrameAt(m *TableMeta, at int) int {
 // or huge allocations.
 func TestTableMetaStructure(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	recs := tblRandomRecords(rng, RevocationFormat, 200)
-	_, meta, err := BuildTable(RevocationFormat, recs, TableOptions{frameMax: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
 	reseal := func(b []byte) []byte {
 		binary.LittleEndian.PutUint64(b[len(b)-8:], tblXXH3(b[:len(b)-8]))
 		return b
 	}
+	// Random records (a columnar table whose dictionary is empty) and
+	// network-shaped ones (a dictionary of accounts).
+	for _, recs := range [][]byte{tblRandomRecords(rng, RevocationFormat, 200), synthRevocations(9, 300)} {
+		_, meta, err := BuildTable(RevocationFormat, recs, TableOptions{frameMax: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tblTamperMeta(t, meta, reseal)
+	}
+	// Random garbage with a valid magic, version and checksum.
+	for range 20000 {
+		n := metaHeader2Size + rng.IntN(400)
+		c := make([]byte, n)
+		for i := range c {
+			c[i] = byte(rng.Uint32())
+		}
+		copy(c, metaMagic)
+		binary.LittleEndian.PutUint16(c[8:], uint16(1+rng.IntN(2)))
+		if rng.IntN(2) == 0 {
+			// Plausible header fields.
+			binary.LittleEndian.PutUint16(c[10:], uint16(1+rng.IntN(64)))
+			binary.LittleEndian.PutUint16(c[12:], uint16(1+rng.IntN(8)))
+			c[14], c[15], c[16] = byte(rng.IntN(5)), 8, 0
+			c[17], c[18], c[19] = 0, 0, 0
+			binary.LittleEndian.PutUint32(c[20:], 0)
+			binary.LittleEndian.PutUint32(c[56:], uint32(rng.IntN(4)))
+			if rng.IntN(2) == 0 {
+				binary.LittleEndian.PutUint32(c[64:], uint32(rng.IntN(64)))
+				binary.LittleEndian.PutUint32(c[68:], 0)
+			}
+		}
+		if _, err := DecodeMeta(reseal(c)); err != nil && !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("garbage: %v", err)
+		}
+	}
+}
+
+// tblTamperMeta flips bytes of meta and re-checksums it: DecodeMeta must
+// either fail with ErrCorrupt (or ErrVersion) or decode a consistent meta.
+func tblTamperMeta(t *testing.T, meta []byte, reseal func([]byte) []byte) {
 	for at := range len(meta) - 8 {
 		for _, x := range []byte{1, 0x80, 0xff} {
 			c := slices.Clone(meta)
@@ -706,28 +761,6 @@ func TestTableMetaStructure(t *testing.T) {
 			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrVersion) {
 				t.Fatalf("byte %d: %v", at, err)
 			}
-		}
-	}
-	// Random garbage with a valid magic, version and checksum.
-	for range 20000 {
-		n := metaHeaderSize + rng.IntN(400)
-		c := make([]byte, n)
-		for i := range c {
-			c[i] = byte(rng.Uint32())
-		}
-		copy(c, metaMagic)
-		binary.LittleEndian.PutUint16(c[8:], 1)
-		if rng.IntN(2) == 0 {
-			// Plausible header fields.
-			binary.LittleEndian.PutUint16(c[10:], uint16(1+rng.IntN(64)))
-			binary.LittleEndian.PutUint16(c[12:], uint16(1+rng.IntN(8)))
-			c[14], c[15], c[16] = byte(rng.IntN(4)), 8, 0
-			c[17], c[18], c[19] = 0, 0, 0
-			binary.LittleEndian.PutUint32(c[20:], 0)
-			binary.LittleEndian.PutUint32(c[56:], uint32(rng.IntN(4)))
-		}
-		if _, err := DecodeMeta(reseal(c)); err != nil && !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("garbage: %v", err)
 		}
 	}
 }
@@ -873,6 +906,15 @@ func FuzzDecodeMeta(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Add(meta, true)
+	}
+	for _, recs := range [][]byte{synthSortedBacklinks(3, 200), synthRevocations(4, 200)} {
+		fm := RevocationFormat
+		if len(recs)%64 == 0 && link.GetBacklink(recs).Target.Collection != 0 {
+			fm = BacklinkFormat
+		}
+		if _, meta, err := BuildTable(fm, recs, TableOptions{frameMax: 32}); err == nil {
+			f.Add(meta, true)
+		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte, reseal bool) {
 		if reseal && len(b) >= metaHeaderSize {
