@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/ingest"
 	"github.com/eddy-backlinks/eddy/ingest/simnet"
 )
 
@@ -139,6 +141,42 @@ func ingestWithKills(t *testing.T, kind string) {
 		return nil
 	})
 	t.Logf("caught up %v after the world stopped", time.Since(start).Round(time.Millisecond))
+
+	// What an operator sees: every source with its cursor, the stream's
+	// lag, the backfill done.
+	var admins []string
+	for _, n := range lc.Nodes {
+		admins = append(admins, n.Admin)
+	}
+	var bf struct {
+		Leader  string                `json:"leader"`
+		Sources []ingest.SourceStatus `json:"sources"`
+	}
+	if err := json.Unmarshal([]byte(ctl(t, "backfill", "status", "--json", "--addr", strings.Join(admins, ","), "--token-file", lc.TokenFile)), &bf); err != nil {
+		t.Fatal(err)
+	}
+	if len(bf.Sources) != 1 || !bf.Sources[0].Done || !strings.HasPrefix(bf.Sources[0].Cursor, "eof:") {
+		t.Fatalf("backfill status: %+v", bf)
+	}
+	var nodes []cluster.NodeStatus
+	if err := json.Unmarshal([]byte(ctl(t, "status", "--json", "--addr", strings.Join(admins, ","), "--token-file", lc.TokenFile)), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.State != "Leader" {
+			continue
+		}
+		var srcs []ingest.SourceStatus
+		b, _ := json.Marshal(n.Extra["source_status"])
+		if err := json.Unmarshal(b, &srcs); err != nil || len(srcs) != 2 {
+			t.Fatalf("leader's sources: %s (%v)", b, err)
+		}
+		stream := srcs[0]
+		if stream.Kind != kind || stream.Cursor != wantStream || stream.LagSeconds == nil || stream.LastEvent == "" {
+			t.Fatalf("leader's stream source: %s", b)
+		}
+		t.Logf("status: %s cursor %s lag %.1fs (simulated time runs ahead of or behind the wall clock), backfill %s", stream.Kind, stream.Cursor, *stream.LagSeconds, bf.Sources[0].Cursor)
+	}
 
 	// Every target of the model, on every node.
 	model := world.LiveLinks()

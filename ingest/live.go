@@ -101,6 +101,9 @@ type Jetstream struct {
 	// OnLag, if set, receives how far behind now each event is.
 	OnLag func(d time.Duration)
 	dec   *event.JetstreamDecompressor
+	last  lastEvent
+	// skipLog rate-limits the log lines of skipped inputs.
+	skipLog skipLogger
 }
 
 // NewJetstream returns a Jetstream source over urls (ws:// or wss://,
@@ -189,8 +192,12 @@ func (j *Jetstream) session(ctx context.Context, base string, cur *int64, emit f
 		if op.Seq > *cur {
 			*cur = op.Seq
 		}
-		if j.OnLag != nil && op.Seq > 0 {
-			j.OnLag(time.Since(time.UnixMicro(op.Seq)))
+		if op.Seq > 0 {
+			t := time.UnixMicro(op.Seq)
+			j.last.see(t)
+			if j.OnLag != nil {
+				j.OnLag(time.Since(t))
+			}
 		}
 		if err := emit(&op, strconv.FormatInt(*cur, 10)); err != nil {
 			return &emitError{err}
@@ -201,9 +208,7 @@ func (j *Jetstream) session(ctx context.Context, base string, cur *int64, emit f
 // skip counts and logs a bad input; after is the cursor (time_us) of the
 // last good event before it, the position to look at in the stream.
 func (j *Jetstream) skip(reason string, after int64, err error) {
-	if j.Log != nil {
-		j.Log.Warn("skipped bad input", "source", "jetstream", "position", "after time_us "+strconv.FormatInt(after, 10), "reason", reason, "error", err)
-	}
+	j.skipLog.log(j.Log, "jetstream", reason, "position", "after time_us "+strconv.FormatInt(after, 10), "error", err)
 	if j.OnSkip != nil {
 		j.OnSkip(reason)
 	}
@@ -218,6 +223,9 @@ type Firehose struct {
 	// OnLag, if set, receives how far behind now each commit is (by its
 	// revision TID's time).
 	OnLag func(d time.Duration)
+	last  lastEvent
+	// skipLog rate-limits the log lines of skipped inputs.
+	skipLog skipLogger
 }
 
 // NewFirehose returns a firehose source of a relay (ws:// or wss:// host).
@@ -291,9 +299,12 @@ func (f *Firehose) session(ctx context.Context, cur *int64, emit func(*event.Op,
 			if err := emit(&ops[i], strconv.FormatInt(max(c, *cur), 10)); err != nil {
 				return &emitError{err}
 			}
-			if f.OnLag != nil && ops[i].Rev != "" {
+			if ops[i].Rev != "" {
 				if tid, err := syntax.ParseTID(ops[i].Rev); err == nil {
-					f.OnLag(time.Since(tid.Time()))
+					f.last.see(tid.Time())
+					if f.OnLag != nil {
+						f.OnLag(time.Since(tid.Time()))
+					}
 				}
 			}
 		}
@@ -306,9 +317,7 @@ func (f *Firehose) session(ctx context.Context, cur *int64, emit func(*event.Op,
 // skip counts and logs a bad input; after is the sequence number of the
 // last good frame before it.
 func (f *Firehose) skip(reason string, after int64, err error) {
-	if f.Log != nil {
-		f.Log.Warn("skipped bad input", "source", "firehose", "position", "after seq "+strconv.FormatInt(after, 10), "reason", reason, "error", err)
-	}
+	f.skipLog.log(f.Log, "firehose", reason, "position", "after seq "+strconv.FormatInt(after, 10), "error", err)
 	if f.OnSkip != nil {
 		f.OnSkip(reason)
 	}

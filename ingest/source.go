@@ -73,14 +73,14 @@ type Replay struct {
 	Log  hclog.Logger
 	// OnSkip, if set, is told about every input it cannot decode.
 	OnSkip func(reason string)
+	// skipLog rate-limits the log lines of skipped inputs.
+	skipLog skipLogger
 }
 
 func (r *Replay) Name() string { return "replay:" + r.Path }
 
 func (r *Replay) skip(pos int, reason string, err error) {
-	if r.Log != nil {
-		r.Log.Warn("skipped bad input", "source", r.Name(), "position", pos, "reason", reason, "error", err)
-	}
+	r.skipLog.log(r.Log, r.Name(), reason, "position", pos, "error", err)
 	if r.OnSkip != nil {
 		r.OnSkip(reason)
 	}

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -288,7 +289,7 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 		return nil
 	}
 	if op.Skip != "" || op.Record == nil {
-		w.skipOp(source, "record_"+orStr(op.Skip, "missing"), op, nil)
+		w.skipOp(source, skipReason(op.Skip), op, nil)
 		return nil
 	}
 	return w.linksLocked(source, op, src, stamp)
@@ -298,6 +299,10 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, stamp uint64) error {
 	links, st := w.mu.ex.Extract(op.Record)
 	w.metrics.countDrops(source, st)
+	if st.TooDeep+st.TooManyLinks+st.PathTooLong+st.TargetTooLong+st.Invalid > 0 {
+		w.skipLog.log(w.log, source, "links_dropped", "position", op.Seq, "did", op.DID, "collection", op.Collection, "rkey", op.RKey,
+			"too_deep", st.TooDeep, "too_many", st.TooManyLinks, "path_too_long", st.PathTooLong, "target_too_long", st.TargetTooLong, "invalid", st.Invalid)
+	}
 	for i := range links {
 		l := &links[i]
 		tgt, err := w.codec.Target(&l.Target, true)
@@ -357,11 +362,16 @@ func (w *Writer) resyncDone(j resyncJob) {
 	}
 }
 
-func orStr(s, d string) string {
-	if s == "" {
-		return d
+// skipReason names the skip metric reason of an operation the decoder
+// marked (event.Skip*): the decoder's reason, "record_" prefixed once.
+func skipReason(skip string) string {
+	switch {
+	case skip == "":
+		return event.SkipRecordMissing
+	case strings.HasPrefix(skip, "record_"):
+		return skip
 	}
-	return s
+	return "record_" + skip
 }
 
 // collectGarbage deletes the tables replaced more than the grace period
@@ -450,7 +460,7 @@ func (w *Writer) recordLocked(source string, op *event.Op, stamp uint64) error {
 		return nil
 	}
 	if op.Skip != "" || op.Record == nil {
-		w.skipOp(source, "record_"+orStr(op.Skip, "missing"), op, nil)
+		w.skipOp(source, skipReason(op.Skip), op, nil)
 		return nil
 	}
 	src, err := w.codec.Record(op.DID, op.Collection, op.RKey, true)

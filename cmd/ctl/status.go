@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/ingest"
 )
 
 func init() {
@@ -150,6 +151,12 @@ func printStatus(w io.Writer, nodes []cluster.NodeStatus) {
 	for _, n := range failed {
 		fmt.Fprintf(w, "%s: %s\n", n.ID, n.Error)
 	}
+	if lead := leaderNode(nodes); lead != nil {
+		if srcs := sourcesOf(lead); len(srcs) > 0 {
+			fmt.Fprintf(w, "\nSources, as leader %s sees them:\n", lead.ID)
+			printSources(w, srcs)
+		}
+	}
 	switch {
 	case leaders == 0:
 		fmt.Fprintln(w, "no node is leader: the cluster cannot change until one is elected (a majority of voters must be up)")
@@ -179,20 +186,75 @@ func lastContact(ms int64) string {
 	return d.Round(100 * time.Millisecond).String()
 }
 
+// cursors renders the stream cursors; repositories waiting for a resync
+// (one marker each) are counted, not listed.
 func cursors(m map[string]string) string {
-	if len(m) == 0 {
-		return "-"
-	}
 	keys := make([]string, 0, len(m))
+	resyncs := 0
 	for k := range m {
+		if strings.HasPrefix(k, ingest.ResyncPrefix) {
+			resyncs++
+			continue
+		}
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + m[k]
+	parts := make([]string, 0, len(keys)+1)
+	for _, k := range keys {
+		parts = append(parts, k+"="+m[k])
+	}
+	if resyncs > 0 {
+		parts = append(parts, fmt.Sprintf("resyncs-pending=%d", resyncs))
+	}
+	if len(parts) == 0 {
+		return "-"
 	}
 	return strings.Join(parts, " ")
+}
+
+// leaderNode returns the node that answered as leader, if any.
+func leaderNode(nodes []cluster.NodeStatus) *cluster.NodeStatus {
+	for i := range nodes {
+		if nodes[i].Error == "" && nodes[i].State == "Leader" {
+			return &nodes[i]
+		}
+	}
+	return nil
+}
+
+// sourcesOf decodes a node's per-source status (its "source_status"
+// extra field; nodes older than it have none).
+func sourcesOf(n *cluster.NodeStatus) []ingest.SourceStatus {
+	raw, ok := n.Extra["source_status"]
+	if !ok {
+		return nil
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return nil
+	}
+	var out []ingest.SourceStatus
+	if json.Unmarshal(b, &out) != nil {
+		return nil
+	}
+	return out
+}
+
+func printSources(w io.Writer, srcs []ingest.SourceStatus) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SOURCE\tKIND\tCURSOR\tLAG\tDONE")
+	for _, s := range srcs {
+		lag := "-"
+		if s.LagSeconds != nil {
+			lag = (time.Duration(*s.LagSeconds * float64(time.Second))).Round(100 * time.Millisecond).String()
+		}
+		done := ""
+		if s.Done {
+			done = "done"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, dash(s.Cursor), lag, done)
+	}
+	tw.Flush()
 }
 
 func dash(s string) string {

@@ -269,6 +269,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 			done[s.Name()] = ingest.Done(node.FSM.Cursor(s.Name()))
 		}
 		extra["sources_done"] = done
+		extra["source_status"] = ingest.SourcesStatus(sources, node.FSM.Cursor, time.Now())
 		return v.Generation(), extra
 	}
 

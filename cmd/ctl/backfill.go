@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/eddy-backlinks/eddy/ingest"
+)
+
+func init() {
+	register("backfill", command{
+		summary: "show the full-network backfill's progress: backfill status --addr ADMIN [--json]",
+		run:     runBackfill,
+	})
+}
+
+const backfillUsage = `Usage: eddy-ctl backfill status --addr ADMIN_ADDRS [--token-file FILE] [--json]
+
+Shows each backfill source of the cluster as its leader sees it: the
+committed listRepos cursor (a new leader resumes from it; "eof:..." once
+every page is written), whether it is done, the repositories listed,
+written (done), failed after retries and gone (deleted or taken down)
+since this leader started it, and how many repositories wait for a resync
+(account reactivations, sync events, failed fetches).
+
+Flags:
+`
+
+// backfillReport is what backfill status prints as JSON.
+type backfillReport struct {
+	Leader         string                `json:"leader"`
+	Sources        []ingest.SourceStatus `json:"sources"`
+	ResyncsPending int                   `json:"resyncs_pending"`
+}
+
+func runBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "status" {
+		fmt.Fprint(stderr, backfillUsage)
+		return fmt.Errorf("%w: backfill takes the subcommand status", errUsage)
+	}
+	fs := flag.NewFlagSet("backfill status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), backfillUsage)
+		fs.PrintDefaults()
+	}
+	af := addAdminFlags(fs, true)
+	if err := parseAdminArgs(fs, args[1:]); err != nil {
+		return err
+	}
+	c, err := af.client(ctx)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, af.timeout)
+	defer cancel()
+	_, nodes, err := clusterStatus(ctx, c, stderr)
+	if err != nil {
+		return err
+	}
+	lead := leaderNode(nodes)
+	if lead == nil {
+		return fmt.Errorf("no leader answered: the backfill runs on the leader; try again once one is elected")
+	}
+	rep := backfillReport{Leader: lead.ID, Sources: []ingest.SourceStatus{}}
+	for _, s := range sourcesOf(lead) {
+		if s.Kind == "backfill" {
+			rep.Sources = append(rep.Sources, s)
+		}
+	}
+	for k := range lead.Cursors {
+		if strings.HasPrefix(k, ingest.ResyncPrefix) {
+			rep.ResyncsPending++
+		}
+	}
+	if af.json {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
+	}
+	if len(rep.Sources) == 0 {
+		fmt.Fprintf(stdout, "leader %s runs no backfill source\n", lead.ID)
+	} else {
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SOURCE\tCURSOR\tDONE\tLISTED\tWRITTEN\tFAILED\tGONE")
+		for _, s := range rep.Sources {
+			done := "no"
+			if s.Done {
+				done = "yes"
+			}
+			b := s.Backfill
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\n", s.Name, dash(s.Cursor), done, b["listed"], b["done"], b["failed"], b["gone"])
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(stdout, "repositories waiting for a resync: %d\n", rep.ResyncsPending)
+	return nil
+}
