@@ -130,6 +130,7 @@ func TestRoundRobinDNS(t *testing.T) {
 		down       string // HTTP host of the node that is down, "" if none
 		done       int
 		retried    int // answered by a second or third address
+		sample     string
 		failed     []string
 		answeredBy = map[string]int{}
 		whileDown  = map[string]map[string]int{} // victim host -> answering host -> queries
@@ -167,6 +168,9 @@ func TestRoundRobinDNS(t *testing.T) {
 			return
 		}
 		answeredBy[host]++
+		if sample == "" {
+			sample = strings.TrimSpace(string(out))
+		}
 		if page.Attempts > 1 {
 			retried++
 		}
@@ -227,6 +231,7 @@ func TestRoundRobinDNS(t *testing.T) {
 
 	t.Logf("%d queries through %s (DNS server %s asked %d times): %d failed, %d answered after a failed attempt; answered by %v; while one was down: %v",
 		done, addr, srv.addr, srv.queries.Load(), len(failed), retried, answeredBy, whileDown)
+	t.Logf("eddy-ctl query %s --addr %s --dns %s --json\n%s", target, addr, srv.addr, sample)
 	fmt.Printf("e2e: %d queries through one round-robin DNS name, each of 3 nodes SIGKILLed in turn: %d failed\n", done, len(failed))
 	if len(failed) != 0 {
 		t.Fatalf("%d of %d queries failed, first: %s", len(failed), done, failed[0])

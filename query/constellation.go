@@ -2,12 +2,14 @@ package query
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/eddy-backlinks/eddy/extract"
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
 )
@@ -47,8 +49,11 @@ func (s *Server) sourceFilter(q map[string][]string, requireSource bool) (lsm.Fi
 	}
 	if src != "" {
 		coll, path, ok := strings.Cut(src, ":")
-		if !ok || !link.ValidCollection(coll) || path == "" {
+		if !ok || !link.ValidCollection(coll) || path == "" || path == "." {
 			return f, false, badRequest("source must be collection:path, e.g. app.bsky.feed.like:subject.uri")
+		}
+		if len(path) > extract.PathBytesMax {
+			return f, false, badRequest("source: a path is at most " + strconv.Itoa(extract.PathBytesMax) + " bytes")
 		}
 		known, err := s.collectionPathFilter(&f, coll, path)
 		if err != nil || !known {
@@ -143,18 +148,22 @@ func (s *Server) getBacklinks(ctx context.Context, r *http.Request, v *lsm.View)
 	if rv := q.Get("reverse"); rv != "" && rv != "true" && rv != "false" {
 		return nil, badRequest("reverse must be true or false")
 	}
-	after, aerr := decodeCursor(q.Get("cursor"), reverse)
-	if aerr != nil {
-		return nil, aerr
-	}
 	out := getBacklinksOut{Records: []constellationRecord{}}
 	f, known, err := s.sourceFilter(q, true)
 	if err != nil {
 		return nil, err
 	}
 	tgt, tknown, err := s.target("subject", q.Get("subject"))
-	if err != nil || !tknown || !known {
-		return out, err
+	if err != nil {
+		return nil, err
+	}
+	if !tknown || !known {
+		return out, noCursorHere(q)
+	}
+	scope := cursorScope("getBacklinks", tgt, q)
+	after, aerr := decodeLinkCursor(q.Get("cursor"), reverse, scope)
+	if aerr != nil {
+		return nil, aerr
 	}
 	total, _, err := s.Reader.Count(ctx, v, tgt, f)
 	if err != nil {
@@ -172,7 +181,7 @@ func (s *Server) getBacklinks(ctx context.Context, r *http.Request, v *lsm.View)
 		}
 		out.Records = append(out.Records, rec)
 	}
-	out.Cursor = encodeCursor(res.Next, reverse)
+	out.Cursor = encodeLinkCursor(res.Next, reverse, scope)
 	return out, nil
 }
 
@@ -220,17 +229,21 @@ func (s *Server) getBacklinkDids(ctx context.Context, r *http.Request, v *lsm.Vi
 		return nil, err
 	}
 	tgt, tknown, err := s.target("subject", q.Get("subject"))
-	if err != nil || !tknown || !known {
-		return out, err
+	if err != nil {
+		return nil, err
+	}
+	if !tknown || !known {
+		return out, noCursorHere(q)
+	}
+	scope := cursorScope("getBacklinkDids", tgt, q)
+	pos, aerr := decodeCursor(q.Get("cursor"), cursorDIDs, didPosBytes, scope)
+	if aerr != nil {
+		return nil, aerr
 	}
 	var after uint64
-	hasAfter := false
-	if c := q.Get("cursor"); c != "" {
-		n, err := strconv.ParseUint(c, 36, 64)
-		if err != nil {
-			return nil, badRequest("cursor is not one this service returned")
-		}
-		after, hasAfter = n, true
+	hasAfter := pos != nil
+	if hasAfter {
+		after = binary.BigEndian.Uint64(pos)
 	}
 	links, _, err := s.Reader.All(ctx, v, tgt, f)
 	if err != nil {
@@ -259,8 +272,7 @@ func (s *Server) getBacklinkDids(ctx context.Context, r *http.Request, v *lsm.Vi
 		out.LinkingDids = append(out.LinkingDids, d)
 	}
 	if i < len(dids) {
-		c := strconv.FormatUint(dids[i-1], 36)
-		out.Cursor = &c
+		out.Cursor = encodeCursor(cursorDIDs, binary.BigEndian.AppendUint64(nil, dids[i-1]), scope)
 	}
 	return out, nil
 }
@@ -293,6 +305,9 @@ func (s *Server) linksAll(ctx context.Context, r *http.Request, v *lsm.View) (an
 			dids[k] = map[uint64]bool{}
 		}
 		dids[k][l.Source.DID] = true
+	}
+	if len(records) > LinksAllEntriesMax {
+		return nil, &apiError{http.StatusBadRequest, "QueryTooBig", "links from more than " + strconv.Itoa(LinksAllEntriesMax) + " collection and path pairs; ask getBacklinksCount per source"}
 	}
 	for k, n := range records {
 		coll, err := s.Codec.RenderCollection(k.coll)

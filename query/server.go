@@ -1,14 +1,15 @@
 package query
 
 import (
+	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
@@ -30,7 +31,18 @@ const (
 	MinGenerationWaitMax = 5 * time.Second
 	// paramBytesMax bounds a query parameter.
 	paramBytesMax = link.TargetBytesMax + 64
+	// ResponseBytesMax bounds an answer's body; a query whose answer would
+	// be larger gets 400 QueryTooBig. The page limits keep every answer
+	// well under it (about 4.4 MB for the worst listBacklinks page: 1,000
+	// at-uris of the longest DIDs, collections and record keys).
+	ResponseBytesMax = 8 << 20
+	// LinksAllEntriesMax bounds the collection and path pairs of one
+	// /links/all answer (past it: 400 QueryTooBig).
+	LinksAllEntriesMax = 1000
 )
+
+// singleParams may appear at most once in a query; did is repeatable.
+var singleParams = []string{"target", "subject", "source", "limit", "cursor", "reverse", "minGeneration"}
 
 // GenerationHeader names the manifest generation that answered.
 const GenerationHeader = "X-Eddy-Generation"
@@ -45,7 +57,9 @@ type Server struct {
 	// node answers 503 NotReady (a restarted node catching up with the
 	// cluster), so a client asks another node rather than get a stale answer.
 	Ready func() error
-	sem   chan struct{}
+	// ResponseBytesMax bounds an answer's body (default: ResponseBytesMax).
+	ResponseBytesMax int
+	sem              chan struct{}
 }
 
 // NewServer returns a query server.
@@ -118,12 +132,27 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), QueryTimeout)
 		defer cancel()
-		for k, vs := range r.URL.Query() {
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			writeErr(w, badRequest("the query string is malformed: "+err.Error()))
+			return
+		}
+		for k, vs := range q {
 			for _, v := range vs {
 				if len(v) > paramBytesMax {
 					writeErr(w, badRequest("parameter "+k+" is too long"))
 					return
 				}
+				if !utf8.ValidString(v) {
+					writeErr(w, badRequest("parameter "+k+" is not valid UTF-8"))
+					return
+				}
+			}
+		}
+		for _, k := range singleParams {
+			if len(q[k]) > 1 {
+				writeErr(w, badRequest("parameter "+k+" is given "+strconv.Itoa(len(q[k]))+" times; at most once"))
+				return
 			}
 		}
 		v := s.Views.Current()
@@ -156,7 +185,24 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 			writeErr(w, ae)
 			return
 		}
-		writeJSON(w, out)
+		bound := s.ResponseBytesMax
+		if bound <= 0 {
+			bound = ResponseBytesMax
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(out); err != nil {
+			s.Log.Error("encode answer", "path", r.URL.Path, "error", err)
+			writeErr(w, &apiError{http.StatusInternalServerError, "InternalServerError", "the query failed on this node"})
+			return
+		}
+		if buf.Len() > bound {
+			writeErr(w, &apiError{http.StatusBadRequest, "QueryTooBig", "the answer would exceed " + strconv.Itoa(bound) + " bytes; ask for a smaller page (limit)"})
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(buf.Bytes())
 	}
 }
 
@@ -184,40 +230,6 @@ func parseLimit(r *http.Request) (int, error) {
 		return 0, badRequest("limit must be an integer from 1 to " + strconv.Itoa(LimitMax))
 	}
 	return n, nil
-}
-
-// Cursors are opaque: base64url of version byte 1, flags (bit 0: reverse),
-// the source RecordID (24 bytes) and the location (8 bytes) of the last
-// link returned.
-const cursorBytes = 1 + 1 + link.RecordIDSize + 8
-
-func encodeCursor(c *lsm.Cursor, reverse bool) *string {
-	if c == nil {
-		return nil
-	}
-	var b [cursorBytes]byte
-	b[0] = 1
-	if reverse {
-		b[1] = 1
-	}
-	c.Source.Put(b[2:26])
-	binary.BigEndian.PutUint64(b[26:], uint64(c.Location))
-	s := base64.RawURLEncoding.EncodeToString(b[:])
-	return &s
-}
-
-func decodeCursor(s string, reverse bool) (*lsm.Cursor, *apiError) {
-	if s == "" {
-		return nil, nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) != cursorBytes || b[0] != 1 {
-		return nil, badRequest("cursor is not one this service returned")
-	}
-	if (b[1] == 1) != reverse {
-		return nil, badRequest("cursor was returned for the other direction")
-	}
-	return &lsm.Cursor{Source: link.GetRecordID(b[2:26]), Location: link.Location(binary.BigEndian.Uint64(b[26:]))}, nil
 }
 
 // target parses and encodes a target parameter; ok is false when the
@@ -252,14 +264,18 @@ func (s *Server) listBacklinks(ctx context.Context, r *http.Request, v *lsm.View
 	if err != nil {
 		return nil, err
 	}
-	after, aerr := decodeCursor(q.Get("cursor"), false)
-	if aerr != nil {
-		return nil, aerr
-	}
 	out := listBacklinksOut{Backlinks: map[string][]string{}}
 	tgt, known, err := s.target("target", q.Get("target"))
-	if err != nil || !known {
-		return out, err
+	if err != nil {
+		return nil, err
+	}
+	if !known {
+		return out, noCursorHere(q)
+	}
+	scope := cursorScope("listBacklinks", tgt, q)
+	after, aerr := decodeLinkCursor(q.Get("cursor"), false, scope)
+	if aerr != nil {
+		return nil, aerr
 	}
 	res, err := s.Reader.Backlinks(ctx, v, lsm.Query{Target: tgt, After: after, Limit: limit})
 	if err != nil {
@@ -276,6 +292,6 @@ func (s *Server) listBacklinks(ctx context.Context, r *http.Request, v *lsm.View
 		}
 		out.Backlinks[loc] = append(out.Backlinks[loc], src)
 	}
-	out.Cursor = encodeCursor(res.Next, false)
+	out.Cursor = encodeLinkCursor(res.Next, false, scope)
 	return out, nil
 }

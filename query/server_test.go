@@ -51,6 +51,7 @@ type fixture struct {
 	codec *link.Codec
 	views *Views
 	srv   *httptest.Server
+	qs    *Server
 	stamp uint64
 }
 
@@ -70,6 +71,7 @@ func newFixture(t *testing.T) *fixture {
 	vctx, cancel := context.WithCancel(ctx)
 	go f.views.Run(vctx)
 	qs := NewServer(f.views, lsm.NewReader(store, nil), f.codec, nil)
+	f.qs = qs
 	f.srv = httptest.NewServer(qs.Handler())
 	t.Cleanup(func() { f.srv.Close(); cancel() })
 	return f

@@ -1,0 +1,136 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/miekg/dns"
+)
+
+func TestDNSResolverAddr(t *testing.T) {
+	for _, ok := range []string{"127.0.0.1:5353", "127.0.0.1", "[::1]:53"} {
+		if _, err := DNSResolver(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "dns.example:53", "127.0.0.1:0", "127.0.0.1:70000", "127.0.0.1:x"} {
+		if _, err := DNSResolver(bad); err == nil {
+			t.Errorf("%q: accepted", bad)
+		}
+	}
+}
+
+// dnsServer answers name with the A records ips and any other name
+// NXDOMAIN; it counts the questions.
+func dnsServer(t *testing.T, name string, ips ...string) (string, *atomic.Int64) {
+	var asked atomic.Int64
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+		asked.Add(1)
+		m := new(dns.Msg)
+		m.SetReply(req)
+		q := req.Question[0]
+		switch {
+		case q.Name != name:
+			m.Rcode = dns.RcodeNameError
+		case q.Qtype == dns.TypeA:
+			for _, ip := range ips {
+				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET}, A: net.ParseIP(ip).To4()})
+			}
+		}
+		w.WriteMsg(m)
+	})}
+	started := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(started) }
+	go srv.ActivateAndServe()
+	<-started
+	t.Cleanup(func() { srv.Shutdown() })
+	return pc.LocalAddr().String(), &asked
+}
+
+// One name, three addresses from a real DNS server: the first refuses
+// connections, the second answers 503, the third answers; the client says
+// the third answered after three attempts. A name the server does not know
+// is an error naming it, not a query sent elsewhere.
+func TestFailoverThroughDNS(t *testing.T) {
+	var hits [2]atomic.Int64
+	unavailable := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits[0].Add(1)
+		http.Error(w, "catching up", http.StatusServiceUnavailable)
+	})}
+	good := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits[1].Add(1)
+		w.Header().Set("X-Eddy-Generation", "7")
+		w.Write([]byte(`{"backlinks":{"$.subject":["at://did:plc:a/app.bsky.feed.like/1"]},"cursor":null}`))
+	})}
+	// One port on three loopback addresses; nothing listens on the first.
+	var port string
+	for try := 0; try < 20 && port == ""; try++ {
+		l2, err := net.Listen("tcp", "127.0.0.2:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, p, _ := net.SplitHostPort(l2.Addr().String())
+		l3, err := net.Listen("tcp", "127.0.0.3:"+p)
+		if err != nil {
+			l2.Close()
+			continue
+		}
+		port = p
+		go unavailable.Serve(l2)
+		go good.Serve(l3)
+	}
+	if port == "" {
+		t.Fatal("no port free on 127.0.0.2 and 127.0.0.3")
+	}
+	t.Cleanup(func() { unavailable.Close(); good.Close() })
+	addr, asked := dnsServer(t, "eddy.test.", "127.0.0.1", "127.0.0.2", "127.0.0.3")
+	res, err := DNSResolver(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New("http://eddy.test:" + port)
+	c.Resolver = res
+	page, ans, err := c.ListBacklinks(context.Background(), "did:plc:a", "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans.Node != "http://127.0.0.3:"+port || ans.Attempts != 3 || ans.Generation != 7 || len(page.Backlinks["$.subject"]) != 1 {
+		t.Fatalf("answer %+v, page %+v", ans, page)
+	}
+	if hits[0].Load() != 1 || hits[1].Load() != 1 || asked.Load() == 0 {
+		t.Fatalf("503 node asked %d times, good node %d, DNS server %d", hits[0].Load(), hits[1].Load(), asked.Load())
+	}
+
+	c = New("http://nothere.test:" + port)
+	c.Resolver = res
+	_, _, err = c.ListBacklinks(context.Background(), "did:plc:a", "", 10)
+	if err == nil || !strings.Contains(err.Error(), "resolve nothere.test") {
+		t.Fatalf("unknown name: %v", err)
+	}
+	if hits[1].Load() != 1 {
+		t.Fatal("a query for an unknown name reached a node")
+	}
+	// A 4xx is the answer, not a reason to try another node.
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write([]byte(`{"error":"InvalidRequest","message":"limit must be an integer from 1 to 1000"}`))
+	}))
+	defer bad.Close()
+	c = New(bad.URL + ",http://127.0.0.3:" + port)
+	ans, err = c.Get(context.Background(), "/xrpc/blue.cerulea.backlinks.listBacklinks", url.Values{"limit": {"0"}}, &page)
+	var e *Error
+	if err == nil || !errors.As(err, &e) || e.Status != 400 || e.Name != "InvalidRequest" || ans.Attempts != 1 {
+		t.Fatalf("4xx: %v, %+v", err, ans)
+	}
+}
