@@ -125,13 +125,24 @@ func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, erro
 	if limit <= 0 || limit > LimitMax {
 		limit = LimitMax
 	}
-	res := &Result{Generation: v.Generation(), Links: make([]link.Backlink, 0, min(limit, 128))}
+	s := getQueryScratch()
+	defer putQueryScratch(s)
+	res := &Result{Generation: v.Generation()}
 	after := q.After
 	batch := limit + limit/2 + 16
 	for len(res.Links) < limit {
-		cands, horizon, err := r.candidates(ctx, v, q.Target, &q.Filter, window{after: after, reverse: q.Reverse, want: batch}, &res.Stats)
+		cands, horizon, err := r.candidates(ctx, v, q.Target, &q.Filter, window{after: after, reverse: q.Reverse, want: batch}, s, &res.Stats)
 		if err != nil {
 			return nil, err
+		}
+		if res.Links == nil {
+			// The page's one allocation: at most limit links, at most
+			// the candidates when every link was read.
+			n := limit
+			if horizon == nil {
+				n = min(n, len(cands))
+			}
+			res.Links = make([]link.Backlink, 0, n)
 		}
 		if q.Reverse {
 			slices.Reverse(cands)
@@ -142,7 +153,7 @@ func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, erro
 		check := limit + limit/2 + 16
 		for len(cands) > 0 && len(res.Links) < limit {
 			n := min(check, len(cands))
-			live, err := r.live(ctx, v, cands[:n], &res.Stats)
+			live, err := r.live(ctx, v, cands[:n], s, &res.Stats)
 			if err != nil {
 				return nil, err
 			}
@@ -185,15 +196,17 @@ func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, erro
 // order (bounded by CandidatesMax).
 func (r *Reader) All(ctx context.Context, v *View, target link.RecordID, filter Filter) ([]link.Backlink, Stats, error) {
 	var st Stats
-	cands, _, err := r.candidates(ctx, v, target, &filter, window{}, &st)
+	s := getQueryScratch()
+	defer putQueryScratch(s)
+	cands, _, err := r.candidates(ctx, v, target, &filter, window{}, s, &st)
 	if err != nil {
 		return nil, st, err
 	}
-	live, err := r.live(ctx, v, cands, &st)
+	live, err := r.live(ctx, v, cands, s, &st)
 	if err != nil {
 		return nil, st, err
 	}
-	out := cands[:0]
+	out := make([]link.Backlink, 0, len(cands)-st.Revoked)
 	for i, ok := range live {
 		if ok {
 			out = append(out, cands[i])
@@ -205,11 +218,13 @@ func (r *Reader) All(ctx context.Context, v *View, target link.RecordID, filter 
 // Count returns the number of live links to target that pass filter.
 func (r *Reader) Count(ctx context.Context, v *View, target link.RecordID, filter Filter) (uint64, Stats, error) {
 	var st Stats
-	cands, _, err := r.candidates(ctx, v, target, &filter, window{}, &st)
+	s := getQueryScratch()
+	defer putQueryScratch(s)
+	cands, _, err := r.candidates(ctx, v, target, &filter, window{}, s, &st)
 	if err != nil {
 		return 0, st, err
 	}
-	live, err := r.live(ctx, v, cands, &st)
+	live, err := r.live(ctx, v, cands, s, &st)
 	if err != nil {
 		return 0, st, err
 	}
@@ -235,19 +250,111 @@ func cmpPos(s1 link.RecordID, l1 link.Location, s2 link.RecordID, l2 link.Locati
 	return 0
 }
 
+// queryScratch is the working memory of one query, kept in a pool so that a
+// warm query allocates little more than its page: fresh memory costs page
+// faults and garbage collection, which used to be most of a small query's
+// time. Only the query that took a scratch uses it.
+type queryScratch struct {
+	// Round one.
+	groups []fetchGroup
+	cut    []bool // group read in part (the window stopped before the target's end)
+	runOf  []int  // the run of each group
+	spans  []int  // the target's byte range [lo, hi) in each frame read, in order
+	segs   []int  // the end in out of each group's candidates
+	out    []link.Backlink
+	tmp    []link.Backlink // merge buffer
+
+	// Round two.
+	srcKeys         []link.RecordID
+	dids            []uint64
+	repoThr, srcThr []uint64
+	rgroups         []fetchGroup
+	hits            []revHit
+	live            []bool
+	byTable         map[*viewTable]int // compacted run: each table's open group
+}
+
+// queryScratchLinksMax: buffers of more links than this (4 MiB of candidates,
+// a count of a popular target) are dropped rather than kept for reuse.
+const queryScratchLinksMax = 1 << 16
+
+var queryScratchPool = sync.Pool{New: func() any { return new(queryScratch) }}
+
+func getQueryScratch() *queryScratch { return queryScratchPool.Get().(*queryScratch) }
+
+func putQueryScratch(s *queryScratch) {
+	// Keep no frame (the cache may have evicted it) and no table alive.
+	clearGroups(s.groups)
+	clearGroups(s.rgroups)
+	s.groups, s.rgroups = s.groups[:0], s.rgroups[:0]
+	clear(s.byTable)
+	if cap(s.out) > queryScratchLinksMax || cap(s.tmp) > queryScratchLinksMax {
+		s.out, s.tmp, s.spans = nil, nil, nil
+	}
+	if cap(s.srcKeys) > queryScratchLinksMax || cap(s.dids) > queryScratchLinksMax || cap(s.live) > queryScratchLinksMax || cap(s.hits) > queryScratchLinksMax {
+		s.srcKeys, s.dids, s.repoThr, s.srcThr, s.hits, s.live = nil, nil, nil, nil, nil, nil
+	}
+	if len(s.byTable) > 1024 {
+		s.byTable = nil
+	}
+	queryScratchPool.Put(s)
+}
+
+func clearGroups(gs []fetchGroup) {
+	gs = gs[:cap(gs)]
+	for i := range gs {
+		clear(gs[i].frames[:cap(gs[i].frames)])
+		gs[i].t, gs[i].err = nil, nil
+	}
+}
+
+// reuseSlice returns b with length n, reusing its array when it is big enough
+// (the contents are then stale).
+func reuseSlice[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
+}
+
 // fetchGroup is one ranged GET: frames first..last of one table.
 type fetchGroup struct {
 	t           *viewTable
 	first, last int
 	frames      [][]byte // decoded, by frame - first
+	lo, hi      int      // the frames the cache lacked (lo < 0: none)
+	gets        int
 	err         error
+}
+
+// addGroup appends a group for frames first..last of t, reusing the frame
+// slice of a group that was there before.
+func addGroup(gs []fetchGroup, t *viewTable, first, last int) []fetchGroup {
+	if len(gs) < cap(gs) {
+		gs = gs[:len(gs)+1]
+		g := &gs[len(gs)-1]
+		*g = fetchGroup{t: t, first: first, last: last, frames: g.frames[:0]}
+		return gs
+	}
+	return append(gs, fetchGroup{t: t, first: first, last: last})
 }
 
 // fetch fills g.frames from the cache, or with one ranged GET covering the
 // frames the cache lacks.
 func (r *Reader) fetch(ctx context.Context, g *fetchGroup) (gets int, err error) {
-	g.frames = make([][]byte, g.last-g.first+1)
-	lo, hi := -1, -1
+	lo, hi := r.fromCache(g)
+	if lo < 0 {
+		return 0, nil
+	}
+	return r.get(ctx, g, lo, hi)
+}
+
+// fromCache sizes g.frames and fills it from the cache; it returns the
+// first and last frames the cache lacks (lo < 0: none).
+func (r *Reader) fromCache(g *fetchGroup) (lo, hi int) {
+	g.frames = reuseSlice(g.frames, g.last-g.first+1)
+	clear(g.frames)
+	lo, hi = -1, -1
 	for i := g.first; i <= g.last; i++ {
 		if recs, ok := r.cache.Get(g.t.ref.ID, i); ok {
 			g.frames[i-g.first] = recs
@@ -258,9 +365,12 @@ func (r *Reader) fetch(ctx context.Context, g *fetchGroup) (gets int, err error)
 		}
 		hi = i
 	}
-	if lo < 0 {
-		return 0, nil
-	}
+	return lo, hi
+}
+
+// get fetches frames lo..hi of g in one ranged GET and fills the ones
+// g.frames lacks.
+func (r *Reader) get(ctx context.Context, g *fetchGroup, lo, hi int) (gets int, err error) {
 	off, n := g.t.meta.ByteRange(lo, hi)
 	if n > fetchBytesMax {
 		return 0, fmt.Errorf("table %s: frames %d..%d are %d bytes: %w", g.t.ref.ID, lo, hi, n, ErrTooBig)
@@ -290,25 +400,42 @@ func (r *Reader) fetch(ctx context.Context, g *fetchGroup) (gets int, err error)
 	return 1, nil
 }
 
-// fetchAll runs fetches concurrently.
-func (r *Reader) fetchAll(ctx context.Context, groups []*fetchGroup) (gets []int, err error) {
-	gets = make([]int, len(groups))
+// fetchAll fills every group: from the cache first, then the groups that
+// lack frames with one GET each, concurrently (a warm query starts no
+// goroutine). Each group's gets and err say what it cost.
+func (r *Reader) fetchAll(ctx context.Context, groups []fetchGroup) error {
+	missing := 0
+	for i := range groups {
+		g := &groups[i]
+		g.gets, g.err = 0, nil
+		g.lo, g.hi = r.fromCache(g)
+		if g.lo >= 0 {
+			missing++
+		}
+	}
+	if missing == 0 {
+		return nil
+	}
 	var wg sync.WaitGroup
-	for i, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			gets[i], g.err = r.fetch(ctx, g)
-		}()
+	for i := range groups {
+		g := &groups[i]
+		if g.lo < 0 {
+			continue
+		}
+		if missing == 1 {
+			g.gets, g.err = r.get(ctx, g, g.lo, g.hi)
+			break
+		}
+		wg.Go(func() { g.gets, g.err = r.get(ctx, g, g.lo, g.hi) })
 	}
 	wg.Wait()
 	var errs []error
-	for _, g := range groups {
-		if g.err != nil {
-			errs = append(errs, g.err)
+	for i := range groups {
+		if groups[i].err != nil {
+			errs = append(errs, groups[i].err)
 		}
 	}
-	return gets, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // window limits round one to the frames a page needs: the links after
@@ -324,13 +451,13 @@ type window struct {
 // is read whole (512 KiB of 64 KiB frames, about 8,000 links).
 const windowFramesMin = 8
 
-// cursorKey is the 56-byte prefix of a position: target, source, location.
-func cursorKey(target link.RecordID, c *Cursor) []byte {
-	k := make([]byte, 56)
+// cursorKey writes the 56-byte prefix of a position (target, source,
+// location) into k and returns it.
+func cursorKey(k *[56]byte, target link.RecordID, c *Cursor) []byte {
 	target.Put(k[0:24])
 	c.Source.Put(k[24:48])
 	binary.BigEndian.PutUint64(k[48:56], uint64(c.Location))
-	return k
+	return k[:]
 }
 
 // candidates is round one: the links to target in every run, folded
@@ -338,15 +465,15 @@ func cursorKey(target link.RecordID, c *Cursor) []byte {
 // order. With a window it reads only the frames after the cursor that a
 // page needs; horizon, when not nil, is the furthest position (in the
 // window's direction) up to which every run was read: candidates beyond
-// it are dropped, and the caller continues from it.
-func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, f *Filter, w window, st *Stats) ([]link.Backlink, *Cursor, error) {
+// it are dropped, and the caller continues from it. The links returned
+// live in s until its next use.
+func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, f *Filter, w window, s *queryScratch, st *Stats) ([]link.Backlink, *Cursor, error) {
 	prefix := target.Bytes()
-	var groups []*fetchGroup
-	var cut []bool
-	runOf := make([]int, 0)
+	s.groups, s.cut, s.runOf = s.groups[:0], s.cut[:0], s.runOf[:0]
+	var keyBuf [56]byte
 	var key []byte
 	if w.after != nil {
-		key = cursorKey(target, w.after)
+		key = cursorKey(&keyBuf, target, w.after)
 	}
 	for ri, vr := range v.trees[TreeLinks] {
 		t := vr.tableFor(prefix[:])
@@ -390,18 +517,21 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 				continue
 			}
 		}
-		groups = append(groups, &fetchGroup{t: t, first: lo, last: hi})
-		cut = append(cut, (!w.reverse && hi < last) || (w.reverse && lo > first))
-		runOf = append(runOf, ri)
+		s.groups = addGroup(s.groups, t, lo, hi)
+		s.cut = append(s.cut, (!w.reverse && hi < last) || (w.reverse && lo > first))
+		s.runOf = append(s.runOf, ri)
 	}
-	gets, err := r.fetchAll(ctx, groups)
-	perRun := map[int]int{}
-	for i, n := range gets {
-		st.Round1GETs += n
-		perRun[runOf[i]] += n
-	}
-	for _, n := range perRun {
-		st.Round1MaxPerRun = max(st.Round1MaxPerRun, n)
+	groups := s.groups
+	err := r.fetchAll(ctx, groups)
+	// Groups come in run order.
+	perRun := 0
+	for i := range groups {
+		if i == 0 || s.runOf[i] != s.runOf[i-1] {
+			perRun = 0
+		}
+		perRun += groups[i].gets
+		st.Round1GETs += groups[i].gets
+		st.Round1MaxPerRun = max(st.Round1MaxPerRun, perRun)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -409,10 +539,11 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 	// The horizon: for each run read only in part, the last position it
 	// holds of the target in what was read.
 	var horizon *Cursor
-	for gi, g := range groups {
-		if !cut[gi] {
+	for gi := range groups {
+		if !s.cut[gi] {
 			continue
 		}
+		g := &groups[gi]
 		var recs []byte
 		var off int
 		if !w.reverse {
@@ -446,39 +577,57 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 		}
 		return true
 	}
-	// Size the result once for big targets (a popular target's frames
-	// hold most of their records); small ones append.
+	// The target's records in each frame, then the result sized once.
 	n := 0
-	for _, g := range groups {
-		for _, recs := range g.frames {
+	s.spans = s.spans[:0]
+	for gi := range groups {
+		for _, recs := range groups[gi].frames {
 			lo, hi := prefixRange(recs, link.BacklinkSize, prefix[:])
+			s.spans = append(s.spans, lo, hi)
 			n += (hi - lo) / link.BacklinkSize
 		}
 	}
 	if n > CandidatesMax {
 		return nil, nil, fmt.Errorf("target %v: more than %d links: %w", target, CandidatesMax, ErrTooBig)
 	}
-	out := make([]link.Backlink, 0, n)
+	out := s.out[:0]
+	if cap(out) < n {
+		out = make([]link.Backlink, 0, n)
+	}
+	s.segs = s.segs[:0]
 	all, windowed := f.empty(), w.after != nil || horizon != nil
-	for _, g := range groups {
-		for _, recs := range g.frames {
-			lo, hi := prefixRange(recs, link.BacklinkSize, prefix[:])
+	k := 0
+	for gi := range groups {
+		for _, recs := range groups[gi].frames {
+			lo, hi := s.spans[k], s.spans[k+1]
+			k += 2
+			if all && !windowed {
+				for off := lo; off < hi; off += link.BacklinkSize {
+					out = append(out, link.GetBacklink(recs[off:]))
+				}
+				continue
+			}
 			for off := lo; off < hi; off += link.BacklinkSize {
 				l := link.GetBacklink(recs[off:])
 				if (all || f.match(&l)) && (!windowed || inWindow(&l)) {
 					out = append(out, l)
 				}
 			}
-			if len(out) > CandidatesMax {
-				return nil, nil, fmt.Errorf("target %v: more than %d links: %w", target, CandidatesMax, ErrTooBig)
-			}
+		}
+		s.segs = append(s.segs, len(out))
+	}
+	s.out = out
+	// Each group's links are sorted (a table is): runs are merged, or,
+	// past mergeLinksMax, sorted in place to bound the memory.
+	if len(groups) > 1 {
+		if len(out) <= mergeLinksMax {
+			out = s.merge(out)
+		} else {
+			slices.SortFunc(out, func(a, b link.Backlink) int { return a.Compare(&b) })
 		}
 	}
-	if len(groups) > 1 {
-		slices.SortFunc(out, func(a, b link.Backlink) int { return a.Compare(&b) })
-	}
 	// Fold identical links (same source and location), keeping the newest.
-	k := 0
+	k = 0
 	for i := range out {
 		if k > 0 && out[k-1].Source == out[i].Source && out[k-1].Location == out[i].Location {
 			out[k-1].SourceRev = max(out[k-1].SourceRev, out[i].SourceRev)
@@ -490,6 +639,73 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 	out = out[:k]
 	st.Candidates += len(out)
 	return out, horizon, nil
+}
+
+// mergeLinksMax bounds the candidates merged through a second buffer
+// (64 MiB, a count of a target with a million links).
+const mergeLinksMax = 1 << 20
+
+// merge sorts out, made of sorted segments ending at s.segs, by merging
+// them pairwise; the result is in s.out (s.tmp holds the other buffer).
+func (s *queryScratch) merge(out []link.Backlink) []link.Backlink {
+	// Drop empty segments.
+	ends := s.segs[:0]
+	prev := 0
+	for _, e := range s.segs {
+		if e > prev {
+			ends = append(ends, e)
+		}
+		prev = e
+	}
+	if len(ends) <= 1 {
+		return out
+	}
+	src, dst := out, reuseSlice(s.tmp, len(out))
+	for len(ends) > 1 {
+		next := ends[:0]
+		start := 0
+		for i := 0; i < len(ends); i += 2 {
+			if i+1 == len(ends) {
+				end := ends[i]
+				copy(dst[start:end], src[start:end])
+				next = append(next, end)
+				break
+			}
+			mid, end := ends[i], ends[i+1]
+			mergeLinks(dst[start:end], src[start:mid], src[mid:end])
+			next = append(next, end)
+			start = end
+		}
+		ends = next
+		src, dst = dst, src
+	}
+	s.out, s.tmp = src, dst
+	return src
+}
+
+// mergeLinks merges the sorted links of a and b (one target) into dst.
+func mergeLinks(dst, a, b []link.Backlink) {
+	i, j, k := 0, 0, 0
+	for i < len(a) && j < len(b) {
+		if linkLess(&b[j], &a[i]) {
+			dst[k] = b[j]
+			j++
+		} else {
+			dst[k] = a[i]
+			i++
+		}
+		k++
+	}
+	k += copy(dst[k:], a[i:])
+	copy(dst[k:], b[j:])
+}
+
+// linkLess orders two links of one target as their encodings.
+func linkLess(a, b *link.Backlink) bool {
+	if c := cmpPos(a.Source, a.Location, b.Source, b.Location); c != 0 {
+		return c < 0
+	}
+	return a.SourceRev < b.SourceRev
 }
 
 // prefixRange returns the byte offsets [lo, hi) of the records of a sorted
@@ -514,27 +730,45 @@ func searchRecs(n int, f func(int) bool) int {
 	return lo
 }
 
+// revHit is a key of round two that a revocation table may hold: frames
+// first..last of group (an index into queryScratch.rgroups).
+type revHit struct {
+	key         int // index into the key sequence
+	first, last int
+	group       int
+}
+
 // live is round two: for each link, whether it survives the revocations of
 // its source record and repository. Keys are kept in sorted slices (no
 // maps): repository keys {0,0,did} sort before every record key, so the
 // keys are visited in byte order and each table's frame ranges come out
-// ascending, ready to merge into one GET per run of adjacent frames.
-func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, st *Stats) ([]bool, error) {
+// ascending, ready to merge into one GET per run of adjacent frames. The
+// answer lives in s until its next use.
+func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, s *queryScratch, st *Stats) ([]bool, error) {
 	st.Round2Passes++
-	srcKeys := make([]link.RecordID, len(links))
-	dids := make([]uint64, len(links))
+	srcKeys := reuseSlice(s.srcKeys, len(links))
+	dids := reuseSlice(s.dids, len(links))
 	for i := range links {
 		srcKeys[i] = links[i].Source
 		dids[i] = links[i].Source.DID
 	}
-	if !slices.IsSortedFunc(srcKeys, link.RecordID.Compare) {
+	// Candidates come in source order, or reversed for a reverse page.
+	asc := slices.IsSortedFunc(srcKeys, link.RecordID.Compare)
+	desc := !asc && slices.IsSortedFunc(srcKeys, func(a, b link.RecordID) int { return b.Compare(a) })
+	switch {
+	case desc:
+		slices.Reverse(srcKeys)
+	case !asc:
 		slices.SortFunc(srcKeys, link.RecordID.Compare)
 	}
 	srcKeys = slices.Compact(srcKeys)
 	slices.Sort(dids)
 	dids = slices.Compact(dids)
-	repoThr := make([]uint64, len(dids))
-	srcThr := make([]uint64, len(srcKeys))
+	repoThr := reuseSlice(s.repoThr, len(dids))
+	srcThr := reuseSlice(s.srcThr, len(srcKeys))
+	clear(repoThr)
+	clear(srcThr)
+	s.srcKeys, s.dids, s.repoThr, s.srcThr = srcKeys, dids, repoThr, srcThr
 	nKeys := len(dids) + len(srcKeys)
 	keyAt := func(i int) link.RecordID {
 		if i < len(dids) {
@@ -549,19 +783,17 @@ func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, st *S
 		return &srcThr[i-len(dids)]
 	}
 
-	type hit struct {
-		key         int // index into the key sequence
-		first, last int
-		group       *fetchGroup
-	}
-	var groups []*fetchGroup
-	var hits []hit
+	s.rgroups = s.rgroups[:0]
+	hits := s.hits[:0]
 	for _, vr := range v.trees[TreeRevocations] {
-		var cur map[*viewTable]*fetchGroup
-		if vr.run.Kind == RunCompacted {
-			cur = map[*viewTable]*fetchGroup{}
+		compacted := vr.run.Kind == RunCompacted
+		if compacted {
+			if s.byTable == nil {
+				s.byTable = make(map[*viewTable]int)
+			}
+			clear(s.byTable)
 		}
-		var single *fetchGroup
+		single := -1
 		for i := 0; i < nKeys; i++ {
 			kb := keyAt(i).Bytes()
 			t := vr.tableFor(kb[:])
@@ -572,27 +804,32 @@ func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, st *S
 			if !ok {
 				continue
 			}
-			g := single
-			if cur != nil {
-				g = cur[t]
-			}
-			if g == nil || first > g.last+1 {
-				g = &fetchGroup{t: t, first: first, last: last}
-				groups = append(groups, g)
-				if cur != nil {
-					cur[t] = g
+			gi := single
+			if compacted {
+				if x, ok := s.byTable[t]; ok {
+					gi = x
 				} else {
-					single = g
+					gi = -1
 				}
-			} else if last > g.last {
-				g.last = last
 			}
-			hits = append(hits, hit{key: i, first: first, last: last, group: g})
+			if gi < 0 || first > s.rgroups[gi].last+1 {
+				s.rgroups = addGroup(s.rgroups, t, first, last)
+				gi = len(s.rgroups) - 1
+				if compacted {
+					s.byTable[t] = gi
+				} else {
+					single = gi
+				}
+			} else if last > s.rgroups[gi].last {
+				s.rgroups[gi].last = last
+			}
+			hits = append(hits, revHit{key: i, first: first, last: last, group: gi})
 		}
 	}
-	gets, err := r.fetchAll(ctx, groups)
-	for _, n := range gets {
-		st.Round2GETs += n
+	s.hits = hits
+	err := r.fetchAll(ctx, s.rgroups)
+	for i := range s.rgroups {
+		st.Round2GETs += s.rgroups[i].gets
 	}
 	if err != nil {
 		return nil, err
@@ -600,8 +837,9 @@ func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, st *S
 	for _, h := range hits {
 		kb := keyAt(h.key).Bytes()
 		thr := thrAt(h.key)
+		g := &s.rgroups[h.group]
 		for fi := h.first; fi <= h.last; fi++ {
-			recs := h.group.frames[fi-h.group.first]
+			recs := g.frames[fi-g.first]
 			lo, hi := prefixRange(recs, link.RevocationSize, kb[:])
 			for off := lo; off < hi; off += link.RevocationSize {
 				if rev := binary.BigEndian.Uint64(recs[off+24 : off+32]); rev > *thr {
@@ -610,10 +848,26 @@ func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, st *S
 			}
 		}
 	}
-	out := make([]bool, len(links))
+	out := reuseSlice(s.live, len(links))
+	s.live = out
+	si := 0 // sorted candidates find their source key by walking
+	if desc {
+		si = len(srcKeys) - 1
+	}
 	for i := range links {
 		l := &links[i]
-		si, _ := slices.BinarySearchFunc(srcKeys, l.Source, link.RecordID.Compare)
+		switch {
+		case asc:
+			for srcKeys[si] != l.Source {
+				si++
+			}
+		case desc:
+			for srcKeys[si] != l.Source {
+				si--
+			}
+		default:
+			si, _ = slices.BinarySearchFunc(srcKeys, l.Source, link.RecordID.Compare)
+		}
 		di, _ := slices.BinarySearch(dids, l.Source.DID)
 		out[i] = link.Live(l.SourceRev, srcThr[si], repoThr[di])
 		if !out[i] {

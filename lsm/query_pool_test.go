@@ -1,0 +1,184 @@
+package lsm
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/eddy-backlinks/eddy/link"
+)
+
+// Queries reuse pooled working memory. A page, once returned, never
+// changes, whatever queries follow; queries running at once (pages both
+// ways, paging a popular target, counts, All) each get exactly the
+// workload's answer. The DB holds a compacted run and a delta run per tree.
+func TestQueryScratchReuse(t *testing.T) {
+	ctx := context.Background()
+	db, wl := queryWorkloadDB(t, 60_000, true)
+	kinds := map[RunKind]int{}
+	for _, r := range db.View().Manifest.Runs {
+		kinds[r.Kind]++
+	}
+	if kinds[RunCompacted] != 2 || len(db.View().Manifest.Runs) != 4 {
+		t.Fatalf("runs: %v", kinds)
+	}
+	targets := queryBenchTargets(wl, 300)
+	if len(targets) < 300 {
+		t.Fatalf("%d targets", len(targets))
+	}
+	// Some targets have more than a page; the mega target spans many
+	// frames of each run, so its pages are windowed.
+	over := 0
+	for _, tg := range targets {
+		if wl.LiveCount(tg) > 100 {
+			over++
+		}
+	}
+	if over == 0 || wl.LiveCount(wl.Mega) < 20_000 {
+		t.Fatalf("%d targets over a page, mega target of %d", over, wl.LiveCount(wl.Mega))
+	}
+
+	// check asks every kind of query about one target.
+	check := func(tg int32) error {
+		id := wl.Targets[tg].ID
+		all := wl.Expected(tg, 0)
+		res, err := db.Backlinks(ctx, Query{Target: id, Limit: 100})
+		if err != nil {
+			return err
+		}
+		if want := all[:min(100, len(all))]; !slices.Equal(res.Links, want) {
+			return fmt.Errorf("target %d: first page of %d links differs from the workload's %d", tg, len(res.Links), len(want))
+		}
+		rev, err := db.Backlinks(ctx, Query{Target: id, Limit: 37, Reverse: true})
+		if err != nil {
+			return err
+		}
+		want := slices.Clone(all[max(0, len(all)-37):])
+		slices.Reverse(want)
+		if !slices.Equal(rev.Links, want) {
+			return fmt.Errorf("target %d: reverse page of %d links differs from the workload's %d", tg, len(rev.Links), len(want))
+		}
+		n, _, err := db.Count(ctx, id, Filter{})
+		if err != nil {
+			return err
+		}
+		if n != uint64(len(all)) {
+			return fmt.Errorf("target %d: count %d, want %d", tg, n, len(all))
+		}
+		got, _, err := db.Reader().All(ctx, db.View(), id, Filter{})
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(got, all) {
+			return fmt.Errorf("target %d: All gave %d links, want %d", tg, len(got), len(all))
+		}
+		return nil
+	}
+	pageAll := func(tg int32, limit int) error {
+		var got []link.Backlink
+		var after *Cursor
+		for {
+			res, err := db.Backlinks(ctx, Query{Target: wl.Targets[tg].ID, After: after, Limit: limit})
+			if err != nil {
+				return err
+			}
+			got = append(got, res.Links...)
+			if res.Next == nil {
+				break
+			}
+			after = res.Next
+		}
+		if want := wl.Expected(tg, 0); !slices.Equal(got, want) {
+			return fmt.Errorf("target %d paged by %d: %d links, want %d", tg, limit, len(got), len(want))
+		}
+		return nil
+	}
+
+	// Pages and All answers kept across later queries stay as they were.
+	kept := make([]*Result, len(targets))
+	keptAll := make([][]link.Backlink, len(targets))
+	for i, tg := range targets {
+		res, err := db.Backlinks(ctx, Query{Target: wl.Targets[tg].ID, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept[i] = res
+		if keptAll[i], _, err = db.Reader().All(ctx, db.View(), wl.Targets[tg].ID, Filter{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := check(tg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pageAll(wl.Mega, 100); err != nil {
+		t.Fatal(err)
+	}
+	for i, tg := range targets {
+		if want := wl.Expected(tg, 100); !slices.Equal(kept[i].Links, want) {
+			t.Fatalf("target %d: a kept page changed after later queries", tg)
+		}
+		if want := wl.Expected(tg, 0); !slices.Equal(keptAll[i], want) {
+			t.Fatalf("target %d: a kept All answer changed after later queries", tg)
+		}
+	}
+
+	// At once: four goroutines over the targets in different orders, one
+	// paging the mega target.
+	var wg sync.WaitGroup
+	errs := make([]error, 5)
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range targets {
+				if err := check(targets[(i*(2*g+1)+g*71)%len(targets)]); err != nil {
+					errs[g] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() { errs[4] = pageAll(wl.Mega, 250) })
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The merge of round one: sorted runs of links, duplicates across runs,
+// empty runs, any number of runs, give the sorted concatenation.
+func TestMergeLinks(t *testing.T) {
+	mk := func(src uint64, loc link.Location, rev uint64) link.Backlink {
+		return link.Backlink{Source: link.RecordID{RKey: src, Collection: link.CollectionFirst, DID: src % 7}, Location: loc, SourceRev: rev}
+	}
+	for runs := 1; runs <= 9; runs++ {
+		var s queryScratch
+		var all []link.Backlink
+		for r := range runs {
+			var seg []link.Backlink
+			n := (r*13 + 5) % 40
+			if r == 2 {
+				n = 0 // an empty run
+			}
+			for i := range n {
+				seg = append(seg, mk(uint64((i*(r+3))%50), link.Location(1+i%2), uint64(r)))
+			}
+			slices.SortFunc(seg, func(a, b link.Backlink) int { return a.Compare(&b) })
+			seg = slices.CompactFunc(seg, func(a, b link.Backlink) bool { return a == b })
+			all = append(all, seg...)
+			s.segs = append(s.segs, len(all))
+		}
+		want := slices.Clone(all)
+		slices.SortFunc(want, func(a, b link.Backlink) int { return a.Compare(&b) })
+		s.out = all
+		got := s.merge(all)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%d runs: merge gave %v, want %v", runs, got, want)
+		}
+		if len(got) == 0 || &got[0] != &s.out[0] {
+			t.Fatalf("%d runs: the merged links are not the scratch's out", runs)
+		}
+	}
+}
