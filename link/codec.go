@@ -45,7 +45,11 @@ func (c *Codec) DID(did string, assign bool) (uint64, error) {
 		return OutlinedBit | id, nil
 	}
 	if c.PLC != nil && strings.HasPrefix(did, "did:plc:") {
-		if seq, ok := c.PLC.Seq(did); ok && seq <= plcSeqMax {
+		seq, ok, err := plcSeq(c.PLC, did)
+		if err != nil {
+			return 0, fmt.Errorf("did %q: plc map: %w", did, err)
+		}
+		if ok && seq <= plcSeqMax {
 			return seq, nil
 		}
 	}
@@ -164,7 +168,11 @@ func (c *Codec) RenderDID(v uint64) (string, error) {
 		return "", fmt.Errorf("did field %#x: reserved tag", v)
 	}
 	if c.PLC != nil {
-		if s, ok := c.PLC.DID(v); ok {
+		s, ok, err := plcDID(c.PLC, v)
+		if err != nil {
+			return "", fmt.Errorf("plc seq %d: %w", v, err)
+		}
+		if ok {
 			return s, nil
 		}
 	}

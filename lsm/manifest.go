@@ -21,6 +21,8 @@ type Tree string
 const (
 	TreeLinks       Tree = "links"       // backlinks, 64 B
 	TreeRevocations Tree = "revocations" // revocations, 32 B
+	TreePLCDID      Tree = "plc_did"     // PLC map, did:plc -> genesis seq, 24 B (plcmap.go)
+	TreePLCSeq      Tree = "plc_seq"     // PLC map, genesis seq -> did:plc, 24 B (plcmap.go)
 )
 
 // FormatOf returns a tree's record format.
@@ -30,6 +32,10 @@ func FormatOf(t Tree) (Format, error) {
 		return BacklinkFormat, nil
 	case TreeRevocations:
 		return RevocationFormat, nil
+	case TreePLCDID:
+		return PLCDIDFormat, nil
+	case TreePLCSeq:
+		return PLCSeqFormat, nil
 	}
 	return Format{}, fmt.Errorf("unknown tree %q", t)
 }

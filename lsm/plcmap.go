@@ -1,0 +1,403 @@
+package lsm
+
+// The PLC map: two trees of this engine that map every did:plc the PLC
+// directory has sequenced to the sequence number of its genesis operation
+// (the inline value of its did field, package link) and back. Same tables,
+// same runs, same compaction as the index itself.
+//
+//	plc_did (24 B, prefix 16): id[15] | 0x00 | seq (u64 BE)
+//	plc_seq (24 B, prefix 8):  seq (u64 BE) | id[15] | 0x00
+//
+// id is the 15 bytes the did:plc's 24 base32 characters decode to (a
+// did:plc is "did:plc:" and the first 24 characters of the base32 of the
+// SHA-256 of its genesis operation: 120 bits, no padding). A DID has one
+// genesis operation, so a key appears at most once in the whole map; a
+// record read twice (a follower replaying from its committed cursor) is
+// identical and folds away. Should two runs ever disagree, the smallest
+// record wins, so a lookup is deterministic on every node.
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"encoding/base32"
+	"encoding/binary"
+	"slices"
+	"sync"
+	"time"
+)
+
+// The PLC map trees' formats.
+var (
+	PLCDIDFormat = Format{Width: 24, PrefixLen: 16}
+	PLCSeqFormat = Format{Width: 24, PrefixLen: 8}
+)
+
+// PLCIDSize is the size of a decoded did:plc identifier.
+const PLCIDSize = 15
+
+// PLCID is a decoded did:plc identifier.
+type PLCID [PLCIDSize]byte
+
+const plcPrefix = "did:plc:"
+
+var plcBase32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// ParsePLC decodes a did:plc into its identifier; false if did is not
+// exactly "did:plc:" and 24 lower-case base32 characters (such a DID can
+// never be in the map).
+func ParsePLC(did string) (PLCID, bool) {
+	var id PLCID
+	if len(did) != len(plcPrefix)+24 || did[:len(plcPrefix)] != plcPrefix {
+		return id, false
+	}
+	s := did[len(plcPrefix):]
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '2' && c <= '7') {
+			return id, false
+		}
+	}
+	n, err := plcBase32.Decode(id[:], []byte(s))
+	if err != nil || n != PLCIDSize {
+		return PLCID{}, false
+	}
+	return id, true
+}
+
+// String renders the identifier as its did:plc.
+func (id PLCID) String() string { return plcPrefix + plcBase32.EncodeToString(id[:]) }
+
+// PLCDIDRecord is the plc_did record of (id, seq).
+func PLCDIDRecord(id PLCID, seq uint64) [24]byte {
+	var r [24]byte
+	copy(r[:PLCIDSize], id[:])
+	binary.BigEndian.PutUint64(r[16:], seq)
+	return r
+}
+
+// PLCSeqRecord is the plc_seq record of (id, seq).
+func PLCSeqRecord(id PLCID, seq uint64) [24]byte {
+	var r [24]byte
+	binary.BigEndian.PutUint64(r[:8], seq)
+	copy(r[8:8+PLCIDSize], id[:])
+	return r
+}
+
+// lookupMin returns the smallest record of tree whose key starts with
+// prefix (a PrefixLen-byte prefix) in view v, or nil: filters skip tables,
+// fences pick frames, one ranged GET per run, all runs concurrently.
+func (r *Reader) lookupMin(ctx context.Context, v *View, tree Tree, prefix []byte) ([]byte, error) {
+	f, err := FormatOf(tree)
+	if err != nil {
+		return nil, err
+	}
+	var groups []fetchGroup
+	for _, vr := range v.trees[tree] {
+		t := vr.tableFor(prefix)
+		if t == nil || !t.meta.MayContain(prefix) {
+			continue
+		}
+		first, last, ok := t.meta.FramesFor(prefix)
+		if !ok {
+			continue
+		}
+		groups = addGroup(groups, t, first, last)
+	}
+	if len(groups) == 0 {
+		return nil, nil
+	}
+	if err := r.fetchAll(ctx, groups); err != nil {
+		return nil, err
+	}
+	var best []byte
+	for i := range groups {
+		for _, recs := range groups[i].frames {
+			lo, hi := prefixRange(recs, f.Width, prefix)
+			for o := lo; o < hi; o += f.Width {
+				if rec := recs[o : o+f.Width]; best == nil || bytes.Compare(rec, best) < 0 {
+					best = rec
+				}
+			}
+		}
+	}
+	return slices.Clone(best), nil
+}
+
+// PLCBatch is a set of PLC map entries not yet visible in the view a map
+// reads: the leader's follower adds them, its next flush writes them as
+// tables in the same Raft entry as the links that use them.
+type PLCBatch struct {
+	gen   uint64 // the generation that published the batch; 0 until then
+	byID  map[PLCID]uint64
+	bySeq map[uint64]PLCID
+}
+
+func newPLCBatch() *PLCBatch {
+	return &PLCBatch{byID: map[PLCID]uint64{}, bySeq: map[uint64]PLCID{}}
+}
+
+// Len is the number of entries.
+func (b *PLCBatch) Len() int { return len(b.byID) }
+
+// Records returns the batch as sorted records of plc_did and plc_seq.
+func (b *PLCBatch) Records() (did, seq []byte) {
+	did = make([]byte, 0, 24*len(b.byID))
+	seq = make([]byte, 0, 24*len(b.byID))
+	for id, s := range b.byID {
+		r := PLCDIDRecord(id, s)
+		did = append(did, r[:]...)
+		q := PLCSeqRecord(id, s)
+		seq = append(seq, q[:]...)
+	}
+	SortRecords(did, 24)
+	SortRecords(seq, 24)
+	return did, seq
+}
+
+// plcBatchEntryBytes approximates an entry's memory in a batch (two map
+// entries).
+const plcBatchEntryBytes = 96
+
+// DefaultPLCCacheEntries bounds a PLCMap's cache of resolved entries
+// (about 100 bytes each).
+const DefaultPLCCacheEntries = 1 << 18
+
+// PLCLookupTimeout bounds one lookup made through the context-free
+// link.PLC methods.
+const PLCLookupTimeout = 30 * time.Second
+
+// PLCMap reads the PLC map of a view (the node's current one, through
+// view()) with a bounded LRU cache of resolved entries, plus, on the
+// leader, the batches its follower added that the view does not show yet.
+// It implements link.PLC and link's error-reporting lookups. Safe for
+// concurrent use.
+type PLCMap struct {
+	reader *Reader
+	view   func() *View
+	max    int
+
+	mu struct {
+		sync.Mutex
+		open   *PLCBatch   // the follower adds here
+		sealed []*PLCBatch // taken by a flush, until the view shows them
+		lru    *list.List  // of plcEntry, most recent first
+		byID   map[PLCID]*list.Element
+		bySeq  map[uint64]*list.Element
+	}
+}
+
+type plcEntry struct {
+	id  PLCID
+	seq uint64
+}
+
+// NewPLCMap returns a map over the views view returns (each call the
+// newest), reading tables through r, caching up to cacheEntries resolved
+// entries (DefaultPLCCacheEntries when <= 0).
+func NewPLCMap(r *Reader, view func() *View, cacheEntries int) *PLCMap {
+	if cacheEntries <= 0 {
+		cacheEntries = DefaultPLCCacheEntries
+	}
+	m := &PLCMap{reader: r, view: view, max: cacheEntries}
+	m.mu.open = newPLCBatch()
+	m.mu.lru = list.New()
+	m.mu.byID = map[PLCID]*list.Element{}
+	m.mu.bySeq = map[uint64]*list.Element{}
+	return m
+}
+
+// Add records an entry the view does not have yet (the leader's follower).
+// An identifier or a sequence number already pending keeps its first
+// entry.
+func (m *PLCMap) Add(id PLCID, seq uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.pendingSeqLocked(id); ok {
+		return
+	}
+	if _, ok := m.pendingIDLocked(seq); ok {
+		return
+	}
+	m.mu.open.byID[id] = seq
+	m.mu.open.bySeq[seq] = id
+}
+
+// PendingBytes approximates the memory of the entries not yet taken by a
+// flush.
+func (m *PLCMap) PendingBytes() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mu.open.Len() * plcBatchEntryBytes
+}
+
+// Seal takes the pending entries for a flush (nil if there are none); they
+// stay visible to lookups until Published's generation is in the view.
+func (m *PLCMap) Seal() *PLCBatch {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mu.open.Len() == 0 {
+		return nil
+	}
+	b := m.mu.open
+	m.mu.open = newPLCBatch()
+	m.mu.sealed = append(m.mu.sealed, b)
+	return b
+}
+
+// Published says that generation gen holds b's tables: once the view is at
+// gen or later, lookups read them from there.
+func (m *PLCMap) Published(b *PLCBatch, gen uint64) {
+	m.mu.Lock()
+	b.gen = gen
+	m.mu.Unlock()
+}
+
+// pruneLocked drops the sealed batches the view at generation gen holds.
+func (m *PLCMap) pruneLocked(gen uint64) {
+	keep := m.mu.sealed[:0]
+	for _, b := range m.mu.sealed {
+		if b.gen == 0 || b.gen > gen {
+			keep = append(keep, b)
+		}
+	}
+	clear(m.mu.sealed[len(keep):])
+	m.mu.sealed = keep
+}
+
+func (m *PLCMap) pendingSeqLocked(id PLCID) (uint64, bool) {
+	if s, ok := m.mu.open.byID[id]; ok {
+		return s, true
+	}
+	for _, b := range m.mu.sealed {
+		if s, ok := b.byID[id]; ok {
+			return s, true
+		}
+	}
+	return 0, false
+}
+
+func (m *PLCMap) pendingIDLocked(seq uint64) (PLCID, bool) {
+	if id, ok := m.mu.open.bySeq[seq]; ok {
+		return id, true
+	}
+	for _, b := range m.mu.sealed {
+		if id, ok := b.bySeq[seq]; ok {
+			return id, true
+		}
+	}
+	return PLCID{}, false
+}
+
+func (m *PLCMap) cachePutLocked(id PLCID, seq uint64) {
+	if el, ok := m.mu.byID[id]; ok {
+		m.mu.lru.MoveToFront(el)
+		return
+	}
+	if _, ok := m.mu.bySeq[seq]; ok {
+		return
+	}
+	el := m.mu.lru.PushFront(plcEntry{id: id, seq: seq})
+	m.mu.byID[id] = el
+	m.mu.bySeq[seq] = el
+	for m.mu.lru.Len() > m.max {
+		last := m.mu.lru.Back()
+		e := last.Value.(plcEntry)
+		m.mu.lru.Remove(last)
+		delete(m.mu.byID, e.id)
+		delete(m.mu.bySeq, e.seq)
+	}
+}
+
+// SeqOf returns the genesis sequence number of a did:plc, false if the map
+// does not know it; an error if the tables could not be read.
+func (m *PLCMap) SeqOf(ctx context.Context, did string) (uint64, bool, error) {
+	id, ok := ParsePLC(did)
+	if !ok {
+		return 0, false, nil
+	}
+	v := m.view()
+	m.mu.Lock()
+	m.pruneLocked(v.Generation())
+	if el, ok := m.mu.byID[id]; ok {
+		m.mu.lru.MoveToFront(el)
+		s := el.Value.(plcEntry).seq
+		m.mu.Unlock()
+		return s, true, nil
+	}
+	if s, ok := m.pendingSeqLocked(id); ok {
+		m.mu.Unlock()
+		return s, true, nil
+	}
+	m.mu.Unlock()
+	var prefix [16]byte
+	copy(prefix[:], id[:])
+	rec, err := m.reader.lookupMin(ctx, v, TreePLCDID, prefix[:])
+	if err != nil || rec == nil {
+		return 0, false, err
+	}
+	s := binary.BigEndian.Uint64(rec[16:])
+	m.mu.Lock()
+	m.cachePutLocked(id, s)
+	m.mu.Unlock()
+	return s, true, nil
+}
+
+// DIDOf returns the did:plc whose genesis operation has sequence number
+// seq, false if the map does not know it.
+func (m *PLCMap) DIDOf(ctx context.Context, seq uint64) (string, bool, error) {
+	v := m.view()
+	m.mu.Lock()
+	m.pruneLocked(v.Generation())
+	if el, ok := m.mu.bySeq[seq]; ok {
+		m.mu.lru.MoveToFront(el)
+		id := el.Value.(plcEntry).id
+		m.mu.Unlock()
+		return id.String(), true, nil
+	}
+	if id, ok := m.pendingIDLocked(seq); ok {
+		m.mu.Unlock()
+		return id.String(), true, nil
+	}
+	m.mu.Unlock()
+	var prefix [8]byte
+	binary.BigEndian.PutUint64(prefix[:], seq)
+	rec, err := m.reader.lookupMin(ctx, v, TreePLCSeq, prefix[:])
+	if err != nil || rec == nil {
+		return "", false, err
+	}
+	var id PLCID
+	copy(id[:], rec[8:8+PLCIDSize])
+	m.mu.Lock()
+	m.cachePutLocked(id, seq)
+	m.mu.Unlock()
+	return id.String(), true, nil
+}
+
+// LookupSeq is SeqOf bounded by PLCLookupTimeout (link's error-reporting
+// PLC lookup).
+func (m *PLCMap) LookupSeq(did string) (uint64, bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), PLCLookupTimeout)
+	defer cancel()
+	return m.SeqOf(ctx, did)
+}
+
+// LookupDID is DIDOf bounded by PLCLookupTimeout.
+func (m *PLCMap) LookupDID(seq uint64) (string, bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), PLCLookupTimeout)
+	defer cancel()
+	return m.DIDOf(ctx, seq)
+}
+
+// Seq implements link.PLC; a read error is "unknown" here; link.Codec uses
+// LookupSeq, which reports it.
+func (m *PLCMap) Seq(did string) (uint64, bool) {
+	s, ok, err := m.LookupSeq(did)
+	return s, ok && err == nil
+}
+
+// DID implements link.PLC.
+func (m *PLCMap) DID(seq uint64) (string, bool) {
+	s, ok, err := m.LookupDID(seq)
+	return s, ok && err == nil
+}
