@@ -161,44 +161,104 @@ func (d *accountDict) len() int {
 
 // buildAccountDict counts the accounts of recs and returns the dictionary
 // (the accounts seen at least twice, most frequent first, ties by value)
-// and each account's rank (0 for those outside).
-func buildAccountDict(recs []byte, l colLayout) (*accountDict, map[account]uint32) {
+// and each record's rank (0 for accounts outside it).
+func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 	n := len(recs) / l.w
 	s := l.src()
-	counts := make(map[account]uint32, n/8+16)
-	for o := 0; o < len(recs); o += l.w {
+	// An open-addressing table of the distinct accounts (dense ids in
+	// order of first appearance), and each record's id.
+	var t acctTable
+	t.init(max(n/8, 1024))
+	ids := make([]uint32, n)
+	for i := range n {
+		o := i * l.w
 		a := account{did: binary.BigEndian.Uint64(recs[o+s+16:]), clock: uint16(binary.BigEndian.Uint64(recs[o+s:]) & (1<<clockBits - 1))}
-		counts[a]++
+		ids[i] = t.add(a)
 	}
-	type entry struct {
-		a account
-		c uint32
-	}
-	es := make([]entry, 0, len(counts)/2+1)
-	for a, c := range counts {
+	order := make([]uint32, 0, len(t.accts)/2+1)
+	for id, c := range t.counts {
 		if c >= 2 {
-			es = append(es, entry{a, c})
+			order = append(order, uint32(id))
 		}
 	}
-	slices.SortFunc(es, func(x, y entry) int {
-		if x.c != y.c {
-			return cmp.Compare(y.c, x.c)
+	slices.SortFunc(order, func(x, y uint32) int {
+		if cx, cy := t.counts[x], t.counts[y]; cx != cy {
+			return cmp.Compare(cy, cx)
 		}
-		if x.a.did != y.a.did {
-			return cmp.Compare(x.a.did, y.a.did)
+		ax, ay := t.accts[x], t.accts[y]
+		if ax.did != ay.did {
+			return cmp.Compare(ax.did, ay.did)
 		}
-		return cmp.Compare(x.a.clock, y.a.clock)
+		return cmp.Compare(ax.clock, ay.clock)
 	})
-	if len(es) > MaxDictEntries {
-		es = es[:MaxDictEntries]
+	if len(order) > MaxDictEntries {
+		order = order[:MaxDictEntries]
 	}
-	d := &accountDict{dids: make([]uint64, len(es)), clocks: make([]uint16, len(es))}
-	clear(counts)
-	for i, e := range es {
-		d.dids[i], d.clocks[i] = e.a.did, e.a.clock
-		counts[e.a] = uint32(i + 1)
+	d := &accountDict{dids: make([]uint64, len(order)), clocks: make([]uint16, len(order))}
+	rankOf := make([]uint32, len(t.accts))
+	for r, id := range order {
+		d.dids[r], d.clocks[r] = t.accts[id].did, t.accts[id].clock
+		rankOf[id] = uint32(r + 1)
 	}
-	return d, counts
+	for i, id := range ids {
+		ids[i] = rankOf[id]
+	}
+	return d, ids
+}
+
+// acctTable counts distinct accounts: linear probing over slots holding
+// dense ids + 1.
+type acctTable struct {
+	slots  []uint32
+	accts  []account
+	counts []uint32
+	shift  uint
+}
+
+func (t *acctTable) init(capacity int) {
+	size := 1 << bits.Len(uint(2*capacity-1))
+	t.slots = make([]uint32, size)
+	t.shift = uint(64 - bits.Len(uint(size-1)))
+}
+
+func (t *acctTable) hash(a account) uint64 {
+	return ((a.did ^ uint64(a.clock)<<48) * 0x9e3779b97f4a7c15) >> t.shift
+}
+
+// add counts a and returns its id.
+func (t *acctTable) add(a account) uint32 {
+	mask := uint64(len(t.slots) - 1)
+	for h := t.hash(a); ; h = (h + 1) & mask {
+		v := t.slots[h]
+		if v == 0 {
+			break
+		}
+		if t.accts[v-1] == a {
+			t.counts[v-1]++
+			return v - 1
+		}
+	}
+	id := uint32(len(t.accts))
+	t.accts = append(t.accts, a)
+	t.counts = append(t.counts, 1)
+	if 2*len(t.accts) > len(t.slots) {
+		t.init(len(t.slots))
+		for i, b := range t.accts {
+			t.place(b, uint32(i))
+		}
+	} else {
+		t.place(a, id)
+	}
+	return id
+}
+
+func (t *acctTable) place(a account, id uint32) {
+	mask := uint64(len(t.slots) - 1)
+	h := t.hash(a)
+	for t.slots[h] != 0 {
+		h = (h + 1) & mask
+	}
+	t.slots[h] = id + 1
 }
 
 // appendDict appends the dictionary section of a version 2 meta:
@@ -207,7 +267,8 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, map[account]uint3
 //	4  4  raw length R
 //	8  4  compressed length C
 //	12 C  a zstd frame of R bytes: E varint dids, then E bytes (clock ids'
-//	      low bytes), then E bytes (their high bytes, < 4)
+//	      low bytes), then E bytes (their high bytes, < 4); 3E <= R <=
+//	      12E and R <= 64C + 64
 func appendDict(dst []byte, d *accountDict, enc *zstd.Encoder) []byte {
 	e := d.len()
 	raw := make([]byte, 0, e*7)
@@ -263,6 +324,10 @@ func decodeDict(b []byte) (*accountDict, error) {
 		return nil, corruptf("dictionary of %d entries in %d bytes", e, r)
 	case e == 0 && c != 0:
 		return nil, corruptf("empty dictionary of %d bytes", c)
+	case r > 64*c+64:
+		// Far past what distinct entries compress to; the bound keeps
+		// DecodeMeta's allocations proportional to the meta's size.
+		return nil, corruptf("dictionary of %d bytes claims %d decompressed", c, r)
 	}
 	d := &accountDict{}
 	if e == 0 {
@@ -347,8 +412,8 @@ func scaleRate(d uint64, r uint64) uint64 {
 }
 
 // encodeColumns appends the columnar encoding of recs (sorted, whole
-// records of layout l) to dst. ranks maps accounts to dictionary ranks.
-func encodeColumns(dst, recs []byte, l colLayout, ranks map[account]uint32) []byte {
+// records of layout l) to dst. ranks are the records' account ranks.
+func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32) []byte {
 	e := colEncoders.Get().(*colEncoder)
 	defer colEncoders.Put(e)
 	w, s := l.w, l.src()
@@ -400,7 +465,7 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks map[account]uint32) []by
 			maxD = max(maxD, hi-prevHi)
 		}
 		a := account{did: u(i, s+16), clock: uint16(rk & (1<<clockBits - 1))}
-		r := ranks[a]
+		r := ranks[i]
 		e.ranks[i] = r
 		maxRank = max(maxRank, r)
 		if r == 0 {

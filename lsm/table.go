@@ -323,7 +323,7 @@ func BuildTable(f Format, recs []byte, opt TableOptions) (data, meta []byte, err
 		return nil, nil, fmt.Errorf("lsm: BuildTable: transform %v for format %+v", transform, f)
 	}
 	var dict *accountDict
-	var ranks map[account]uint32
+	var ranks []uint32
 	if transform == transformColumns {
 		dict, ranks = buildAccountDict(recs, layout)
 	}
@@ -356,7 +356,7 @@ func BuildTable(f Format, recs []byte, opt TableOptions) (data, meta []byte, err
 			// Columns (frame byte 0 = 0), or, for records the columns
 			// do not shrink, delta+shuffle and zstd (byte 0 = 1).
 			data = append(data, frameColumns)
-			data = encodeColumns(data, raw, layout, ranks)
+			data = encodeColumns(data, raw, layout, ranks[s:e])
 			if len(data)-off > len(raw) {
 				data = data[:off]
 				data = append(data, frameDeltaZstd)
