@@ -1,0 +1,262 @@
+package lsm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"sort"
+	"testing"
+
+	"github.com/eddy-backlinks/eddy/lsm/workload"
+	"github.com/eddy-backlinks/eddy/objstore/local"
+)
+
+// TestMeasureColumns writes the bench's workload (lsm/workload, 2M links,
+// seed 1: what `eddy-ctl bench lsm` writes) through a DB as the bench does,
+// then reports, per tree, where the columnar frames' bytes go (per column,
+// per live link) and, next to each column, an estimate of what an ideal
+// memoryless coder of the same values would need (the entropy floor of
+// the model; see columnFloors). Reproduce:
+//
+//	go test ./lsm -run TestMeasureColumns -v -lsm.measure
+func TestMeasureColumns(t *testing.T) {
+	if !*lsmMeasure {
+		t.Skip("-lsm.measure not set")
+	}
+	ctx := context.Background()
+	wl, err := workload.Generate(workload.Config{Links: 2_000_000, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(ctx, Options{Store: store, Dir: t.TempDir(), NoGCGrace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	flush := func() {
+		if err := db.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			did, err := db.Compact(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !did {
+				return
+			}
+		}
+	}
+	ri := 0
+	for i := range wl.Links {
+		for ri < len(wl.Revocations) && wl.Revocations[ri].At == i {
+			if err := db.AddRevocation(&wl.Revocations[ri].Revocation); errors.Is(err, ErrFull) {
+				flush()
+				if err := db.AddRevocation(&wl.Revocations[ri].Revocation); err != nil {
+					t.Fatal(err)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			ri++
+		}
+		if err := db.AddBacklink(&wl.Links[i]); errors.Is(err, ErrFull) {
+			flush()
+			if err := db.AddBacklink(&wl.Links[i]); err != nil {
+				t.Fatal(err)
+			}
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for ; ri < len(wl.Revocations); ri++ {
+		if err := db.AddRevocation(&wl.Revocations[ri].Revocation); errors.Is(err, ErrFull) {
+			flush()
+			ri--
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush()
+	live := float64(wl.LiveLinks())
+	for _, tree := range []Tree{TreeLinks, TreeRevocations} {
+		sizes := map[string]int{}
+		floors := map[string]float64{}
+		for _, r := range db.View().Manifest.RunsOf(tree) {
+			for _, tb := range r.Tables {
+				dk, mk := TableKeys(tree, tb.ID)
+				mb, err := store.Get(ctx, mk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				data, err := store.Get(ctx, dk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, err := DecodeMeta(mb)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sizes["meta: dictionary"] += int(binary.LittleEndian.Uint32(mb[64:]))
+				sizes["meta: filter"] += int(binary.LittleEndian.Uint32(mb[60:]))
+				sizes["meta: rest"] += len(mb) - int(binary.LittleEndian.Uint32(mb[64:])) - int(binary.LittleEndian.Uint32(mb[60:]))
+				var recs, buf []byte
+				for i := range m.Frames {
+					off, n := m.ByteRange(i, i)
+					fr := data[off : off+n]
+					if err := columnStreamSizes(fr, sizes); err != nil {
+						t.Fatal(err)
+					}
+					if buf, err = m.DecodeFrame(i, fr, buf); err != nil {
+						t.Fatal(err)
+					}
+					recs = append(recs, buf...)
+				}
+				columnFloors(recs, m, floors)
+			}
+		}
+		keys := make([]string, 0, len(sizes))
+		total := 0
+		for k, v := range sizes {
+			keys = append(keys, k)
+			total += v
+		}
+		sort.Strings(keys)
+		t.Logf("%s tree: %.2f bytes per live link", tree, float64(total)/live)
+		for _, k := range keys {
+			floor := ""
+			if f, ok := floors[k]; ok {
+				floor = fmt.Sprintf("   floor ~%.2f", f/8/live)
+			}
+			t.Logf("  %-22s %6.2f%s", k, float64(sizes[k])/live, floor)
+		}
+		for k, f := range floors {
+			if _, ok := sizes[k]; !ok {
+				t.Logf("  (floor) %-14s %6.2f", k, f/8/live)
+			}
+		}
+	}
+}
+
+// columnStreamSizes adds the stored bytes of each column of a columnar
+// frame (table.go's frame byte 0 included in "frame header") to sizes.
+func columnStreamSizes(fr []byte, sizes map[string]int) error {
+	if fr[0] != frameColumns {
+		sizes["fallback frames"] += len(fr)
+		return nil
+	}
+	r := colReader{b: fr[1:]}
+	r.uvarint()
+	if len(r.b) < 3 {
+		return errors.New("short header")
+	}
+	kt, kd, kp := int(r.b[0]), int(r.b[1]), int(r.b[2])
+	r.b = r.b[3:]
+	r.uvarint()
+	sizes["frame header"] += len(fr) - len(r.b)
+	names := []string{"targets", "group lengths", "time: first of group", "accounts: literals", "pairs", "revs"}
+	for range kt {
+		names = append(names, "time: differences")
+	}
+	for range kd {
+		names = append(names, "accounts: ranks")
+	}
+	for range kp {
+		names = append(names, "pairs: indexes")
+	}
+	for _, name := range names {
+		before := len(r.b)
+		mode := r.b[0]
+		r.b = r.b[1:]
+		raw := r.uvarint()
+		switch mode {
+		case modeRaw:
+			r.b = r.b[raw:]
+		case modeRepeat:
+			r.b = r.b[1:]
+		default:
+			s := r.uvarint()
+			r.b = r.b[s:]
+		}
+		sizes[name] += before - len(r.b)
+	}
+	if len(r.b) != 0 || r.bad {
+		return errors.New("frame not consumed")
+	}
+	return nil
+}
+
+// columnFloors adds, in bits, estimates of what an ideal memoryless coder
+// needs for the values the codec stores (per table): the order-0 entropy of
+// accounts and of (collection, location) pairs over the table, and for the
+// numeric columns (time differences, first times, rev residuals) the
+// entropy of their bit lengths plus the bits below the leading one (a
+// value's magnitude class coded ideally, its low bits stored plainly).
+func columnFloors(recs []byte, m *TableMeta, floors map[string]float64) {
+	l := m.layout
+	w, s := l.w, l.src()
+	n := len(recs) / w
+	u := func(i, off int) uint64 { return binary.BigEndian.Uint64(recs[i*w+off:]) }
+	accts := map[account]int{}
+	pairs := map[[2]uint64]int{}
+	var diffs, firsts []uint64
+	for i := range n {
+		first := i == 0 || (l.target && string(recs[i*w:i*w+24]) != string(recs[(i-1)*w:(i-1)*w+24]))
+		hi := u(i, s) >> clockBits
+		var prev uint64
+		if i > 0 {
+			prev = u(i-1, s) >> clockBits
+		}
+		if first {
+			firsts = append(firsts, zigzag(hi-prev))
+		} else {
+			diffs = append(diffs, hi-prev)
+		}
+		accts[account{u(i, s+16), uint16(u(i, s) & 1023)}]++
+		p := [2]uint64{u(i, s+8), 0}
+		if l.target {
+			p[1] = u(i, s+24)
+		}
+		pairs[p]++
+	}
+	floors["time: differences"] += magnitudeBits(diffs)
+	floors["time: first of group"] += magnitudeBits(firsts)
+	floors["accounts (order 0)"] += order0Bits(accts, n)
+	floors["pairs (order 0)"] += order0Bits(pairs, n)
+}
+
+func order0Bits[K comparable](counts map[K]int, n int) float64 {
+	var h float64
+	for _, c := range counts {
+		p := float64(c) / float64(n)
+		h -= float64(c) * math.Log2(p)
+	}
+	return h
+}
+
+func magnitudeBits(vals []uint64) float64 {
+	var classes [65]int
+	var low float64
+	for _, v := range vals {
+		b := bits.Len64(v)
+		classes[b]++
+		if b > 1 {
+			low += float64(b - 1)
+		}
+	}
+	var h float64
+	for _, c := range classes {
+		if c > 0 {
+			h -= float64(c) * math.Log2(float64(c)/float64(len(vals)))
+		}
+	}
+	return h + low
+}
+
