@@ -259,4 +259,3 @@ func magnitudeBits(vals []uint64) float64 {
 	}
 	return h + low
 }
-
