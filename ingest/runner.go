@@ -51,6 +51,14 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 	}
 	var wg sync.WaitGroup
+	if w.plc != nil {
+		wg.Go(func() {
+			if err := w.plc.run(ctx); err != nil && ctx.Err() == nil {
+				log.Error("plc follower stopped", "error", err)
+				cancel(err)
+			}
+		})
+	}
 	var backfill *Backfill
 	for _, s := range r.Sources {
 		if b, ok := s.(*Backfill); ok {
@@ -63,7 +71,7 @@ func (r *Runner) Run(ctx context.Context) error {
 				// loses its leader before committing would otherwise skip
 				// the events between the two leaders for repositories
 				// already backfilled.
-				if !r.waitStreamCursors(ctx) {
+				if !w.plcReady(ctx) || !r.waitStreamCursors(ctx) {
 					return
 				}
 				if err := b.RunBackfill(ctx, w, r.Config.Node.FSM.Cursor(b.Name())); err != nil && ctx.Err() == nil {
@@ -78,6 +86,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if !w.plcReady(ctx) {
+				return
+			}
 			name := s.Name()
 			cursor := r.Config.Node.FSM.Cursor(name)
 			err := s.Run(ctx, cursor, func(op *event.Op, c string) error {
@@ -186,7 +197,7 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			}
 			inFlight = nil
 		}
-		for _, tree := range []lsm.Tree{lsm.TreeLinks, lsm.TreeRevocations} {
+		for _, tree := range []lsm.Tree{lsm.TreeLinks, lsm.TreeRevocations, lsm.TreePLCDID, lsm.TreePLCSeq} {
 			inputs := lsm.PickCompaction(m, tree, lsm.DefaultCompactionFanIn)
 			if inputs == nil {
 				continue

@@ -50,7 +50,8 @@ type Config struct {
 	Node          *cluster.Node
 	Store         objstore.Store
 	Catalog       *lsm.Catalog
-	PLC           link.PLC // nil: every DID outlined ("plc: off")
+	PLC           link.PLC      // nil: every DID outlined ("plc: off")
+	PLCDirectory  *PLCDirectory // followed into the PLC map trees, which then encode did:plc (plc.go; overrides PLC)
 	FlushInterval time.Duration
 	MemtableBytes int
 	ClockBlock    uint64
@@ -76,6 +77,7 @@ type Writer struct {
 	pending *fsm.Pending
 	codec   link.Codec
 	metrics *Metrics
+	plc     *plcFollower // nil: plc off
 
 	flushMu sync.Mutex // one publication at a time
 
@@ -139,6 +141,10 @@ func NewWriter(ctx context.Context, cfg Config) (*Writer, error) {
 	w := &Writer{cfg: cfg, log: cfg.Logger.Named("ingest"), metrics: cfg.Metrics, resync: make(chan resyncJob, resyncQueueMax)}
 	w.pending = fsm.NewPending(cfg.Node.FSM)
 	w.codec = link.Codec{Outlines: w.pending, PLC: cfg.PLC}
+	if cfg.PLCDirectory != nil {
+		w.plc = newPLCFollower(ctx, cfg.PLCDirectory, w)
+		w.codec.PLC = w.plc
+	}
 	w.mu.links = lsm.NewMemtable(lsm.BacklinkFormat, cfg.MemtableBytes)
 	w.mu.revs = lsm.NewMemtable(lsm.RevocationFormat, cfg.MemtableBytes)
 	w.mu.cursors = map[string]string{}
@@ -515,6 +521,10 @@ func (w *Writer) Flush(ctx context.Context) error {
 	w.mu.compaction = nil
 	w.mu.lastFlush = start
 	outlines := w.pending.Take() // after the swap: covers every outline the swapped data uses
+	var plcBatch *lsm.PLCBatch
+	if w.plc != nil {
+		plcBatch = w.plc.m.Seal() // after the swap too: every PLC entry the swapped links use
+	}
 	w.mu.Unlock()
 
 	changed := false
@@ -523,7 +533,7 @@ func (w *Writer) Flush(ctx context.Context) error {
 			changed = true
 		}
 	}
-	if links.Len() == 0 && revs.Len() == 0 && comp == nil && !changed && len(outlines) == 0 {
+	if links.Len() == 0 && revs.Len() == 0 && comp == nil && !changed && len(outlines) == 0 && plcBatch == nil {
 		return nil
 	}
 	var edit lsm.Edit
@@ -541,6 +551,14 @@ func (w *Writer) Flush(ctx context.Context) error {
 		}
 		edit.Add = append(edit.Add, run)
 	}
+	if plcBatch != nil {
+		runs, err := plcRuns(ctx, w, plcBatch)
+		if err != nil {
+			w.dead.Store(true)
+			return err
+		}
+		edit.Add = append(edit.Add, runs...)
+	}
 	if comp != nil {
 		edit.Add = append(edit.Add, comp.add)
 		edit.Remove = comp.remove
@@ -554,6 +572,9 @@ func (w *Writer) Flush(ctx context.Context) error {
 	}
 	w.pending.Committed()
 	fr := res.(fsm.FlushResult)
+	if plcBatch != nil {
+		w.plc.m.Published(plcBatch, fr.Generation)
+	}
 	if comp != nil {
 		w.mu.Lock()
 		for _, g := range fr.Garbage {

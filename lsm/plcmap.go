@@ -167,14 +167,14 @@ const DefaultPLCCacheEntries = 1 << 18
 // link.PLC methods.
 const PLCLookupTimeout = 30 * time.Second
 
-// PLCMap reads the PLC map of a view (the node's current one, through
-// view()) with a bounded LRU cache of resolved entries, plus, on the
+// PLCMap reads the PLC map of a view (the node's newest, through view)
+// with a bounded LRU cache of resolved entries, plus, on the
 // leader, the batches its follower added that the view does not show yet.
 // It implements link.PLC and link's error-reporting lookups. Safe for
 // concurrent use.
 type PLCMap struct {
 	reader *Reader
-	view   func() *View
+	view   func(context.Context) (*View, error)
 	max    int
 
 	mu struct {
@@ -193,9 +193,9 @@ type plcEntry struct {
 }
 
 // NewPLCMap returns a map over the views view returns (each call the
-// newest), reading tables through r, caching up to cacheEntries resolved
-// entries (DefaultPLCCacheEntries when <= 0).
-func NewPLCMap(r *Reader, view func() *View, cacheEntries int) *PLCMap {
+// newest; an error fails the lookup), reading tables through r, caching up
+// to cacheEntries resolved entries (DefaultPLCCacheEntries when <= 0).
+func NewPLCMap(r *Reader, view func(context.Context) (*View, error), cacheEntries int) *PLCMap {
 	if cacheEntries <= 0 {
 		cacheEntries = DefaultPLCCacheEntries
 	}
@@ -309,6 +309,12 @@ func (m *PLCMap) cachePutLocked(id PLCID, seq uint64) {
 	}
 }
 
+// Views adapts a function returning the current view (a node's query
+// views) to NewPLCMap.
+func Views(current func() *View) func(context.Context) (*View, error) {
+	return func(context.Context) (*View, error) { return current(), nil }
+}
+
 // SeqOf returns the genesis sequence number of a did:plc, false if the map
 // does not know it; an error if the tables could not be read.
 func (m *PLCMap) SeqOf(ctx context.Context, did string) (uint64, bool, error) {
@@ -316,7 +322,10 @@ func (m *PLCMap) SeqOf(ctx context.Context, did string) (uint64, bool, error) {
 	if !ok {
 		return 0, false, nil
 	}
-	v := m.view()
+	v, err := m.view(ctx)
+	if err != nil {
+		return 0, false, err
+	}
 	m.mu.Lock()
 	m.pruneLocked(v.Generation())
 	if el, ok := m.mu.byID[id]; ok {
@@ -346,7 +355,10 @@ func (m *PLCMap) SeqOf(ctx context.Context, did string) (uint64, bool, error) {
 // DIDOf returns the did:plc whose genesis operation has sequence number
 // seq, false if the map does not know it.
 func (m *PLCMap) DIDOf(ctx context.Context, seq uint64) (string, bool, error) {
-	v := m.view()
+	v, err := m.view(ctx)
+	if err != nil {
+		return "", false, err
+	}
 	m.mu.Lock()
 	m.pruneLocked(v.Generation())
 	if el, ok := m.mu.bySeq[seq]; ok {

@@ -125,7 +125,7 @@ func TestPLCMapRoundTrip(t *testing.T) {
 	if f.view, err = OpenView(ctx, f.cat, &Manifest{}); err != nil {
 		t.Fatal(err)
 	}
-	m := NewPLCMap(NewReader(store, nil), f.current, 64)
+	m := NewPLCMap(NewReader(store, nil), Views(f.current), 64)
 	want := map[PLCID]uint64{}
 	var absent []PLCID
 	for i := 0; i < 20; i++ {
@@ -184,7 +184,7 @@ func TestPLCMapRoundTrip(t *testing.T) {
 		}
 		f.apply(Edit{Base: f.view.Generation(), Add: []Run{out}, Remove: ids})
 	}
-	m2 := NewPLCMap(NewReader(store, nil), f.current, 16)
+	m2 := NewPLCMap(NewReader(store, nil), Views(f.current), 16)
 	checkAll(t, m2, want, absent)
 
 	// A fresh node: its own catalog and reader, the manifest alone.
@@ -192,7 +192,7 @@ func TestPLCMapRoundTrip(t *testing.T) {
 	if fresh.view, err = OpenView(ctx, fresh.cat, f.view.Manifest); err != nil {
 		t.Fatal(err)
 	}
-	m3 := NewPLCMap(NewReader(store, nil), fresh.current, 16)
+	m3 := NewPLCMap(NewReader(store, nil), Views(fresh.current), 16)
 	checkAll(t, m3, want, absent)
 
 	// Through link.Codec: a known did:plc is inline as its seq and renders
@@ -238,7 +238,7 @@ func TestPLCMapRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	m4 := NewPLCMap(NewReader(store, nil), fresh.current, 16)
+	m4 := NewPLCMap(NewReader(store, nil), Views(fresh.current), 16)
 	c4 := &link.Codec{Outlines: link.NewMemOutlines(), PLC: m4}
 	if _, err := c4.DID(known.String(), true); err == nil || errors.Is(err, link.ErrUnknown) {
 		t.Fatalf("lost tables: DID gave %v, want a read error", err)
