@@ -61,7 +61,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	dir := fs.String("dir", "", "directory of the local cluster (required)")
 	nodes := fs.Int("nodes", 3, "number of nodes")
 	store := fs.String("store", "", "object store URL (default: file://DIR/store)")
-	plc := fs.String("plc", "off", "DID source: off")
+	plc := fs.String("plc", "off", "DID source: off (every DID outlined through Raft) or the URL of a PLC directory the leader follows")
 	nodeBin := fs.String("node-bin", "", "eddy-node binary (default: beside eddy-ctl)")
 	flushInterval := fs.Duration("flush-interval", 0, "passed to every node (default: the node's)")
 	var sources listFlag

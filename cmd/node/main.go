@@ -72,7 +72,7 @@ func run(args []string) int {
 	fs.StringVar(&c.tokenFile, "admin-token-file", "", "file holding the admin bearer token (or EDDY_ADMIN_TOKEN) (required)")
 	fs.StringVar(&c.store, "store", "", "object store URL shared by every node: file:///dir or s3://bucket/prefix?endpoint=host:port (default: file://<data-dir>/store)")
 	fs.Var(&c.sources, "source", "ingest source, repeatable: replay+file:///path, jetstream+wss://host/subscribe, firehose+wss://host")
-	fs.StringVar(&c.plc, "plc", "off", "DID source: off (every DID outlined through Raft)")
+	fs.StringVar(&c.plc, "plc", "off", "DID source: off (every DID outlined through Raft), or the URL of a PLC directory whose /export the leader follows into the PLC map")
 	fs.DurationVar(&c.flushInterval, "flush-interval", ingest.DefaultFlushInterval, "longest time an ingested operation waits before its flush starts")
 	fs.IntVar(&c.memtableBytes, "memtable-bytes", ingest.DefaultMemtableBytes, "memory bound of each memtable (backlinks, revocations)")
 	fs.Int64Var(&c.cacheBytes, "cache-bytes", lsm.DefaultCacheBytes, "bound of the decoded-frame cache")
@@ -128,8 +128,8 @@ func (c *config) validate() error {
 			return fmt.Errorf("%s %q: %v", a.name, a.v, err)
 		}
 	}
-	if c.plc != "off" {
-		return fmt.Errorf("--plc %q: this build supports only off (every DID outlined)", c.plc)
+	if _, err := ingest.ParsePLCFlag(c.plc); err != nil {
+		return err
 	}
 	if c.flushInterval < 50*time.Millisecond || c.flushInterval > 10*time.Minute {
 		return fmt.Errorf("--flush-interval %v: out of range 50ms..10m", c.flushInterval)
@@ -185,7 +185,11 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	cat := lsm.NewCatalog(filepath.Join(c.dataDir, "meta"), counted)
 	views := query.NewViews(node.FSM, cat, log)
 	reader := lsm.NewReader(counted, lsm.NewFrameCache(c.cacheBytes))
-	codec := &link.Codec{Outlines: node.FSM}
+	// The PLC map of the served view renders inline did:plc (it is empty
+	// on a cluster that never followed a directory: every DID outlined).
+	plcMap := lsm.NewPLCMap(reader, lsm.Views(views.Current), 0)
+	plcDir, _ := ingest.ParsePLCFlag(c.plc)
+	codec := &link.Codec{Outlines: node.FSM, PLC: plcMap}
 	qs := query.NewServer(views, reader, codec, log)
 	// A restarted node answers queries only once it has applied the log it
 	// had at start (or readyLagMax passed) and serves the manifest applied.
@@ -249,7 +253,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 			defer close(done)
 			r := &ingest.Runner{Config: ingest.Config{
 				Node: node, Store: counted, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
-				Logger: log, Metrics: metrics,
+				Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir,
 			}, Sources: sources}
 			if err := r.Run(lctx); err != nil && lctx.Err() == nil {
 				log.Warn("write path ended", "error", err)
