@@ -1,40 +1,90 @@
 package ingest
 
 import (
+	"bufio"
+	"bytes"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
 	"github.com/eddy-backlinks/eddy/extract"
+	"github.com/eddy-backlinks/eddy/ingest/event"
+	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metrics are the write path's Prometheus metrics.
+//
+// Lag is measured per source. Seconds behind: for a live stream, the time
+// between the newest consumed event's own time (Jetstream's time_us, a
+// firehose commit's revision TID) and now. Events behind: for a replay,
+// exactly the events of the file after the committed cursor; for a live
+// stream, an estimate: the seconds behind times the stream's recent rate
+// of events per second of event time (the stream offers no count of what
+// it holds past the consumer).
 type Metrics struct {
-	Events       *prometheus.CounterVec // by source, kind
-	Links        *prometheus.CounterVec // by source
-	Skipped      *prometheus.CounterVec // by source, reason
-	FlushSeconds prometheus.Histogram
-	Generation   prometheus.Gauge
-	Lag          *prometheus.GaugeVec // seconds behind the stream head, by source
+	Events         *prometheus.CounterVec // by source, kind
+	Links          *prometheus.CounterVec // by source
+	Skipped        *prometheus.CounterVec // by source, reason
+	FlushSeconds   prometheus.Histogram   // a whole flush: tables written and the entry committed
+	PublishSeconds prometheus.Histogram   // the flush entry's Raft commit alone
+	Generation     prometheus.Gauge
+	Lag            *prometheus.GaugeVec // seconds behind the stream head, by source
+	lagEvents      *lagEventsCollector  // events behind the stream head, by source
 }
 
 // NewMetrics makes unregistered metrics; Register adds them to a registry.
 func NewMetrics() *Metrics {
 	return &Metrics{
-		Events:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_events_total", Help: "Operations consumed, by source and kind."}, []string{"source", "kind"}),
-		Links:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_links_total", Help: "Links extracted, by source."}, []string{"source"}),
-		Skipped:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_skipped_total", Help: "Inputs or links skipped as bad, by source and reason."}, []string{"source", "reason"}),
-		FlushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eddy_ingest_flush_seconds", Help: "Time to write a flush's tables and commit it.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
-		Generation:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_ingest_published_generation", Help: "Manifest generation of the last publication by this node."}),
-		Lag:          prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "eddy_ingest_lag_seconds", Help: "Seconds between an ingested event's time and now, by source."}, []string{"source"}),
+		Events:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_events_total", Help: "Operations consumed, by source and kind."}, []string{"source", "kind"}),
+		Links:          prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_links_total", Help: "Links extracted, by source."}, []string{"source"}),
+		Skipped:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_skipped_total", Help: "Inputs or links skipped as bad, by source and reason."}, []string{"source", "reason"}),
+		FlushSeconds:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eddy_ingest_flush_seconds", Help: "Time of a whole flush: tables written to the store and the entry committed.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
+		PublishSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eddy_ingest_publish_seconds", Help: "Time to commit a flush's entry through Raft (the publication alone).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		Generation:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_ingest_published_generation", Help: "Manifest generation of the last publication by this node."}),
+		Lag:            prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "eddy_ingest_lag_seconds", Help: "Seconds between the newest consumed event's own time and now, by live source."}, []string{"source"}),
+		lagEvents:      newLagEvents(),
 	}
 }
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Events, m.Links, m.Skipped, m.FlushSeconds, m.Generation, m.Lag} {
+	for _, c := range []prometheus.Collector{m.Events, m.Links, m.Skipped, m.FlushSeconds, m.PublishSeconds, m.Generation, m.Lag, m.lagEvents} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Watch connects a source's callbacks to the metrics: inputs it cannot
+// decode count as skipped by reason, a live stream reports its lag, and a
+// replay's events behind are its file's events after the committed cursor
+// (committed returns a source's committed cursor; counting the file runs in
+// the background, once). Call it before the source runs.
+func (m *Metrics) Watch(s Source, committed func(name string) string) {
+	name := s.Name()
+	onSkip := func(reason string) { m.Skipped.WithLabelValues(name, reason).Inc() }
+	onLag := func(d time.Duration) { m.observeLag(name, time.Now().Add(-d), d) }
+	switch s := s.(type) {
+	case *Jetstream:
+		s.OnSkip, s.OnLag = onSkip, onLag
+	case *Firehose:
+		s.OnSkip, s.OnLag = onSkip, onLag
+	case *Backfill:
+		s.OnSkip = onSkip
+	case *Replay:
+		s.OnSkip = onSkip
+		m.lagEvents.addReplay(name, s.Path, func() string { return committed(name) })
+	}
+}
+
+func (m *Metrics) observeLag(source string, at time.Time, d time.Duration) {
+	m.Lag.WithLabelValues(source).Set(d.Seconds())
+	m.lagEvents.observe(source, at, d)
 }
 
 func (m *Metrics) countDrops(source string, st extract.Stats) {
@@ -45,5 +95,175 @@ func (m *Metrics) countDrops(source string, st extract.Stats) {
 		if n > 0 {
 			m.Skipped.WithLabelValues(source, reason).Add(float64(n))
 		}
+	}
+}
+
+// rateWindow: the live-stream rate estimate uses the time span of this
+// many most recent events.
+const rateWindow = 256
+
+type liveLag struct {
+	times [rateWindow]time.Time // event times, a ring
+	n     int                   // events observed
+	lag   time.Duration
+}
+
+// behind estimates the events between the newest consumed one and now.
+func (l *liveLag) behind() float64 {
+	if l.n < 2 || l.lag <= 0 {
+		return 0
+	}
+	k := min(l.n, rateWindow)
+	newest := l.times[(l.n-1)%rateWindow]
+	oldest := l.times[(l.n-k)%rateWindow]
+	span := newest.Sub(oldest).Seconds()
+	if span <= 0 {
+		return 0
+	}
+	return l.lag.Seconds() * float64(k-1) / span
+}
+
+type replayLag struct {
+	name, path string
+	committed  func() string
+	mu         sync.Mutex
+	total      int // events (lines or frames) in the file; -1 while counting or unknown
+}
+
+type lagEventsCollector struct {
+	desc *prometheus.Desc
+	mu   sync.Mutex
+	live map[string]*liveLag
+	reps []*replayLag
+}
+
+func newLagEvents() *lagEventsCollector {
+	return &lagEventsCollector{
+		desc: prometheus.NewDesc("eddy_ingest_lag_events", "Events behind the stream head, by source: exact for a replay (events after the committed cursor), estimated for a live stream (seconds behind times the recent event rate).", []string{"source"}, nil),
+		live: map[string]*liveLag{},
+	}
+}
+
+func (c *lagEventsCollector) observe(source string, at time.Time, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.live[source]
+	if l == nil {
+		l = &liveLag{}
+		c.live[source] = l
+	}
+	l.times[l.n%rateWindow] = at
+	l.n++
+	l.lag = d
+}
+
+func (c *lagEventsCollector) addReplay(name, path string, committed func() string) {
+	r := &replayLag{name: name, path: path, committed: committed, total: -1}
+	c.mu.Lock()
+	c.reps = append(c.reps, r)
+	c.mu.Unlock()
+	go func() {
+		n, err := countReplayEvents(path)
+		if err != nil {
+			return // the replay itself reports an unreadable file
+		}
+		r.mu.Lock()
+		r.total = n
+		r.mu.Unlock()
+	}()
+}
+
+// replayBehind returns the events after cursor in a file of total events.
+func replayBehind(total int, cursor string) float64 {
+	if Done(cursor) {
+		return 0
+	}
+	pos, err := strconv.Atoi(cursor)
+	if err != nil || pos < 0 {
+		pos = 0
+	}
+	return float64(max(0, total-pos))
+}
+
+// countReplayEvents counts what a Replay's cursor counts: lines of a
+// .jsonl file, frames of any other file.
+func countReplayEvents(path string) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	if strings.HasSuffix(path, ".jsonl") {
+		br := bufio.NewReaderSize(f, 1<<16)
+		buf := make([]byte, 1<<16)
+		n, last := 0, byte('\n')
+		for {
+			k, err := br.Read(buf)
+			if k > 0 {
+				n += bytes.Count(buf[:k], []byte{'\n'})
+				last = buf[k-1]
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return 0, err
+			}
+		}
+		if last != '\n' {
+			n++ // a last line without a newline
+		}
+		return n, nil
+	}
+	n := 0
+	err = event.ReadFrames(bufio.NewReaderSize(f, 1<<16), func([]byte) error { n++; return nil })
+	return n, err
+}
+
+func (c *lagEventsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *lagEventsCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, l := range c.live {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, l.behind(), name)
+	}
+	for _, r := range c.reps {
+		r.mu.Lock()
+		total := r.total
+		r.mu.Unlock()
+		if total < 0 {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, replayBehind(total, r.committed()), r.name)
+	}
+}
+
+// CompactionBacklog returns the runs of tree t waiting for a compaction in
+// m: every run of every tier that holds fanIn runs or more, counted as the
+// compactor would take them, fanIn at a time.
+func CompactionBacklog(m *lsm.Manifest, t lsm.Tree, fanIn int) int {
+	if m == nil || fanIn < 2 {
+		return 0
+	}
+	rest := &lsm.Manifest{Runs: m.RunsOf(t)}
+	waiting := 0
+	for {
+		picked := lsm.PickCompaction(rest, t, fanIn)
+		if picked == nil {
+			return waiting
+		}
+		waiting += len(picked)
+		drop := map[string]bool{}
+		for _, r := range picked {
+			drop[r.ID] = true
+		}
+		var keep []lsm.Run
+		for _, r := range rest.Runs {
+			if !drop[r.ID] {
+				keep = append(keep, r)
+			}
+		}
+		rest = &lsm.Manifest{Runs: keep}
 	}
 }

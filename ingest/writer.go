@@ -565,11 +565,13 @@ func (w *Writer) Flush(ctx context.Context) error {
 	}
 	edit.Base = w.cfg.Node.FSM.Manifest().Generation
 	entry := fsm.Flush{Edit: edit, Outlines: outlines, Cursors: cursors, Clock: maxStamp}
+	pubStart := time.Now()
 	res, err := w.cfg.Node.Propose(ctx, fsm.TypeFlush, 0, entry)
 	if err != nil {
 		w.dead.Store(true)
 		return fmt.Errorf("publish: %w: %w", err, ErrLeadershipLost)
 	}
+	w.metrics.PublishSeconds.Observe(time.Since(pubStart).Seconds())
 	w.pending.Committed()
 	fr := res.(fsm.FlushResult)
 	if plcBatch != nil {

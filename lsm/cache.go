@@ -24,9 +24,10 @@ type cacheEntry struct {
 // FrameCache is an LRU of decoded frames, bounded in bytes. Decoded
 // frames are immutable: callers must not modify what Get returns.
 type FrameCache struct {
-	maxBytes int64
-	hits     atomic.Uint64
-	misses   atomic.Uint64
+	maxBytes  int64
+	hits      atomic.Uint64
+	misses    atomic.Uint64
+	evictions atomic.Uint64 // frames dropped to stay within the bound
 
 	mu struct {
 		sync.Mutex
@@ -81,6 +82,7 @@ func (c *FrameCache) Put(table string, frame int, recs []byte) {
 		c.mu.ll.Remove(el)
 		delete(c.mu.items, e.key)
 		c.mu.bytes -= int64(len(e.recs))
+		c.evictions.Add(1)
 	}
 }
 
@@ -99,16 +101,28 @@ func (c *FrameCache) DropTable(table string) {
 	}
 }
 
-// CacheStats are the cache's counters.
+// CacheStats are the cache's counters. Hits and Misses count Get calls;
+// Evictions counts frames dropped to stay within the byte bound (not those
+// of a dropped table); Bytes and Frames are what it holds now. A metrics
+// exporter reads them as monotonic counters (Hits, Misses, Evictions) and
+// gauges (Bytes, Frames, MaxBytes).
 type CacheStats struct {
-	Hits, Misses uint64
-	Bytes        int64
-	Frames       int
+	Hits, Misses, Evictions uint64
+	Bytes, MaxBytes         int64
+	Frames                  int
+}
+
+// HitRate is Hits / (Hits + Misses), 0 before any Get.
+func (s CacheStats) HitRate() float64 {
+	if s.Hits+s.Misses == 0 {
+		return 0
+	}
+	return float64(s.Hits) / float64(s.Hits+s.Misses)
 }
 
 // Stats returns the counters.
 func (c *FrameCache) Stats() CacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return CacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Bytes: c.mu.bytes, Frames: len(c.mu.items)}
+	return CacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load(), Bytes: c.mu.bytes, MaxBytes: c.maxBytes, Frames: len(c.mu.items)}
 }

@@ -2,9 +2,11 @@
 // serves queries from the manifest it has applied and, while it leads,
 // ingests the configured sources.
 //
-// Every flag has an environment variable (EDDY_ and the flag name in upper
-// case with '-' as '_'); secrets (the admin token, S3 keys) come only from
-// files or the environment, never from flags.
+// Every option is a flag, an environment variable (EDDY_ and the flag name
+// in upper case with '-' as '_') or a line of the --config file, in that
+// order of precedence (config.go); secrets (the admin token, S3 keys, TLS
+// keys) come only from files or the environment, never from flags, and are
+// never logged.
 package main
 
 import (
@@ -12,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -37,116 +40,41 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
-func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
-
-type config struct {
-	id, dataDir, raftAddr, raftAdvertise, adminAddr, httpAddr string
-	bootstrap                                                 bool
-	join                                                      string
-	certsDir, tokenFile, store, plc, logLevel                 string
-	sources                                                   listFlag
-	flushInterval, readyLagMax                                time.Duration
-	memtableBytes                                             int
-	cacheBytes                                                int64
-}
-
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string) int {
-	var c config
-	fs := flag.NewFlagSet("eddy-node", flag.ContinueOnError)
-	fs.StringVar(&c.id, "id", "", "node ID (persisted in the data directory at first start; must match after)")
-	fs.StringVar(&c.dataDir, "data-dir", "", "data directory: Raft log and snapshots, table metadata (required)")
-	fs.StringVar(&c.raftAddr, "raft-addr", "127.0.0.1:7000", "Raft listen address (mutual TLS)")
-	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "Raft address peers dial (default: --raft-addr)")
-	fs.StringVar(&c.adminAddr, "admin-addr", "127.0.0.1:7001", "admin API listen address (join, status; token required)")
-	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "public query API listen address")
-	fs.BoolVar(&c.bootstrap, "bootstrap", false, "form a new cluster of this node if it has no state (ignored when it has)")
-	fs.StringVar(&c.join, "join", "", "admin addresses of cluster members to join through at start (comma-separated); a no-op when already a member")
-	fs.StringVar(&c.certsDir, "certs-dir", "", "directory of ca.pem, <id>.pem, <id>-key.pem (eddy-ctl certs) (required)")
-	fs.StringVar(&c.tokenFile, "admin-token-file", "", "file holding the admin bearer token (or EDDY_ADMIN_TOKEN) (required)")
-	fs.StringVar(&c.store, "store", "", "object store URL shared by every node: file:///dir or s3://bucket/prefix?endpoint=host:port (default: file://<data-dir>/store)")
-	fs.Var(&c.sources, "source", "ingest source, repeatable: replay+file:///path, jetstream+wss://host/subscribe, firehose+wss://host")
-	fs.StringVar(&c.plc, "plc", "off", "DID source: off (every DID outlined through Raft), or the URL of a PLC directory whose /export the leader follows into the PLC map")
-	fs.DurationVar(&c.flushInterval, "flush-interval", ingest.DefaultFlushInterval, "longest time an ingested operation waits before its flush starts")
-	fs.IntVar(&c.memtableBytes, "memtable-bytes", ingest.DefaultMemtableBytes, "memory bound of each memtable (backlinks, revocations)")
-	fs.Int64Var(&c.cacheBytes, "cache-bytes", lsm.DefaultCacheBytes, "bound of the decoded-frame cache")
-	fs.DurationVar(&c.readyLagMax, "ready-lag-max", 30*time.Second, "/readyz fails when the served manifest is older than the applied one for longer than this")
-	fs.StringVar(&c.logLevel, "log-level", "info", "trace, debug, info, warn, error")
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	fs.VisitAll(func(f *flag.Flag) {
-		env := "EDDY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		f.Usage += " [$" + env + "]"
-		if v, ok := os.LookupEnv(env); ok && f.Name != "version" {
-			fs.Set(f.Name, v)
-		}
-	})
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if *showVersion {
-		fmt.Println(version.Version)
+func run(args []string, stdout, stderr io.Writer) int {
+	c, err := parseConfig(args, os.LookupEnv, stdout)
+	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
-	log := hclog.New(&hclog.LoggerOptions{Name: "eddy", Level: hclog.LevelFromString(c.logLevel), JSONFormat: false, Output: os.Stderr})
-	if err := c.validate(); err != nil {
+	log := hclog.New(&hclog.LoggerOptions{Name: "eddy", Level: hclog.Info, Output: stderr})
+	if err != nil {
 		log.Error("invalid configuration", "error", err)
 		return 2
 	}
+	if c.showVersion {
+		fmt.Fprintln(stdout, version.Version)
+		return 0
+	}
+	if err := c.validate(os.LookupEnv); err != nil {
+		log.Error("invalid configuration", "error", err)
+		return 2
+	}
+	log.SetLevel(hclog.LevelFromString(c.logLevel))
+	log.Info("configuration", c.logged()...)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, c, log); err != nil {
+	if err := serve(ctx, *c, log); err != nil {
 		log.Error("node stopped", "error", err)
 		return 1
 	}
 	return 0
 }
 
-func (c *config) validate() error {
-	if c.dataDir == "" {
-		return errors.New("--data-dir is required")
-	}
-	if c.id == "" {
-		return errors.New("--id is required (it names the node's certificate)")
-	}
-	if c.certsDir == "" {
-		return errors.New("--certs-dir is required (eddy-ctl certs makes one)")
-	}
-	if c.tokenFile == "" && os.Getenv("EDDY_ADMIN_TOKEN") == "" {
-		return errors.New("--admin-token-file (or EDDY_ADMIN_TOKEN) is required")
-	}
-	for _, a := range []struct{ name, v string }{{"--raft-addr", c.raftAddr}, {"--admin-addr", c.adminAddr}, {"--http-addr", c.httpAddr}} {
-		if _, _, err := net.SplitHostPort(a.v); err != nil {
-			return fmt.Errorf("%s %q: %v", a.name, a.v, err)
-		}
-	}
-	if _, err := ingest.ParsePLCFlag(c.plc); err != nil {
-		return err
-	}
-	if c.flushInterval < 50*time.Millisecond || c.flushInterval > 10*time.Minute {
-		return fmt.Errorf("--flush-interval %v: out of range 50ms..10m", c.flushInterval)
-	}
-	if c.memtableBytes < 1<<20 || c.memtableBytes > 4<<30 {
-		return fmt.Errorf("--memtable-bytes %d: out of range 1 MiB..4 GiB", c.memtableBytes)
-	}
-	for _, s := range c.sources {
-		if _, err := ingest.ParseSource(s, nil); err != nil {
-			return fmt.Errorf("--source: %w", err)
-		}
-	}
-	return nil
-}
-
 func adminToken(c config) (string, error) {
-	if t := os.Getenv("EDDY_ADMIN_TOKEN"); t != "" {
+	if t := os.Getenv(envAdminToken); t != "" {
 		return strings.TrimSpace(t), nil
 	}
 	b, err := os.ReadFile(c.tokenFile)
@@ -166,11 +94,16 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	}
 	store, err := objstore.Open(c.store)
 	if err != nil {
-		return fmt.Errorf("--store: %w", err)
+		// The error may quote the URL: show it redacted.
+		return fmt.Errorf("--store %s: %s", redactStore(c.store), strings.ReplaceAll(err.Error(), c.store, redactStore(c.store)))
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	counted := objstore.Counting(store)
+	storeMetrics := objstore.NewMetrics()
+	if err := storeMetrics.Register(reg); err != nil {
+		return err
+	}
+	counted := objstore.Instrument(store, storeMetrics)
 
 	id := c.id
 	node, err := cluster.Open(cluster.Config{
@@ -184,13 +117,18 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	log = log.With("node", node.ID())
 	cat := lsm.NewCatalog(filepath.Join(c.dataDir, "meta"), counted)
 	views := query.NewViews(node.FSM, cat, log)
-	reader := lsm.NewReader(counted, lsm.NewFrameCache(c.cacheBytes))
-	// The PLC map of the served view renders inline did:plc (it is empty
-	// on a cluster that never followed a directory: every DID outlined).
-	plcMap := lsm.NewPLCMap(reader, lsm.Views(views.Current), 0)
-	plcDir, _ := ingest.ParsePLCFlag(c.plc)
-	codec := &link.Codec{Outlines: node.FSM, PLC: plcMap}
+	cache := lsm.NewFrameCache(c.cacheBytes)
+	reader := lsm.NewReader(counted, cache)
+	codec := &link.Codec{Outlines: node.FSM}
 	qs := query.NewServer(views, reader, codec, log)
+	queryMetrics := query.NewMetrics()
+	if err := queryMetrics.Register(reg); err != nil {
+		return err
+	}
+	reg.MustRegister(node.Metrics())
+	reg.MustRegister(nodeCollectors(node, cache)...)
+	ready := newReadiness(node, views, c.readyLagMax, token)
+	reg.MustRegister(ready.collectors()...)
 	// A restarted node answers queries only once it has applied the log it
 	// had at start (or readyLagMax passed) and serves the manifest applied.
 	startIndex, started := node.Raft().LastIndex(), time.Now()
@@ -222,6 +160,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 		if err != nil {
 			return err
 		}
+		metrics.Watch(src, node.FSM.Cursor)
 		sources = append(sources, src)
 	}
 
@@ -230,6 +169,8 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); views.Run(bg) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); ready.run(bg) }()
 
 	// The write path runs while this node leads.
 	var leadMu sync.Mutex
@@ -253,7 +194,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 			defer close(done)
 			r := &ingest.Runner{Config: ingest.Config{
 				Node: node, Store: counted, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
-				Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir,
+				Logger: log, Metrics: metrics,
 			}, Sources: sources}
 			if err := r.Run(lctx); err != nil && lctx.Err() == nil {
 				log.Warn("write path ended", "error", err)
@@ -278,23 +219,12 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	}
 
 	pub := http.NewServeMux()
-	pub.Handle("/xrpc/", qs.Handler())
-	pub.Handle("/links/", qs.Handler())
+	api := queryMetrics.Wrap(qs.Handler())
+	pub.Handle("/xrpc/", api)
+	pub.Handle("/links/", api)
 	pub.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	pub.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
-	pub.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		applied := node.FSM.Manifest().Generation
-		served := views.Current().Generation()
-		if served < applied && time.Since(views.AppliedAt()) > c.readyLagMax {
-			http.Error(w, fmt.Sprintf("serving generation %d, applied %d", served, applied), http.StatusServiceUnavailable)
-			return
-		}
-		if _, leader := node.Leader(); leader == "" {
-			http.Error(w, "no leader known", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintf(w, "ready: generation %d\n", served)
-	})
+	pub.HandleFunc("GET /readyz", ready.handler)
 	servers := []*http.Server{
 		{Addr: c.httpAddr, Handler: pub, ReadHeaderTimeout: 10 * time.Second},
 		{Addr: c.adminAddr, Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second},
@@ -381,14 +311,6 @@ func joinCluster(ctx context.Context, log hclog.Logger, addrs []string, token st
 func orStr(s, d string) string {
 	if s == "" {
 		return d
-	}
-	return s
-}
-
-// redactStore drops a URL's query (which may name credential files).
-func redactStore(s string) string {
-	if i := strings.IndexByte(s, '?'); i >= 0 {
-		return s[:i]
 	}
 	return s
 }

@@ -1,0 +1,421 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/ingest"
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
+)
+
+// Configuration comes from four layers, highest first: command-line flags,
+// environment variables (one per flag: EDDY_ and the flag's name in upper
+// case with '-' as '_'), the --config file (EDDY_CONFIG), and the defaults.
+// Secrets never come from a flag or the config file: the admin token from
+// --admin-token-file or EDDY_ADMIN_TOKEN, S3 keys from files named in the
+// --store URL or EDDY_S3_ACCESS_KEY / EDDY_S3_SECRET_KEY, TLS keys from
+// --certs-dir.
+
+// Environment variables that are not options.
+const (
+	envConfig     = "EDDY_CONFIG"
+	envAdminToken = "EDDY_ADMIN_TOKEN"
+)
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, " ") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+type config struct {
+	id, dataDir, raftAddr, raftAdvertise, adminAddr, httpAddr string
+	bootstrap                                                 bool
+	join                                                      string
+	certsDir, tokenFile, store, plc, logLevel                 string
+	sources                                                   listFlag
+	flushInterval, readyLagMax                                time.Duration
+	memtableBytes                                             int
+	cacheBytes                                                int64
+	configFile                                                string
+	showVersion                                               bool
+
+	// origin of each option's value: "flag", "env", "file" or "default".
+	origin map[string]string
+}
+
+// envName is the environment variable of a flag.
+func envName(flagName string) string {
+	return "EDDY_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// notFromEnvOrFile: flags that only the command line sets.
+var notFromEnvOrFile = map[string]bool{"version": true, "config": true}
+
+// secretKeys are names refused in the config file, with where the secret
+// goes instead.
+var secretKeys = map[string]string{
+	"admin-token":   "--admin-token-file or " + envAdminToken,
+	"token":         "--admin-token-file or " + envAdminToken,
+	"s3-access-key": "access_key_file in the --store URL, or " + objstore.EnvS3AccessKey,
+	"s3-secret-key": "secret_key_file in the --store URL, or " + objstore.EnvS3SecretKey,
+	"access-key":    "access_key_file in the --store URL, or " + objstore.EnvS3AccessKey,
+	"secret-key":    "secret_key_file in the --store URL, or " + objstore.EnvS3SecretKey,
+}
+
+func newFlagSet(c *config) *flag.FlagSet {
+	fs := flag.NewFlagSet("eddy-node", flag.ContinueOnError)
+	fs.StringVar(&c.configFile, "config", "", "config `FILE` of name = value lines, one option a line (see docs/operations.md)")
+	fs.StringVar(&c.id, "id", "", "node ID, letters, digits, '.', '_', '-' (persisted in the data directory at first start; must match after) (required)")
+	fs.StringVar(&c.dataDir, "data-dir", "", "data directory: Raft log and snapshots, table metadata (required)")
+	fs.StringVar(&c.raftAddr, "raft-addr", "127.0.0.1:7000", "Raft listen address host:port (mutual TLS)")
+	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "Raft address host:port peers dial (default: --raft-addr)")
+	fs.StringVar(&c.adminAddr, "admin-addr", "127.0.0.1:7001", "admin API listen address host:port (join, status; token required)")
+	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "public query API listen address host:port (also /metrics, /healthz, /readyz)")
+	fs.BoolVar(&c.bootstrap, "bootstrap", false, "form a new cluster of this node if it has no state (ignored when it has)")
+	fs.StringVar(&c.join, "join", "", "admin addresses host:port of cluster members to join through at start (comma-separated); a no-op when already a member")
+	fs.StringVar(&c.certsDir, "certs-dir", "", "directory of ca.pem, <id>.pem, <id>-key.pem (eddy-ctl certs) (required)")
+	fs.StringVar(&c.tokenFile, "admin-token-file", "", "file holding the admin bearer token; or the token itself in "+envAdminToken+" (one of the two required)")
+	fs.StringVar(&c.store, "store", "", "object store URL shared by every node: file:///dir or s3://bucket/prefix?endpoint=host:port&access_key_file=F&secret_key_file=F (default: file://<data-dir>/store)")
+	fs.Var(&c.sources, "source", "ingest source, repeatable (in the environment: several separated by spaces): replay+file:///path, jetstream+wss://host/subscribe[,wss://failover/subscribe], firehose+wss://host, backfill+https://relay?plc=https://plc")
+	fs.StringVar(&c.plc, "plc", "off", "DID source: off (every DID outlined through Raft)")
+	fs.DurationVar(&c.flushInterval, "flush-interval", ingest.DefaultFlushInterval, "longest time an ingested operation waits before its flush starts (50ms..10m)")
+	fs.IntVar(&c.memtableBytes, "memtable-bytes", ingest.DefaultMemtableBytes, "memory bound of each memtable, bytes (1 MiB..4 GiB)")
+	fs.Int64Var(&c.cacheBytes, "cache-bytes", lsm.DefaultCacheBytes, "bound of the decoded-frame cache, bytes (1 MiB..1 TiB)")
+	fs.DurationVar(&c.readyLagMax, "ready-lag-max", 30*time.Second, "/readyz answers 503 when this node has not heard from the leader, or has not served a manifest generation the leader had, for longer than this (500ms..1h)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
+	return fs
+}
+
+// usage writes --help: every option with its default and environment
+// variable, then the secrets and the precedence.
+func usage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprintf(w, "Usage: eddy-node [options]\n\n")
+	fmt.Fprintf(w, "Runs one node of an Eddy cluster. Every option is a flag, an environment variable\n")
+	fmt.Fprintf(w, "(shown in brackets) or a \"name = value\" line of the --config file; a flag wins over\n")
+	fmt.Fprintf(w, "the environment, which wins over the file, which wins over the default.\n\nOptions:\n")
+	fs.VisitAll(func(f *flag.Flag) {
+		typ, help := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if typ != "" {
+			line += " " + typ
+		}
+		env := "[$" + envName(f.Name) + "]"
+		switch f.Name {
+		case "version":
+			env = ""
+		case "config":
+			env = "[$" + envConfig + "]"
+		}
+		def := f.DefValue
+		if def == "" || f.Name == "source" {
+			def = "none"
+		}
+		if f.Name == "version" || f.Name == "bootstrap" {
+			def = ""
+		}
+		fmt.Fprintf(w, "%s  %s\n      %s", line, env, help)
+		if def != "" && !strings.Contains(help, "(default:") && !strings.Contains(help, "(required") {
+			fmt.Fprintf(w, " (default: %s)", def)
+		}
+		fmt.Fprintln(w)
+	})
+	fmt.Fprintf(w, `
+Secrets come only from files or the environment, never from flags or the config file,
+and are never logged:
+  %-20s the admin bearer token itself (else --admin-token-file)
+  %-20s S3 access key (else access_key_file in --store, else AWS_ACCESS_KEY_ID)
+  %-20s S3 secret key (else secret_key_file in --store, else AWS_SECRET_ACCESS_KEY)
+  --certs-dir          the node's TLS key is <certs-dir>/<id>-key.pem
+`, envAdminToken, objstore.EnvS3AccessKey, objstore.EnvS3SecretKey)
+}
+
+// parseConfig reads the configuration from args, the environment (getenv)
+// and the config file. stdout receives --help.
+func parseConfig(args []string, getenv func(string) (string, bool), stdout io.Writer) (*config, error) {
+	c := &config{origin: map[string]string{}}
+	fs := newFlagSet(c)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(fs, stdout)
+			return nil, err
+		}
+		return nil, fmt.Errorf("command line: %v (eddy-node --help lists the options)", err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("command line: unexpected argument %q (options are --name value)", fs.Arg(0))
+	}
+	onCmdLine := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCmdLine[f.Name] = true; c.origin[f.Name] = "flag" })
+	if c.showVersion {
+		return c, nil
+	}
+	if !onCmdLine["config"] {
+		if v, ok := getenv(envConfig); ok && v != "" {
+			c.configFile = v
+			c.origin["config"] = "env"
+		}
+	}
+	var file map[string][]fileValue
+	if c.configFile != "" {
+		var err error
+		if file, err = readConfigFile(c.configFile, fs); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || onCmdLine[f.Name] || notFromEnvOrFile[f.Name] {
+			return
+		}
+		env := envName(f.Name)
+		if v, ok := getenv(env); ok {
+			vals := []string{v}
+			if f.Name == "source" {
+				vals = strings.Fields(v)
+			}
+			for _, v := range vals {
+				if e := fs.Set(f.Name, v); e != nil {
+					err = fmt.Errorf("%s=%q: invalid value for --%s: %v", env, v, f.Name, e)
+					return
+				}
+			}
+			c.origin[f.Name] = "env"
+			return
+		}
+		for _, fv := range file[f.Name] {
+			if e := fs.Set(f.Name, fv.value); e != nil {
+				err = fmt.Errorf("config file %s line %d: invalid value %q for %s (--%s): %v", c.configFile, fv.line, fv.value, f.Name, f.Name, e)
+				return
+			}
+			c.origin[f.Name] = "file"
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if c.origin[f.Name] == "" {
+			c.origin[f.Name] = "default"
+		}
+	})
+	return c, nil
+}
+
+type fileValue struct {
+	value string
+	line  int
+}
+
+// readConfigFile reads a config file: one option a line as `name = value`
+// (name: the flag's name without dashes), blank lines and lines starting
+// with '#' ignored, the value optionally in double quotes (Go escapes). A
+// repeatable option (source) may appear on several lines; any other option
+// at most once.
+func readConfigFile(path string, fs *flag.FlagSet) (map[string][]fileValue, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %v", err)
+	}
+	defer f.Close()
+	out := map[string][]fileValue{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, value, ok := strings.Cut(line, "=")
+		if !ok {
+			return nil, fmt.Errorf("config file %s line %d: want name = value", path, n)
+		}
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		name = strings.TrimLeft(name, "-")
+		if where, ok := secretKeys[name]; ok {
+			return nil, fmt.Errorf("config file %s line %d: %q is a secret and is not read from the config file: use %s", path, n, name, where)
+		}
+		if fs.Lookup(name) == nil || notFromEnvOrFile[name] {
+			return nil, fmt.Errorf("config file %s line %d: unknown option %q (eddy-node --help lists the options)", path, n, name)
+		}
+		if strings.HasPrefix(value, `"`) {
+			uq, err := strconv.Unquote(value)
+			if err != nil {
+				return nil, fmt.Errorf("config file %s line %d: %s: bad quoted value: %v", path, n, name, err)
+			}
+			value = uq
+		} else if i := strings.Index(value, " #"); i >= 0 {
+			value = strings.TrimSpace(value[:i]) // a trailing comment
+		}
+		if len(out[name]) > 0 && name != "source" {
+			return nil, fmt.Errorf("config file %s line %d: %s is set twice (line %d first)", path, n, name, out[name][0].line)
+		}
+		out[name] = append(out[name], fileValue{value: value, line: n})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("config file %s: %v", path, err)
+	}
+	return out, nil
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// validate checks every option; the error names the option.
+func (c *config) validate(getenv func(string) (string, bool)) error {
+	if c.id == "" {
+		return errors.New("--id is required (it names the node's certificate)")
+	}
+	if !idPattern.MatchString(c.id) {
+		return fmt.Errorf("--id %q: want 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", c.id)
+	}
+	if c.dataDir == "" {
+		return errors.New("--data-dir is required")
+	}
+	if c.certsDir == "" {
+		return errors.New("--certs-dir is required (eddy-ctl certs makes one)")
+	}
+	if tok, _ := getenv(envAdminToken); c.tokenFile == "" && tok == "" {
+		return errors.New("--admin-token-file (or " + envAdminToken + ") is required")
+	}
+	for _, a := range []struct{ name, v string }{{"--raft-addr", c.raftAddr}, {"--admin-addr", c.adminAddr}, {"--http-addr", c.httpAddr}} {
+		if err := checkAddr(a.v, true); err != nil {
+			return fmt.Errorf("%s %q: %v", a.name, a.v, err)
+		}
+	}
+	if c.raftAdvertise != "" {
+		if err := checkAddr(c.raftAdvertise, false); err != nil {
+			return fmt.Errorf("--raft-advertise %q: %v", c.raftAdvertise, err)
+		}
+	}
+	if c.join != "" {
+		for _, a := range strings.Split(c.join, ",") {
+			if err := checkAddr(strings.TrimPrefix(strings.TrimSpace(a), "http://"), false); err != nil {
+				return fmt.Errorf("--join %q: %v", a, err)
+			}
+		}
+	}
+	if c.plc != "off" {
+		return fmt.Errorf("--plc %q: this build supports only off (every DID outlined)", c.plc)
+	}
+	if c.flushInterval < 50*time.Millisecond || c.flushInterval > 10*time.Minute {
+		return fmt.Errorf("--flush-interval %v: out of range 50ms..10m", c.flushInterval)
+	}
+	if c.readyLagMax < 500*time.Millisecond || c.readyLagMax > time.Hour {
+		return fmt.Errorf("--ready-lag-max %v: out of range 500ms..1h", c.readyLagMax)
+	}
+	if c.memtableBytes < 1<<20 || c.memtableBytes > 4<<30 {
+		return fmt.Errorf("--memtable-bytes %d: out of range 1 MiB..4 GiB", c.memtableBytes)
+	}
+	if c.cacheBytes < 1<<20 || c.cacheBytes > 1<<40 {
+		return fmt.Errorf("--cache-bytes %d: out of range 1 MiB..1 TiB", c.cacheBytes)
+	}
+	switch c.logLevel {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", c.logLevel)
+	}
+	if c.store != "" {
+		if err := checkStore(c.store); err != nil {
+			return fmt.Errorf("--store %s: %v", redactStore(c.store), err)
+		}
+	}
+	for _, s := range c.sources {
+		if _, err := ingest.ParseSource(s, nil); err != nil {
+			return fmt.Errorf("--source: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkAddr checks a host:port; a listen address may leave the host empty
+// (every interface).
+func checkAddr(a string, listen bool) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("want host:port: %v", err)
+	}
+	if host == "" && !listen {
+		return errors.New("want host:port: the host is empty")
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("port %q: want 1..65535", port)
+	}
+	return nil
+}
+
+// checkStore checks the store URL's form without opening it; it never
+// echoes the URL (which may carry parameters an operator wants private).
+func checkStore(s string) error {
+	scheme, _, ok := strings.Cut(s, "://")
+	if !ok {
+		return nil // a plain path
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return errors.New("not a valid URL")
+	}
+	if u.User != nil {
+		return fmt.Errorf("credentials are not accepted in the URL; use %s/%s or access_key_file/secret_key_file", objstore.EnvS3AccessKey, objstore.EnvS3SecretKey)
+	}
+	switch scheme {
+	case "file", "s3":
+		return nil
+	}
+	return fmt.Errorf("unsupported scheme %q (want file or s3)", scheme)
+}
+
+// redactStore shows a store URL without its user information and query
+// (which may name credential files or carry unknown parameters).
+func redactStore(s string) string {
+	if i := strings.IndexByte(s, '?'); i >= 0 {
+		s = s[:i]
+	}
+	if scheme, rest, ok := strings.Cut(s, "://"); ok {
+		if at := strings.IndexByte(rest, '@'); at >= 0 {
+			if slash := strings.IndexByte(rest, '/'); slash < 0 || at < slash {
+				rest = "REDACTED@" + rest[at+1:]
+			}
+		}
+		s = scheme + "://" + rest
+	}
+	return s
+}
+
+// logged returns the effective options and where each came from, for the
+// start-up log line; no option holds a secret, and the store is redacted.
+func (c *config) logged() []any {
+	vals := map[string]string{
+		"id": c.id, "data-dir": c.dataDir, "raft-addr": c.raftAddr, "raft-advertise": c.raftAdvertise,
+		"admin-addr": c.adminAddr, "http-addr": c.httpAddr, "bootstrap": strconv.FormatBool(c.bootstrap),
+		"join": c.join, "certs-dir": c.certsDir, "admin-token-file": c.tokenFile, "store": redactStore(c.store),
+		"source": strconv.Itoa(len(c.sources)) + " sources", "plc": c.plc, "flush-interval": c.flushInterval.String(),
+		"memtable-bytes": strconv.Itoa(c.memtableBytes), "cache-bytes": strconv.FormatInt(c.cacheBytes, 10),
+		"ready-lag-max": c.readyLagMax.String(), "log-level": c.logLevel, "config": c.configFile,
+	}
+	names := make([]string, 0, len(vals))
+	for k := range vals {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var kv []any
+	for _, k := range names {
+		kv = append(kv, k, vals[k]+" ("+c.origin[k]+")")
+	}
+	return kv
+}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/ingest"
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/version"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// nodeCollectors are the node's metrics that read state at scrape time:
+// the frame cache, the compaction backlog and the build.
+func nodeCollectors(node *cluster.Node, cache *lsm.FrameCache) []prometheus.Collector {
+	counter := func(name, help string, f func(lsm.CacheStats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(cache.Stats())) })
+	}
+	gauge := func(name, help string, f func(lsm.CacheStats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(cache.Stats()) })
+	}
+	cs := []prometheus.Collector{
+		counter("eddy_frame_cache_hits_total", "Decoded-frame cache lookups that found the frame.", func(s lsm.CacheStats) uint64 { return s.Hits }),
+		counter("eddy_frame_cache_misses_total", "Decoded-frame cache lookups that did not (the frame is fetched from the store).", func(s lsm.CacheStats) uint64 { return s.Misses }),
+		counter("eddy_frame_cache_evictions_total", "Frames evicted from the decoded-frame cache to stay within its bound.", func(s lsm.CacheStats) uint64 { return s.Evictions }),
+		gauge("eddy_frame_cache_hit_ratio", "Hits / (hits + misses) since start (0 before any lookup); rate() of the counters gives a windowed ratio.", func(s lsm.CacheStats) float64 { return s.HitRate() }),
+		gauge("eddy_frame_cache_bytes", "Decoded bytes held by the frame cache.", func(s lsm.CacheStats) float64 { return float64(s.Bytes) }),
+		gauge("eddy_frame_cache_max_bytes", "Bound of the frame cache (--cache-bytes).", func(s lsm.CacheStats) float64 { return float64(s.MaxBytes) }),
+		gauge("eddy_frame_cache_frames", "Frames held by the frame cache.", func(s lsm.CacheStats) float64 { return float64(s.Frames) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_build_info", Help: "1, labelled with the build's version.", ConstLabels: prometheus.Labels{"version": version.Version}}, func() float64 { return 1 }),
+	}
+	for _, tree := range []lsm.Tree{lsm.TreeLinks, lsm.TreeRevocations} {
+		labels := prometheus.Labels{"tree": string(tree)}
+		cs = append(cs,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_compaction_backlog_runs", Help: "Runs waiting for a compaction (in tiers holding the fan-in or more), by tree, in the applied manifest.", ConstLabels: labels}, func() float64 {
+				return float64(ingest.CompactionBacklog(node.FSM.Manifest(), tree, lsm.DefaultCompactionFanIn))
+			}),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_lsm_runs", Help: "Runs in the applied manifest, by tree.", ConstLabels: labels}, func() float64 {
+				return float64(len(node.FSM.Manifest().RunsOf(tree)))
+			}),
+		)
+	}
+	return cs
+}

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/query"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// readiness decides /readyz: a node is ready while its served manifest is
+// fresh. It measures, every poll interval:
+//
+//   - a leader is known, and a follower heard from it (Raft last contact)
+//     within the bound;
+//   - a follower asks the leader for the manifest generation it has
+//     (GET /admin/status) and remembers when it first saw each one; it is
+//     stale once it has not served a generation the leader had for longer
+//     than the bound, or when it could not ask the leader for that long;
+//   - any node: the view it serves has not trailed the generation its own
+//     replicated state applied for longer than the bound (tables it cannot
+//     open).
+//
+// So a node cut off from the leader turns unready after the bound, and
+// turns ready again only once it serves what the leader had.
+type readiness struct {
+	node  *cluster.Node
+	views *query.Views
+	bound time.Duration
+	every time.Duration
+	// leaderGeneration asks the leader (its admin address) for its applied
+	// manifest generation.
+	leaderGeneration func(ctx context.Context, adminAddr string) (uint64, error)
+
+	mu struct {
+		sync.Mutex
+		seen         []seenGen // leader generations not yet served, by first sight
+		lastPoll     time.Time // last successful ask of the leader
+		leaderSince  time.Time // when the current leader was first seen
+		pollErr      error
+		leaderGen    uint64
+		behindSince  time.Time // when the view first trailed the applied generation
+		wasLeader    bool
+		lastLeaderID string
+	}
+}
+
+type seenGen struct {
+	gen uint64
+	at  time.Time
+}
+
+// seenMax bounds the remembered leader generations (the oldest is kept:
+// it decides staleness).
+const seenMax = 4096
+
+func newReadiness(node *cluster.Node, views *query.Views, bound time.Duration, token string) *readiness {
+	r := &readiness{node: node, views: views, bound: bound, every: min(time.Second, max(100*time.Millisecond, bound/4))}
+	hc := &http.Client{Timeout: min(bound, 2*time.Second)}
+	r.leaderGeneration = func(ctx context.Context, addr string) (uint64, error) {
+		cl := cluster.AdminClient{Addrs: []string{addr}, Token: token, HTTP: hc}
+		var st cluster.NodeStatus
+		if err := cl.Call(ctx, http.MethodGet, "/admin/status", nil, &st); err != nil {
+			return 0, err
+		}
+		if st.State != "Leader" {
+			return 0, fmt.Errorf("%s is no longer the leader", st.ID)
+		}
+		return st.Generation, nil
+	}
+	return r
+}
+
+// run polls until ctx ends.
+func (r *readiness) run(ctx context.Context) {
+	t := time.NewTicker(r.every)
+	defer t.Stop()
+	for {
+		r.poll(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (r *readiness) poll(ctx context.Context) {
+	now := time.Now()
+	leaderID, _ := r.node.Leader()
+	isLeader := r.node.IsLeader()
+	var gen uint64
+	var err error
+	polled := false
+	if leaderID != "" && !isLeader {
+		if ni, ok := r.node.FSM.Node(leaderID); ok && ni.Admin != "" {
+			pctx, cancel := context.WithTimeout(ctx, min(r.bound, 2*time.Second))
+			gen, err = r.leaderGeneration(pctx, ni.Admin)
+			cancel()
+			polled = true
+		} else {
+			err = fmt.Errorf("the leader %s has no known admin address", leaderID)
+		}
+	}
+	served := r.views.Current().Generation()
+	applied := r.node.FSM.Manifest().Generation
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if isLeader != r.mu.wasLeader || leaderID != r.mu.lastLeaderID {
+		r.mu.wasLeader, r.mu.lastLeaderID = isLeader, leaderID
+		r.mu.leaderSince = now
+	}
+	if isLeader {
+		r.mu.seen = r.mu.seen[:0]
+		r.mu.lastPoll, r.mu.pollErr, r.mu.leaderGen = now, nil, applied
+	} else if polled && err == nil {
+		// After a gap (the first ask since start, or none succeeded for
+		// longer than the bound: a stopped process, a cut network) the
+		// leader may have had this generation all along: count it as seen
+		// since the last ask, so the node stays unready until it serves it.
+		at := now
+		if r.mu.lastPoll.IsZero() || now.Sub(r.mu.lastPoll) > r.bound {
+			at = r.mu.lastPoll // zero: stale at once
+		}
+		r.mu.lastPoll, r.mu.pollErr, r.mu.leaderGen = now, nil, gen
+		if n := len(r.mu.seen); gen > served && (n == 0 || gen > r.mu.seen[n-1].gen) {
+			if n >= seenMax {
+				r.mu.seen = append(r.mu.seen[:1], r.mu.seen[2:]...)
+			}
+			r.mu.seen = append(r.mu.seen, seenGen{gen: gen, at: at})
+		}
+	} else if err != nil {
+		r.mu.pollErr = err
+	}
+	k := 0
+	for k < len(r.mu.seen) && r.mu.seen[k].gen <= served {
+		k++
+	}
+	r.mu.seen = r.mu.seen[k:]
+	if served < applied {
+		if r.mu.behindSince.IsZero() {
+			r.mu.behindSince = now
+		}
+	} else {
+		r.mu.behindSince = time.Time{}
+	}
+}
+
+func (r *readiness) judgeLocked(now time.Time, leaderID string, isLeader bool, served, applied uint64) string {
+	if leaderID == "" {
+		return "no leader known"
+	}
+	if !isLeader {
+		lc := r.node.Raft().LastContact()
+		if lc.IsZero() {
+			return "never heard from the leader"
+		}
+		if d := now.Sub(lc); d > r.bound {
+			return fmt.Sprintf("no contact with the leader %s for %v", leaderID, d.Round(time.Millisecond))
+		}
+		if r.mu.lastPoll.IsZero() {
+			return "the leader's generation is not known yet"
+		}
+		last := r.mu.lastPoll
+		if r.mu.leaderSince.After(last) {
+			last = r.mu.leaderSince
+		}
+		if d := now.Sub(last); d > r.bound {
+			return fmt.Sprintf("cannot ask the leader %s for its generation for %v: %v", leaderID, d.Round(time.Millisecond), r.mu.pollErr)
+		}
+		if len(r.mu.seen) > 0 {
+			if r.mu.seen[0].at.IsZero() {
+				return fmt.Sprintf("serving generation %d; the leader has generation %d (catching up after a start or a gap)", served, r.mu.seen[0].gen)
+			}
+			if d := now.Sub(r.mu.seen[0].at); d > r.bound {
+				return fmt.Sprintf("serving generation %d; the leader had generation %d %v ago", served, r.mu.seen[0].gen, d.Round(time.Millisecond))
+			}
+		}
+	}
+	if !r.mu.behindSince.IsZero() {
+		if d := now.Sub(r.mu.behindSince); d > r.bound {
+			return fmt.Sprintf("serving generation %d, applied %d, for %v", served, applied, d.Round(time.Millisecond))
+		}
+	}
+	return ""
+}
+
+// state returns why the node is not ready ("" when ready) and the served
+// generation. It judges now, from the Raft state and what the last polls
+// learned (a process resumed after a stop does not answer from a verdict
+// taken before it).
+func (r *readiness) state() (reason string, served uint64) {
+	leaderID, _ := r.node.Leader()
+	isLeader := r.node.IsLeader()
+	served = r.views.Current().Generation()
+	applied := r.node.FSM.Manifest().Generation
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.lastLeaderID != leaderID || r.mu.wasLeader != isLeader {
+		if leaderID == "" {
+			return "no leader known", served
+		}
+		return "the leader changed; not yet compared with it", served
+	}
+	return r.judgeLocked(time.Now(), leaderID, isLeader, served, applied), served
+}
+
+// staleness is how long the oldest leader generation not yet served has
+// been known (0 when none).
+func (r *readiness) staleness() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.mu.seen) == 0 {
+		return 0
+	}
+	if r.mu.seen[0].at.IsZero() {
+		return time.Since(r.mu.leaderSince)
+	}
+	return time.Since(r.mu.seen[0].at)
+}
+
+func (r *readiness) handler(w http.ResponseWriter, _ *http.Request) {
+	reason, served := r.state()
+	if reason != "" {
+		http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintf(w, "ready: generation %d\n", served)
+}
+
+// collectors are the readiness metrics.
+func (r *readiness) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_ready", Help: "1 while /readyz answers 200."}, func() float64 {
+			if reason, _ := r.state(); reason == "" {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_manifest_generation", Help: "Manifest generation the replicated state applied on this node."}, func() float64 {
+			return float64(r.node.FSM.Manifest().Generation)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_view_generation", Help: "Manifest generation this node serves queries from."}, func() float64 {
+			return float64(r.views.Current().Generation())
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_leader_generation", Help: "Manifest generation the leader had at the last ask."}, func() float64 {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return float64(r.mu.leaderGen)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_view_stale_seconds", Help: "Seconds since the leader had a generation this node does not serve yet (0 when none)."}, func() float64 {
+			return r.staleness().Seconds()
+		}),
+	}
+}
