@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/ingest/simnet"
+)
+
+// A three-node cluster that follows the simulated PLC directory
+// (--plc URL): backfill plus Jetstream, the leader SIGKILLed once. At the
+// end every node has the directory's whole log in its PLC map (the
+// follower's cursor is the last seq), no did:plc was outlined, and every
+// node answers every target of the model with exactly its live links,
+// every DID rendered back from its inline genesis seq through the PLC map
+// tables of that node's own view.
+func TestPLCFollowerCluster(t *testing.T) {
+	accounts := scale("EDDY_E2E_PLC_ACCOUNTS", 150)
+	steps := scale("EDDY_E2E_PLC_STEPS", 6000)
+	world := simnet.NewWorld(simnet.Config{Seed: 23, Accounts: accounts})
+	world.Step(steps / 2)
+	sim, err := simnet.Serve(world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	stream := "jetstream+" + sim.JetstreamURL()
+	backfill := "backfill+" + sim.RelayURL() + "?plc=" + url.QueryEscape(sim.PLCURL()) + "&didweb=" + url.QueryEscape(sim.PLCURL())
+	lc := up(t, "--flush-interval", "300ms", "--plc", sim.PLCURL(), "--source", stream, "--source", backfill)
+
+	r := rand.New(rand.NewPCG(5, 6))
+	stepDone := make(chan struct{})
+	go func() {
+		defer close(stepDone)
+		live := steps - steps/2
+		for i := 0; i < 10; i++ {
+			world.Step(live / 10) // handle changes: new PLC operations while the follower tails
+			time.Sleep(150 * time.Millisecond)
+		}
+	}()
+	time.Sleep(time.Duration(500+r.IntN(1000)) * time.Millisecond)
+	var lead localNode
+	lc.waitFor(t, "a leader", 15*time.Second, func() error {
+		l, err := lc.leader(nil)
+		lead = l
+		return err
+	})
+	if err := syscall.Kill(lead.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("SIGKILLed leader %s", lead.ID)
+	lc.waitFor(t, "a new leader", 15*time.Second, func() error { _, err := lc.leader(map[string]bool{lead.ID: true}); return err })
+	pid := restart(t, lead)
+	for i := range lc.Nodes {
+		if lc.Nodes[i].ID == lead.ID {
+			lc.Nodes[i].PID = pid
+		}
+	}
+	<-stepDone
+
+	wantStream := fmt.Sprint(world.LastTimeUS())
+	wantPLC := fmt.Sprint(world.LastPLCSeq())
+	didWeb := 0
+	for _, a := range world.Accounts() {
+		if a.PLCSeq == 0 {
+			didWeb++
+		}
+	}
+	lc.waitFor(t, "backfill done, stream and PLC log caught up, every node serving it", 180*time.Second, func() error {
+		var gen uint64
+		for i, n := range lc.Nodes {
+			st, err := lc.status(n)
+			if err != nil {
+				return err
+			}
+			bf, sc, pc := "", "", ""
+			pending := 0
+			for k, v := range st.Cursors {
+				switch {
+				case strings.HasPrefix(k, "backfill:"):
+					bf = v
+				case strings.HasPrefix(k, "resync:"):
+					pending++
+				case strings.HasPrefix(k, "plc:"):
+					pc = v
+				case k == "jetstream":
+					sc = v
+				}
+			}
+			if !strings.HasPrefix(bf, "eof:") || sc != wantStream || pc != wantPLC || pending > 0 {
+				return fmt.Errorf("%s: backfill %q, stream %q of %s, plc %q of %s, %d resyncs pending", n.ID, bf, sc, wantStream, pc, wantPLC, pending)
+			}
+			if st.ViewGeneration != st.Generation || (i > 0 && st.Generation != gen) {
+				return fmt.Errorf("%s: serving %d of %d", n.ID, st.ViewGeneration, st.Generation)
+			}
+			if st.Outlines["did"] > didWeb {
+				return fmt.Errorf("%s: %d DIDs outlined, the world has %d did:web: a did:plc was outlined", n.ID, st.Outlines["did"], didWeb)
+			}
+			gen = st.Generation
+		}
+		return nil
+	})
+
+	model := world.LiveLinks()
+	links, plcSources := 0, 0
+	for _, n := range lc.Nodes {
+		for target, refs := range model {
+			var want []string
+			for _, l := range refs {
+				want = append(want, l.Source+" "+l.Path)
+				if strings.HasPrefix(l.Source, "at://did:plc:") {
+					plcSources++
+				}
+			}
+			slices.Sort(want)
+			have := nodeLinks(t, n, target)
+			if !slices.Equal(have, want) {
+				t.Fatalf("%s target %s: %d links, model %d\n have %v\n want %v", n.ID, target, len(have), len(want), have, want)
+			}
+			links += len(have)
+		}
+	}
+	if plcSources == 0 {
+		t.Fatal("no link from a did:plc source: the test exercises nothing")
+	}
+	t.Logf("%d accounts (%d did:web), PLC log at %s, %d targets, %d links (%d from did:plc sources) equal to the model on %d nodes",
+		accounts, didWeb, wantPLC, len(model), links, plcSources, len(lc.Nodes))
+}
