@@ -1,0 +1,157 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/ingest/event"
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func gatherIngest(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var ls []string
+			for _, l := range m.GetLabel() {
+				ls = append(ls, l.GetName()+"="+l.GetValue())
+			}
+			k := mf.GetName() + "{" + strings.Join(ls, ",") + "}"
+			switch {
+			case m.GetCounter() != nil:
+				out[k] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				out[k] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// A replay's undecodable lines count as skipped by reason, and its events
+// behind follow the committed cursor: every line, then the rest, then 0.
+func TestMetricsReplay(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "capture.jsonl")
+	if err := os.WriteFile(path, []byte("{bad\n\n{also bad\nnot json at all"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics()
+	reg := prometheus.NewRegistry()
+	if err := m.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	r := &Replay{Path: path}
+	committed := ""
+	m.Watch(r, func(name string) string {
+		if name != r.Name() {
+			t.Errorf("cursor of %q asked", name)
+		}
+		return committed
+	})
+	key := "eddy_ingest_lag_events{source=" + r.Name() + "}"
+	deadline := time.Now().Add(5 * time.Second)
+	for gatherIngest(t, reg)[key] != 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("events behind before reading: %v", gatherIngest(t, reg))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var last string
+	if err := r.Run(context.Background(), "", func(op *event.Op, c string) error { last = c; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	got := gatherIngest(t, reg)
+	if got["eddy_ingest_skipped_total{reason=bad_event,source="+r.Name()+"}"] != 3 {
+		t.Fatalf("skipped: %v", got)
+	}
+	committed = "1"
+	if v := gatherIngest(t, reg)[key]; v != 3 {
+		t.Fatalf("events behind at cursor 1: %v", v)
+	}
+	committed = last
+	if v := gatherIngest(t, reg)[key]; v != 0 || !Done(last) {
+		t.Fatalf("events behind at %q: %v", last, v)
+	}
+}
+
+// A live stream's lag: seconds from the last event's time, and events
+// estimated from its rate in event time.
+func TestMetricsLiveLag(t *testing.T) {
+	m := NewMetrics()
+	reg := prometheus.NewRegistry()
+	if err := m.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	j, err := NewJetstream([]string{"ws://127.0.0.1:1/subscribe"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Watch(j, func(string) string { return "" })
+	if j.OnLag == nil || j.OnSkip == nil {
+		t.Fatal("Watch did not wire the Jetstream source")
+	}
+	// 101 events 10 ms apart in event time (100 per second), the last one
+	// 5 s ago: about 500 events behind.
+	base := time.Now().Add(-6 * time.Second)
+	for i := 0; i <= 100; i++ {
+		at := base.Add(time.Duration(i) * 10 * time.Millisecond)
+		m.observeLag(j.Name(), at, time.Since(at))
+	}
+	j.OnSkip("bad_event")
+	got := gatherIngest(t, reg)
+	if s := got["eddy_ingest_lag_seconds{source=jetstream}"]; s < 4.9 || s > 6 {
+		t.Fatalf("lag seconds %v", s)
+	}
+	if e := got["eddy_ingest_lag_events{source=jetstream}"]; e < 490 || e > 600 {
+		t.Fatalf("lag events %v", e)
+	}
+	if got["eddy_ingest_skipped_total{reason=bad_event,source=jetstream}"] != 1 {
+		t.Fatalf("skipped %v", got)
+	}
+	// Caught up: no lag.
+	m.observeLag(j.Name(), time.Now(), 0)
+	if e := gatherIngest(t, reg)["eddy_ingest_lag_events{source=jetstream}"]; e != 0 {
+		t.Fatalf("lag events when caught up: %v", e)
+	}
+}
+
+// The compaction backlog counts the runs of every full tier, as the
+// compactor takes them, fan-in at a time.
+func TestCompactionBacklog(t *testing.T) {
+	run := func(id string, tree lsm.Tree, bytes uint64) lsm.Run {
+		return lsm.Run{ID: id, Tree: tree, Kind: lsm.RunDelta, Tables: []lsm.TableRef{{ID: "t" + id, Records: 1, DataBytes: bytes}}}
+	}
+	m := &lsm.Manifest{}
+	for i := 0; i < 5; i++ {
+		m.Runs = append(m.Runs, run(fmt.Sprint("a", i), lsm.TreeLinks, 100))
+	}
+	if n := CompactionBacklog(m, lsm.TreeLinks, 4); n != 4 {
+		t.Fatalf("5 small runs, fan-in 4: backlog %d, want 4", n)
+	}
+	for i := 0; i < 4; i++ {
+		m.Runs = append(m.Runs, run(fmt.Sprint("b", i), lsm.TreeLinks, 100))
+	}
+	if n := CompactionBacklog(m, lsm.TreeLinks, 4); n != 8 {
+		t.Fatalf("9 small runs, fan-in 4: backlog %d, want 8", n)
+	}
+	if n := CompactionBacklog(m, lsm.TreeRevocations, 4); n != 0 {
+		t.Fatalf("no revocation runs: backlog %d", n)
+	}
+	if n := CompactionBacklog(m, lsm.TreeLinks, 10); n != 0 {
+		t.Fatalf("9 runs, fan-in 10: backlog %d", n)
+	}
+	if n := CompactionBacklog(nil, lsm.TreeLinks, 4); n != 0 {
+		t.Fatalf("nil manifest: %d", n)
+	}
+}
