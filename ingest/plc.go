@@ -108,6 +108,10 @@ type plcFollower struct {
 	kick     chan struct{}
 	ready    chan struct{} // closed at the first head of the term
 	outlined atomic.Uint64 // did:plc outlined after waiting
+	// cursor is the seq of the last line read (-1: none read this term).
+	// It is not the writer's SetCursor: that takes the writer's lock,
+	// which a writer waiting for this follower holds.
+	cursor atomic.Int64
 
 	vmu  sync.Mutex
 	view *lsm.View
@@ -123,6 +127,7 @@ type plcFollower struct {
 func newPLCFollower(ctx context.Context, dir *PLCDirectory, w *Writer) *plcFollower {
 	f := &plcFollower{dir: dir, w: w, ctx: ctx, kick: make(chan struct{}, 1), ready: make(chan struct{})}
 	f.mu.changed = make(chan struct{})
+	f.cursor.Store(-1)
 	f.m = lsm.NewPLCMap(lsm.NewReader(w.cfg.Store, nil), f.currentView, 0)
 	return f
 }
@@ -273,7 +278,7 @@ func (f *plcFollower) run(ctx context.Context) error {
 		lines, next, err := f.page(ctx, client, after, page)
 		if next != after {
 			after = next
-			f.w.SetCursor(name, strconv.FormatInt(after, 10))
+			f.cursor.Store(after) // after the entries up to it were added
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -428,6 +433,16 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 			return out, err
 		}
 	}
+}
+
+// take is the flush's part (under the writer's lock, after the memtable
+// swap): the cursor first, then the pending entries, so the published
+// cursor never covers an entry that is not published with it or before.
+func (f *plcFollower) take(cursors map[string]string) *lsm.PLCBatch {
+	if c := f.cursor.Load(); c >= 0 {
+		cursors[f.dir.Name()] = strconv.FormatInt(c, 10)
+	}
+	return f.m.Seal()
 }
 
 // plcRuns writes a sealed batch as one delta run per PLC tree.

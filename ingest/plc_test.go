@@ -229,7 +229,9 @@ func TestPLCFollowerAndWait(t *testing.T) {
 		close(slow)
 	}()
 	start := time.Now()
+	w.mu.Lock() // as Apply encodes: under the writer's lock, which the follower must not need
 	v, err := w.codec.DID(late, true)
+	w.mu.Unlock()
 	took := time.Since(start)
 	if err != nil || v != lateSeq {
 		t.Fatalf("late DID encoded %x, %v; want inline %d", v, err, lateSeq)

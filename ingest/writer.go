@@ -523,7 +523,7 @@ func (w *Writer) Flush(ctx context.Context) error {
 	outlines := w.pending.Take() // after the swap: covers every outline the swapped data uses
 	var plcBatch *lsm.PLCBatch
 	if w.plc != nil {
-		plcBatch = w.plc.m.Seal() // after the swap too: every PLC entry the swapped links use
+		plcBatch = w.plc.take(cursors) // after the swap too: every PLC entry the swapped links use
 	}
 	w.mu.Unlock()
 
