@@ -1,4 +1,5 @@
-// Table format, version 1 (TableFormatVersion).
+// Table format, version 2 (TableFormatVersion); version 1 tables still
+// read (the differences are marked "v2" below).
 //
 // A table is an immutable sorted run of distinct fixed-width records, stored
 // as two objects: a data object (tables/<tree>/<id>.data, in object storage,
@@ -17,8 +18,14 @@
 //   - BuildTable fills a frame with FrameBytesMax/W records, but ends it
 //     early, at the last key-prefix boundary among its final eighth, if there
 //     is one, so that a prefix with few records rarely straddles two frames;
-//   - the n_i*W record bytes are transformed by the table's frame transform
-//     (meta byte 14) into the same number of bytes:
+//   - with frame transform 4 (columns, v2 only; BacklinkFormat and
+//     RevocationFormat): byte 0 of the frame is 0 and the rest is the
+//     columnar encoding of the n_i records (codec.go documents it byte by
+//     byte), or, for a frame whose columns would not be smaller than its
+//     records, byte 0 is 1 and the rest is the frame as transform 3 makes
+//     it (below: delta, shuffle, zstd);
+//   - with transforms 0-3, the n_i*W record bytes are transformed by the
+//     table's frame transform (meta byte 14) into the same number of bytes:
 //     0 (none): unchanged;
 //     1 (shuffle): column-major, byte j of record r at offset j*n_i + r;
 //     2 (XOR): record r XOR record r-1 (record -1 is all zeros), shuffled;
@@ -33,19 +40,21 @@
 // # Meta object
 //
 // Integers are little-endian; records (fences, the last key) are their own
-// bytes. W is the record width, F the frame count.
+// bytes. W is the record width, F the frame count, H the header size: 64 in
+// version 1, 72 in version 2.
 //
 //	offset          size        field
 //	0               8           magic "EDDYMETA"
-//	8               2           format version (1); a reader refuses newer
-//	                            versions with ErrVersion
+//	8               2           format version (1 or 2); a reader refuses
+//	                            newer versions with ErrVersion
 //	10              2           record width W (1..MaxWidth)
 //	12              2           key prefix length P (1..W): what queries ask
 //	                            for and what the filter holds
 //	14              1           frame transform: 0 none, 1 byte shuffle,
 //	                            2 XOR with previous record + shuffle, 3
 //	                            zigzag word delta with previous record +
-//	                            shuffle (frame.go)
+//	                            shuffle (frame.go), 4 columns (codec.go;
+//	                            v2, widths 64 and 32 with prefix 24 only)
 //	15              1           filter fingerprint bits: 8 or 16
 //	16              1           shard bits (0..MaxShardBits)
 //	17              3           reserved, zero
@@ -58,8 +67,11 @@
 //	                            as xxh3.HashSeed(p, seed)
 //	56              4           frame count F (1..N)
 //	60              4           filter section bytes B
-//	64              W           the table's last record (MaxKey)
-//	64+W            F*(17+W)    frame entries, in order:
+//	64              4           v2: dictionary section bytes D (0 unless
+//	                            the transform is 4)
+//	68              4           v2: reserved, zero
+//	H               W           the table's last record (MaxKey)
+//	H+W             F*(17+W)    frame entries, in order:
 //	                              0   4  compressed length (1..maxFrameLength)
 //	                              4   4  records n_i (1..FrameBytesMax/W)
 //	                              8   8  xxh3-64 of the compressed bytes
@@ -67,8 +79,10 @@
 //	                                     record's P-byte prefix also appears in
 //	                                     the previous frame; other bits zero
 //	                              17  W  the frame's first record (its fence)
-//	64+W+F*(17+W)   B           filter section (below)
-//	64+W+F*(17+W)+B 8           xxh3-64 of every byte before it
+//	H+W+F*(17+W)    B           filter section (below)
+//	...+B           D           v2: dictionary section (codec.go's
+//	                            appendDict: the table's accounts)
+//	...+D           8           xxh3-64 of every byte before it
 //
 // The filter section is a binary fuse filter (3-wise, FastFilter/xorfilter
 // BinaryFuse[uint8 or uint16]) over the filter keys of the distinct
@@ -97,7 +111,8 @@
 // all of it, and that the filter holds every fence's prefix.
 //
 // DecodeFrame checks, for frame i: the length and checksum of the bytes
-// fetched, that they decompress to exactly n_i*W bytes, that the first
+// fetched, that they decode to exactly n_i*W bytes (every column consumed
+// exactly, for transform 4), that the first
 // record equals the fence, that records strictly increase, that the last is
 // below the next fence (or equals MaxKey in the last frame), and that the
 // next frame's "continues" flag matches the last record's prefix.
