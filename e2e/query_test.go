@@ -778,6 +778,7 @@ func (q *qCluster) pageWhileIngesting(t *testing.T, hot string) {
 			}
 		}
 	}
+	var bad []string // what breaks the rule
 	required, mayLack := 0, 0
 	for _, r := range startLinks {
 		k := qKey(r.Source, r.Path)
@@ -788,13 +789,13 @@ func (q *qCluster) pageWhileIngesting(t *testing.T, hot string) {
 		}
 		required++
 		if seen[k] != 1 {
-			t.Errorf("start link %s, live throughout, appeared %d times", k, seen[k])
+			bad = append(bad, fmt.Sprintf("start link %s, live throughout, appeared %d times", k, seen[k]))
 		}
 	}
 	added, restored, startSeen := 0, 0, 0
 	for k, c := range seen {
 		if c > 1 {
-			t.Errorf("%s appeared %d times", k, c)
+			bad = append(bad, fmt.Sprintf("%s appeared %d times", k, c))
 		}
 		did, _, _ := qSplit(k)
 		switch {
@@ -805,7 +806,7 @@ func (q *qCluster) pageWhileIngesting(t *testing.T, hot string) {
 		case accounts[did]:
 			restored++ // an existing record of a reactivated account
 		default:
-			t.Errorf("%s appeared, but was not live when paging began, nor written since, nor of an account whose status changed", k)
+			bad = append(bad, k+" appeared, but was not live when paging began, nor written since, nor of an account whose status changed")
 		}
 	}
 	writtenNew := 0
@@ -814,8 +815,12 @@ func (q *qCluster) pageWhileIngesting(t *testing.T, hot string) {
 			writtenNew++
 		}
 	}
-	t.Logf("%d pages (by node %v) in %v over %d generations while the world took %d steps (%d new hot links written, %d start links deleted, updated away or of an account whose status changed): %d links seen once each: %d of the %d start links (all %d that stayed live), %d new, %d of reactivated accounts",
+	t.Logf("%d pages (by node %v) in %v over %d generations while the world took %d steps (%d new hot links written, %d start links deleted, updated away or of an account whose status changed): %d distinct links seen: %d of the %d start links (all %d that stayed live), %d new, %d of reactivated accounts",
 		pages+1, byNode, took.Round(time.Millisecond), len(gens), steps, writtenNew, mayLack, len(seen), startSeen, len(s0), required, added, restored)
+	if len(bad) > 0 {
+		slices.Sort(bad)
+		t.Fatalf("%d links break the paging rule, e.g.:\n%s", len(bad), strings.Join(bad[:min(len(bad), 10)], "\n"))
+	}
 	fmt.Printf("e2e query: paged the %d-link target with limit 100 over 3 nodes during ingest: %d pages, %d generations, every start link live throughout seen exactly once (%d), no duplicates\n",
 		len(s0), pages+1, len(gens), required)
 	// The run must have had something to prove: the pages spanned new
