@@ -714,8 +714,14 @@ func (q *qCluster) pageWhileIngesting(t *testing.T, hot string) {
 	byNode := map[string]int{}
 	cursor := ""
 	pages := 0
+	// Paging lasts at least 3 s (ten flush intervals), however fast the
+	// machine: the pages must span generations the world changed.
+	pace := 3 * time.Second / time.Duration(len(startLinks)/100+1)
 	start := time.Now()
 	for ; ; pages++ {
+		if ahead := time.Duration(pages)*pace - time.Since(start); ahead > 0 {
+			time.Sleep(ahead)
+		}
 		n := q.lc.Nodes[pages%len(q.lc.Nodes)]
 		p := "/xrpc/blue.cerulea.backlinks.listBacklinks?limit=100&target=" + url.QueryEscape(hot)
 		if cursor != "" {
