@@ -89,7 +89,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.tokenFile, "admin-token-file", "", "file holding the admin bearer token; or the token itself in "+envAdminToken+" (one of the two required)")
 	fs.StringVar(&c.store, "store", "", "object store URL shared by every node: file:///dir or s3://bucket/prefix?endpoint=host:port&access_key_file=F&secret_key_file=F (default: file://<data-dir>/store)")
 	fs.Var(&c.sources, "source", "ingest source, repeatable (in the environment: several separated by spaces): replay+file:///path, jetstream+wss://host/subscribe[,wss://failover/subscribe], firehose+wss://host, backfill+https://relay?plc=https://plc")
-	fs.StringVar(&c.plc, "plc", "off", "DID source: off (every DID outlined through Raft)")
+	fs.StringVar(&c.plc, "plc", "off", "DID source: off (every DID outlined through Raft), or the URL of a PLC directory whose /export the leader follows into the PLC map")
 	fs.DurationVar(&c.flushInterval, "flush-interval", ingest.DefaultFlushInterval, "longest time an ingested operation waits before its flush starts (50ms..10m)")
 	fs.IntVar(&c.memtableBytes, "memtable-bytes", ingest.DefaultMemtableBytes, "memory bound of each memtable, bytes (1 MiB..4 GiB)")
 	fs.Int64Var(&c.cacheBytes, "cache-bytes", lsm.DefaultCacheBytes, "bound of the decoded-frame cache, bytes (1 MiB..1 TiB)")
@@ -309,8 +309,8 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 			}
 		}
 	}
-	if c.plc != "off" {
-		return fmt.Errorf("--plc %q: this build supports only off (every DID outlined)", c.plc)
+	if _, err := ingest.ParsePLCFlag(c.plc); err != nil {
+		return err
 	}
 	if c.flushInterval < 50*time.Millisecond || c.flushInterval > 10*time.Minute {
 		return fmt.Errorf("--flush-interval %v: out of range 50ms..10m", c.flushInterval)

@@ -125,7 +125,7 @@ func TestConfigErrors(t *testing.T) {
 		{"cache out of range", []string{"--cache-bytes", "-1"}, validBase(), "", "--cache-bytes -1: out of range"},
 		{"bad log level", []string{"--log-level", "loud"}, validBase(), "", "--log-level"},
 		{"bad bool env", nil, merge(validBase(), "EDDY_BOOTSTRAP", "maybe"), "", "--bootstrap"},
-		{"bad plc", []string{"--plc", "https://plc.directory"}, validBase(), "", "--plc"},
+		{"bad plc", []string{"--plc", "plc.directory"}, validBase(), "", "--plc"},
 		{"bad source", []string{"--source", "gopher://x"}, validBase(), "", "--source"},
 		{"bad store scheme", []string{"--store", "ftp://bucket/x"}, validBase(), "", `--store ftp://bucket/x: unsupported scheme "ftp"`},
 		{"unknown flag", []string{"--flush-intervall", "2s"}, validBase(), "", "flush-intervall"},

@@ -119,7 +119,11 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	views := query.NewViews(node.FSM, cat, log)
 	cache := lsm.NewFrameCache(c.cacheBytes)
 	reader := lsm.NewReader(counted, cache)
-	codec := &link.Codec{Outlines: node.FSM}
+	// The PLC map of the served view renders inline did:plc (it is empty
+	// on a cluster that never followed a directory: every DID outlined).
+	plcMap := lsm.NewPLCMap(reader, lsm.Views(views.Current), 0)
+	plcDir, _ := ingest.ParsePLCFlag(c.plc) // checked with the configuration
+	codec := &link.Codec{Outlines: node.FSM, PLC: plcMap}
 	qs := query.NewServer(views, reader, codec, log)
 	queryMetrics := query.NewMetrics()
 	if err := queryMetrics.Register(reg); err != nil {
@@ -194,7 +198,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 			defer close(done)
 			r := &ingest.Runner{Config: ingest.Config{
 				Node: node, Store: counted, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
-				Logger: log, Metrics: metrics,
+				Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir,
 			}, Sources: sources}
 			if err := r.Run(lctx); err != nil && lctx.Err() == nil {
 				log.Warn("write path ended", "error", err)
