@@ -205,6 +205,41 @@ func ingestWithKills(t *testing.T, kind string) {
 					}
 					t.Logf("extra %s: account status %q, record exists %v", h, a.Status, found)
 				}
+				// And its history: every event of each differing source's
+				// repository, and what the nodes logged of it.
+				diff := map[string]bool{}
+				for _, h := range have {
+					if !slices.Contains(want, h) {
+						diff[h] = true
+					}
+				}
+				for _, w := range want {
+					if !slices.Contains(have, w) {
+						diff[w] = true
+					}
+				}
+				for h := range diff {
+					did := strings.SplitN(strings.TrimPrefix(h, "at://"), "/", 2)[0]
+					t.Logf("differs: %s; events of %s:", h, did)
+					world.JetstreamEvents(0, func(us int64, msg []byte) error {
+						if strings.Contains(string(msg), `"did":"`+did+`"`) {
+							m := string(msg)
+							if len(m) > 300 {
+								m = m[:300]
+							}
+							t.Logf("  %d %s", us, m)
+						}
+						return nil
+					})
+					for _, n := range lc.Nodes {
+						b, _ := os.ReadFile(n.Log)
+						for _, line := range strings.Split(string(b), "\n") {
+							if strings.Contains(line, did) {
+								t.Logf("  %s log: %s", n.ID, line)
+							}
+						}
+					}
+				}
 				t.Fatalf("%s target %s: %d links, model %d\n have %v\n want %v", n.ID, target, len(have), len(want), have, want)
 			}
 			links += len(have)

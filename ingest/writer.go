@@ -264,6 +264,7 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 			return err
 		}
 		v := link.Revocation{Source: link.RepoID(did), Rev: stamp}
+		w.log.Debug("account inactive: its links revoked", "did", op.DID, "status", op.Status, "stamp", stamp, "position", op.Seq)
 		return w.mu.revs.AddRevocation(&v)
 	default:
 		return nil // identity, sync: nothing to index
@@ -348,6 +349,7 @@ func (w *Writer) requestResync(source, did string) {
 	}
 	w.mu.resyncs[did]++
 	w.mu.cursors[ResyncPrefix+did] = "pending"
+	w.log.Debug("resync requested", "did", did, "request", w.mu.resyncs[did])
 	select {
 	case w.resync <- resyncJob{did: did, seq: w.mu.resyncs[did]}:
 	default:
@@ -441,6 +443,7 @@ func (w *Writer) ApplyRepo(ctx context.Context, source, did string, stamp uint64
 	v := link.Revocation{Source: link.RepoID(d), Rev: stamp}
 	err = w.mu.revs.AddRevocation(&v)
 	w.mu.Unlock()
+	w.log.Debug("repository written", "source", source, "did", did, "stamp", stamp, "records", len(ops), "gone", ops == nil)
 	if err != nil {
 		return err
 	}
