@@ -186,7 +186,7 @@ func (j *Jetstream) session(ctx context.Context, base string, cur *int64, emit f
 		}
 		op, err := event.DecodeJetstream(msg)
 		if err != nil {
-			j.skip("bad_event", *cur, err)
+			j.skip(badEventReason(err), *cur, err)
 			continue
 		}
 		if op.Seq > *cur {
@@ -286,6 +286,10 @@ func (f *Firehose) session(ctx context.Context, cur *int64, emit func(*event.Op,
 			var se *event.StreamError
 			if errors.As(err, &se) {
 				return err // the relay closes after an error frame: reconnect
+			}
+			if errors.Is(err, event.ErrUnknownType) {
+				f.skip("unknown_type", *cur, err)
+				continue
 			}
 			f.skip("bad_frame", *cur, err)
 			continue

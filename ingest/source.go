@@ -27,6 +27,16 @@ type Source interface {
 	Run(ctx context.Context, cursor string, emit func(op *event.Op, cursor string) error) error
 }
 
+// badEventReason is the skip reason of a Jetstream event that did not
+// decode: unknown_kind for a well-formed event of a kind this version does
+// not know, bad_event for anything else.
+func badEventReason(err error) string {
+	if errors.Is(err, event.ErrUnknownKind) {
+		return "unknown_kind"
+	}
+	return "bad_event"
+}
+
 // Done reports whether a cursor marks a replay read to its end.
 func Done(cursor string) bool { return strings.HasPrefix(cursor, "eof:") }
 
@@ -126,7 +136,7 @@ func (r *Replay) runJSONL(ctx context.Context, f io.Reader, start int, emit func
 		}
 		op, err := event.DecodeJetstream(sc.Bytes())
 		if err != nil {
-			r.skip(pos, "bad_event", err)
+			r.skip(pos, badEventReason(err), err)
 			continue
 		}
 		if err := emit(&op, strconv.Itoa(pos)); err != nil {
@@ -156,9 +166,12 @@ func (r *Replay) runFrames(ctx context.Context, f io.Reader, start int, emit fun
 		err := event.DecodeFrame(frame, func(o *event.Op) error { ops = append(ops, *o); return nil })
 		if err != nil {
 			var se *event.StreamError
-			if errors.As(err, &se) {
+			switch {
+			case errors.As(err, &se):
 				r.skip(pos, "stream_error", err)
-			} else {
+			case errors.Is(err, event.ErrUnknownType):
+				r.skip(pos, "unknown_type", err)
+			default:
 				r.skip(pos, "bad_frame", err)
 			}
 			return nil

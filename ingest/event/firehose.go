@@ -99,8 +99,9 @@ var framePool = sync.Pool{New: func() any {
 //   - #account: one KindAccount op (Seq, DID, Active, Status).
 //   - #sync: one KindSync op (Seq, DID, Rev): the repository is now at Rev
 //     with no ops given; a consumer whose copy is older must re-fetch it.
-//   - #info (such as OutdatedCursor) and unknown message types yield
-//     nothing and no error.
+//   - #info (such as OutdatedCursor) yields nothing and no error; a message
+//     type it does not know yields nothing and an error wrapping
+//     ErrUnknownType (to count, not to stop on).
 //   - an error frame (header op -1) returns a *StreamError.
 //
 // The *Op passed to fn is reused between calls: fn may copy *op, but must
@@ -182,9 +183,16 @@ func DecodeFrame(frame []byte, fn func(*Op) error) error {
 		}
 		*o = Op{Kind: KindSync, DID: ev.Did, Seq: ev.Seq, Rev: ev.Rev}
 		return fn(o)
+	case "#info":
+		return nil
 	}
-	return nil
+	return fmt.Errorf("frame type %q: %w", typ, ErrUnknownType)
 }
+
+// ErrUnknownType wraps the error DecodeFrame returns for a well-formed
+// frame of a message type it does not know: nothing to index, but a
+// consumer counts it (a relay speaking a newer protocol).
+var ErrUnknownType = errors.New("unknown firehose message type")
 
 // frameHeader decodes the header {op: int, t: string}. (indigo's
 // events.EventHeader would do, but importing indigo/events brings gorm,

@@ -264,9 +264,9 @@ func TestDecodeFrameKinds(t *testing.T) {
 	if err != nil || len(ops) != 0 {
 		t.Fatalf("#info: %+v %v", ops, err)
 	}
-	// Unknown type: nothing.
+	// Unknown type: nothing, and an error to count it by.
 	ops, err = decodeAll(t, append(header(1, "#tombstone"), 0xa0))
-	if err != nil || len(ops) != 0 {
+	if !errors.Is(err, ErrUnknownType) || len(ops) != 0 {
 		t.Fatalf("#tombstone: %+v %v", ops, err)
 	}
 	// Identity and account with optional fields.
