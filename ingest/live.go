@@ -19,9 +19,9 @@ import (
 const (
 	backoffMin = 500 * time.Millisecond
 	backoffMax = 30 * time.Second
-	// jetstreamRewindUs: Jetstream delivers events in roughly, not exactly,
-	// time order; a reconnect resumes this far before the cursor (replayed
-	// events fold into the same answers).
+	// jetstreamRewindUs: two Jetstream instances order events by their own
+	// clocks, so a failover to another instance resumes this far before
+	// the cursor, skipping the events already applied (see Jetstream.Run).
 	jetstreamRewindUs = 5_000_000
 	// readTimeout: a connection that delivers nothing for this long is
 	// considered dead and replaced.
@@ -124,15 +124,72 @@ func NewJetstream(urls []string, log hclog.Logger) (*Jetstream, error) {
 
 func (j *Jetstream) Name() string { return "jetstream" }
 
+// Run follows the Jetstream from cursor (time_us).
+//
+// Where it resumes. Replaying events already applied is not harmless to
+// readers: an old create applied again gets a new stamp and shows until
+// the delete after it is applied again, so a replay publishes, for a
+// moment, the index as it was seconds ago (a deleted link comes back, a
+// revoked account's links too). So a reconnect to the same instance
+// resumes at the cursor itself (Jetstream's cursor is inclusive: the
+// events at exactly that time_us come again and are skipped as already
+// applied). A failover to another instance, whose order may differ,
+// resumes jetstreamRewindUs earlier and skips, by identity, every event
+// this run already applied in that window: only events the previous
+// instance did not deliver are applied, late. A new leader (a new Run)
+// resumes at the committed cursor when there is one URL; with several it
+// cannot know which instance its predecessor read, so it rewinds, and the
+// window it replays may show older answers until it has passed.
 func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op, string) error) error {
 	cur, err := intCursor("jetstream", cursor)
 	if err != nil {
 		return err
 	}
+	seen := newSeenEvents()
+	prev := ""
 	return reconnect(ctx, j.Log, "jetstream", func(attempt int) (string, error) {
 		base := j.URLs[attempt%len(j.URLs)] // fail over across the URLs in turn
-		return base, j.session(ctx, base, &cur, emit)
+		rewind := base != prev && (prev != "" || len(j.URLs) > 1)
+		prev = base
+		return base, j.session(ctx, base, rewind, &cur, seen, emit)
 	})
+}
+
+// seenEvents remembers the events a Jetstream run applied in the last
+// jetstreamRewindUs, by identity (time_us, DID, kind, collection, rkey,
+// operation), so a resumed connection skips them.
+type seenEvents struct {
+	keys  map[string]int64 // key -> time_us
+	max   int64
+	added int // since the last pruning
+}
+
+// seenPruneEvery: adds between two prunings of the keys past the window.
+const seenPruneEvery = 4096
+
+func newSeenEvents() *seenEvents { return &seenEvents{keys: map[string]int64{}} }
+
+func eventKey(op *event.Op) string {
+	return strconv.FormatInt(op.Seq, 10) + "|" + op.DID + "|" + op.Kind.String() + "|" + op.Collection + "|" + op.RKey + "|" + op.Action.String()
+}
+
+// add records op and reports whether it was new.
+func (s *seenEvents) add(op *event.Op) bool {
+	k := eventKey(op)
+	if _, ok := s.keys[k]; ok {
+		return false
+	}
+	s.keys[k] = op.Seq
+	s.max = max(s.max, op.Seq)
+	if s.added++; s.added >= seenPruneEvery {
+		s.added = 0
+		for k, t := range s.keys {
+			if t < s.max-jetstreamRewindUs {
+				delete(s.keys, k)
+			}
+		}
+	}
+	return true
 }
 
 // unreachableError is a failure to connect at all (DNS, TCP, TLS, or the
@@ -147,7 +204,7 @@ type emitError struct{ err error }
 
 func (e *emitError) Error() string { return e.err.Error() }
 
-func (j *Jetstream) session(ctx context.Context, base string, cur *int64, emit func(*event.Op, string) error) error {
+func (j *Jetstream) session(ctx context.Context, base string, rewind bool, cur *int64, seen *seenEvents, emit func(*event.Op, string) error) error {
 	u, err := url.Parse(base)
 	if err != nil {
 		return err
@@ -155,7 +212,11 @@ func (j *Jetstream) session(ctx context.Context, base string, cur *int64, emit f
 	q := u.Query()
 	q.Set("compress", "true")
 	if *cur > 0 {
-		q.Set("cursor", strconv.FormatInt(max(0, *cur-jetstreamRewindUs), 10))
+		from := *cur
+		if rewind {
+			from = max(0, from-jetstreamRewindUs)
+		}
+		q.Set("cursor", strconv.FormatInt(from, 10))
 	}
 	u.RawQuery = q.Encode()
 	conn, _, err := websocket.DefaultDialer.DialContext(ctx, u.String(), nil)
@@ -188,6 +249,9 @@ func (j *Jetstream) session(ctx context.Context, base string, cur *int64, emit f
 		if err != nil {
 			j.skip(badEventReason(err), *cur, err)
 			continue
+		}
+		if !seen.add(&op) {
+			continue // applied by this run already: a resumed connection's overlap
 		}
 		if op.Seq > *cur {
 			*cur = op.Seq

@@ -1,0 +1,175 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/ingest/event"
+	"github.com/gorilla/websocket"
+)
+
+// jsServer is a Jetstream on loopback serving account events at the
+// given times (inclusive cursor), cutting each connection after cut
+// events (0: never), recording the cursor each connection asked for.
+type jsServer struct {
+	*httptest.Server
+	mu      sync.Mutex
+	times   []int64
+	cut     int
+	cursors []int64
+}
+
+func newJSServer(t *testing.T, times []int64, cut int) *jsServer {
+	s := &jsServer{times: times, cut: cut}
+	up := websocket.Upgrader{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		cur := int64(-1)
+		if v := r.URL.Query().Get("cursor"); v != "" {
+			cur, _ = strconv.ParseInt(v, 10, 64)
+		}
+		s.mu.Lock()
+		s.cursors = append(s.cursors, cur)
+		s.mu.Unlock()
+		sent := 0
+		for _, tu := range s.times {
+			if tu < cur {
+				continue
+			}
+			if s.cut > 0 && sent == s.cut {
+				return // the connection drops
+			}
+			msg := fmt.Sprintf(`{"did":"did:plc:%024d","time_us":%d,"kind":"account","account":{"active":true,"did":"did:plc:%024d","seq":%d,"time":"2026-01-01T00:00:00Z"}}`, tu, tu, tu, tu)
+			if c.WriteMessage(websocket.TextMessage, []byte(msg)) != nil {
+				return
+			}
+			sent++
+		}
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *jsServer) url() string { return "ws" + strings.TrimPrefix(s.URL, "http") + "/subscribe" }
+
+// follow runs j until it has emitted want events (or times out) and
+// returns the emitted times in order.
+func follow(t *testing.T, j *Jetstream, cursor string, want int) []int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var got []int64
+	done := make(chan struct{})
+	go func() {
+		j.Run(ctx, cursor, func(op *event.Op, c string) error {
+			got = append(got, op.Seq)
+			if len(got) == want {
+				close(done)
+				cancel()
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatalf("emitted %d of %d events: %v", len(got), want, got)
+	}
+	return got
+}
+
+// A reconnect to the same instance resumes at the cursor itself and never
+// applies an event twice: replays would publish older answers for a while.
+func TestJetstreamResumeSameInstance(t *testing.T) {
+	base := int64(1_767_225_600_000_000)
+	var times []int64
+	for i := range 30 {
+		times = append(times, base+int64(i)*100_000) // 10 events a second
+	}
+	srv := newJSServer(t, times, 7)
+	j, err := NewJetstream([]string{srv.url()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := follow(t, j, "", len(times))
+	for i, tu := range got {
+		if tu != times[i] {
+			t.Fatalf("event %d: time %d, want %d (got %v)", i, tu, times[i], got)
+		}
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if len(srv.cursors) < 4 {
+		t.Fatalf("%d connections, want the cuts to force at least 4", len(srv.cursors))
+	}
+	// Each connection sends 7 events from its cursor: the one at the
+	// cursor again (skipped), then 6 new ones.
+	for k := 1; k < len(srv.cursors); k++ {
+		if want := times[6*k]; srv.cursors[k] != want {
+			t.Errorf("connection %d asked cursor %d, want %d (the last event applied)", k, srv.cursors[k], want)
+		}
+	}
+}
+
+// A failover to another instance rewinds, skips what was applied, and
+// applies what the first instance never delivered.
+func TestJetstreamFailoverRewinds(t *testing.T) {
+	base := int64(1_767_225_600_000_000)
+	var all, partial []int64
+	for i := range 20 {
+		tu := base + int64(i)*100_000
+		all = append(all, tu)
+		if i != 5 { // instance A never delivers event 5
+			partial = append(partial, tu)
+		}
+	}
+	a := newJSServer(t, partial, 10) // drops after 10 events: events 0-4, 6-10
+	b := newJSServer(t, all, 0)
+	j, err := NewJetstream([]string{a.url(), b.url()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := follow(t, j, "", len(all))
+	seen := map[int64]int{}
+	for _, tu := range got {
+		seen[tu]++
+	}
+	for _, tu := range all {
+		if seen[tu] != 1 {
+			t.Errorf("event %d applied %d times (order %v)", tu, seen[tu], got)
+		}
+	}
+	if !contains(got[10:], all[5]) {
+		t.Errorf("the event A missed was not applied, late, after the failover: %v", got)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if want := all[10] - jetstreamRewindUs; b.cursors[0] != want {
+		t.Errorf("failover asked cursor %d, want %d (rewound)", b.cursors[0], want)
+	}
+}
+
+func contains(s []int64, v int64) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
