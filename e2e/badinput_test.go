@@ -30,7 +30,7 @@ import (
 // badJetstreamLines are Jetstream events no consumer should index: each
 // with the reason the node must count it under.
 var badJetstreamLines = []struct{ reason, line string }{
-	{"bad_event", `{"did":"did:plc:wq4aajammjtxdomz3e23667t","time_us":17831758`},                                        // truncated JSON
+	{"bad_event", `{"did":"did:plc:wq4aajammjtxdomz3e23667t","time_us":17831758`}, // truncated JSON
 	{"unknown_kind", `{"did":"did:plc:wq4aajammjtxdomz3e23667t","time_us":1783175888085435,"kind":"mystery","mystery":{}}`},
 	{"bad_event", `["not","an","object"]`},
 	{"bad_source", `{"did":"did:plc:has space","time_us":1783175888085436,"kind":"commit","commit":{"rev":"3mptbypluud2a","operation":"create","collection":"app.bsky.feed.like","rkey":"3mptbyplj5d2b","record":{"$type":"app.bsky.feed.like","subject":{"uri":"at://did:plc:r2zybk6op3ymzpz6jhqpkoy5/app.bsky.feed.post/3mpsjbtci2c2o","cid":"bafyreiftot7eltsc3f6g4qktykmbv6jcmdmhcx5osscan6jpdxkpqcmcza"}},"cid":"bafyreiguce4jh7kcbmof3pmcvasifqtw24b6isakj5ve5ga2b4z4alpc4i"}}`},

@@ -177,6 +177,11 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	go func() { defer wg.Done(); ready.run(bg) }()
 
 	// The write path runs while this node leads.
+	const (
+		writePathHealthy     = 5 * time.Minute // a run this long resets the failure count
+		writePathBackoffMax  = 30 * time.Second
+		writePathFailuresMax = 3 // in a row, before handing leadership over
+	)
 	var leadMu sync.Mutex
 	var stopLead context.CancelFunc
 	var leadDone chan struct{}
@@ -196,12 +201,40 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 		stopLead, leadDone = cancel, done
 		go func() {
 			defer close(done)
-			r := &ingest.Runner{Config: ingest.Config{
-				Node: node, Store: counted, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
-				Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir,
-			}, Sources: sources}
-			if err := r.Run(lctx); err != nil && lctx.Err() == nil {
-				log.Warn("write path ended", "error", err)
+			// A write path that fails while this node still leads (a store
+			// refusing writes, a table failing its check) starts again from
+			// the committed state after a backoff; past a few failures in a
+			// row the node hands leadership to another, which may fare
+			// better, rather than lead with no ingest.
+			for failures := 0; ; {
+				r := &ingest.Runner{Config: ingest.Config{
+					Node: node, Store: counted, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
+					Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir,
+				}, Sources: sources}
+				started := time.Now()
+				err := r.Run(lctx)
+				if lctx.Err() != nil || !node.IsLeader() {
+					return
+				}
+				if time.Since(started) > writePathHealthy {
+					failures = 0
+				}
+				failures++
+				wait := min(writePathBackoffMax, time.Second<<min(failures-1, 5))
+				log.Error("write path ended while leading; starting it again from the committed state", "error", err, "failures_in_a_row", failures, "retry_in", wait)
+				if failures >= writePathFailuresMax {
+					log.Error("write path keeps failing on this node: handing leadership over", "failures_in_a_row", failures)
+					tctx, tcancel := context.WithTimeout(lctx, 10*time.Second)
+					if err := node.TransferLeadership(tctx); err != nil {
+						log.Warn("leadership transfer", "error", err)
+					}
+					tcancel()
+				}
+				select {
+				case <-lctx.Done():
+					return
+				case <-time.After(wait):
+				}
 			}
 		}()
 	})
