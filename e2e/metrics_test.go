@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -103,9 +105,8 @@ func TestMetricsMove(t *testing.T) {
 	if err := os.WriteFile(replay, capture, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	lc := up(t, "--flush-interval", "200ms", "--source", "jetstream+"+sim.JetstreamURL(), "--source", "replay+file://"+replay)
-
-	// Scrape every node every 200 ms; keep every scrape.
+	// Scrape every node every 200 ms from the moment the nodes are started
+	// (the replay is then under way); keep every scrape.
 	type sample struct {
 		node string
 		m    map[string]float64
@@ -114,24 +115,34 @@ func TestMetricsMove(t *testing.T) {
 	var samples []sample
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			for _, n := range lc.Nodes {
-				if m, err := scrapeMetrics(n.HTTP); err == nil {
-					mu.Lock()
-					samples = append(samples, sample{n.ID, m})
-					mu.Unlock()
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}()
+	lc := upWatched(t, func(lc *localCluster) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				for _, n := range lc.Nodes {
+					if m, err := scrapeMetrics(n.HTTP); err == nil {
+						mu.Lock()
+						samples = append(samples, sample{n.ID, m})
+						mu.Unlock()
+					}
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(200 * time.Millisecond):
 				}
 			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}()
+		}()
+	}, "--flush-interval", "200ms", "--source", "jetstream+"+sim.JetstreamURL(), "--source", "replay+file://"+replay)
 
 	// The world goes on while queries run on every node; leadership moves
 	// once midway.
@@ -188,6 +199,8 @@ func TestMetricsMove(t *testing.T) {
 	time.Sleep(6 * time.Second)
 	close(stop)
 	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
 	t.Logf("%d queries, %d scrapes", queried, len(samples))
 	for _, s := range samples {
 		if v, n := family(s.m, "eddy_ingest_lag_events", `source="replay:`); n > 0 && v > 0 {
@@ -322,6 +335,71 @@ func TestMetricsMove(t *testing.T) {
 		}
 		if !strings.Contains(string(b), "[INFO]  eddy: configuration:") {
 			t.Errorf("%s's log lacks the hclog configuration line", n.ID)
+		}
+	}
+}
+
+// upWatched is up, except that watch gets the cluster as soon as its nodes
+// are started (cluster.json is written once the first node leads), before
+// the cluster is healthy and up would return.
+func upWatched(t *testing.T, watch func(*localCluster), args ...string) *localCluster {
+	t.Helper()
+	dir := t.TempDir()
+	lc := &localCluster{dir: dir}
+	t.Cleanup(func() {
+		exec.Command(filepath.Join(binDir, "eddy-ctl"), "local", "down", "--dir", dir).Run()
+		if t.Failed() {
+			for _, n := range lc.Nodes {
+				b, _ := os.ReadFile(n.Log)
+				if len(b) > 4000 {
+					b = b[len(b)-4000:]
+				}
+				t.Logf("--- %s log tail:\n%s", n.ID, b)
+			}
+		}
+	})
+	errc := make(chan error, 1)
+	go func() {
+		out, err := exec.Command(filepath.Join(binDir, "eddy-ctl"), append([]string{"local", "up", "--dir", dir}, args...)...).CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("eddy-ctl local up: %v\n%s", err, out)
+		}
+		errc <- err
+	}()
+	read := func() error {
+		b, err := os.ReadFile(filepath.Join(dir, "cluster.json"))
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(b, lc); err != nil {
+			return err
+		}
+		tok, err := os.ReadFile(lc.TokenFile)
+		if err != nil {
+			return err
+		}
+		lc.token = strings.TrimSpace(string(tok))
+		return nil
+	}
+	for {
+		select {
+		case err := <-errc:
+			if err == nil {
+				err = read()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			watch(lc)
+			return lc
+		case <-time.After(20 * time.Millisecond):
+		}
+		if read() == nil {
+			watch(lc)
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			return lc
 		}
 	}
 }

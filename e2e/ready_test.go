@@ -260,13 +260,21 @@ func TestReadyStaleFollower(t *testing.T) {
 			t.Fatalf("%s while n3 is cut off: %d %s %v", n.ID, code, body, err)
 		}
 	}
-	if m, err := scrapeMetrics(n3.HTTP); err != nil {
-		t.Fatal(err)
-	} else if r, _ := family(m, "eddy_ready"); r != 0 {
-		t.Fatalf("n3 eddy_ready = %v while cut off", r)
-	} else if lcs, _ := family(m, "eddy_raft_last_contact_seconds"); lcs < bound.Seconds() {
-		t.Fatalf("n3 last contact %vs while cut off", lcs)
-	}
+	// n3's metrics say the same: not ready, and no contact for longer and
+	// longer.
+	lc.waitFor(t, "n3's last contact past the bound", 20*time.Second, func() error {
+		m, err := scrapeMetrics(n3.HTTP)
+		if err != nil {
+			return err
+		}
+		if r, _ := family(m, "eddy_ready"); r != 0 {
+			t.Fatalf("n3 eddy_ready = %v while cut off", r)
+		}
+		if lcs, _ := family(m, "eddy_raft_last_contact_seconds"); lcs <= bound.Seconds() {
+			return fmt.Errorf("n3 last contact %vs", lcs)
+		}
+		return nil
+	})
 
 	// 2. Heal, with the world paused and the leader's generation settled:
 	// n3's first ready answer serves at least that generation.
