@@ -172,10 +172,16 @@ func ingestWithKills(t *testing.T, kind string) {
 			t.Fatalf("leader's sources: %s (%v)", b, err)
 		}
 		stream := srcs[0]
-		if stream.Kind != kind || stream.Cursor != wantStream || stream.LagSeconds == nil || stream.LastEvent == "" {
+		if stream.Kind != kind || stream.Cursor != wantStream {
 			t.Fatalf("leader's stream source: %s", b)
 		}
-		t.Logf("status: %s cursor %s lag %.1fs (simulated time runs ahead of or behind the wall clock), backfill %s", stream.Kind, stream.Cursor, *stream.LagSeconds, bf.Sources[0].Cursor)
+		// Jetstream's lag comes from its cursor (time_us); the firehose's
+		// from the last commit this leader read, so a leader elected after
+		// the last event has none to report.
+		if (kind == "jetstream" || stream.LastEvent != "") && stream.LagSeconds == nil {
+			t.Fatalf("leader's stream source has no lag: %s", b)
+		}
+		t.Logf("status: %s", b)
 	}
 
 	// Every target of the model, on every node.
