@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/ingest/event"
@@ -60,6 +61,16 @@ type Backfill struct {
 	hostMu sync.Mutex
 	hosts  map[string]chan struct{}
 	stats  BackfillStats
+	// state is the per-repository state (backfillstate.go), loaded from
+	// the published checkpoint when the backfill starts.
+	state atomic.Pointer[backfillState]
+}
+
+// setState records a repository's state, once the state is loaded.
+func (b *Backfill) setState(did, state, rev string, err error) {
+	if s := b.state.Load(); s != nil {
+		s.set(did, state, rev, err)
+	}
 }
 
 // BackfillStats counts a backfill's progress.
@@ -264,6 +275,7 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 	if err != nil {
 		return err
 	}
+	b.setState(did, RepoPending, "", nil)
 	var car []byte
 	var ferr error
 	for try := 0; try < backfillTries; try++ {
@@ -281,9 +293,11 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 		}
 		if gone(ferr) {
 			b.stats.add(func(s *BackfillStats) { s.Gone++ })
+			b.setState(did, RepoGone, "", nil)
 			return w.ApplyRepo(ctx, b.Name(), did, stamp, nil) // the repository is gone: revoke it
 		}
 		b.stats.add(func(s *BackfillStats) { s.Failed++ })
+		b.setState(did, RepoFailed, "", ferr)
 		b.skip("fetch_failed", did, ferr)
 		if strict {
 			return fmt.Errorf("%s: %w: %v", did, errResyncFailed, ferr)
@@ -294,11 +308,13 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 	info, err := event.DecodeCAR(car, func(o *event.Op) error { ops = append(ops, *o); return nil })
 	if err != nil {
 		b.stats.add(func(s *BackfillStats) { s.Failed++ })
+		b.setState(did, RepoFailed, "", err)
 		b.skip("bad_car", did, err)
 		return nil
 	}
 	if info.DID != did {
 		b.stats.add(func(s *BackfillStats) { s.Failed++ })
+		b.setState(did, RepoFailed, "", fmt.Errorf("CAR is of %s", info.DID))
 		b.skip("car_did_mismatch", did, fmt.Errorf("CAR is of %s", info.DID))
 		return nil
 	}
@@ -306,6 +322,7 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 		return err
 	}
 	b.stats.add(func(s *BackfillStats) { s.Done++ })
+	b.setState(did, RepoDone, info.Rev, nil)
 	return nil
 }
 
@@ -318,8 +335,13 @@ func (b *Backfill) Run(ctx context.Context, cursor string, emit func(*event.Op, 
 // records each finished page's cursor with the writer. It returns nil once
 // every page is done (the cursor then reads "eof:<last>").
 func (b *Backfill) RunBackfill(ctx context.Context, w *Writer, cursor string) error {
+	st, err := loadBackfillState(ctx, w.cfg.Store, b.Name(), w.cfg.Node.FSM.Cursor(b.Name()+stateCursorSuffix))
+	if err != nil {
+		return err
+	}
+	b.state.Store(st)
 	if Done(cursor) {
-		return nil
+		return b.retryFailed(ctx, w, cursor)
 	}
 	conc := b.Concurrency
 	if conc <= 0 {
@@ -343,6 +365,9 @@ func (b *Backfill) RunBackfill(ctx context.Context, w *Writer, cursor string) er
 			return fmt.Errorf("listRepos: %w", err)
 		}
 		b.stats.add(func(s *BackfillStats) { s.Listed += len(page.Repos) })
+		st.mu.Lock()
+		st.cp.Listed += len(page.Repos)
+		st.mu.Unlock()
 		var wg sync.WaitGroup
 		errs := make(chan error, len(page.Repos))
 		for _, r := range page.Repos {
@@ -370,10 +395,24 @@ func (b *Backfill) RunBackfill(ctx context.Context, w *Writer, cursor string) er
 			return err
 		}
 		if page.Cursor == "" || len(page.Repos) == 0 {
-			w.SetCursor(b.Name(), "eof:"+cursor)
-			return nil
+			return b.retryFailed(ctx, w, "eof:"+cursor)
 		}
 		cursor = page.Cursor
-		w.SetCursor(b.Name(), cursor)
+		if err := st.checkpoint(ctx, w.cfg.Store, w, b.Name(), cursor); err != nil {
+			return err
+		}
 	}
+}
+
+// retryFailed tries once more every repository that failed its tries
+// (after the listing's end, and on each new leader), then checkpoints at
+// cursor: what fails again stays listed, with its error.
+func (b *Backfill) retryFailed(ctx context.Context, w *Writer, cursor string) error {
+	st := b.state.Load()
+	for _, did := range st.failedDIDs() {
+		if err := b.repo(ctx, w, did, false); err != nil {
+			return err
+		}
+	}
+	return st.checkpoint(ctx, w.cfg.Store, w, b.Name(), cursor)
 }

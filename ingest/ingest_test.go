@@ -14,6 +14,7 @@ import (
 	"github.com/eddy-backlinks/eddy/ingest/simnet"
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
 	"github.com/hashicorp/go-hclog"
 )
@@ -100,7 +101,14 @@ func ingestSim(t *testing.T, live func(n *simnet.Net) Source, seed int64) map[st
 	<-done
 	t.Logf("backfill %v; generation %d; outlines %v", bf.Stats().Snapshot(), node.FSM.Manifest().Generation, node.FSM.Summary().Outlines)
 
-	// Compare every target of the model.
+	return compareModel(t, node, store, world)
+}
+
+// compareModel demands that the index published by node answer, for every
+// target of the world's model, exactly the model's live links; it returns
+// them per target.
+func compareModel(t *testing.T, node *cluster.Node, store objstore.Store, world *simnet.World) map[string][]string {
+	t.Helper()
 	view, err := lsm.OpenView(context.Background(), lsm.NewCatalog(t.TempDir(), store), node.FSM.Manifest())
 	if err != nil {
 		t.Fatal(err)

@@ -25,8 +25,11 @@ type SourceStatus struct {
 	// only), RFC 3339.
 	LastEvent string `json:"last_event,omitempty"`
 	// Backfill counts a backfill's repositories (leader only): listed,
-	// done, failed, gone.
+	// done, gone, failed (waiting for a retry), pending (in flight).
 	Backfill map[string]int `json:"backfill,omitempty"`
+	// Failed lists the first repositories that failed every try, with
+	// their errors (leader only).
+	Failed []RepoState `json:"failed,omitempty"`
 }
 
 // lastEvent remembers the time of the newest event a live source read.
@@ -73,7 +76,7 @@ func SourcesStatus(sources []Source, cursor func(name string) string, now time.T
 				lag(t)
 			}
 		case *Backfill:
-			st.Backfill = s.Stats().Snapshot()
+			st.Backfill, st.Failed = s.Progress()
 		}
 		if last != nil {
 			if t, ok := last.get(); ok {

@@ -24,9 +24,11 @@ const backfillUsage = `Usage: eddy-ctl backfill status --addr ADMIN_ADDRS [--tok
 Shows each backfill source of the cluster as its leader sees it: the
 committed listRepos cursor (a new leader resumes from it; "eof:..." once
 every page is written), whether it is done, the repositories listed,
-written (done), failed after retries and gone (deleted or taken down)
-since this leader started it, and how many repositories wait for a resync
-(account reactivations, sync events, failed fetches).
+written, gone (deleted, taken down, deactivated), failed (every try
+failed: listed with their errors, retried after the listing and by each
+new leader) and in flight, from the checkpoint the leaders publish; and
+how many repositories wait for a resync (account reactivations, sync
+events).
 
 Flags:
 `
@@ -90,16 +92,28 @@ func runBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(stdout, "leader %s runs no backfill source\n", lead.ID)
 	} else {
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "SOURCE\tCURSOR\tDONE\tLISTED\tWRITTEN\tFAILED\tGONE")
+		fmt.Fprintln(tw, "SOURCE\tCURSOR\tDONE\tLISTED\tWRITTEN\tGONE\tFAILED\tIN FLIGHT")
 		for _, s := range rep.Sources {
 			done := "no"
 			if s.Done {
 				done = "yes"
 			}
 			b := s.Backfill
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\n", s.Name, dash(s.Cursor), done, b["listed"], b["done"], b["failed"], b["gone"])
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", s.Name, dash(s.Cursor), done, b["listed"], b["done"], b["gone"], b["failed"], b["pending"])
 		}
 		tw.Flush()
+		for _, s := range rep.Sources {
+			if len(s.Failed) == 0 {
+				continue
+			}
+			fmt.Fprintf(stdout, "\nFailed repositories of %s (retried by each new leader and after the listing):\n", s.Name)
+			tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "DID\tATTEMPTS\tAT\tERROR")
+			for _, r := range s.Failed {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", r.DID, r.Attempts, r.At, r.Error)
+			}
+			tw.Flush()
+		}
 	}
 	fmt.Fprintf(stdout, "repositories waiting for a resync: %d\n", rep.ResyncsPending)
 	return nil
