@@ -2,12 +2,15 @@ package lsm
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/zeebo/xxh3"
 
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/objstore"
@@ -260,14 +263,17 @@ type queryScratch struct {
 	cut    []bool // group read in part (the window stopped before the target's end)
 	runOf  []int  // the run of each group
 	spans  []int  // the target's byte range [lo, hi) in each frame read, in order
-	segs   []int  // the end in out of each group's candidates
+	segs   []mergeSeg
 	out    []link.Backlink
-	tmp    []link.Backlink // merge buffer
 
 	// Round two.
 	srcKeys         []link.RecordID
 	dids            []uint64
 	repoThr, srcThr []uint64
+	repoRevs        []didRev
+	fhash, shash    []uint64 // filter and shard hashes of the keys
+	probeShard      []bool   // the tables of a run asked through filters
+	scanFrames      [][]byte
 	rgroups         []fetchGroup
 	hits            []revHit
 	live            []bool
@@ -288,12 +294,15 @@ func putQueryScratch(s *queryScratch) {
 	clearGroups(s.rgroups)
 	s.groups, s.rgroups = s.groups[:0], s.rgroups[:0]
 	clear(s.byTable)
-	if cap(s.out) > queryScratchLinksMax || cap(s.tmp) > queryScratchLinksMax {
-		s.out, s.tmp, s.spans = nil, nil, nil
+	if cap(s.out) > queryScratchLinksMax {
+		s.out, s.spans = nil, nil
 	}
-	if cap(s.srcKeys) > queryScratchLinksMax || cap(s.dids) > queryScratchLinksMax || cap(s.live) > queryScratchLinksMax || cap(s.hits) > queryScratchLinksMax {
+	if cap(s.srcKeys) > queryScratchLinksMax || cap(s.dids) > queryScratchLinksMax || cap(s.live) > queryScratchLinksMax || cap(s.hits) > queryScratchLinksMax ||
+		cap(s.repoRevs) > queryScratchLinksMax || cap(s.fhash) > queryScratchLinksMax || cap(s.shash) > queryScratchLinksMax {
 		s.srcKeys, s.dids, s.repoThr, s.srcThr, s.hits, s.live = nil, nil, nil, nil, nil, nil
+		s.repoRevs, s.fhash, s.shash = nil, nil, nil
 	}
+	clear(s.scanFrames[:cap(s.scanFrames)])
 	if len(s.byTable) > 1024 {
 		s.byTable = nil
 	}
@@ -594,38 +603,23 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 	if cap(out) < n {
 		out = make([]link.Backlink, 0, n)
 	}
-	s.segs = s.segs[:0]
 	all, windowed := f.empty(), w.after != nil || horizon != nil
+	var keep func(*link.Backlink) bool
+	if !all || windowed {
+		keep = func(l *link.Backlink) bool { return (all || f.match(l)) && (!windowed || inWindow(l)) }
+	}
+	// Each group's links are sorted (a table is): one group is copied,
+	// several are merged as they are read (one pass, no second buffer).
+	s.segs = s.segs[:0]
 	k := 0
 	for gi := range groups {
-		for _, recs := range groups[gi].frames {
-			lo, hi := s.spans[k], s.spans[k+1]
-			k += 2
-			if all && !windowed {
-				for off := lo; off < hi; off += link.BacklinkSize {
-					out = append(out, link.GetBacklink(recs[off:]))
-				}
-				continue
-			}
-			for off := lo; off < hi; off += link.BacklinkSize {
-				l := link.GetBacklink(recs[off:])
-				if (all || f.match(&l)) && (!windowed || inWindow(&l)) {
-					out = append(out, l)
-				}
-			}
-		}
-		s.segs = append(s.segs, len(out))
+		fs := groups[gi].frames
+		s.segs = append(s.segs, mergeSeg{frames: fs, spans: s.spans[k : k+2*len(fs)]})
+		k += 2 * len(fs)
 	}
+	out = mergeSegs(out, s.segs, keep)
+	clear(s.segs)
 	s.out = out
-	// Each group's links are sorted (a table is): runs are merged, or,
-	// past mergeLinksMax, sorted in place to bound the memory.
-	if len(groups) > 1 {
-		if len(out) <= mergeLinksMax {
-			out = s.merge(out)
-		} else {
-			slices.SortFunc(out, func(a, b link.Backlink) int { return a.Compare(&b) })
-		}
-	}
 	// Fold identical links (same source and location), keeping the newest.
 	k = 0
 	for i := range out {
@@ -641,63 +635,94 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 	return out, horizon, nil
 }
 
-// mergeLinksMax bounds the candidates merged through a second buffer
-// (64 MiB, a count of a target with a million links).
-const mergeLinksMax = 1 << 20
-
-// merge sorts out, made of sorted segments ending at s.segs, by merging
-// them pairwise; the result is in s.out (s.tmp holds the other buffer).
-func (s *queryScratch) merge(out []link.Backlink) []link.Backlink {
-	// Drop empty segments.
-	ends := s.segs[:0]
-	prev := 0
-	for _, e := range s.segs {
-		if e > prev {
-			ends = append(ends, e)
-		}
-		prev = e
-	}
-	if len(ends) <= 1 {
-		return out
-	}
-	src, dst := out, reuseSlice(s.tmp, len(out))
-	for len(ends) > 1 {
-		next := ends[:0]
-		start := 0
-		for i := 0; i < len(ends); i += 2 {
-			if i+1 == len(ends) {
-				end := ends[i]
-				copy(dst[start:end], src[start:end])
-				next = append(next, end)
-				break
-			}
-			mid, end := ends[i], ends[i+1]
-			mergeLinks(dst[start:end], src[start:mid], src[mid:end])
-			next = append(next, end)
-			start = end
-		}
-		ends = next
-		src, dst = dst, src
-	}
-	s.out, s.tmp = src, dst
-	return src
+// mergeSeg is one group's links in round one: the target's records of
+// each frame (spans holds [lo, hi) byte offsets per frame), read in order;
+// head is the next link.
+type mergeSeg struct {
+	head   link.Backlink
+	frames [][]byte
+	spans  []int
+	fi     int // the frame of the next record
+	off    int // its offset
 }
 
-// mergeLinks merges the sorted links of a and b (one target) into dst.
-func mergeLinks(dst, a, b []link.Backlink) {
-	i, j, k := 0, 0, 0
-	for i < len(a) && j < len(b) {
-		if linkLess(&b[j], &a[i]) {
-			dst[k] = b[j]
-			j++
-		} else {
-			dst[k] = a[i]
-			i++
+// next reads the segment's next link that keep accepts (nil: every link)
+// into head, and reports whether there was one.
+func (m *mergeSeg) next(keep func(*link.Backlink) bool) bool {
+	for m.fi < len(m.frames) {
+		recs, hi := m.frames[m.fi], m.spans[2*m.fi+1]
+		for m.off < hi {
+			m.head = link.GetBacklink(recs[m.off:])
+			m.off += link.BacklinkSize
+			if keep == nil || keep(&m.head) {
+				return true
+			}
 		}
-		k++
+		m.fi++
+		if m.fi < len(m.frames) {
+			m.off = m.spans[2*m.fi]
+		}
 	}
-	k += copy(dst[k:], a[i:])
-	copy(dst[k:], b[j:])
+	return false
+}
+
+// mergeSegs appends the links of the sorted segments that keep accepts to
+// out, in order (linkLess): a single segment is copied; several are merged
+// through a binary heap of their indexes, ordered by their heads.
+func mergeSegs(out []link.Backlink, segs []mergeSeg, keep func(*link.Backlink) bool) []link.Backlink {
+	var hbuf [64]int32
+	h := hbuf[:0]
+	for i := range segs {
+		m := &segs[i]
+		if len(m.frames) == 0 {
+			continue
+		}
+		m.fi, m.off = 0, m.spans[0]
+		if m.next(keep) {
+			h = append(h, int32(i))
+		}
+	}
+	if len(h) == 1 {
+		m := &segs[h[0]]
+		for {
+			out = append(out, m.head)
+			if !m.next(keep) {
+				return out
+			}
+		}
+	}
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		siftDown(segs, h, i)
+	}
+	for len(h) > 0 {
+		m := &segs[h[0]]
+		out = append(out, m.head)
+		if !m.next(keep) {
+			h[0] = h[len(h)-1]
+			h = h[:len(h)-1]
+		}
+		siftDown(segs, h, 0)
+	}
+	return out
+}
+
+// siftDown restores the order of the heap h (of indexes into segs, by
+// their heads) below i.
+func siftDown(segs []mergeSeg, h []int32, i int) {
+	for {
+		c := 2*i + 1
+		if c >= len(h) {
+			return
+		}
+		if c+1 < len(h) && linkLess(&segs[h[c+1]].head, &segs[h[c]].head) {
+			c++
+		}
+		if !linkLess(&segs[h[c]].head, &segs[h[i]].head) {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
 }
 
 // linkLess orders two links of one target as their encodings.
@@ -738,19 +763,44 @@ type revHit struct {
 	group       int
 }
 
+// didRev is a repository's revocation threshold.
+type didRev struct{ did, rev uint64 }
+
+// scanKeysPerFrame: round two scans a revocation table's frames (instead of
+// asking its filter about every key) when the cache holds all the frames
+// the keys span and there are at least this many keys per frame. A scan
+// walks the frames and the sorted keys together, each side skipping ahead
+// by galloping, so it costs about the smaller of the two sides; asking the
+// filter costs a hash and three random reads per key and table, which for
+// a popular target (100,000 keys) over a node's dozen or more revocation
+// runs was most of a count.
+const scanKeysPerFrame = 8
+
 // live is round two: for each link, whether it survives the revocations of
 // its source record and repository. Keys are kept in sorted slices (no
 // maps): repository keys {0,0,did} sort before every record key, so the
 // keys are visited in byte order and each table's frame ranges come out
-// ascending, ready to merge into one GET per run of adjacent frames. The
-// answer lives in s until its next use.
+// ascending, ready to merge into one GET per run of adjacent frames.
+//
+// A revocation table whose frames over the keys' range are all in the
+// cache, and few against the keys, is scanned instead (see
+// scanKeysPerFrame): a warm count of a popular target then costs about
+// the keys plus the revocations it meets, not the keys times the runs.
+// Tables the cache lacks are asked through their filters, as a cold query
+// must (it fetches only the frames a key may be in). The answer lives in s
+// until its next use.
 func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, s *queryScratch, st *Stats) ([]bool, error) {
 	st.Round2Passes++
+	out := reuseSlice(s.live, len(links))
+	s.live = out
+	if len(links) == 0 {
+		return out, nil
+	}
 	srcKeys := reuseSlice(s.srcKeys, len(links))
-	dids := reuseSlice(s.dids, len(links))
+	minDID, maxDID := links[0].Source.DID, links[0].Source.DID
 	for i := range links {
 		srcKeys[i] = links[i].Source
-		dids[i] = links[i].Source.DID
+		minDID, maxDID = min(minDID, links[i].Source.DID), max(maxDID, links[i].Source.DID)
 	}
 	// Candidates come in source order, or reversed for a reverse page.
 	asc := slices.IsSortedFunc(srcKeys, link.RecordID.Compare)
@@ -762,31 +812,36 @@ func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, s *qu
 		slices.SortFunc(srcKeys, link.RecordID.Compare)
 	}
 	srcKeys = slices.Compact(srcKeys)
-	slices.Sort(dids)
-	dids = slices.Compact(dids)
-	repoThr := reuseSlice(s.repoThr, len(dids))
 	srcThr := reuseSlice(s.srcThr, len(srcKeys))
-	clear(repoThr)
 	clear(srcThr)
-	s.srcKeys, s.dids, s.repoThr, s.srcThr = srcKeys, dids, repoThr, srcThr
-	nKeys := len(dids) + len(srcKeys)
-	keyAt := func(i int) link.RecordID {
-		if i < len(dids) {
-			return link.RepoID(dids[i])
-		}
-		return srcKeys[i-len(dids)]
-	}
-	thrAt := func(i int) *uint64 {
-		if i < len(dids) {
-			return &repoThr[i]
-		}
-		return &srcThr[i-len(dids)]
-	}
+	s.srcKeys, s.srcThr = srcKeys, srcThr
+	s.repoRevs = s.repoRevs[:0]
+	p := revProbe{links: links, s: s}
 
 	s.rgroups = s.rgroups[:0]
-	hits := s.hits[:0]
+	s.hits = s.hits[:0]
 	for _, vr := range v.trees[TreeRevocations] {
 		compacted := vr.run.Kind == RunCompacted
+		// Scan what the cache holds; the rest is asked key by key.
+		keysPer := len(srcKeys)
+		if compacted {
+			keysPer >>= vr.shardBits
+		}
+		s.probeShard = reuseSlice(s.probeShard, len(vr.tables))
+		probe := false
+		for ti, t := range vr.tables {
+			s.probeShard[ti] = false
+			if t == nil {
+				continue
+			}
+			if !r.scanRevocations(t, s, minDID, maxDID, keysPer) {
+				s.probeShard[ti], probe = true, true
+			}
+		}
+		if !probe {
+			continue
+		}
+		p.prepare()
 		if compacted {
 			if s.byTable == nil {
 				s.byTable = make(map[*viewTable]int)
@@ -794,12 +849,21 @@ func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, s *qu
 			clear(s.byTable)
 		}
 		single := -1
-		for i := 0; i < nKeys; i++ {
-			kb := keyAt(i).Bytes()
-			t := vr.tableFor(kb[:])
-			if t == nil || !t.meta.MayContain(kb[:]) {
+		for i := 0; i < p.nKeys; i++ {
+			var t *viewTable
+			if compacted {
+				sh := p.shard(i, vr.shardBits)
+				if int(sh) >= len(vr.tables) || !s.probeShard[sh] {
+					continue
+				}
+				t = vr.tables[sh]
+			} else {
+				t = vr.tables[0]
+			}
+			if !p.mayContain(t, i) {
 				continue
 			}
+			kb := p.keyAt(i).Bytes()
 			first, last, ok := t.meta.FramesFor(kb[:])
 			if !ok {
 				continue
@@ -823,33 +887,49 @@ func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, s *qu
 			} else if last > s.rgroups[gi].last {
 				s.rgroups[gi].last = last
 			}
-			hits = append(hits, revHit{key: i, first: first, last: last, group: gi})
+			s.hits = append(s.hits, revHit{key: i, first: first, last: last, group: gi})
 		}
 	}
-	s.hits = hits
-	err := r.fetchAll(ctx, s.rgroups)
-	for i := range s.rgroups {
-		st.Round2GETs += s.rgroups[i].gets
-	}
-	if err != nil {
-		return nil, err
-	}
-	for _, h := range hits {
-		kb := keyAt(h.key).Bytes()
-		thr := thrAt(h.key)
-		g := &s.rgroups[h.group]
-		for fi := h.first; fi <= h.last; fi++ {
-			recs := g.frames[fi-g.first]
-			lo, hi := prefixRange(recs, link.RevocationSize, kb[:])
-			for off := lo; off < hi; off += link.RevocationSize {
-				if rev := binary.BigEndian.Uint64(recs[off+24 : off+32]); rev > *thr {
-					*thr = rev
+	if len(s.rgroups) > 0 {
+		err := r.fetchAll(ctx, s.rgroups)
+		for i := range s.rgroups {
+			st.Round2GETs += s.rgroups[i].gets
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range s.hits {
+			kb := p.keyAt(h.key).Bytes()
+			thr := p.thrAt(h.key)
+			g := &s.rgroups[h.group]
+			for fi := h.first; fi <= h.last; fi++ {
+				recs := g.frames[fi-g.first]
+				lo, hi := prefixRange(recs, link.RevocationSize, kb[:])
+				for off := lo; off < hi; off += link.RevocationSize {
+					if rev := binary.BigEndian.Uint64(recs[off+24 : off+32]); rev > *thr {
+						*thr = rev
+					}
 				}
 			}
 		}
+		for i, thr := range s.repoThr {
+			if thr > 0 {
+				s.repoRevs = append(s.repoRevs, didRev{s.dids[i], thr})
+			}
+		}
 	}
-	out := reuseSlice(s.live, len(links))
-	s.live = out
+	// The repositories' thresholds, by DID (most often none).
+	repo := s.repoRevs
+	if len(repo) > 1 {
+		slices.SortFunc(repo, func(a, b didRev) int {
+			if a.did != b.did {
+				return cmp.Compare(a.did, b.did)
+			}
+			return cmp.Compare(b.rev, a.rev)
+		})
+		repo = slices.CompactFunc(repo, func(a, b didRev) bool { return a.did == b.did }) // keeps the highest
+		s.repoRevs = repo
+	}
 	si := 0 // sorted candidates find their source key by walking
 	if desc {
 		si = len(srcKeys) - 1
@@ -868,11 +948,232 @@ func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, s *qu
 		default:
 			si, _ = slices.BinarySearchFunc(srcKeys, l.Source, link.RecordID.Compare)
 		}
-		di, _ := slices.BinarySearch(dids, l.Source.DID)
-		out[i] = link.Live(l.SourceRev, srcThr[si], repoThr[di])
+		var repoThr uint64
+		if len(repo) > 0 {
+			if j, ok := slices.BinarySearchFunc(repo, l.Source.DID, func(e didRev, d uint64) int { return cmp.Compare(e.did, d) }); ok {
+				repoThr = repo[j].rev
+			}
+		}
+		out[i] = link.Live(l.SourceRev, srcThr[si], repoThr)
 		if !out[i] {
 			st.Revoked++
 		}
 	}
 	return out, nil
+}
+
+// revProbe is the key sequence round two asks filters about: the
+// repositories of the links (sorted DIDs), then their source records
+// (s.srcKeys), with each key's hashes computed once for every table.
+// Built only when some table is not scanned.
+type revProbe struct {
+	links   []link.Backlink
+	s       *queryScratch
+	ready   bool
+	nKeys   int
+	fseed   uint64 // the seed of s.fhash (0 before computed)
+	hashed  bool
+	sharded bool
+}
+
+// prepare builds the DIDs and thresholds of the repository keys.
+func (p *revProbe) prepare() {
+	if p.ready {
+		return
+	}
+	p.ready = true
+	s := p.s
+	dids := reuseSlice(s.dids, len(p.links))
+	for i := range p.links {
+		dids[i] = p.links[i].Source.DID
+	}
+	slices.Sort(dids)
+	dids = slices.Compact(dids)
+	s.dids = dids
+	s.repoThr = reuseSlice(s.repoThr, len(dids))
+	clear(s.repoThr)
+	p.nKeys = len(dids) + len(s.srcKeys)
+}
+
+func (p *revProbe) keyAt(i int) link.RecordID {
+	if i < len(p.s.dids) {
+		return link.RepoID(p.s.dids[i])
+	}
+	return p.s.srcKeys[i-len(p.s.dids)]
+}
+
+func (p *revProbe) thrAt(i int) *uint64 {
+	if i < len(p.s.dids) {
+		return &p.s.repoThr[i]
+	}
+	return &p.s.srcThr[i-len(p.s.dids)]
+}
+
+// mayContain asks t's filter about key i, hashing each key once for every
+// table that shares a filter seed.
+func (p *revProbe) mayContain(t *viewTable, i int) bool {
+	m := t.meta
+	if m.filter == nil || m.Format.PrefixLen != link.RecordIDSize {
+		kb := p.keyAt(i).Bytes()
+		return m.MayContain(kb[:])
+	}
+	if !p.hashed || m.filter.seed != p.fseed {
+		if p.hashed {
+			// Another seed than the cached hashes' (tables written with
+			// other options): hash this key alone.
+			kb := p.keyAt(i).Bytes()
+			return m.filter.containsKey(filterKey(kb[:], m.filter.seed))
+		}
+		p.hashed, p.fseed = true, m.filter.seed
+		p.s.fhash = reuseSlice(p.s.fhash, p.nKeys)
+		for k := range p.nKeys {
+			kb := p.keyAt(k).Bytes()
+			p.s.fhash[k] = filterKey(kb[:], p.fseed)
+		}
+	}
+	return m.filter.containsKey(p.s.fhash[i])
+}
+
+// shard is ShardOf(key i, bits), the key hashed once for every run.
+func (p *revProbe) shard(i int, bits uint8) uint32 {
+	if bits == 0 {
+		return 0
+	}
+	if !p.sharded {
+		p.sharded = true
+		p.s.shash = reuseSlice(p.s.shash, p.nKeys)
+		for k := range p.nKeys {
+			kb := p.keyAt(k).Bytes()
+			p.s.shash[k] = xxh3.HashSeed(kb[:], shardHashSeed)
+		}
+	}
+	return shardOfHash(p.s.shash[i], bits)
+}
+
+// shardOfHash is ShardOf given the prefix's xxh3 hash with shardHashSeed.
+func shardOfHash(h uint64, bits uint8) uint32 {
+	if bits == 0 {
+		return 0
+	}
+	bits = min(bits, 32)
+	return uint32(h >> (64 - bits))
+}
+
+// scanRevocations folds the revocations of t that the links' keys meet
+// into the thresholds (s.srcThr, s.repoRevs) by walking t's frames over
+// the keys' range and the sorted source keys together, when the cache
+// holds all those frames and they are few against keys (the keys of t's
+// shard). It reports whether t was dealt with (scanned, or holding
+// nothing in the keys' range); if not, round two asks its filter.
+func (r *Reader) scanRevocations(t *viewTable, s *queryScratch, minDID, maxDID uint64, keys int) bool {
+	m := t.meta
+	srcKeys, srcThr := s.srcKeys, s.srcThr
+	rlo, rhi := link.RepoID(minDID).Bytes(), link.RepoID(maxDID).Bytes()
+	klo, khi := srcKeys[0].Bytes(), srcKeys[len(srcKeys)-1].Bytes()
+	a1, b1, ok1 := m.FramesForRange(rlo[:], rhi[:])
+	a2, b2, ok2 := m.FramesForRange(klo[:], khi[:])
+	switch {
+	case !ok1 && !ok2:
+		return true // no key is in the table's range
+	case !ok1:
+		a1, b1 = a2, b2
+		ok2 = false
+	case ok2 && a2 <= b1+1:
+		b1 = max(b1, b2)
+		ok2 = false
+	}
+	frames := b1 - a1 + 1
+	if ok2 {
+		frames += b2 - a2 + 1
+	}
+	if frames*scanKeysPerFrame > keys {
+		return false
+	}
+	var ok bool
+	fs := s.scanFrames[:0]
+	if fs, ok = r.cache.cachedRange(t.ref.ID, a1, b1, fs); ok && ok2 {
+		fs, ok = r.cache.cachedRange(t.ref.ID, a2, b2, fs)
+	}
+	s.scanFrames = fs
+	defer clear(fs)
+	if !ok {
+		return false
+	}
+	const w = link.RevocationSize
+	j := 0 // the first source key not below the records walked
+	for _, recs := range fs {
+		n := len(recs) / w
+		for i := 0; i < n && j < len(srcKeys); {
+			rk := link.GetRecordID(recs[i*w:])
+			if rk.IsRepo() {
+				if rk.DID >= minDID && rk.DID <= maxDID {
+					s.repoRevs = append(s.repoRevs, didRev{rk.DID, binary.BigEndian.Uint64(recs[i*w+24:])})
+				}
+				i++
+				continue
+			}
+			switch c := rk.Compare(srcKeys[j]); {
+			case c == 0:
+				srcThr[j] = max(srcThr[j], binary.BigEndian.Uint64(recs[i*w+24:]))
+				i++
+			case c < 0:
+				i = gallopRecs(recs, w, i, n, srcKeys[j])
+			default:
+				j = gallopKeys(srcKeys, j, rk)
+			}
+		}
+	}
+	return true
+}
+
+// gallopRecs returns the index of the first record after i (whose key is
+// below k) of the n records of width w in recs whose key is not below k,
+// or n: an exponential search, then a binary one.
+func gallopRecs(recs []byte, w, i, n int, k link.RecordID) int {
+	below := func(x int) bool { return link.GetRecordID(recs[x*w:]).Compare(k) < 0 }
+	lo, step := i, 1 // recs[lo] is below k
+	hi := lo + step
+	for hi < n && below(hi) {
+		lo, step = hi, step*2
+		hi = lo + step
+	}
+	hi = min(hi, n)
+	return lo + 1 + searchRecs(hi-lo-1, func(x int) bool { return !below(lo + 1 + x) })
+}
+
+// gallopKeys returns the index of the first key after j (which is below
+// k) not below k, or len(keys).
+func gallopKeys(keys []link.RecordID, j int, k link.RecordID) int {
+	lo, step := j, 1
+	hi := lo + step
+	for hi < len(keys) && keys[hi].Compare(k) < 0 {
+		lo, step = hi, step*2
+		hi = lo + step
+	}
+	hi = min(hi, len(keys))
+	return lo + 1 + searchRecs(hi-lo-1, func(x int) bool { return keys[lo+1+x].Compare(k) >= 0 })
+}
+
+// cachedRange appends frames first..last of a table to dst when the cache
+// holds every one of them (counting them as hits and as just used), and
+// reports whether it did; it counts no miss: asking only chooses how round
+// two reads a table, and a table it then asks through its filter fetches
+// what it needs the usual way.
+func (c *FrameCache) cachedRange(table string, first, last int, dst [][]byte) ([][]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(dst)
+	for i := first; i <= last; i++ {
+		el, ok := c.mu.items[frameKey{table, i}]
+		if !ok {
+			clear(dst[n:])
+			return dst[:n], false
+		}
+		dst = append(dst, el.Value.(*cacheEntry).recs)
+	}
+	for i := first; i <= last; i++ {
+		c.mu.ll.MoveToFront(c.mu.items[frameKey{table, i}])
+	}
+	c.hits.Add(uint64(last - first + 1))
+	return dst, true
 }

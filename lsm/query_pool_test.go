@@ -147,15 +147,22 @@ func TestQueryScratchReuse(t *testing.T) {
 	}
 }
 
-// The merge of round one: sorted runs of links, duplicates across runs,
-// empty runs, any number of runs, give the sorted concatenation.
+// The merge of round one: sorted runs of links read from their frames
+// (the target's records amid others', over one to three frames), with
+// duplicates across runs, empty runs, any number of runs, give the sorted
+// concatenation; a keep function drops links as they are read.
 func TestMergeLinks(t *testing.T) {
-	mk := func(src uint64, loc link.Location, rev uint64) link.Backlink {
-		return link.Backlink{Source: link.RecordID{RKey: src, Collection: link.CollectionFirst, DID: src % 7}, Location: loc, SourceRev: rev}
+	target := link.RecordID{RKey: 9, Collection: link.CollectionFirst, DID: 4}
+	mk := func(tg link.RecordID, src uint64, loc link.Location, rev uint64) link.Backlink {
+		return link.Backlink{Target: tg, Source: link.RecordID{RKey: src, Collection: link.CollectionFirst, DID: src % 7}, Location: loc, SourceRev: rev}
 	}
+	before, after := target, target
+	before.RKey--
+	after.RKey++
+	prefix := target.Bytes()
 	for runs := 1; runs <= 9; runs++ {
-		var s queryScratch
 		var all []link.Backlink
+		var segs []mergeSeg
 		for r := range runs {
 			var seg []link.Backlink
 			n := (r*13 + 5) % 40
@@ -163,22 +170,42 @@ func TestMergeLinks(t *testing.T) {
 				n = 0 // an empty run
 			}
 			for i := range n {
-				seg = append(seg, mk(uint64((i*(r+3))%50), link.Location(1+i%2), uint64(r)))
+				seg = append(seg, mk(target, uint64((i*(r+3))%50), link.Location(1+i%2), uint64(r)))
 			}
 			slices.SortFunc(seg, func(a, b link.Backlink) int { return a.Compare(&b) })
 			seg = slices.CompactFunc(seg, func(a, b link.Backlink) bool { return a == b })
 			all = append(all, seg...)
-			s.segs = append(s.segs, len(all))
+			// The table: other targets' links around the target's, cut
+			// into 1 + r%3 frames.
+			recs := []link.Backlink{mk(before, 1, 1, 1)}
+			recs = append(recs, seg...)
+			recs = append(recs, mk(after, 1, 1, 1))
+			nf := 1 + r%3
+			var m mergeSeg
+			for f := range nf {
+				part := recs[len(recs)*f/nf : len(recs)*(f+1)/nf]
+				b := make([]byte, 0, len(part)*link.BacklinkSize)
+				for _, l := range part {
+					b = append(b, make([]byte, link.BacklinkSize)...)
+					l.Put(b[len(b)-link.BacklinkSize:])
+				}
+				lo, hi := prefixRange(b, link.BacklinkSize, prefix[:])
+				m.frames = append(m.frames, b)
+				m.spans = append(m.spans, lo, hi)
+			}
+			segs = append(segs, m)
 		}
 		want := slices.Clone(all)
 		slices.SortFunc(want, func(a, b link.Backlink) int { return a.Compare(&b) })
-		s.out = all
-		got := s.merge(all)
+		got := mergeSegs(nil, slices.Clone(segs), nil)
 		if !slices.Equal(got, want) {
 			t.Fatalf("%d runs: merge gave %v, want %v", runs, got, want)
 		}
-		if len(got) == 0 || &got[0] != &s.out[0] {
-			t.Fatalf("%d runs: the merged links are not the scratch's out", runs)
+		odd := func(l *link.Backlink) bool { return l.Source.RKey%2 == 1 }
+		want = slices.DeleteFunc(want, func(l link.Backlink) bool { return !odd(&l) })
+		got = mergeSegs(got[:0], segs, odd)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%d runs, odd sources: merge gave %v, want %v", runs, got, want)
 		}
 	}
 }
