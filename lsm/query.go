@@ -102,6 +102,7 @@ type Stats struct {
 	Round1GETs       int // ranged GETs of backlink frames
 	Round2GETs       int // ranged GETs of revocation frames
 	Round2Passes     int // revocation passes (1 unless a page was mostly revoked)
+	Round2Scans      int // revocation tables walked from the cache, not asked through their filters
 	Round1MaxPerRun  int // the most GETs any one run needed in round one
 	Candidates       int // links read before revocation
 	Revoked          int
@@ -834,7 +835,10 @@ func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, s *qu
 			if t == nil {
 				continue
 			}
-			if !r.scanRevocations(t, s, minDID, maxDID, keysPer) {
+			switch r.scanRevocations(t, s, minDID, maxDID, keysPer) {
+			case scanned:
+				st.Round2Scans++
+			case notScanned:
 				s.probeShard[ti], probe = true, true
 			}
 		}
@@ -1059,13 +1063,21 @@ func shardOfHash(h uint64, bits uint8) uint32 {
 	return uint32(h >> (64 - bits))
 }
 
+// scanResult says what scanRevocations did with a table.
+type scanResult uint8
+
+const (
+	notScanned scanResult = iota // round two asks the table's filter
+	scanned
+	outOfRange // no key is in the table's range: nothing to read
+)
+
 // scanRevocations folds the revocations of t that the links' keys meet
 // into the thresholds (s.srcThr, s.repoRevs) by walking t's frames over
 // the keys' range and the sorted source keys together, when the cache
 // holds all those frames and they are few against keys (the keys of t's
-// shard). It reports whether t was dealt with (scanned, or holding
-// nothing in the keys' range); if not, round two asks its filter.
-func (r *Reader) scanRevocations(t *viewTable, s *queryScratch, minDID, maxDID uint64, keys int) bool {
+// shard).
+func (r *Reader) scanRevocations(t *viewTable, s *queryScratch, minDID, maxDID uint64, keys int) scanResult {
 	m := t.meta
 	srcKeys, srcThr := s.srcKeys, s.srcThr
 	rlo, rhi := link.RepoID(minDID).Bytes(), link.RepoID(maxDID).Bytes()
@@ -1074,7 +1086,7 @@ func (r *Reader) scanRevocations(t *viewTable, s *queryScratch, minDID, maxDID u
 	a2, b2, ok2 := m.FramesForRange(klo[:], khi[:])
 	switch {
 	case !ok1 && !ok2:
-		return true // no key is in the table's range
+		return outOfRange
 	case !ok1:
 		a1, b1 = a2, b2
 		ok2 = false
@@ -1087,7 +1099,7 @@ func (r *Reader) scanRevocations(t *viewTable, s *queryScratch, minDID, maxDID u
 		frames += b2 - a2 + 1
 	}
 	if frames*scanKeysPerFrame > keys {
-		return false
+		return notScanned
 	}
 	var ok bool
 	fs := s.scanFrames[:0]
@@ -1097,7 +1109,7 @@ func (r *Reader) scanRevocations(t *viewTable, s *queryScratch, minDID, maxDID u
 	s.scanFrames = fs
 	defer clear(fs)
 	if !ok {
-		return false
+		return notScanned
 	}
 	const w = link.RevocationSize
 	j := 0 // the first source key not below the records walked
@@ -1123,7 +1135,7 @@ func (r *Reader) scanRevocations(t *viewTable, s *queryScratch, minDID, maxDID u
 			}
 		}
 	}
-	return true
+	return scanned
 }
 
 // gallopRecs returns the index of the first record after i (whose key is

@@ -1,0 +1,181 @@
+package lsm
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/eddy-backlinks/eddy/link"
+)
+
+// Round two reads a revocation table in one of two ways: cold, through its
+// filter, key by key; warm, when the cache holds the table's frames over
+// the keys' range, by walking them with the sorted keys. Both must give
+// the model's answer, for counts (filtered or not), All and every page,
+// over delta runs and a sharded compacted run whose revocation tables span
+// several frames, with record and repository revocations, updates (a
+// revocation, then the link again at the same rev) and revocations of
+// records and repositories the target never hears of.
+func TestCountScanMatchesFilters(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, Options{Store: newLocalStore(t), Dir: t.TempDir(), NoGCGrace: true, CompactionFanIn: 4, ShardTargetBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newModel()
+	r := rand.New(rand.NewPCG(6, 66))
+	target := link.RecordID{RKey: 1 << 50, Collection: link.CollectionFirst, DID: 7}
+	other := link.RecordID{RKey: 1 << 50, Collection: link.CollectionFirst, DID: 8}
+	stamp := uint64(1 << 20)
+	var sources []link.RecordID
+	addLink := func(tg, src link.RecordID, rev uint64) {
+		l := link.Backlink{Target: tg, Source: src, Location: link.MakeLocation(uint64(1+src.RKey%2), src.RKey%5 == 0), SourceRev: rev}
+		if err := db.AddBacklink(&l); err != nil {
+			t.Fatal(err)
+		}
+		m.addLink(l)
+	}
+	revoke := func(src link.RecordID, rev uint64) {
+		v := link.Revocation{Source: src, Rev: rev}
+		if err := db.AddRevocation(&v); err != nil {
+			t.Fatal(err)
+		}
+		m.revoke(v)
+	}
+	const flushes = 10
+	for f := range flushes {
+		for range 600 {
+			stamp++
+			src := link.RecordID{RKey: stamp, Collection: link.CollectionFirst + uint64(r.IntN(3)), DID: uint64(100 + r.IntN(80))}
+			sources = append(sources, src)
+			addLink(target, src, stamp)
+			if r.IntN(4) == 0 {
+				addLink(other, src, stamp)
+			}
+		}
+		// Deletes and updates of the target's sources, old and new.
+		for range 120 {
+			stamp++
+			src := sources[r.IntN(len(sources))]
+			revoke(src, stamp)
+			if r.IntN(3) == 0 {
+				addLink(target, src, stamp)
+			}
+		}
+		// Revocations the target never hears of: enough to spread each
+		// revocation table over several frames.
+		for range 5000 {
+			stamp++
+			revoke(link.RecordID{RKey: 1 + r.Uint64N(1<<52), Collection: link.CollectionFirst + 5, DID: uint64(1 + r.IntN(1000))}, stamp)
+		}
+		// Repository resets: a linking account's, and others'.
+		if f%3 == 1 {
+			stamp++
+			revoke(link.RepoID(uint64(100+r.IntN(80))), stamp)
+			revoke(link.RepoID(uint64(2000+r.IntN(80))), stamp)
+			revoke(link.RepoID(uint64(1+r.IntN(50))), stamp)
+		}
+		if err := db.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m.flush()
+		if f == 5 {
+			if did, err := db.Compact(ctx); err != nil || !did {
+				t.Fatalf("compaction: %v %v", did, err)
+			}
+		}
+	}
+	v := db.View()
+	var compacted, multiFrame bool
+	for _, vr := range v.trees[TreeRevocations] {
+		if vr.run.Kind == RunCompacted && vr.shardBits > 0 {
+			compacted = true
+		}
+		for _, tb := range vr.tables {
+			if tb != nil && len(tb.meta.Frames) > 1 {
+				multiFrame = true
+			}
+		}
+	}
+	if !compacted || !multiFrame {
+		t.Fatalf("revocation runs: sharded compacted %v, a table of several frames %v", compacted, multiFrame)
+	}
+
+	filters := []Filter{{}, {Collections: []uint64{link.CollectionFirst + 1}}, {DIDs: []uint64{100, 101, 150}}}
+	check := func(name string, wantScans bool) {
+		t.Helper()
+		for _, f := range filters {
+			want := m.live(target, f)
+			n, st, err := db.Count(ctx, target, f)
+			if err != nil || n != uint64(len(want)) {
+				t.Fatalf("%s, filter %+v: count %d (%v), want %d", name, f, n, err, len(want))
+			}
+			if (st.Round2Scans > 0) != wantScans {
+				t.Fatalf("%s, filter %+v: %d revocation tables scanned", name, f, st.Round2Scans)
+			}
+			if st.Revoked == 0 {
+				t.Fatalf("%s: no candidate revoked", name)
+			}
+			all, _, err := db.Reader().All(ctx, v, target, f)
+			if err != nil || !slices.Equal(all, want) {
+				t.Fatalf("%s, filter %+v: All gave %d links (%v), want %d", name, f, len(all), err, len(want))
+			}
+			var got []link.Backlink
+			var after *Cursor
+			for {
+				res, err := db.Backlinks(ctx, Query{Target: target, After: after, Limit: 300, Filter: f})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, res.Links...)
+				if after = res.Next; after == nil {
+					break
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s, filter %+v: pages gave %d links, want %d", name, f, len(got), len(want))
+			}
+		}
+	}
+	db.reader.cache = NewFrameCache(0)
+	// The first count is cold: every table through its filter.
+	n, st, err := db.Count(ctx, target, Filter{})
+	if want := len(m.live(target, Filter{})); err != nil || n != uint64(want) || st.Round2Scans != 0 || st.Round2GETs == 0 {
+		t.Fatalf("cold count %d (%v), want %d; %+v", n, err, want, st)
+	}
+	// Some tables were read whole by then (every frame met a key); the
+	// others still go through filters until a scan can use them: fill the
+	// cache with every frame of the revocation tables.
+	for _, vr := range v.trees[TreeRevocations] {
+		for _, tb := range vr.tables {
+			if tb == nil {
+				continue
+			}
+			g := []fetchGroup{{t: tb, first: 0, last: len(tb.meta.Frames) - 1}}
+			if err := db.reader.fetchAll(ctx, g); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check("warm", true)
+	// A cache too small for the frames: scans give way to filters.
+	db.reader.cache = NewFrameCache(1 << 10)
+	check("no cache", false)
+}
+
+// shardOfHash splits a hash computed once exactly as ShardOf splits the
+// prefix.
+func TestShardOfHash(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 1000 {
+		id := link.RecordID{RKey: r.Uint64(), Collection: r.Uint64N(10), DID: r.Uint64()}
+		kb := id.Bytes()
+		p := revProbe{s: &queryScratch{srcKeys: []link.RecordID{id}}, ready: true, nKeys: 1}
+		for _, bits := range []uint8{0, 1, 3, 8, 20, 32, 40} {
+			if got, want := p.shard(0, bits), ShardOf(kb[:], bits); got != want {
+				t.Fatalf("%v bits %d: %d, want %d", id, bits, got, want)
+			}
+		}
+	}
+}
