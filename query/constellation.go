@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/eddy-backlinks/eddy/extract"
 	"github.com/eddy-backlinks/eddy/link"
@@ -165,7 +166,7 @@ func (s *Server) getBacklinks(ctx context.Context, r *http.Request, v *lsm.View)
 	if aerr != nil {
 		return nil, aerr
 	}
-	total, _, err := s.Reader.Count(ctx, v, tgt, f)
+	total, err := s.total(ctx, v, tgt, f)
 	if err != nil {
 		return nil, err
 	}
@@ -183,6 +184,86 @@ func (s *Server) getBacklinks(ctx context.Context, r *http.Request, v *lsm.View)
 	}
 	out.Cursor = encodeLinkCursor(res.Next, reverse, scope)
 	return out, nil
+}
+
+// Totals of getBacklinks: every page carries the count of the target's
+// links that pass its filter, which for a popular target costs far more
+// than the page (a count of 100,000 links reads them all, and their
+// revocations). A view never changes, so a count is kept per view, target
+// and filter, and the pages that follow in the same generation reuse it.
+const (
+	// countCacheMin: counts of fewer candidates are not kept (cheaper to
+	// count again than to churn the cache).
+	countCacheMin = 4096
+	// countCacheEntriesMax bounds the counts kept for one view.
+	countCacheEntriesMax = 1024
+)
+
+// countCache holds counts of one view: the newest it was given.
+type countCache struct {
+	mu     sync.Mutex
+	view   *lsm.View
+	counts map[countKey]uint64
+}
+
+type countKey struct {
+	target link.RecordID
+	filter string // the filter's lists, encoded
+}
+
+func makeCountKey(target link.RecordID, f *lsm.Filter) countKey {
+	b := make([]byte, 0, 8*(3+len(f.Collections)+len(f.DIDs)+len(f.Paths)))
+	for _, l := range [][]uint64{f.Collections, f.DIDs, f.Paths} {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(l)))
+		for _, x := range l {
+			b = binary.BigEndian.AppendUint64(b, x)
+		}
+	}
+	return countKey{target: target, filter: string(b)}
+}
+
+func (c *countCache) get(v *lsm.View, k countKey) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.view != v {
+		return 0, false
+	}
+	n, ok := c.counts[k]
+	return n, ok
+}
+
+// put keeps a count of view v, forgetting those of an older view; a count
+// of an older view than the one held is dropped.
+func (c *countCache) put(v *lsm.View, k countKey, n uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.view != v {
+		if c.view != nil && v.Generation() < c.view.Generation() {
+			return
+		}
+		c.view, c.counts = v, make(map[countKey]uint64)
+	}
+	if len(c.counts) >= countCacheEntriesMax {
+		clear(c.counts)
+	}
+	c.counts[k] = n
+}
+
+// total is getBacklinks' total: the count of the links to tgt that pass f
+// in view v, from the cache when a page of the same view asked it before.
+func (s *Server) total(ctx context.Context, v *lsm.View, tgt link.RecordID, f lsm.Filter) (uint64, error) {
+	k := makeCountKey(tgt, &f)
+	if n, ok := s.totals.get(v, k); ok {
+		return n, nil
+	}
+	n, st, err := s.Reader.Count(ctx, v, tgt, f)
+	if err != nil {
+		return 0, err
+	}
+	if st.Candidates >= countCacheMin {
+		s.totals.put(v, k, n)
+	}
+	return n, nil
 }
 
 // getBacklinksCount: GET /xrpc/blue.microcosm.links.getBacklinksCount?subject=&source=

@@ -60,6 +60,7 @@ type Server struct {
 	// ResponseBytesMax bounds an answer's body (default: ResponseBytesMax).
 	ResponseBytesMax int
 	sem              chan struct{}
+	totals           countCache // getBacklinks' totals of popular targets, per view
 }
 
 // NewServer returns a query server.
