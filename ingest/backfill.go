@@ -340,6 +340,8 @@ func (b *Backfill) RunBackfill(ctx context.Context, w *Writer, cursor string) er
 		return err
 	}
 	b.state.Store(st)
+	st.setListing(true)
+	defer st.setListing(false)
 	if Done(cursor) {
 		return b.retryFailed(ctx, w, cursor)
 	}

@@ -60,8 +60,8 @@ type BackfillCheckpoint struct {
 	// Failed lists the repositories that failed every try and wait for a
 	// retry pass (at the end of the listing, and on each new leader).
 	Failed []RepoState `json:"failed,omitempty"`
-	// Page is the page in flight when the checkpoint was taken (empty
-	// between pages).
+	// Page is the page the checkpoint closes: each repository's outcome
+	// (done with the rev written, gone, failed).
 	Page []RepoState `json:"page,omitempty"`
 }
 
@@ -83,6 +83,9 @@ type backfillState struct {
 	page   map[string]*RepoState // the page in flight
 	failed map[string]*RepoState
 	lost   int // failed past backfillFailedMax
+	// listing: a page is in flight (resyncs outside the listing do not
+	// join a page).
+	listing bool
 }
 
 func newBackfillState(source string) *backfillState {
@@ -102,16 +105,9 @@ func loadBackfillState(ctx context.Context, store objstore.Store, source, key st
 	if key == "" {
 		return s, nil
 	}
-	b, err := store.Get(ctx, key)
+	cp, err := readCheckpoint(ctx, store, key)
 	if err != nil {
-		return nil, fmt.Errorf("backfill checkpoint %s: %w", key, err)
-	}
-	var cp BackfillCheckpoint
-	if err := json.Unmarshal(b, &cp); err != nil {
-		return nil, fmt.Errorf("backfill checkpoint %s: %w", key, err)
-	}
-	if cp.V != backfillCheckpointVersion {
-		return nil, fmt.Errorf("backfill checkpoint %s: version %d, this binary reads %d", key, cp.V, backfillCheckpointVersion)
+		return nil, err
 	}
 	s.cp = cp
 	for i := range cp.Failed {
@@ -120,6 +116,22 @@ func loadBackfillState(ctx context.Context, store objstore.Store, source, key st
 	}
 	s.cp.Failed, s.cp.Page = nil, nil
 	return s, nil
+}
+
+// readCheckpoint reads one published checkpoint.
+func readCheckpoint(ctx context.Context, store objstore.Store, key string) (BackfillCheckpoint, error) {
+	var cp BackfillCheckpoint
+	b, err := store.Get(ctx, key)
+	if err != nil {
+		return cp, fmt.Errorf("backfill checkpoint %s: %w", key, err)
+	}
+	if err := json.Unmarshal(b, &cp); err != nil {
+		return cp, fmt.Errorf("backfill checkpoint %s: %w", key, err)
+	}
+	if cp.V != backfillCheckpointVersion {
+		return cp, fmt.Errorf("backfill checkpoint %s: version %d, this binary reads %d", key, cp.V, backfillCheckpointVersion)
+	}
+	return cp, nil
 }
 
 // set records a repository's new state.
@@ -136,7 +148,9 @@ func (s *backfillState) set(did, state, rev string, err error) {
 	r.State, r.At = state, time.Now().UTC().Format(time.RFC3339)
 	switch state {
 	case RepoPending:
-		s.page[did] = r
+		if s.listing {
+			s.page[did] = r
+		}
 		return
 	case RepoDone:
 		r.Rev, r.Error = rev, ""
@@ -182,6 +196,13 @@ func (s *backfillState) snapshot(cursor string) BackfillCheckpoint {
 	return cp
 }
 
+// setListing says whether a page is in flight.
+func (s *backfillState) setListing(on bool) {
+	s.mu.Lock()
+	s.listing = on
+	s.mu.Unlock()
+}
+
 // failedDIDs lists the repositories waiting for a retry.
 func (s *backfillState) failedDIDs() []string {
 	s.mu.Lock()
@@ -199,10 +220,10 @@ func (s *backfillState) failedDIDs() []string {
 // the next flush), then deletes the checkpoints older than the one
 // already published.
 func (s *backfillState) checkpoint(ctx context.Context, store objstore.Store, w *Writer, source, cursor string) error {
-	s.mu.Lock()
-	clear(s.page) // the page is written: its repositories are counted
-	s.mu.Unlock()
 	cp := s.snapshot(cursor)
+	s.mu.Lock()
+	clear(s.page) // the page is written (the checkpoint keeps its outcomes)
+	s.mu.Unlock()
 	b, err := json.Marshal(cp)
 	if err != nil {
 		return err
@@ -248,7 +269,13 @@ func (b *Backfill) Progress() (map[string]int, []RepoState) {
 		return b.Stats().Snapshot(), nil
 	}
 	cp := st.snapshot("")
-	counts := map[string]int{"listed": cp.Listed, "done": cp.Done, "gone": cp.Gone, "failed": len(cp.Failed) + st.lostCount(), "pending": len(cp.Page)}
+	pending := 0
+	for _, r := range cp.Page {
+		if r.State == RepoPending {
+			pending++
+		}
+	}
+	counts := map[string]int{"listed": cp.Listed, "done": cp.Done, "gone": cp.Gone, "failed": len(cp.Failed) + st.lostCount(), "pending": pending}
 	return counts, cp.Failed[:min(len(cp.Failed), progressFailedMax)]
 }
 

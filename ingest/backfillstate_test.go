@@ -101,11 +101,11 @@ func TestBackfillFailedReposRetried(t *testing.T) {
 		if key == "" {
 			return BackfillCheckpoint{}
 		}
-		st, err := loadBackfillState(context.Background(), store, bf.Name(), key)
+		cp, err := readCheckpoint(context.Background(), store, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return st.snapshot(node.FSM.Cursor(bf.Name()))
+		return cp
 	}
 
 	// Term 1: the listing ends with the three repositories failed.
@@ -127,6 +127,23 @@ func TestBackfillFailedReposRetried(t *testing.T) {
 		t.Fatalf("checkpoint counters: listed %d, done %d, gone %d, failed %d of %d accounts", cp.Listed, cp.Done, cp.Gone, len(cp.Failed), len(world.Accounts()))
 	}
 	t.Logf("term 1: listed %d, done %d, gone %d, failed %v", cp.Listed, cp.Done, cp.Gone, failed)
+	if counts, _ := bf.Progress(); counts["pending"] != 0 {
+		t.Fatalf("nothing in flight after the listing, yet progress says %v", counts)
+	}
+	// The checkpoint closing the listing keeps each repository's outcome
+	// of its last page: the three failed, the others done with their revs.
+	var failedInPage, doneWithRev int
+	for _, r := range cp.Page {
+		switch {
+		case r.State == RepoFailed && slices.Contains(victims, r.DID):
+			failedInPage++
+		case r.State == RepoDone && r.Rev != "":
+			doneWithRev++
+		}
+	}
+	if failedInPage != 3 || doneWithRev < 50 {
+		t.Fatalf("the closing page: %d victims failed, %d done with a rev: %+v", failedInPage, doneWithRev, cp.Page)
+	}
 
 	// Term 2, PDS healed: the new term retries them from the published
 	// state; the older checkpoints are collected.
@@ -138,6 +155,15 @@ func TestBackfillFailedReposRetried(t *testing.T) {
 	})
 	cp = published()
 	t.Logf("term 2: listed %d, done %d, gone %d, failed %d", cp.Listed, cp.Done, cp.Gone, len(cp.Failed))
+	var written []string
+	for _, r := range cp.Page {
+		if r.State == RepoDone && r.Rev != "" {
+			written = append(written, r.DID)
+		}
+	}
+	if !slices.Equal(written, victims) {
+		t.Fatalf("term 2's retry page wrote %v (with their revs), want %v: %+v", written, victims, cp.Page)
+	}
 	compareModel(t, node, store, world)
 	var left []string
 	store.List(context.Background(), checkpointPrefix(bf.Name()), func(k string, _ int64) error { left = append(left, k); return nil })
