@@ -2,11 +2,14 @@ package lsm
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm/workload"
 )
 
 // Round two reads a revocation table in one of two ways: cold, through its
@@ -177,5 +180,59 @@ func TestShardOfHash(t *testing.T) {
 				t.Fatalf("%v bits %d: %d, want %d", id, bits, got, want)
 			}
 		}
+	}
+}
+
+// A count or All of more candidates than the pool keeps leaves its scratch
+// aside for the next one; counts and All running at once, on that target
+// and a small one, each get the workload's answer.
+func TestCountBigScratch(t *testing.T) {
+	ctx := context.Background()
+	wl, err := workload.Generate(workload.Config{Links: 100_000, Seed: 9, MegaLinks: 80_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := countWorkloadDB(t, wl, 4, 0)
+	mega := wl.Targets[wl.Mega].ID
+	want := wl.Expected(wl.Mega, 0)
+	if len(want) <= queryScratchLinksMax {
+		t.Fatalf("the mega target has %d live links", len(want))
+	}
+	small := queryBenchTargets(wl, 20)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 6 {
+				if (g+i)%2 == 0 {
+					n, _, err := db.Count(ctx, mega, Filter{})
+					if err != nil || n != uint64(len(want)) {
+						errs <- fmt.Errorf("count %d (%v), want %d", n, err, len(want))
+						return
+					}
+				} else {
+					all, _, err := db.Reader().All(ctx, db.View(), mega, Filter{})
+					if err != nil || !slices.Equal(all, want) {
+						errs <- fmt.Errorf("All: %d links (%v), want %d", len(all), err, len(want))
+						return
+					}
+				}
+				tg := small[(g*6+i)%len(small)]
+				n, _, err := db.Count(ctx, wl.Targets[tg].ID, Filter{})
+				if err != nil || n != uint64(wl.LiveCount(tg)) {
+					errs <- fmt.Errorf("small target: count %d (%v), want %d", n, err, wl.LiveCount(tg))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	s := bigQueryScratch.Load()
+	if s == nil || s.linksCap() <= queryScratchLinksMax || s.linksCap() > queryScratchBigMax {
+		t.Fatalf("no large scratch kept aside: %v", s)
 	}
 }
