@@ -4,7 +4,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -252,27 +251,9 @@ type linkLine struct {
 // answers exactly the links eddy-ctl links prints for the same file.
 func TestReplayMatchesLinks(t *testing.T) {
 	src, _ := filepath.Abs(corpus + "expected_v1.jsonl")
-	out := ctl(t, "links", "--jetstream", src)
 	// Expected: per target, the sources of links still live at the end of
-	// the capture (a delete later in the capture revokes; the capture
-	// deletes nothing it created, but the rule is applied anyway).
-	deleted := map[string]bool{}
-	want := map[string]map[string]bool{}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		var l linkLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatal(err)
-		}
-		if l.Op == "delete" {
-			deleted[l.Source] = true
-			continue
-		}
-		if want[l.Target] == nil {
-			want[l.Target] = map[string]bool{}
-		}
-		want[l.Target][l.Source+" "+l.Path] = true
-	}
+	// the capture (wantLinks applies the capture's deletes).
+	want := wantLinks(t, "--jetstream", src)
 	if len(want) < 100 {
 		t.Fatalf("only %d targets", len(want))
 	}
@@ -301,13 +282,7 @@ func TestReplayMatchesLinks(t *testing.T) {
 	links := 0
 	for _, n := range lc.Nodes {
 		for _, tg := range targets {
-			var exp []string
-			for k := range want[tg] {
-				if src, _, _ := strings.Cut(k, " "); !deleted[src] {
-					exp = append(exp, k)
-				}
-			}
-			slices.Sort(exp)
+			exp := want[tg]
 			// Constellation's paths, exactly as eddy-ctl links prints them.
 			if have := nodeLinks(t, n, tg); !slices.Equal(have, exp) {
 				t.Fatalf("%s target %s:\n have %v\n want %v", n.ID, tg, have, exp)

@@ -84,6 +84,28 @@ func parseAdminArgs(fs *flag.FlagSet, args []string) error {
 }
 
 // client builds the admin client: the token and the addresses.
+// adminFlagSet returns the flag set of an admin command: usage on -h, the
+// admin flags (addresses, token file, timeout, and --json).
+func adminFlagSet(name, usage string, stderr io.Writer) (*flag.FlagSet, *adminFlags) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	return fs, addAdminFlags(fs, true)
+}
+
+// connect returns the admin client and a context bounded by --timeout.
+func (f *adminFlags) connect(ctx context.Context) (*cluster.AdminClient, context.Context, context.CancelFunc, error) {
+	c, err := f.client(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	return c, ctx, cancel, nil
+}
+
 func (f *adminFlags) client(ctx context.Context) (*cluster.AdminClient, error) {
 	token, err := readToken(f.tokenFile)
 	if err != nil {

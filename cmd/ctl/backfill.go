@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -45,21 +44,14 @@ func runBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprint(stderr, backfillUsage)
 		return fmt.Errorf("%w: backfill takes the subcommand status", errUsage)
 	}
-	fs := flag.NewFlagSet("backfill status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), backfillUsage)
-		fs.PrintDefaults()
-	}
-	af := addAdminFlags(fs, true)
+	fs, af := adminFlagSet("backfill status", backfillUsage, stderr)
 	if err := parseAdminArgs(fs, args[1:]); err != nil {
 		return err
 	}
-	c, err := af.client(ctx)
+	c, ctx, cancel, err := af.connect(ctx)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, af.timeout)
 	defer cancel()
 	_, nodes, err := clusterStatus(ctx, c, stderr)
 	if err != nil {

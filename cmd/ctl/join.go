@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,13 +29,7 @@ Flags:
 `
 
 func runJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("join", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), joinUsage)
-		fs.PrintDefaults()
-	}
-	af := addAdminFlags(fs, true)
+	fs, af := adminFlagSet("join", joinUsage, stderr)
 	var info fsm.NodeInfo
 	fs.StringVar(&info.ID, "id", "", "ID of the joining node (its --id)")
 	fs.StringVar(&info.Raft, "raft", "", "its Raft address, host:port, as the other nodes dial it (its --raft-addr)")
@@ -56,11 +49,10 @@ func runJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 	}
-	c, err := af.client(ctx)
+	c, ctx, cancel, err := af.connect(ctx)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, af.timeout)
 	defer cancel()
 	var resp map[string]string
 	if err := adminCall(ctx, c, http.MethodPost, "/admin/join", info, &resp, true, stderr, "join"); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -33,13 +32,7 @@ Flags:
 `
 
 func runRemove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("remove", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), removeUsage)
-		fs.PrintDefaults()
-	}
-	af := addAdminFlags(fs, true)
+	fs, af := adminFlagSet("remove", removeUsage, stderr)
 	id := fs.String("id", "", "ID of the node to remove")
 	force := fs.Bool("force", false, "record ID as removed even if it is not in the configuration")
 	if err := parseAdminArgs(fs, args); err != nil {
@@ -48,11 +41,10 @@ func runRemove(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *id == "" {
 		return fmt.Errorf("%w: --id is required", errUsage)
 	}
-	c, err := af.client(ctx)
+	c, ctx, cancel, err := af.connect(ctx)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, af.timeout)
 	defer cancel()
 
 	st, err := memberStatus(ctx, c)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -39,21 +38,14 @@ Flags:
 `
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), statusUsage)
-		fs.PrintDefaults()
-	}
-	af := addAdminFlags(fs, true)
+	fs, af := adminFlagSet("status", statusUsage, stderr)
 	if err := parseAdminArgs(fs, args); err != nil {
 		return err
 	}
-	c, err := af.client(ctx)
+	c, ctx, cancel, err := af.connect(ctx)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, af.timeout)
 	defer cancel()
 
 	raw, nodes, err := clusterStatus(ctx, c, stderr)

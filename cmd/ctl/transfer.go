@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,21 +24,14 @@ Flags:
 `
 
 func runTransfer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("transfer-leadership", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), transferUsage)
-		fs.PrintDefaults()
-	}
-	af := addAdminFlags(fs, true)
+	fs, af := adminFlagSet("transfer-leadership", transferUsage, stderr)
 	if err := parseAdminArgs(fs, args); err != nil {
 		return err
 	}
-	c, err := af.client(ctx)
+	c, ctx, cancel, err := af.connect(ctx)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, af.timeout)
 	defer cancel()
 	before := ""
 	if st, err := memberStatus(ctx, c); err == nil {
