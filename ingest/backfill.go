@@ -64,6 +64,10 @@ type Backfill struct {
 	// state is the per-repository state (backfillstate.go), loaded from
 	// the published checkpoint when the backfill starts.
 	state atomic.Pointer[backfillState]
+
+	setupOnce  sync.Once
+	httpClient *http.Client   // when HTTP is nil
+	bufs       chan *repoBufs // free list (a sync.Pool is emptied by every GC)
 }
 
 // setState records a repository's state, once the state is loaded.
@@ -97,11 +101,103 @@ func (b *Backfill) Stats() *BackfillStats { return &b.stats }
 
 func (b *Backfill) Name() string { return "backfill:" + b.Relay }
 
+// setup makes the buffers' free list and, unless b.HTTP is set, the
+// client: one whose connection pool keeps as many idle connections per
+// host as requests in flight (the default transport keeps 2, so a
+// backfill would dial a new connection for most requests).
+func (b *Backfill) setup() {
+	b.setupOnce.Do(func() {
+		conc := b.Concurrency
+		if conc <= 0 {
+			conc = DefaultBackfillConcurrency
+		}
+		b.bufs = make(chan *repoBufs, conc)
+		if b.HTTP == nil {
+			t := http.DefaultTransport.(*http.Transport).Clone()
+			t.MaxIdleConnsPerHost = conc
+			t.MaxIdleConns = max(t.MaxIdleConns, 4*conc)
+			b.httpClient = &http.Client{Timeout: backfillHTTPTimeout, Transport: t}
+		}
+	})
+}
+
 func (b *Backfill) client() *http.Client {
 	if b.HTTP != nil {
 		return b.HTTP
 	}
-	return &http.Client{Timeout: backfillHTTPTimeout}
+	b.setup()
+	return b.httpClient
+}
+
+// repoBufs are the buffers of one repository being backfilled, reused
+// for the next: its CAR and its decoded operations.
+type repoBufs struct {
+	car []byte
+	ops []event.Op
+}
+
+// Buffers kept for reuse: a CAR buffer up to carBufKeep bytes (a larger
+// one is left to the garbage collector) and operations up to opsKeep.
+const (
+	carBufKeep = 4 << 20
+	opsKeep    = 1 << 14
+)
+
+// getBufs takes buffers from the free list (as many as repositories in
+// flight) or makes new ones.
+func (b *Backfill) getBufs() *repoBufs {
+	b.setup()
+	select {
+	case rb := <-b.bufs:
+		return rb
+	default:
+		return &repoBufs{car: make([]byte, 0, 256<<10)}
+	}
+}
+
+// putBufs returns buffers to the free list, without the records they
+// point to.
+func (b *Backfill) putBufs(rb *repoBufs) {
+	if cap(rb.car) > carBufKeep {
+		rb.car = nil
+	}
+	if cap(rb.ops) > opsKeep {
+		rb.ops = nil
+	}
+	clear(rb.ops[:cap(rb.ops)])
+	rb.car, rb.ops = rb.car[:0], rb.ops[:0]
+	select {
+	case b.bufs <- rb:
+	default:
+	}
+}
+
+// readBody reads r to its end into buf (reused), failing beyond max bytes.
+// A known size (Content-Length) is allocated at once; otherwise the buffer
+// doubles.
+func readBody(r io.Reader, size int64, max int, buf []byte) ([]byte, error) {
+	buf = buf[:0]
+	if size > 0 && size <= int64(max) && int(size) >= cap(buf) {
+		buf = make([]byte, 0, size+1)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			nb := make([]byte, len(buf), min(2*cap(buf)+4096, max+1))
+			copy(nb, buf)
+			buf = nb
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if len(buf) > max {
+			return buf, errors.New("repository CAR too big")
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }
 
 func (b *Backfill) skip(reason string, did string, err error) {
@@ -211,8 +307,9 @@ func (b *Backfill) hostSlot(host string) chan struct{} {
 	return ch
 }
 
-// fetchRepo returns the repository CAR of did.
-func (b *Backfill) fetchRepo(ctx context.Context, did string) ([]byte, error) {
+// fetchRepo returns the repository CAR of did, read into buf (reused; the
+// result may be a larger buffer).
+func (b *Backfill) fetchRepo(ctx context.Context, did string, buf []byte) ([]byte, error) {
 	pds, err := b.resolvePDS(ctx, did)
 	if err != nil {
 		return nil, err
@@ -234,17 +331,14 @@ func (b *Backfill) fetchRepo(ctx context.Context, did string) ([]byte, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, repoBytesMax+1))
-	if err != nil {
-		return nil, err
-	}
 	if resp.StatusCode != http.StatusOK {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, didDocBytesMax))
+		if err != nil {
+			return nil, err
+		}
 		return nil, &httpError{status: resp.StatusCode, body: strings.TrimSpace(string(body))}
 	}
-	if len(body) > repoBytesMax {
-		return nil, errors.New("repository CAR too big")
-	}
-	return body, nil
+	return readBody(resp.Body, resp.ContentLength, repoBytesMax, buf)
 }
 
 // gone reports whether an error says the repository no longer exists (it
@@ -276,10 +370,15 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 		return err
 	}
 	b.setState(did, RepoPending, "", nil)
+	rb := b.getBufs()
+	defer b.putBufs(rb)
 	var car []byte
 	var ferr error
 	for try := 0; try < backfillTries; try++ {
-		car, ferr = b.fetchRepo(ctx, did)
+		car, ferr = b.fetchRepo(ctx, did, rb.car)
+		if cap(car) > cap(rb.car) {
+			rb.car = car[:0]
+		}
 		if ferr == nil || gone(ferr) || ctx.Err() != nil {
 			break
 		}
@@ -304,8 +403,9 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 		}
 		return nil
 	}
-	var ops []event.Op
-	info, err := event.DecodeCAR(car, func(o *event.Op) error { ops = append(ops, *o); return nil })
+	ops := rb.ops[:0]
+	info, err := event.DecodeCARWith(car, event.CAROptions{NoCID: true}, func(o *event.Op) error { ops = append(ops, *o); return nil })
+	rb.ops = ops
 	if err != nil {
 		b.stats.add(func(s *BackfillStats) { s.Failed++ })
 		b.setState(did, RepoFailed, "", err)

@@ -222,10 +222,60 @@ func halfToFloat32Bits(h uint16) uint32 {
 	return sign | (exp+127-15)<<23 | mant<<13
 }
 
+// typeValue decodes the text value of a "$type" key, sharing the string
+// of a common type instead of allocating it again.
+func (d *recDecoder) typeValue() (any, error) {
+	_, _, arg, err := d.head()
+	if err != nil {
+		return nil, err
+	}
+	if arg > uint64(len(d.b)-d.off) {
+		return nil, errCBORShort
+	}
+	b := d.b[d.off : d.off+int(arg)]
+	d.off += int(arg)
+	if s, ok := commonStrings[string(b)]; ok {
+		return s, nil
+	}
+	return string(b), nil
+}
+
+// commonStrings shares the map keys and $type values that nearly every
+// record repeats (a lookup allocates nothing; the string it saves would be
+// allocated for every record).
+var commonStrings = func() map[string]string {
+	m := map[string]string{}
+	for _, s := range []string{
+		// keys
+		"$type", "text", "createdAt", "subject", "uri", "cid", "reply", "root", "parent", "embed",
+		"facets", "features", "index", "byteStart", "byteEnd", "langs", "labels", "tags", "via",
+		"images", "image", "alt", "aspectRatio", "width", "height", "external", "title", "description",
+		"thumb", "record", "media", "video", "captions", "did", "tag", "ref", "mimeType", "size",
+		"displayName", "avatar", "banner", "pinnedPost", "name", "purpose", "list", "joinedViaStarterPack",
+		"content", "visibility", "status", "url", "values", "val", "src", "knot", "repo", "owner", "ogp",
+		// $type values
+		"app.bsky.feed.post", "app.bsky.feed.like", "app.bsky.feed.repost", "app.bsky.graph.follow",
+		"app.bsky.graph.block", "app.bsky.graph.list", "app.bsky.graph.listitem", "app.bsky.actor.profile",
+		"app.bsky.richtext.facet", "app.bsky.richtext.facet#link", "app.bsky.richtext.facet#mention",
+		"app.bsky.richtext.facet#tag", "app.bsky.embed.images", "app.bsky.embed.images#image",
+		"app.bsky.embed.external", "app.bsky.embed.external#external", "app.bsky.embed.record",
+		"app.bsky.embed.recordWithMedia", "app.bsky.embed.video", "app.bsky.embed.defs#aspectRatio",
+		"app.bsky.feed.threadgate", "app.bsky.feed.postgate", "app.bsky.graph.starterpack",
+		"app.bsky.feed.post#replyRef", "com.atproto.repo.strongRef", "com.atproto.label.defs#selfLabels",
+		"com.atproto.label.defs#selfLabel", "blob", "sh.tangled.repo", "sh.tangled.feed.star",
+		"com.whtwnd.blog.entry", "xyz.statusphere.status",
+	} {
+		m[s] = s
+	}
+	return m
+}()
+
 // keyKinds notes the major type of the values of the keys the special
 // forms look at, since atdata inspects those values before parsing them.
 type keyKinds struct {
 	cidMajor byte
+	longKey  bool // a key longer than atdata.MAX_OBJECT_KEY_LEN
+	dollar   bool // a key starting with '$'
 }
 
 func (d *recDecoder) mapValue(n uint64) (any, error) {
@@ -250,17 +300,34 @@ func (d *recDecoder) mapValue(n uint64) (any, error) {
 		}
 		kb := d.b[d.off : d.off+int(kl)]
 		d.off += int(kl)
-		if _, dup := out[string(kb)]; dup {
-			return nil, errRecDupKey
-		}
 		if string(kb) == "cid" && d.off < len(d.b) {
 			kk.cidMajor = d.b[d.off] >> 5
 		}
-		v, err := d.value()
+		key, common := commonStrings[string(kb)]
+		if !common {
+			key = string(kb)
+			if len(key) > atdata.MAX_OBJECT_KEY_LEN {
+				kk.longKey = true
+			}
+			if len(key) > 0 && key[0] == '$' {
+				kk.dollar = true
+			}
+		} else if key[0] == '$' {
+			kk.dollar = true
+		}
+		var v any
+		if key == "$type" && d.off < len(d.b) && d.b[d.off]>>5 == majText {
+			v, err = d.typeValue()
+		} else {
+			v, err = d.value()
+		}
 		if err != nil {
 			return nil, err
 		}
-		out[string(kb)] = v
+		out[key] = v
+		if len(out) != int(i)+1 { // the key was there already
+			return nil, errRecDupKey
+		}
 	}
 	return special(out, kk)
 }
@@ -268,6 +335,13 @@ func (d *recDecoder) mapValue(n uint64) (any, error) {
 // special applies atdata's parseMap rules for $link, $bytes, $type and
 // legacy blobs to a decoded map.
 func special(m map[string]any, kk keyKinds) (any, error) {
+	if !kk.dollar && len(m) != 2 {
+		// No $link, $bytes or $type key, not a legacy blob: a plain map.
+		if kk.longKey {
+			return nil, errRecKeyLen
+		}
+		return m, nil
+	}
 	if _, ok := m["$link"]; ok {
 		s, ok := m["$link"].(string)
 		if len(m) != 1 || !ok {
@@ -306,10 +380,8 @@ func special(m map[string]any, kk keyKinds) (any, error) {
 			}
 		}
 	}
-	for k := range m {
-		if len(k) > atdata.MAX_OBJECT_KEY_LEN {
-			return nil, errRecKeyLen
-		}
+	if kk.longKey {
+		return nil, errRecKeyLen
 	}
 	return m, nil
 }
