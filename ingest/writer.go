@@ -80,6 +80,10 @@ type Writer struct {
 	plc     *plcFollower // nil: plc off
 
 	flushMu sync.Mutex // one publication at a time
+	// spare holds the links and revocations memtables of the last flush,
+	// emptied, for the next swap (under flushMu): each keeps its buffer
+	// (up to MemtableBytes) instead of allocating and clearing a new one.
+	spare [2]*lsm.Memtable
 
 	mu struct {
 		sync.Mutex
@@ -211,7 +215,7 @@ func (w *Writer) Apply(ctx context.Context, source, cursor string, op *event.Op)
 func (w *Writer) makeRoom(ctx context.Context) error {
 	for {
 		w.mu.Lock()
-		full := w.mu.links.Bytes() > w.cfg.MemtableBytes-link.BacklinkSize*extract.LinksPerRecordMax || w.mu.revs.Full()
+		full := w.fullLocked()
 		w.mu.Unlock()
 		if !full {
 			return nil
@@ -220,6 +224,11 @@ func (w *Writer) makeRoom(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// fullLocked reports whether the memtables cannot take one more record.
+func (w *Writer) fullLocked() bool {
+	return w.mu.links.Bytes() > w.cfg.MemtableBytes-link.BacklinkSize*extract.LinksPerRecordMax || w.mu.revs.Full()
 }
 
 // skip counts a bad input that has no operation to name (a queue full, a
@@ -305,11 +314,17 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 // linksLocked extracts and buffers the links of a record.
 func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, stamp uint64) error {
 	links, st := w.mu.ex.Extract(op.Record)
-	w.metrics.countDrops(source, st)
 	if st.TooDeep+st.TooManyLinks+st.PathTooLong+st.TargetTooLong+st.Invalid > 0 {
+		w.metrics.countDrops(source, st)
 		w.skipLog.log(w.log, source, "links_dropped", "position", op.Seq, "did", op.DID, "collection", op.Collection, "rkey", op.RKey,
 			"too_deep", st.TooDeep, "too_many", st.TooManyLinks, "path_too_long", st.PathTooLong, "target_too_long", st.TargetTooLong, "invalid", st.Invalid)
 	}
+	added := 0
+	defer func() {
+		if added > 0 {
+			w.metrics.Links.WithLabelValues(source).Add(float64(added))
+		}
+	}()
 	for i := range links {
 		l := &links[i]
 		tgt, err := w.codec.Target(&l.Target, true)
@@ -326,7 +341,7 @@ func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, sta
 		if err := w.mu.links.AddBacklink(&bl); err != nil {
 			return err
 		}
-		w.metrics.Links.WithLabelValues(source).Inc()
+		added++
 	}
 	return nil
 }
@@ -447,16 +462,21 @@ func (w *Writer) ApplyRepo(ctx context.Context, source, did string, stamp uint64
 	if err != nil {
 		return err
 	}
-	for i := range ops {
+	// Records go in batches under one hold of the lock (live sources wait
+	// at most one batch), each record checked for room as makeRoom does.
+	const batch = 256
+	for i := 0; i < len(ops); {
 		if err := w.makeRoom(ctx); err != nil {
 			return err
 		}
 		w.mu.Lock()
-		err := w.recordLocked(source, &ops[i], stamp)
-		w.mu.Unlock()
-		if err != nil {
-			return err
+		for end := min(i+batch, len(ops)); i < end && !w.fullLocked(); i++ {
+			if err := w.recordLocked(source, &ops[i], stamp); err != nil {
+				w.mu.Unlock()
+				return err
+			}
 		}
+		w.mu.Unlock()
 	}
 	w.metrics.Events.WithLabelValues(source, "repo").Inc()
 	return nil
@@ -518,8 +538,12 @@ func (w *Writer) Flush(ctx context.Context) error {
 	cursors := w.mu.cursors
 	maxStamp := w.mu.maxStamp
 	comp := w.mu.compaction
-	w.mu.links = lsm.NewMemtable(lsm.BacklinkFormat, w.cfg.MemtableBytes)
-	w.mu.revs = lsm.NewMemtable(lsm.RevocationFormat, w.cfg.MemtableBytes)
+	w.mu.links, w.mu.revs = w.spare[0], w.spare[1]
+	w.spare = [2]*lsm.Memtable{}
+	if w.mu.links == nil {
+		w.mu.links = lsm.NewMemtable(lsm.BacklinkFormat, w.cfg.MemtableBytes)
+		w.mu.revs = lsm.NewMemtable(lsm.RevocationFormat, w.cfg.MemtableBytes)
+	}
 	w.mu.cursors = map[string]string{}
 	w.mu.compaction = nil
 	w.mu.lastFlush = start
@@ -537,6 +561,7 @@ func (w *Writer) Flush(ctx context.Context) error {
 		}
 	}
 	if links.Len() == 0 && revs.Len() == 0 && comp == nil && !changed && len(outlines) == 0 && plcBatch == nil {
+		w.spare = [2]*lsm.Memtable{links, revs}
 		return nil
 	}
 	var edit lsm.Edit
@@ -554,6 +579,10 @@ func (w *Writer) Flush(ctx context.Context) error {
 		}
 		edit.Add = append(edit.Add, run)
 	}
+	nLinks, nRevs := links.Len(), revs.Len()
+	links.Reset() // written: reused by the next flush
+	revs.Reset()
+	w.spare = [2]*lsm.Memtable{links, revs}
 	if plcBatch != nil {
 		runs, err := plcRuns(ctx, w, plcBatch)
 		if err != nil {
@@ -590,6 +619,6 @@ func (w *Writer) Flush(ctx context.Context) error {
 	w.collectGarbage(ctx)
 	w.metrics.FlushSeconds.Observe(time.Since(start).Seconds())
 	w.metrics.Generation.Set(float64(fr.Generation))
-	w.log.Debug("published", "generation", fr.Generation, "links", links.Len(), "revocations", revs.Len(), "outlines", len(outlines), "took", time.Since(start))
+	w.log.Debug("published", "generation", fr.Generation, "links", nLinks, "revocations", nRevs, "outlines", len(outlines), "took", time.Since(start))
 	return nil
 }
