@@ -404,6 +404,9 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 		return nil
 	}
 	ops := rb.ops[:0]
+	if est := len(car) / 256; cap(ops) < est { // a record and its MST share take 300 bytes or more
+		ops = make([]event.Op, 0, est)
+	}
 	info, err := event.DecodeCARWith(car, event.CAROptions{NoCID: true}, func(o *event.Op) error { ops = append(ops, *o); return nil })
 	rb.ops = ops
 	if err != nil {
