@@ -134,10 +134,14 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	ready := newReadiness(node, views, c.readyLagMax, token)
 	reg.MustRegister(ready.collectors()...)
 	// A restarted node answers queries only once it has applied the log it
-	// had at start (or readyLagMax passed) and serves the manifest applied.
+	// had at start and what the leader made committed since (or
+	// readyLagMax passed);
+	// from then on it always answers (an election later does not stop it).
+	// The condition is watched in the background (below), so a node that
+	// caught up before any query came is not refused by a later election.
 	startIndex, started := node.Raft().LastIndex(), time.Now()
 	var caughtUp atomic.Bool
-	qs.Ready = func() error {
+	catchUp := func() error {
 		if caughtUp.Load() {
 			return nil
 		}
@@ -150,9 +154,26 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 		if served, applied := views.Current().Generation(), node.FSM.Manifest().Generation; served < applied {
 			return fmt.Errorf("serving generation %d, applied %d", served, applied)
 		}
+		// The log it had at start may end before generations the leader
+		// published meanwhile (a node down for a while): a follower must
+		// have heard from the leader since it started and applied what
+		// that made committed.
+		if !node.IsLeader() && time.Since(started) < c.readyLagMax {
+			r := node.Raft()
+			if r.LastContact().Before(started) {
+				return errors.New("not heard from the leader since start")
+			}
+			if a, ci := r.AppliedIndex(), r.CommitIndex(); a < ci {
+				return fmt.Errorf("applied log index %d of %d committed", a, ci)
+			}
+			if served, applied := views.Current().Generation(), node.FSM.Manifest().Generation; served < applied {
+				return fmt.Errorf("serving generation %d, applied %d", served, applied)
+			}
+		}
 		caughtUp.Store(true)
 		return nil
 	}
+	qs.Ready = catchUp
 
 	var sources []ingest.Source
 	metrics := ingest.NewMetrics()
@@ -175,6 +196,19 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	go func() { defer wg.Done(); views.Run(bg) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); ready.run(bg) }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for catchUp() != nil {
+			select {
+			case <-bg.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
 
 	// The write path runs while this node leads.
 	const (
