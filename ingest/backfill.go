@@ -54,13 +54,17 @@ type Backfill struct {
 	DIDWeb      string
 	Concurrency int
 	PerHost     int
+	// PerHostRate, if positive, bounds the repository fetches started per
+	// second on one PDS host (on top of PerHost at once); 0: no bound.
+	PerHostRate float64
 	HTTP        *http.Client
 	Log         hclog.Logger
 	OnSkip      func(reason string)
 
-	hostMu sync.Mutex
-	hosts  map[string]chan struct{}
-	stats  BackfillStats
+	hostMu   sync.Mutex
+	hosts    map[string]chan struct{}
+	hostNext map[string]time.Time // PerHostRate: when the next fetch may start
+	stats    BackfillStats
 	// state is the per-repository state (backfillstate.go), loaded from
 	// the published checkpoint when the backfill starts.
 	state atomic.Pointer[backfillState]
@@ -307,6 +311,25 @@ func (b *Backfill) hostSlot(host string) chan struct{} {
 	return ch
 }
 
+// hostDelay reserves the next start on host under PerHostRate and
+// returns how long to wait for it (0: now).
+func (b *Backfill) hostDelay(host string, now time.Time) time.Duration {
+	if b.PerHostRate <= 0 {
+		return 0
+	}
+	b.hostMu.Lock()
+	defer b.hostMu.Unlock()
+	if b.hostNext == nil {
+		b.hostNext = map[string]time.Time{}
+	}
+	at := b.hostNext[host]
+	if at.Before(now) {
+		at = now
+	}
+	b.hostNext[host] = at.Add(time.Duration(float64(time.Second) / b.PerHostRate))
+	return at.Sub(now)
+}
+
 // fetchRepo returns the repository CAR of did, read into buf (reused; the
 // result may be a larger buffer).
 func (b *Backfill) fetchRepo(ctx context.Context, did string, buf []byte) ([]byte, error) {
@@ -322,6 +345,11 @@ func (b *Backfill) fetchRepo(ctx context.Context, did string, buf []byte) ([]byt
 		return nil, ctx.Err()
 	}
 	defer func() { <-slot }()
+	if d := b.hostDelay(u.Host, time.Now()); d > 0 {
+		if err := sleepCtx(ctx, d); err != nil {
+			return nil, err
+		}
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, pds+"/xrpc/com.atproto.sync.getRepo?did="+url.QueryEscape(did), nil)
 	if err != nil {
 		return nil, err

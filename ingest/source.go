@@ -46,7 +46,10 @@ func Done(cursor string) bool { return strings.HasPrefix(cursor, "eof:") }
 //	replay+file:///path/capture.bin     firehose frames, [u32 LE length][frame]
 //	jetstream+wss://host/subscribe      (several URLs, comma-separated: failover)
 //	firehose+wss://host                 com.atproto.sync.subscribeRepos
-//	backfill+https://relay?plc=https://plc.directory   every repository (listRepos, getRepo)
+//	backfill+https://relay?plc=https://plc.directory   every repository (listRepos, getRepo);
+//	    also &concurrency=N (repositories at once, default 16), &per_host=N
+//	    (at once per PDS host, default 4), &rate=R (fetches started a second
+//	    per PDS host, default unbounded)
 func ParseSource(raw string, log hclog.Logger) (Source, error) {
 	kind, rest, ok := strings.Cut(raw, "+")
 	if !ok {
@@ -66,9 +69,30 @@ func ParseSource(raw string, log hclog.Logger) (Source, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("source %q: a backfill reads a relay at http(s)://host[?plc=http(s)://plc-directory]", raw)
 		}
-		plc, didweb := u.Query().Get("plc"), u.Query().Get("didweb")
+		q := u.Query()
+		bf := &Backfill{PLC: q.Get("plc"), DIDWeb: q.Get("didweb"), Log: log}
+		for _, p := range []struct {
+			name string
+			dst  *int
+		}{{"concurrency", &bf.Concurrency}, {"per_host", &bf.PerHost}} {
+			if v := q.Get(p.name); v != "" {
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 1 || n > 1024 {
+					return nil, fmt.Errorf("source %q: %s must be an integer from 1 to 1024", raw, p.name)
+				}
+				*p.dst = n
+			}
+		}
+		if v := q.Get("rate"); v != "" {
+			r, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(r > 0) || r > 1e6 {
+				return nil, fmt.Errorf("source %q: rate (repository fetches a second per PDS host) must be a positive number", raw)
+			}
+			bf.PerHostRate = r
+		}
 		u.RawQuery = ""
-		return &Backfill{Relay: u.String(), PLC: plc, DIDWeb: didweb, Log: log}, nil
+		bf.Relay = u.String()
+		return bf, nil
 	case "firehose":
 		return NewFirehose(rest, log)
 	}
