@@ -15,6 +15,7 @@ import (
 
 	"github.com/eddy-backlinks/eddy/ingest/event"
 	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -466,13 +467,21 @@ func (b *Backfill) Run(ctx context.Context, cursor string, emit func(*event.Op, 
 // records each finished page's cursor with the writer. It returns nil once
 // every page is done (the cursor then reads "eof:<last>").
 func (b *Backfill) RunBackfill(ctx context.Context, w *Writer, cursor string) error {
-	st, err := loadBackfillState(ctx, w.cfg.Store, b.Name(), w.cfg.Node.FSM.Cursor(b.Name()+stateCursorSuffix))
+	key := w.cfg.Node.FSM.Cursor(b.Name() + stateCursorSuffix)
+	st, err := loadBackfillState(ctx, w.cfg.Store, b.Name(), key)
+	if errors.Is(err, objstore.ErrNotFound) {
+		// Lost (it should never be): go on from the page cursor with a
+		// fresh state; the failed repositories it listed wait for their
+		// accounts' next event (a resync).
+		if b.Log != nil {
+			b.Log.Error("backfill checkpoint missing: going on from the page cursor with an empty state", "key", key, "error", err)
+		}
+		st, err = newBackfillState(b.Name()), nil
+	}
 	if err != nil {
 		return err
 	}
 	b.state.Store(st)
-	st.setListing(true)
-	defer st.setListing(false)
 	if Done(cursor) {
 		return b.retryFailed(ctx, w, cursor)
 	}
@@ -503,6 +512,7 @@ func (b *Backfill) RunBackfill(ctx context.Context, w *Writer, cursor string) er
 		st.mu.Unlock()
 		var wg sync.WaitGroup
 		errs := make(chan error, len(page.Repos))
+		st.setListing(true)
 		for _, r := range page.Repos {
 			if r.Active != nil && !*r.Active {
 				continue // inactive: nothing to fetch; account events revoke
@@ -523,6 +533,7 @@ func (b *Backfill) RunBackfill(ctx context.Context, w *Writer, cursor string) er
 			}(r.DID)
 		}
 		wg.Wait()
+		st.setListing(false)
 		close(errs)
 		if err := <-errs; err != nil {
 			return err
@@ -542,10 +553,13 @@ func (b *Backfill) RunBackfill(ctx context.Context, w *Writer, cursor string) er
 // cursor: what fails again stays listed, with its error.
 func (b *Backfill) retryFailed(ctx context.Context, w *Writer, cursor string) error {
 	st := b.state.Load()
+	st.setListing(true)
 	for _, did := range st.failedDIDs() {
 		if err := b.repo(ctx, w, did, false); err != nil {
+			st.setListing(false)
 			return err
 		}
 	}
+	st.setListing(false)
 	return st.checkpoint(ctx, w.cfg.Store, w, b.Name(), cursor)
 }

@@ -228,8 +228,11 @@ func (s *backfillState) checkpoint(ctx context.Context, store objstore.Store, w 
 	if err != nil {
 		return err
 	}
+	// Keys sort by the generation committed when they were written, then
+	// by time: a newer leader's keys sort after every key published
+	// before it, whatever the nodes' clocks say.
 	prefix := checkpointPrefix(source)
-	key := fmt.Sprintf("%s%020d.json", prefix, time.Now().UnixNano())
+	key := fmt.Sprintf("%s%020d-%020d.json", prefix, w.cfg.Node.FSM.Manifest().Generation, time.Now().UnixNano())
 	if err := store.Put(ctx, key, b); err != nil {
 		return fmt.Errorf("backfill checkpoint: %w", err)
 	}
@@ -248,7 +251,7 @@ func (s *backfillState) checkpoint(ctx context.Context, store objstore.Store, w 
 		return nil // garbage stays; the next checkpoint tries again
 	}
 	for _, k := range keys {
-		if k < published {
+		if k < published && k != key {
 			if err := store.Delete(ctx, k); err != nil && !errors.Is(err, objstore.ErrNotFound) {
 				break
 			}

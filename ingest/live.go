@@ -19,10 +19,15 @@ import (
 const (
 	backoffMin = 500 * time.Millisecond
 	backoffMax = 30 * time.Second
-	// jetstreamRewindUs: two Jetstream instances order events by their own
-	// clocks, so a failover to another instance resumes this far before
-	// the cursor, skipping the events already applied (see Jetstream.Run).
+	// jetstreamRewindUs: two Jetstream instances stamp events with their
+	// own clocks, so a failover to another instance resumes this far
+	// before the cursor, skipping the events already applied (see
+	// Jetstream.Run).
 	jetstreamRewindUs = 5_000_000
+	// jetstreamResumeRewindUs: a reconnect to the same instance resumes
+	// this far before the cursor (in case its delivery is not strictly in
+	// time_us order), skipping the events already applied.
+	jetstreamResumeRewindUs = 1_000_000
 	// readTimeout: a connection that delivers nothing for this long is
 	// considered dead and replaced.
 	readTimeout = 60 * time.Second
@@ -126,20 +131,25 @@ func (j *Jetstream) Name() string { return "jetstream" }
 
 // Run follows the Jetstream from cursor (time_us).
 //
-// Where it resumes. Replaying events already applied is not harmless to
-// readers: an old create applied again gets a new stamp and shows until
+// Where it resumes. Applying again events already applied is not harmless
+// to readers: an old create applied again gets a new stamp and shows until
 // the delete after it is applied again, so a replay publishes, for a
 // moment, the index as it was seconds ago (a deleted link comes back, a
-// revoked account's links too). So a reconnect to the same instance
-// resumes at the cursor itself (Jetstream's cursor is inclusive: the
-// events at exactly that time_us come again and are skipped as already
-// applied). A failover to another instance, whose order may differ,
-// resumes jetstreamRewindUs earlier and skips, by identity, every event
-// this run already applied in that window: only events the previous
-// instance did not deliver are applied, late. A new leader (a new Run)
-// resumes at the committed cursor when there is one URL; with several it
-// cannot know which instance its predecessor read, so it rewinds, and the
-// window it replays may show older answers until it has passed.
+// revoked account's links too). So a run remembers, by identity, the
+// events it applied in the last jetstreamRewindUs (seenEvents: a commit
+// by DID, collection, record key, operation, revision and CID, which every
+// instance serves alike; account and identity events by DID, kind and the
+// relay's sequence number) and skips
+// them when they come again. A reconnect to the same instance resumes
+// jetstreamResumeRewindUs before the cursor, a failover to another
+// instance (whose clock stamps time_us differently) jetstreamRewindUs
+// before it: only events not yet applied are applied (after a failover,
+// late, which is the best a consumer can do). A new leader (a new Run,
+// nothing remembered) resumes at the committed cursor when there is one
+// URL (Jetstream's cursor is inclusive: the events at exactly that time
+// come again); with several it cannot know which instance its predecessor
+// read, so it rewinds, and the window it replays may show older answers
+// until it has passed.
 func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op, string) error) error {
 	cur, err := intCursor("jetstream", cursor)
 	if err != nil {
@@ -149,7 +159,14 @@ func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op,
 	prev := ""
 	return reconnect(ctx, j.Log, "jetstream", func(attempt int) (string, error) {
 		base := j.URLs[attempt%len(j.URLs)] // fail over across the URLs in turn
-		rewind := base != prev && (prev != "" || len(j.URLs) > 1)
+		var rewind int64
+		switch {
+		case prev == "" && len(j.URLs) == 1: // a new run: exactly the committed cursor
+		case prev == base:
+			rewind = jetstreamResumeRewindUs
+		default:
+			rewind = jetstreamRewindUs
+		}
 		prev = base
 		return base, j.session(ctx, base, rewind, &cur, seen, emit)
 	})
@@ -169,8 +186,18 @@ const seenPruneEvery = 4096
 
 func newSeenEvents() *seenEvents { return &seenEvents{keys: map[string]int64{}} }
 
+// eventKey is an event's identity across Jetstream instances: not its
+// time_us, which each instance stamps with its own clock.
 func eventKey(op *event.Op) string {
-	return strconv.FormatInt(op.Seq, 10) + "|" + op.DID + "|" + op.Kind.String() + "|" + op.Collection + "|" + op.RKey + "|" + op.Action.String()
+	if op.Kind == event.KindCommit {
+		return op.DID + "|" + op.Collection + "|" + op.RKey + "|" + op.Action.String() + "|" + op.Rev + "|" + op.CID
+	}
+	if op.RelaySeq > 0 {
+		return op.DID + "|" + op.Kind.String() + "|" + strconv.FormatInt(op.RelaySeq, 10)
+	}
+	// No relay sequence: only this instance's time tells two alike
+	// events apart (so such an event is not recognised after a failover).
+	return op.DID + "|" + op.Kind.String() + "|" + strconv.FormatInt(op.Seq, 10)
 }
 
 // add records op and reports whether it was new.
@@ -204,7 +231,7 @@ type emitError struct{ err error }
 
 func (e *emitError) Error() string { return e.err.Error() }
 
-func (j *Jetstream) session(ctx context.Context, base string, rewind bool, cur *int64, seen *seenEvents, emit func(*event.Op, string) error) error {
+func (j *Jetstream) session(ctx context.Context, base string, rewind int64, cur *int64, seen *seenEvents, emit func(*event.Op, string) error) error {
 	u, err := url.Parse(base)
 	if err != nil {
 		return err
@@ -212,10 +239,7 @@ func (j *Jetstream) session(ctx context.Context, base string, rewind bool, cur *
 	q := u.Query()
 	q.Set("compress", "true")
 	if *cur > 0 {
-		from := *cur
-		if rewind {
-			from = max(0, from-jetstreamRewindUs)
-		}
+		from := max(0, *cur-rewind)
 		q.Set("cursor", strconv.FormatInt(from, 10))
 	}
 	u.RawQuery = q.Encode()

@@ -74,10 +74,24 @@ func (r *Runner) Run(ctx context.Context) error {
 				if !w.plcReady(ctx) || !r.waitStreamCursors(ctx) {
 					return
 				}
-				if err := b.RunBackfill(ctx, w, r.Config.Node.FSM.Cursor(b.Name())); err != nil && ctx.Err() == nil {
-					log.Error("backfill stopped", "error", err)
+				// A backfill that fails (the store refusing a checkpoint,
+				// the relay down past its retries) starts again from what
+				// was published, after a backoff, for as long as this
+				// node leads.
+				for backoff := time.Duration(0); ; {
+					err := b.RunBackfill(ctx, w, r.Config.Node.FSM.Cursor(b.Name()))
+					if err == nil || ctx.Err() != nil {
+						return
+					}
 					if errors.Is(err, ErrLeadershipLost) {
+						log.Error("backfill stopped", "error", err)
 						cancel(err)
+						return
+					}
+					backoff = nextBackoff(backoff)
+					log.Error("backfill failed; starting again from the published state", "error", err, "retry_in", backoff)
+					if sleepCtx(ctx, backoff) != nil {
+						return
 					}
 				}
 			}()

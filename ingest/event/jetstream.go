@@ -112,6 +112,7 @@ func DecodeJetstream(msg []byte) (Op, error) {
 			return Op{}, errors.New("jetstream: identity event without identity")
 		}
 		op.Kind = KindIdentity
+		op.RelaySeq = ev.Identity.Seq
 		if ev.Identity.Handle != nil {
 			op.Handle = *ev.Identity.Handle
 		}
@@ -120,6 +121,7 @@ func DecodeJetstream(msg []byte) (Op, error) {
 			return Op{}, errors.New("jetstream: account event without account")
 		}
 		op.Kind = KindAccount
+		op.RelaySeq = ev.Account.Seq
 		op.Active = ev.Account.Active
 		if ev.Account.Status != nil {
 			op.Status = *ev.Account.Status

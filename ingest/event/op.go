@@ -92,6 +92,10 @@ type Op struct {
 	// Account ops.
 	Active bool
 	Status string // "deleted", "takendown", "suspended", "deactivated", ... when not Active
+	// RelaySeq is the relay's sequence number of an identity or account
+	// event that Jetstream passes on (0 when absent); for the firehose it
+	// is Seq itself and is not set.
+	RelaySeq int64
 
 	// Identity ops.
 	Handle string
