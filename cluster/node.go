@@ -305,6 +305,7 @@ func (n *Node) OnLeadership(fn func(isLeader bool)) {
 func (n *Node) watchLeadership() {
 	defer n.wg.Done()
 	was := false
+	var wasTerm uint64
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -318,12 +319,16 @@ func (n *Node) watchLeadership() {
 		case <-tick.C:
 		}
 		is := n.IsLeader()
-		if is == was {
+		term := n.raft.CurrentTerm()
+		// Leading again in a later term, even if no sample saw the node
+		// follow in between, is a new leadership: its callbacks run again
+		// (a write path stopped by the lost term starts anew).
+		if is == was && (!is || term == wasTerm) {
 			continue
 		}
-		was = is
+		was, wasTerm = is, term
 		if is {
-			n.log.Info("became leader", "term", n.raft.Stats()["term"])
+			n.log.Info("became leader", "term", term)
 			// Record this node's own addresses if the state lacks them.
 			go n.registerSelf()
 		} else {
