@@ -167,8 +167,12 @@ func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op,
 		default:
 			rewind = jetstreamRewindUs
 		}
-		prev = base
-		return base, j.session(ctx, base, rewind, &cur, seen, emit)
+		err := j.session(ctx, base, rewind, &cur, seen, emit)
+		var unreachable *unreachableError
+		if !errors.As(err, &unreachable) {
+			prev = base // it connected: the next attempt resumes from there
+		}
+		return base, err
 	})
 }
 
