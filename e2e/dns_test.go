@@ -258,11 +258,7 @@ func TestRoundRobinDNS(t *testing.T) {
 // allServing is nil when every node is up, agrees on the leader and
 // serves the leader's generation with the replay finished.
 func (lc *localCluster) allServing() error {
-	l, err := lc.leader(nil)
-	if err != nil {
-		return err
-	}
-	lst, err := lc.status(l)
+	l, lst, err := lc.leaderStatus()
 	if err != nil {
 		return err
 	}

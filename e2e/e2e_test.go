@@ -128,6 +128,40 @@ func (lc *localCluster) waitFor(t *testing.T, what string, timeout time.Duration
 }
 
 // leader returns the node every live node agrees leads.
+// killLeader waits for a leader, SIGKILLs it, waits for another node to
+// lead, restarts the killed one (its PID recorded) and returns it.
+func (lc *localCluster) killLeader(t *testing.T) localNode {
+	t.Helper()
+	var lead localNode
+	lc.waitFor(t, "a leader", 15*time.Second, func() error {
+		l, err := lc.leader(nil)
+		lead = l
+		return err
+	})
+	if err := syscall.Kill(lead.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	skip := map[string]bool{lead.ID: true}
+	lc.waitFor(t, "a new leader", 15*time.Second, func() error { _, err := lc.leader(skip); return err })
+	pid := restart(t, lead)
+	for i := range lc.Nodes {
+		if lc.Nodes[i].ID == lead.ID {
+			lc.Nodes[i].PID = pid
+		}
+	}
+	return lead
+}
+
+// leaderStatus returns the leader and the status it reports of itself.
+func (lc *localCluster) leaderStatus() (localNode, cluster.NodeStatus, error) {
+	l, err := lc.leader(nil)
+	if err != nil {
+		return l, cluster.NodeStatus{}, err
+	}
+	st, err := lc.status(l)
+	return l, st, err
+}
+
 func (lc *localCluster) leader(skip map[string]bool) (localNode, error) {
 	var lead string
 	for _, n := range lc.Nodes {
@@ -161,11 +195,7 @@ func TestLeaderKill(t *testing.T) {
 	lc := up(t, "--flush-interval", "200ms", "--source", "replay+file://"+src)
 	var before cluster.NodeStatus
 	lc.waitFor(t, "the replay is published", 30*time.Second, func() error {
-		l, err := lc.leader(nil)
-		if err != nil {
-			return err
-		}
-		st, err := lc.status(l)
+		_, st, err := lc.leaderStatus()
 		if err != nil {
 			return err
 		}

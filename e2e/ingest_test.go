@@ -86,24 +86,8 @@ func ingestWithKills(t *testing.T, kind string) {
 	}()
 	for k := 0; k < 3; k++ {
 		time.Sleep(time.Duration(500+r.IntN(1500)) * time.Millisecond)
-		var lead localNode
-		lc.waitFor(t, "a leader", 15*time.Second, func() error {
-			l, err := lc.leader(nil)
-			lead = l
-			return err
-		})
-		if err := syscall.Kill(lead.PID, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("kill %d: SIGKILLed leader %s", k+1, lead.ID)
-		skip := map[string]bool{lead.ID: true}
-		lc.waitFor(t, "a new leader", 15*time.Second, func() error { _, err := lc.leader(skip); return err })
-		pid := restart(t, lead)
-		for i := range lc.Nodes {
-			if lc.Nodes[i].ID == lead.ID {
-				lc.Nodes[i].PID = pid
-			}
-		}
+		lead := lc.killLeader(t)
+		t.Logf("kill %d: SIGKILLed leader %s (restarted)", k+1, lead.ID)
 	}
 	<-stepDone
 	wantStream := fmt.Sprint(world.LastTimeUS())

@@ -181,11 +181,7 @@ func TestMetricsMove(t *testing.T) {
 	// The replay reaches its end (its bad line), then a compaction (every
 	// 5 s) lands.
 	lc.waitFor(t, "the replay read to its end", 120*time.Second, func() error {
-		l, err := lc.leader(nil)
-		if err != nil {
-			return err
-		}
-		st, err := lc.status(l)
+		_, st, err := lc.leaderStatus()
 		if err != nil {
 			return err
 		}

@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,23 +44,8 @@ func TestPLCFollowerCluster(t *testing.T) {
 		}
 	}()
 	time.Sleep(time.Duration(500+r.IntN(1000)) * time.Millisecond)
-	var lead localNode
-	lc.waitFor(t, "a leader", 15*time.Second, func() error {
-		l, err := lc.leader(nil)
-		lead = l
-		return err
-	})
-	if err := syscall.Kill(lead.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("SIGKILLed leader %s", lead.ID)
-	lc.waitFor(t, "a new leader", 15*time.Second, func() error { _, err := lc.leader(map[string]bool{lead.ID: true}); return err })
-	pid := restart(t, lead)
-	for i := range lc.Nodes {
-		if lc.Nodes[i].ID == lead.ID {
-			lc.Nodes[i].PID = pid
-		}
-	}
+	lead := lc.killLeader(t)
+	t.Logf("SIGKILLed leader %s (restarted)", lead.ID)
 	<-stepDone
 
 	wantStream := fmt.Sprint(world.LastTimeUS())

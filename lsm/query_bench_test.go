@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/lsm/workload"
-	"github.com/eddy-backlinks/eddy/objstore/local"
 )
 
 // benchQueryLinks is the size of the synthetic workload the query
@@ -22,55 +21,15 @@ const benchQueryLinks = 400_000
 // run.
 func queryWorkloadDB(tb testing.TB, n int, compacted bool) (*DB, *workload.Workload) {
 	tb.Helper()
-	ctx := context.Background()
 	wl, err := workload.Generate(workload.Config{Links: n, Seed: 1})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	store, err := local.New(tb.TempDir())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	opts := Options{Store: store, Dir: tb.TempDir(), NoGCGrace: true}
-	parts := 2
+	parts, fanIn := 2, 0
 	if compacted {
-		opts.CompactionFanIn, parts = 2, 3
+		parts, fanIn = 3, 2
 	}
-	db, err := Open(ctx, opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { db.Close() })
-	ri := 0
-	for part := range parts {
-		hi := len(wl.Links) * (part + 1) / parts
-		for i := len(wl.Links) * part / parts; i < hi; i++ {
-			for ri < len(wl.Revocations) && wl.Revocations[ri].At == i {
-				if err := db.AddRevocation(&wl.Revocations[ri].Revocation); err != nil {
-					tb.Fatal(err)
-				}
-				ri++
-			}
-			if err := db.AddBacklink(&wl.Links[i]); err != nil {
-				tb.Fatal(err)
-			}
-		}
-		if part == parts-1 {
-			for ; ri < len(wl.Revocations); ri++ {
-				if err := db.AddRevocation(&wl.Revocations[ri].Revocation); err != nil {
-					tb.Fatal(err)
-				}
-			}
-		}
-		if err := db.Flush(ctx); err != nil {
-			tb.Fatal(err)
-		}
-		if compacted && part == 1 {
-			if did, err := db.Compact(ctx); err != nil || !did {
-				tb.Fatalf("compaction: %v, %v", did, err)
-			}
-		}
-	}
+	db := countWorkloadDB(tb, wl, parts, fanIn)
 	if n := len(db.View().Manifest.RunsOf(TreeLinks)); n != 2 {
 		tb.Fatalf("%d link runs, want 2", n)
 	}

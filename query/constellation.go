@@ -103,6 +103,22 @@ func (s *Server) collectionPathFilter(f *lsm.Filter, coll, path string) (bool, e
 	return true, nil
 }
 
+// subjectAndSource parses what the Constellation endpoints share: the
+// required source (collection:path) with any did filters, then the
+// subject. known is false when either names nothing ever indexed (so
+// nothing can match).
+func (s *Server) subjectAndSource(q map[string][]string) (tgt link.RecordID, f lsm.Filter, known bool, err error) {
+	f, fknown, err := s.sourceFilter(q, true)
+	if err != nil {
+		return tgt, f, false, err
+	}
+	tgt, tknown, err := s.target("subject", first(q["subject"]))
+	if err != nil {
+		return tgt, f, false, err
+	}
+	return tgt, f, fknown && tknown, nil
+}
+
 func first(v []string) string {
 	if len(v) == 0 {
 		return ""
@@ -150,15 +166,11 @@ func (s *Server) getBacklinks(ctx context.Context, r *http.Request, v *lsm.View)
 		return nil, badRequest("reverse must be true or false")
 	}
 	out := getBacklinksOut{Records: []constellationRecord{}}
-	f, known, err := s.sourceFilter(q, true)
+	tgt, f, known, err := s.subjectAndSource(q)
 	if err != nil {
 		return nil, err
 	}
-	tgt, tknown, err := s.target("subject", q.Get("subject"))
-	if err != nil {
-		return nil, err
-	}
-	if !tknown || !known {
+	if !known {
 		return out, noCursorHere(q)
 	}
 	scope := cursorScope("getBacklinks", tgt, q)
@@ -269,16 +281,12 @@ func (s *Server) total(ctx context.Context, v *lsm.View, tgt link.RecordID, f ls
 // getBacklinksCount: GET /xrpc/blue.microcosm.links.getBacklinksCount?subject=&source=
 func (s *Server) getBacklinksCount(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
 	q := r.URL.Query()
-	f, known, err := s.sourceFilter(q, true)
-	if err != nil {
-		return nil, err
-	}
-	tgt, tknown, err := s.target("subject", q.Get("subject"))
+	tgt, f, known, err := s.subjectAndSource(q)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]uint64{"total": 0}
-	if !tknown || !known {
+	if !known {
 		return out, nil
 	}
 	n, _, err := s.Reader.Count(ctx, v, tgt, f)
@@ -305,15 +313,11 @@ func (s *Server) getBacklinkDids(ctx context.Context, r *http.Request, v *lsm.Vi
 		return nil, err
 	}
 	out := backlinkDidsOut{LinkingDids: []string{}}
-	f, known, err := s.sourceFilter(q, true)
+	tgt, f, known, err := s.subjectAndSource(q)
 	if err != nil {
 		return nil, err
 	}
-	tgt, tknown, err := s.target("subject", q.Get("subject"))
-	if err != nil {
-		return nil, err
-	}
-	if !tknown || !known {
+	if !known {
 		return out, noCursorHere(q)
 	}
 	scope := cursorScope("getBacklinkDids", tgt, q)
