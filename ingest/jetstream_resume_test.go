@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,15 +18,17 @@ import (
 
 // jsServer is a Jetstream on loopback serving account events at the
 // given times (inclusive cursor), cutting each connection after cut
-// events (0: never), recording the cursor each connection asked for.
+// events (0: never; only the first cutConns connections when that is
+// set), recording the cursor each connection asked for.
 type jsServer struct {
 	*httptest.Server
-	mu      sync.Mutex
-	times   []int64 // the relay's clock: each account event's seq
-	offset  int64   // this instance's clock: time_us = time + offset
-	cut     int
-	cursors []int64
-	maxSent []int64 // per connection, the latest time_us it sent
+	mu       sync.Mutex
+	times    []int64 // the relay's clock: each account event's seq
+	offset   int64   // this instance's clock: time_us = time + offset
+	cut      int
+	cutConns int
+	cursors  []int64
+	maxSent  []int64 // per connection, the latest time_us it sent
 }
 
 func newJSServer(t *testing.T, times []int64, offset int64, cut int) *jsServer {
@@ -45,6 +48,10 @@ func newJSServer(t *testing.T, times []int64, offset int64, cut int) *jsServer {
 		s.cursors = append(s.cursors, cur)
 		s.maxSent = append(s.maxSent, 0)
 		k := len(s.maxSent) - 1
+		cut := s.cut
+		if s.cutConns > 0 && k >= s.cutConns {
+			cut = 0
+		}
 		s.mu.Unlock()
 		sent := 0
 		for _, seq := range s.times {
@@ -52,7 +59,7 @@ func newJSServer(t *testing.T, times []int64, offset int64, cut int) *jsServer {
 			if tu < cur {
 				continue
 			}
-			if s.cut > 0 && sent == s.cut {
+			if cut > 0 && sent == cut {
 				return // the connection drops
 			}
 			msg := fmt.Sprintf(`{"did":"did:plc:%024d","time_us":%d,"kind":"account","account":{"active":true,"did":"did:plc:%024d","seq":%d,"time":"2026-01-01T00:00:00Z"}}`, seq, tu, seq, seq)
@@ -131,6 +138,41 @@ func TestJetstreamResumeSameInstance(t *testing.T) {
 	for k := 1; k < len(srv.cursors); k++ {
 		if want := srv.maxSent[k-1] - jetstreamResumeRewindUs; srv.cursors[k] != want {
 			t.Errorf("connection %d asked cursor %d, want %d", k, srv.cursors[k], want)
+		}
+	}
+}
+
+// A new run (a new leader) starts at its predecessor's committed cursor.
+// When its connection drops early, the reconnect rewinds a second, but
+// never below that cursor: the events before it were applied by the
+// predecessor, this run's seen set does not know them, and applying them
+// again after this run's later events would undo those (a create applied
+// again after its delete, skipped as seen, is a link back for good).
+func TestJetstreamResumeNeverBelowRunStart(t *testing.T) {
+	base := int64(1_767_225_600_000_000)
+	var times []int64
+	for i := range 30 {
+		times = append(times, base+int64(i)*250_000) // 4 events a second
+	}
+	srv := newJSServer(t, times, 0, 3)
+	srv.cutConns = 1 // the first connection drops after 3 events, 0.5 s past the start
+	j, err := NewJetstream([]string{srv.url()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := times[10]
+	got := follow(t, j, strconv.FormatInt(start, 10), len(times)-10)
+	if !slices.Equal(got, times[10:]) {
+		t.Fatalf("emitted %v\nwant %v (each event from the start cursor once, in order)", got, times[10:])
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if len(srv.cursors) != 2 {
+		t.Fatalf("%d connections (cursors %v), want 2", len(srv.cursors), srv.cursors)
+	}
+	for k, c := range srv.cursors {
+		if c != start {
+			t.Errorf("connection %d asked cursor %d, want the run's start %d (the latest event %d less the rewind is below it)", k, c, start, times[12])
 		}
 	}
 }

@@ -150,12 +150,25 @@ func (j *Jetstream) Name() string { return "jetstream" }
 // come again); with several it cannot know which instance its predecessor
 // read, so it rewinds, and the window it replays may show older answers
 // until it has passed.
+//
+// A run never rewinds below its floor: its starting cursor (the earliest
+// event it received, when it started with none), or with several URLs
+// that minus jetstreamRewindUs, where its first connection already
+// asked. Every event the run applied at or after the floor is in seen,
+// but the events before it were applied by an earlier run: seen does not
+// know them, and applying them again after this run's later events would
+// undo those (a create applied again after its delete was skipped as
+// seen is a link back for good).
 func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op, string) error) error {
 	cur, err := intCursor("jetstream", cursor)
 	if err != nil {
 		return err
 	}
 	seen := newSeenEvents()
+	floor := int64(-1) // not known before the first event when the run starts live
+	if cur > 0 {
+		floor = j.floorAt(cur)
+	}
 	prev := ""
 	return reconnect(ctx, j.Log, "jetstream", func(attempt int) (string, error) {
 		base := j.URLs[attempt%len(j.URLs)] // fail over across the URLs in turn
@@ -167,7 +180,7 @@ func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op,
 		default:
 			rewind = jetstreamRewindUs
 		}
-		err := j.session(ctx, base, rewind, &cur, seen, emit)
+		err := j.session(ctx, base, rewind, &cur, &floor, seen, emit)
 		var unreachable *unreachableError
 		if !errors.As(err, &unreachable) {
 			prev = base // it connected: the next attempt resumes from there
@@ -235,7 +248,15 @@ type emitError struct{ err error }
 
 func (e *emitError) Error() string { return e.err.Error() }
 
-func (j *Jetstream) session(ctx context.Context, base string, rewind int64, cur *int64, seen *seenEvents, emit func(*event.Op, string) error) error {
+// floorAt is the floor of a run whose first position is t (see Run).
+func (j *Jetstream) floorAt(t int64) int64 {
+	if len(j.URLs) == 1 {
+		return t
+	}
+	return max(0, t-jetstreamRewindUs)
+}
+
+func (j *Jetstream) session(ctx context.Context, base string, rewind int64, cur, floor *int64, seen *seenEvents, emit func(*event.Op, string) error) error {
 	u, err := url.Parse(base)
 	if err != nil {
 		return err
@@ -243,7 +264,7 @@ func (j *Jetstream) session(ctx context.Context, base string, rewind int64, cur 
 	q := u.Query()
 	q.Set("compress", "true")
 	if *cur > 0 {
-		from := max(0, *cur-rewind)
+		from := max(0, *floor, *cur-rewind)
 		q.Set("cursor", strconv.FormatInt(from, 10))
 	}
 	u.RawQuery = q.Encode()
@@ -280,6 +301,9 @@ func (j *Jetstream) session(ctx context.Context, base string, rewind int64, cur 
 		}
 		if !seen.add(&op) {
 			continue // applied by this run already: a resumed connection's overlap
+		}
+		if *floor < 0 && op.Seq > 0 {
+			*floor = j.floorAt(op.Seq)
 		}
 		if op.Seq > *cur {
 			*cur = op.Seq
