@@ -136,7 +136,7 @@ func (q *qCluster) caughtUp(t *testing.T) uint64 {
 			bf, sc, pending := "", "", 0
 			for k, v := range st.Cursors {
 				switch {
-				case strings.HasPrefix(k, "backfill:"):
+				case strings.HasPrefix(k, "backfill:") && !strings.HasSuffix(k, "#state"): // not the checkpoint key
 					bf = v
 				case strings.HasPrefix(k, "resync:"):
 					pending++
