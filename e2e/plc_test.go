@@ -44,6 +44,17 @@ func TestPLCFollowerCluster(t *testing.T) {
 		}
 	}()
 	time.Sleep(time.Duration(500+r.IntN(1000)) * time.Millisecond)
+	// Kill once the stream has a committed position: a leader lost before
+	// that leaves its successor starting the stream live, and with the
+	// world quiet by then the backfill would wait for a first event that
+	// never comes (a known limit of a quiet network, see ingest.Runner).
+	lc.waitFor(t, "a committed Jetstream position", 30*time.Second, func() error {
+		_, st, err := lc.leaderStatus()
+		if err == nil && st.Cursors["jetstream"] == "" {
+			err = fmt.Errorf("no Jetstream cursor committed yet")
+		}
+		return err
+	})
 	lead := lc.killLeader(t)
 	t.Logf("SIGKILLed leader %s (restarted)", lead.ID)
 	<-stepDone

@@ -9,6 +9,7 @@ import (
 
 	"github.com/eddy-backlinks/eddy/ingest/event"
 	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/hashicorp/go-hclog"
 )
 
 // Runner runs the write path while this node leads: the sources, the flush
@@ -71,7 +72,7 @@ func (r *Runner) Run(ctx context.Context) error {
 				// loses its leader before committing would otherwise skip
 				// the events between the two leaders for repositories
 				// already backfilled.
-				if !w.plcReady(ctx) || !r.waitStreamCursors(ctx) {
+				if !w.plcReady(ctx) || !r.waitStreamCursors(ctx, log) {
 					return
 				}
 				// A backfill that fails (the store refusing a checkpoint,
@@ -240,8 +241,12 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 }
 
 // waitStreamCursors waits until every live stream source has a committed
-// cursor; it returns false if ctx ends first.
-func (r *Runner) waitStreamCursors(ctx context.Context) bool {
+// cursor; it returns false if ctx ends first. A stream that starts live
+// commits its first position with its first event, so on a network that
+// is quiet from the start the backfill waits for that event (said once in
+// the log); a busy network commits one within a flush interval.
+func (r *Runner) waitStreamCursors(ctx context.Context, log hclog.Logger) bool {
+	said := false
 	for {
 		ready := true
 		for _, s := range r.Sources {
@@ -249,6 +254,10 @@ func (r *Runner) waitStreamCursors(ctx context.Context) bool {
 			case *Jetstream, *Firehose:
 				if r.Config.Node.FSM.Cursor(s.Name()) == "" {
 					ready = false
+					if !said {
+						said = true
+						log.Info("backfill waits for the live stream's first committed position", "source", s.Name())
+					}
 				}
 			}
 		}
