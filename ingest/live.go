@@ -151,9 +151,9 @@ func (j *Jetstream) Name() string { return "jetstream" }
 // read, so it rewinds, and the window it replays may show older answers
 // until it has passed.
 //
-// A run never rewinds below its floor: its starting cursor (the earliest
-// event it received, when it started with none), or with several URLs
-// that minus jetstreamRewindUs, where its first connection already
+// A run never rewinds below its floor: its starting cursor (the time of
+// the first event it received, when it started live), or with several
+// URLs that minus jetstreamRewindUs, where its first connection already
 // asked. Every event the run applied at or after the floor is in seen,
 // but the events before it were applied by an earlier run: seen does not
 // know them, and applying them again after this run's later events would
