@@ -1,11 +1,10 @@
 package cluster
 
 import (
-	"sort"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/internal/metricstest"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -15,26 +14,7 @@ func gatherRaft(t *testing.T, n *Node) map[string]float64 {
 	if err := reg.Register(n.Metrics()); err != nil {
 		t.Fatal(err)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			var ls []string
-			for _, l := range m.GetLabel() {
-				ls = append(ls, l.GetName()+"="+l.GetValue())
-			}
-			sort.Strings(ls)
-			k := mf.GetName()
-			if len(ls) > 0 {
-				k += "{" + strings.Join(ls, ",") + "}"
-			}
-			out[k] = m.GetGauge().GetValue()
-		}
-	}
-	return out
+	return metricstest.Values(t, reg)
 }
 
 // The Raft metrics follow a real two-node cluster: the leader's state and

@@ -78,21 +78,37 @@ func up(t *testing.T, args ...string) *localCluster {
 	t.Helper()
 	dir := t.TempDir()
 	ctl(t, append([]string{"local", "up", "--dir", dir}, args...)...)
-	b, err := os.ReadFile(filepath.Join(dir, "cluster.json"))
-	if err != nil {
+	lc := &localCluster{dir: dir}
+	if err := lc.read(); err != nil {
 		t.Fatal(err)
 	}
-	lc := &localCluster{dir: dir}
+	lc.downAtCleanup(t)
+	return lc
+}
+
+// read loads the cluster eddy-ctl local up described in lc.dir
+// (cluster.json) and its admin token.
+func (lc *localCluster) read() error {
+	b, err := os.ReadFile(filepath.Join(lc.dir, "cluster.json"))
+	if err != nil {
+		return err
+	}
 	if err := json.Unmarshal(b, lc); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	tok, err := os.ReadFile(lc.TokenFile)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	lc.token = strings.TrimSpace(string(tok))
+	return nil
+}
+
+// downAtCleanup stops the cluster when the test ends, showing the tail of
+// every node's log if it failed.
+func (lc *localCluster) downAtCleanup(t *testing.T) {
 	t.Cleanup(func() {
-		exec.Command(filepath.Join(binDir, "eddy-ctl"), "local", "down", "--dir", dir).Run()
+		exec.Command(filepath.Join(binDir, "eddy-ctl"), "local", "down", "--dir", lc.dir).Run()
 		if t.Failed() {
 			for _, n := range lc.Nodes {
 				b, _ := os.ReadFile(n.Log)
@@ -103,7 +119,6 @@ func up(t *testing.T, args ...string) *localCluster {
 			}
 		}
 	})
-	return lc
 }
 
 // status asks one node for its own status (no forwarding).

@@ -95,35 +95,7 @@ func ingestWithKills(t *testing.T, kind string) {
 		wantStream = fmt.Sprint(world.LastSeq())
 	}
 	start := time.Now()
-	lc.waitFor(t, "backfill done, stream caught up, every node serving it", 180*time.Second, func() error {
-		var gen uint64
-		for i, n := range lc.Nodes {
-			st, err := lc.status(n)
-			if err != nil {
-				return err
-			}
-			bf, sc := "", ""
-			pending := 0
-			for k, v := range st.Cursors {
-				switch {
-				case strings.HasPrefix(k, "backfill:") && !strings.HasSuffix(k, "#state"): // not the checkpoint key
-					bf = v
-				case strings.HasPrefix(k, "resync:"):
-					pending++
-				case k == "jetstream" || k == "firehose":
-					sc = v
-				}
-			}
-			if !strings.HasPrefix(bf, "eof:") || sc != wantStream || pending > 0 {
-				return fmt.Errorf("%s: backfill %q, stream %q of %s, %d resyncs pending", n.ID, bf, sc, wantStream, pending)
-			}
-			if st.ViewGeneration != st.Generation || (i > 0 && st.Generation != gen) {
-				return fmt.Errorf("%s: serving %d of %d", n.ID, st.ViewGeneration, st.Generation)
-			}
-			gen = st.Generation
-		}
-		return nil
-	})
+	lc.waitCaughtUp(t, "backfill done, stream caught up, every node serving it", 180*time.Second, ingestProgress{stream: wantStream}, nil)
 	t.Logf("caught up %v after the world stopped", time.Since(start).Round(time.Millisecond))
 
 	// What an operator sees: every source with its cursor, the stream's
@@ -168,9 +140,77 @@ func ingestWithKills(t *testing.T, kind string) {
 		t.Logf("status: %s", b)
 	}
 
-	// Every target of the model, on every node.
+	targets, links := lc.assertModel(t, world)
+	t.Logf("%s: %d accounts, %d targets, %d links compared on %d nodes: all equal to the model", kind, accounts, targets, links, len(lc.Nodes))
+}
+
+// ingestProgress is what a node's status says of ingest: the backfill's
+// page cursor ("eof:..." once done; not its checkpoint entry
+// "backfill:<url>#state"), the live stream's cursor (Jetstream or
+// firehose), the PLC follower's, and how many resyncs are pending.
+type ingestProgress struct {
+	backfill, stream, plc string
+	resyncs               int
+}
+
+func progressOf(st cluster.NodeStatus) ingestProgress {
+	var p ingestProgress
+	for k, v := range st.Cursors {
+		switch {
+		case strings.HasPrefix(k, "backfill:") && !strings.HasSuffix(k, ingest.StateCursorSuffix):
+			p.backfill = v
+		case strings.HasPrefix(k, ingest.ResyncPrefix):
+			p.resyncs++
+		case strings.HasPrefix(k, ingest.PLCCursorPrefix):
+			p.plc = v
+		case k == "jetstream" || k == "firehose":
+			p.stream = v
+		}
+	}
+	return p
+}
+
+// waitCaughtUp waits until every node reports the backfill done, the
+// stream at want.stream, the PLC follower at want.plc (when not ""), no
+// resync pending, and serves the generation it applied, the same on every
+// node; more, if not nil, checks each node's status further. It returns
+// that generation.
+func (lc *localCluster) waitCaughtUp(t *testing.T, what string, timeout time.Duration, want ingestProgress, more func(localNode, cluster.NodeStatus) error) uint64 {
+	t.Helper()
+	var gen uint64
+	lc.waitFor(t, what, timeout, func() error {
+		for i, n := range lc.Nodes {
+			st, err := lc.status(n)
+			if err != nil {
+				return err
+			}
+			p := progressOf(st)
+			if !strings.HasPrefix(p.backfill, "eof:") || p.stream != want.stream || (want.plc != "" && p.plc != want.plc) || p.resyncs > 0 {
+				return fmt.Errorf("%s: backfill %q, stream %q of %s, plc %q of %q, %d resyncs pending", n.ID, p.backfill, p.stream, want.stream, p.plc, want.plc, p.resyncs)
+			}
+			if st.ViewGeneration != st.Generation || (i > 0 && st.Generation != gen) {
+				return fmt.Errorf("%s: serving %d of %d (node 0 at %d)", n.ID, st.ViewGeneration, st.Generation, gen)
+			}
+			if more != nil {
+				if err := more(n, st); err != nil {
+					return err
+				}
+			}
+			gen = st.Generation
+		}
+		return nil
+	})
+	return gen
+}
+
+// assertModel checks that every node answers, for every target of the
+// world's model, exactly its live links; on a difference it logs what the
+// world knows of each differing source and its repository's history, and
+// what the nodes logged of it, then fails. It returns the targets and the
+// links compared, summed over the nodes.
+func (lc *localCluster) assertModel(t *testing.T, world *simnet.World) (targets, links int) {
+	t.Helper()
 	model := world.LiveLinks()
-	links := 0
 	for _, n := range lc.Nodes {
 		for target, refs := range model {
 			var want []string
@@ -235,7 +275,7 @@ func ingestWithKills(t *testing.T, kind string) {
 			links += len(have)
 		}
 	}
-	t.Logf("%s: %d accounts, %d targets, %d links compared on %d nodes: all equal to the model", kind, accounts, len(model), links, len(lc.Nodes))
+	return len(model), links
 }
 
 // nodeLinks lists every live link of target on one node as "source path"

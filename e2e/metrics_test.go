@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -342,18 +341,7 @@ func upWatched(t *testing.T, watch func(*localCluster), args ...string) *localCl
 	t.Helper()
 	dir := t.TempDir()
 	lc := &localCluster{dir: dir}
-	t.Cleanup(func() {
-		exec.Command(filepath.Join(binDir, "eddy-ctl"), "local", "down", "--dir", dir).Run()
-		if t.Failed() {
-			for _, n := range lc.Nodes {
-				b, _ := os.ReadFile(n.Log)
-				if len(b) > 4000 {
-					b = b[len(b)-4000:]
-				}
-				t.Logf("--- %s log tail:\n%s", n.ID, b)
-			}
-		}
-	})
+	lc.downAtCleanup(t)
 	errc := make(chan error, 1)
 	go func() {
 		out, err := exec.Command(filepath.Join(binDir, "eddy-ctl"), append([]string{"local", "up", "--dir", dir}, args...)...).CombinedOutput()
@@ -362,26 +350,11 @@ func upWatched(t *testing.T, watch func(*localCluster), args ...string) *localCl
 		}
 		errc <- err
 	}()
-	read := func() error {
-		b, err := os.ReadFile(filepath.Join(dir, "cluster.json"))
-		if err != nil {
-			return err
-		}
-		if err := json.Unmarshal(b, lc); err != nil {
-			return err
-		}
-		tok, err := os.ReadFile(lc.TokenFile)
-		if err != nil {
-			return err
-		}
-		lc.token = strings.TrimSpace(string(tok))
-		return nil
-	}
 	for {
 		select {
 		case err := <-errc:
 			if err == nil {
-				err = read()
+				err = lc.read()
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -390,7 +363,7 @@ func upWatched(t *testing.T, watch func(*localCluster), args ...string) *localCl
 			return lc
 		case <-time.After(20 * time.Millisecond):
 		}
-		if read() == nil {
+		if lc.read() == nil {
 			watch(lc)
 			if err := <-errc; err != nil {
 				t.Fatal(err)

@@ -126,35 +126,7 @@ func (q *qCluster) leader(t *testing.T) localNode {
 func (q *qCluster) caughtUp(t *testing.T) uint64 {
 	t.Helper()
 	want := fmt.Sprint(q.world.LastSeq())
-	var gen uint64
-	q.lc.waitFor(t, "backfill done, stream caught up, every node serving it", 180*time.Second, func() error {
-		for i, n := range q.lc.Nodes {
-			st, err := q.lc.status(n)
-			if err != nil {
-				return err
-			}
-			bf, sc, pending := "", "", 0
-			for k, v := range st.Cursors {
-				switch {
-				case strings.HasPrefix(k, "backfill:") && !strings.HasSuffix(k, "#state"): // not the checkpoint key
-					bf = v
-				case strings.HasPrefix(k, "resync:"):
-					pending++
-				case k == "firehose":
-					sc = v
-				}
-			}
-			if !strings.HasPrefix(bf, "eof:") || sc != want || pending > 0 {
-				return fmt.Errorf("%s: backfill %q, firehose %q of %s, %d resyncs pending", n.ID, bf, sc, want, pending)
-			}
-			if st.ViewGeneration != st.Generation || (i > 0 && st.Generation != gen) {
-				return fmt.Errorf("%s: serving %d of %d (node 0 at %d)", n.ID, st.ViewGeneration, st.Generation, gen)
-			}
-			gen = st.Generation
-		}
-		return nil
-	})
-	return gen
+	return q.lc.waitCaughtUp(t, "backfill done, stream caught up, every node serving it", 180*time.Second, ingestProgress{stream: want}, nil)
 }
 
 // get asks one node; minGen > 0 adds minGeneration.

@@ -235,14 +235,8 @@ exec %[1]q local restart --dir %[3]q --id "$EDDY_ROLL_NODE_ID" --node-bin %[4]q`
 				// below the snapshot threshold), the new type is known.
 				return fmt.Errorf("%s at N+1 skipped %d entries", n.ID, st.SkippedEntries)
 			}
-			pending := 0
-			for k := range st.Cursors {
-				if strings.HasPrefix(k, "resync:") {
-					pending++
-				}
-			}
-			if st.Cursors["jetstream"] != wantStream || pending > 0 {
-				return fmt.Errorf("%s: stream at %q of %s, %d resyncs pending", n.ID, st.Cursors["jetstream"], wantStream, pending)
+			if p := progressOf(st); p.stream != wantStream || p.resyncs > 0 {
+				return fmt.Errorf("%s: stream at %q of %s, %d resyncs pending", n.ID, p.stream, wantStream, p.resyncs)
 			}
 			if st.ViewGeneration != st.Generation || (i > 0 && st.Generation != gen) {
 				return fmt.Errorf("%s: serving %d of %d", n.ID, st.ViewGeneration, st.Generation)
@@ -251,22 +245,8 @@ exec %[1]q local restart --dir %[3]q --id "$EDDY_ROLL_NODE_ID" --node-bin %[4]q`
 		}
 		return nil
 	})
-	model := world.LiveLinks()
-	links := 0
-	for _, n := range lc.Nodes {
-		for target, refs := range model {
-			var want []string
-			for _, l := range refs {
-				want = append(want, l.Source+" "+l.Path)
-			}
-			slices.Sort(want)
-			if have := nodeLinks(t, n, target); !slices.Equal(have, want) {
-				t.Fatalf("%s target %s: %d links, model %d\n have %v\n want %v", n.ID, target, len(have), len(want), have, want)
-			}
-			links += len(want)
-		}
-	}
-	t.Logf("%d accounts, %d targets, %d links compared on %d nodes at version %s: all equal to the model", accounts, len(model), links, len(lc.Nodes), rollVersionNext)
+	modelTargets, links := lc.assertModel(t, world)
+	t.Logf("%d accounts, %d targets, %d links compared on %d nodes at version %s: all equal to the model", accounts, modelTargets, links, len(lc.Nodes), rollVersionNext)
 }
 
 // queryLoad runs listBacklinks queries across the nodes until stopped: two

@@ -467,7 +467,7 @@ func (b *Backfill) Run(ctx context.Context, cursor string, emit func(*event.Op, 
 // records each finished page's cursor with the writer. It returns nil once
 // every page is done (the cursor then reads "eof:<last>").
 func (b *Backfill) RunBackfill(ctx context.Context, w *Writer, cursor string) error {
-	key := w.cfg.Node.FSM.Cursor(b.Name() + stateCursorSuffix)
+	key := w.cfg.Node.FSM.Cursor(b.Name() + StateCursorSuffix)
 	st, err := loadBackfillState(ctx, w.cfg.Store, b.Name(), key)
 	if errors.Is(err, objstore.ErrNotFound) {
 		// Lost (it should never be): go on from the page cursor with a

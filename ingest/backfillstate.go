@@ -68,8 +68,9 @@ type BackfillCheckpoint struct {
 // backfillCheckpointVersion is the checkpoint format version.
 const backfillCheckpointVersion = 1
 
-// stateCursorSuffix names the cursor entry holding the checkpoint's key.
-const stateCursorSuffix = "#state"
+// StateCursorSuffix ends the name of the cursor entry holding a backfill
+// checkpoint's key ("<source>#state"): not a source of its own.
+const StateCursorSuffix = "#state"
 
 // backfillFailedMax bounds the failed repositories a checkpoint lists (the
 // rest are counted only; they are retried by a resync when their accounts
@@ -238,11 +239,11 @@ func (s *backfillState) checkpoint(ctx context.Context, store objstore.Store, w 
 	}
 	w.mu.Lock()
 	w.mu.cursors[source] = cursor
-	w.mu.cursors[source+stateCursorSuffix] = key
+	w.mu.cursors[source+StateCursorSuffix] = key
 	w.mu.Unlock()
 	// Garbage: every checkpoint older than the one published (never the
 	// published one, nor the one just written).
-	published := w.cfg.Node.FSM.Cursor(source + stateCursorSuffix)
+	published := w.cfg.Node.FSM.Cursor(source + StateCursorSuffix)
 	if published == "" {
 		return nil
 	}

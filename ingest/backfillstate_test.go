@@ -88,7 +88,7 @@ func TestBackfillFailedReposRetried(t *testing.T) {
 		deadline := time.Now().Add(60 * time.Second)
 		for !until() {
 			if time.Now().After(deadline) {
-				t.Fatalf("term did not finish: cursor %q, state %q", node.FSM.Cursor(bf.Name()), node.FSM.Cursor(bf.Name()+stateCursorSuffix))
+				t.Fatalf("term did not finish: cursor %q, state %q", node.FSM.Cursor(bf.Name()), node.FSM.Cursor(bf.Name()+StateCursorSuffix))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -97,7 +97,7 @@ func TestBackfillFailedReposRetried(t *testing.T) {
 	}
 	published := func() BackfillCheckpoint {
 		t.Helper()
-		key := node.FSM.Cursor(bf.Name() + stateCursorSuffix)
+		key := node.FSM.Cursor(bf.Name() + StateCursorSuffix)
 		if key == "" {
 			return BackfillCheckpoint{}
 		}
@@ -148,9 +148,9 @@ func TestBackfillFailedReposRetried(t *testing.T) {
 	// Term 2, PDS healed: the new term retries them from the published
 	// state; the older checkpoints are collected.
 	broken.Store(false)
-	first := node.FSM.Cursor(bf.Name() + stateCursorSuffix)
+	first := node.FSM.Cursor(bf.Name() + StateCursorSuffix)
 	term(func() bool {
-		k := node.FSM.Cursor(bf.Name() + stateCursorSuffix)
+		k := node.FSM.Cursor(bf.Name() + StateCursorSuffix)
 		return k != first && len(published().Failed) == 0
 	})
 	cp = published()
@@ -167,7 +167,7 @@ func TestBackfillFailedReposRetried(t *testing.T) {
 	compareModel(t, node, store, world)
 	var left []string
 	store.List(context.Background(), checkpointPrefix(bf.Name()), func(k string, _ int64) error { left = append(left, k); return nil })
-	if len(left) > 2 || !slices.Contains(left, node.FSM.Cursor(bf.Name()+stateCursorSuffix)) {
-		t.Fatalf("checkpoints left %v; published %s", left, node.FSM.Cursor(bf.Name()+stateCursorSuffix))
+	if len(left) > 2 || !slices.Contains(left, node.FSM.Cursor(bf.Name()+StateCursorSuffix)) {
+		t.Fatalf("checkpoints left %v; published %s", left, node.FSM.Cursor(bf.Name()+StateCursorSuffix))
 	}
 }

@@ -5,39 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/ingest/event"
+	"github.com/eddy-backlinks/eddy/internal/metricstest"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-func gatherIngest(t *testing.T, reg *prometheus.Registry) map[string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			var ls []string
-			for _, l := range m.GetLabel() {
-				ls = append(ls, l.GetName()+"="+l.GetValue())
-			}
-			k := mf.GetName() + "{" + strings.Join(ls, ",") + "}"
-			switch {
-			case m.GetCounter() != nil:
-				out[k] = m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				out[k] = m.GetGauge().GetValue()
-			}
-		}
-	}
-	return out
-}
 
 // A replay's undecodable lines count as skipped by reason, and its events
 // behind follow the committed cursor: every line, then the rest, then 0.
@@ -61,9 +36,9 @@ func TestMetricsReplay(t *testing.T) {
 	})
 	key := "eddy_ingest_lag_events{source=" + r.Name() + "}"
 	deadline := time.Now().Add(5 * time.Second)
-	for gatherIngest(t, reg)[key] != 4 {
+	for metricstest.Values(t, reg)[key] != 4 {
 		if time.Now().After(deadline) {
-			t.Fatalf("events behind before reading: %v", gatherIngest(t, reg))
+			t.Fatalf("events behind before reading: %v", metricstest.Values(t, reg))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -71,16 +46,16 @@ func TestMetricsReplay(t *testing.T) {
 	if err := r.Run(context.Background(), "", func(op *event.Op, c string) error { last = c; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	got := gatherIngest(t, reg)
+	got := metricstest.Values(t, reg)
 	if got["eddy_ingest_skipped_total{reason=bad_event,source="+r.Name()+"}"] != 3 {
 		t.Fatalf("skipped: %v", got)
 	}
 	committed = "1"
-	if v := gatherIngest(t, reg)[key]; v != 3 {
+	if v := metricstest.Values(t, reg)[key]; v != 3 {
 		t.Fatalf("events behind at cursor 1: %v", v)
 	}
 	committed = last
-	if v := gatherIngest(t, reg)[key]; v != 0 || !Done(last) {
+	if v := metricstest.Values(t, reg)[key]; v != 0 || !Done(last) {
 		t.Fatalf("events behind at %q: %v", last, v)
 	}
 }
@@ -109,7 +84,7 @@ func TestMetricsLiveLag(t *testing.T) {
 		m.observeLag(j.Name(), at, time.Since(at))
 	}
 	j.OnSkip("bad_event")
-	got := gatherIngest(t, reg)
+	got := metricstest.Values(t, reg)
 	if s := got["eddy_ingest_lag_seconds{source=jetstream}"]; s < 4.9 || s > 6 {
 		t.Fatalf("lag seconds %v", s)
 	}
@@ -121,7 +96,7 @@ func TestMetricsLiveLag(t *testing.T) {
 	}
 	// Caught up: no lag.
 	m.observeLag(j.Name(), time.Now(), 0)
-	if e := gatherIngest(t, reg)["eddy_ingest_lag_events{source=jetstream}"]; e != 0 {
+	if e := metricstest.Values(t, reg)["eddy_ingest_lag_events{source=jetstream}"]; e != 0 {
 		t.Fatalf("lag events when caught up: %v", e)
 	}
 }

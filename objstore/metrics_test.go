@@ -5,12 +5,11 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/eddy-backlinks/eddy/internal/metricstest"
 	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
 	"github.com/eddy-backlinks/eddy/objstore/objstoretest"
 	"github.com/prometheus/client_golang/prometheus"
-	"sort"
-	"strings"
 )
 
 // The wrapper is a Store: the conformance suite passes through it.
@@ -75,7 +74,7 @@ func TestMetricsStoreCounts(t *testing.T) {
 		t.Fatal("canceled get succeeded")
 	}
 
-	got := scrape(t, reg)
+	got := metricstest.Values(t, reg)
 	for kind, want := range map[string]float64{"put": 2, "get": 4, "get_range": 2, "head": 1, "list": 1, "delete": 1} {
 		if g := got["eddy_objstore_requests_total{kind="+kind+"}"]; g != want {
 			t.Errorf("requests{kind=%s} = %v, want %v", kind, g, want)
@@ -96,34 +95,4 @@ func TestMetricsStoreCounts(t *testing.T) {
 			t.Errorf("errors{kind=%s,error=%s} = %v, want %v", lv[0], lv[1], g, want)
 		}
 	}
-}
-
-// scrape gathers reg into "name{k=v,...}" -> value (a histogram's sample
-// count under name_count).
-func scrape(t *testing.T, reg *prometheus.Registry) map[string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			var ls []string
-			for _, l := range m.GetLabel() {
-				ls = append(ls, l.GetName()+"="+l.GetValue())
-			}
-			sort.Strings(ls)
-			lab := "{" + strings.Join(ls, ",") + "}"
-			switch {
-			case m.GetCounter() != nil:
-				out[mf.GetName()+lab] = m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				out[mf.GetName()+lab] = m.GetGauge().GetValue()
-			case m.GetHistogram() != nil:
-				out[mf.GetName()+"_count"+lab] = float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return out
 }

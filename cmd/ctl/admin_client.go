@@ -71,6 +71,32 @@ func parseAdminArgs(fs *flag.FlagSet, args []string) error {
 				errUsage, envTokenFile, envToken)
 		}
 	}
+	return parseFlags(fs, args)
+}
+
+// client builds the admin client: the token and the addresses.
+// adminFlagSet returns the flag set of an admin command: usage on -h, the
+// admin flags (addresses, token file, timeout, and --json).
+func adminFlagSet(name, usage string, stderr io.Writer) (*flag.FlagSet, *adminFlags) {
+	fs := newFlagSet(name, usage, stderr)
+	return fs, addAdminFlags(fs, true)
+}
+
+// newFlagSet returns a command's flag set: errors to stderr, and on -h the
+// command's usage text, then its flags.
+func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args into fs: -h gives flag.ErrHelp, a bad flag or a
+// stray argument a usage error.
+func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -81,19 +107,6 @@ func parseAdminArgs(fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	return nil
-}
-
-// client builds the admin client: the token and the addresses.
-// adminFlagSet returns the flag set of an admin command: usage on -h, the
-// admin flags (addresses, token file, timeout, and --json).
-func adminFlagSet(name, usage string, stderr io.Writer) (*flag.FlagSet, *adminFlags) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
-	return fs, addAdminFlags(fs, true)
 }
 
 // connect returns the admin client and a context bounded by --timeout.

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -65,24 +64,13 @@ type certsResult struct {
 }
 
 func runCerts(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("certs", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), certsUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("certs", certsUsage, stderr)
 	dir := fs.String("dir", "", "directory of the CA, certificates and admin token (created if missing)")
 	nodesFlag := fs.String("nodes", "", "node IDs, comma-separated")
 	hostsFlag := fs.String("hosts", "127.0.0.1,localhost", "host names and IPs the node certificates are valid for, comma-separated")
 	asJSON := fs.Bool("json", false, "print a JSON object of the files")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *dir == "" {
 		return fmt.Errorf("%w: --dir is required", errUsage)

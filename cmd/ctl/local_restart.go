@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -37,24 +36,13 @@ Flags:
 const localStartCheck = 300 * time.Millisecond
 
 func runLocalRestart(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("local restart", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), localRestartUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("local restart", localRestartUsage, stderr)
 	dir := fs.String("dir", "", "directory of the local cluster (required)")
 	id := fs.String("id", "", "ID of the node to restart (required)")
 	nodeBin := fs.String("node-bin", "", "eddy-node binary to start (default: the one the node ran)")
 	grace := fs.Duration("grace", 20*time.Second, "time between SIGTERM and SIGKILL")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *dir == "" || *id == "" {
 		return fmt.Errorf("local restart --dir DIR --id NODE: %w", errUsage)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -82,12 +81,7 @@ type rollOptions struct {
 }
 
 func runRoll(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("roll", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), rollUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("roll", rollUsage, stderr)
 	var o rollOptions
 	addrs := fs.String("addr", "", "admin API addresses of the nodes, comma-separated (host:port or http://host:port); a member not listed is reached at the admin address it recorded")
 	tokenFile := fs.String("token-file", os.Getenv(envTokenFile), "file holding the admin token (default $"+envTokenFile+"; without either, the token is read from $"+envToken+")")
