@@ -77,12 +77,12 @@ func ctl(t *testing.T, args ...string) string {
 func up(t *testing.T, args ...string) *localCluster {
 	t.Helper()
 	dir := t.TempDir()
-	ctl(t, append([]string{"local", "up", "--dir", dir}, args...)...)
 	lc := &localCluster{dir: dir}
+	lc.downAtCleanup(t) // first: a cluster that does not come up healthy still runs
+	ctl(t, append([]string{"local", "up", "--dir", dir}, args...)...)
 	if err := lc.read(); err != nil {
 		t.Fatal(err)
 	}
-	lc.downAtCleanup(t)
 	return lc
 }
 
@@ -110,6 +110,9 @@ func (lc *localCluster) downAtCleanup(t *testing.T) {
 	t.Cleanup(func() {
 		exec.Command(filepath.Join(binDir, "eddy-ctl"), "local", "down", "--dir", lc.dir).Run()
 		if t.Failed() {
+			if len(lc.Nodes) == 0 {
+				lc.read() // local up failed after writing cluster.json
+			}
 			for _, n := range lc.Nodes {
 				b, _ := os.ReadFile(n.Log)
 				if len(b) > 4000 {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -184,6 +185,18 @@ func localUp(ctx context.Context, dir, bin string, n int, store, plc string, flu
 				return err
 			}
 		}
+		lc.Nodes = append(lc.Nodes, LocalNode{ID: id, Bin: bin, Log: filepath.Join(dir, id+".log")})
+	}
+	// The node's addresses and flags: its ports are chosen just before it
+	// starts, and chosen again, over an empty data directory, if it could
+	// not bind them (it never listened, so nothing knows the first ones).
+	configure := func(i int, retry bool) error {
+		ln := &lc.Nodes[i]
+		if retry {
+			if err := os.RemoveAll(filepath.Join(dir, ln.ID)); err != nil {
+				return err
+			}
+		}
 		var addrs [3]string
 		for j := range addrs {
 			a, err := freePort()
@@ -192,12 +205,12 @@ func localUp(ctx context.Context, dir, bin string, n int, store, plc string, flu
 			}
 			addrs[j] = a
 		}
-		ln := LocalNode{ID: id, Raft: addrs[0], Admin: addrs[1], HTTP: addrs[2], Bin: bin, Log: filepath.Join(dir, id+".log")}
+		ln.Raft, ln.Admin, ln.HTTP = addrs[0], addrs[1], addrs[2]
 		if httpPort != "" {
-			ln.HTTP = net.JoinHostPort(httpHosts[i-1], httpPort)
+			ln.HTTP = net.JoinHostPort(httpHosts[i], httpPort)
 		}
 		ln.Args = []string{
-			"--id", id, "--data-dir", filepath.Join(dir, id), "--raft-addr", ln.Raft, "--admin-addr", ln.Admin, "--http-addr", ln.HTTP,
+			"--id", ln.ID, "--data-dir", filepath.Join(dir, ln.ID), "--raft-addr", ln.Raft, "--admin-addr", ln.Admin, "--http-addr", ln.HTTP,
 			"--certs-dir", certs, "--admin-token-file", tokenFile, "--store", store, "--plc", plc,
 		}
 		if flushInterval > 0 {
@@ -206,31 +219,49 @@ func localUp(ctx context.Context, dir, bin string, n int, store, plc string, flu
 		for _, s := range sources {
 			ln.Args = append(ln.Args, "--source", s)
 		}
-		if i == 1 {
+		if i == 0 {
 			ln.Args = append(ln.Args, "--bootstrap")
 		} else {
 			ln.Args = append(ln.Args, "--join", lc.Nodes[0].Admin)
 		}
-		lc.Nodes = append(lc.Nodes, ln)
+		return nil
 	}
-	// Start the bootstrap node, wait for it to lead, then the others.
-	for i := range lc.Nodes {
-		pid, err := StartNode(&lc.Nodes[i])
+	// Start the bootstrap node and wait for it to lead; then start the
+	// others, publish the cluster (cluster.json: watchers start here), and
+	// wait for them to listen, starting again on fresh ports any that
+	// could not bind.
+	reconf := func(i int) func(bool) error { return func(retry bool) error { return configure(i, retry) } }
+	if err := startLocalNodeFresh(ctx, &lc.Nodes[0], reconf(0)); err != nil {
+		localKill(lc)
+		return err
+	}
+	if err := waitHealthy(ctx, lc, 1); err != nil {
+		localKill(lc)
+		return err
+	}
+	from := make([]int64, len(lc.Nodes))
+	for i := 1; i < len(lc.Nodes); i++ {
+		f, err := startConfigured(&lc.Nodes[i], reconf(i), false)
 		if err != nil {
 			localKill(lc)
 			return err
 		}
-		lc.Nodes[i].PID = pid
-		if i == 0 {
-			if err := waitHealthy(ctx, lc, 1); err != nil {
-				localKill(lc)
-				return err
-			}
-		}
+		from[i] = f
 	}
-	if err := writeJSONFile(filepath.Join(dir, "cluster.json"), lc); err != nil {
+	clusterJSON := filepath.Join(dir, "cluster.json")
+	if err := writeJSONFile(clusterJSON, lc); err != nil {
 		localKill(lc)
 		return err
+	}
+	for i := 1; i < len(lc.Nodes); i++ {
+		restarted, err := awaitLocalNode(ctx, &lc.Nodes[i], from[i], reconf(i))
+		if err == nil && restarted {
+			err = writeJSONFile(clusterJSON, lc) // its new addresses
+		}
+		if err != nil {
+			localKill(lc)
+			return err
+		}
 	}
 	if err := waitHealthy(ctx, lc, n); err != nil {
 		return fmt.Errorf("%w (the nodes are still running; see their logs in %s; stop them with local down)", err, dir)
@@ -259,6 +290,89 @@ func StartNode(n *LocalNode) (int, error) {
 	pid := cmd.Process.Pid
 	go cmd.Wait() // reap it if it exits while eddy-ctl runs
 	return pid, nil
+}
+
+// localStartTries bounds how often local up gives a node new ports after
+// it could not bind the ones chosen (a port freed by freePort can be taken,
+// as another connection's local port, before the node binds it).
+const localStartTries = 3
+
+// localListenWait bounds how long a started node may take to listen.
+const localListenWait = 30 * time.Second
+
+// startLocalNodeFresh configures n (choosing its ports), starts it and
+// waits until it listens (see awaitLocalNode).
+func startLocalNodeFresh(ctx context.Context, n *LocalNode, configure func(retry bool) error) error {
+	from, err := startConfigured(n, configure, false)
+	if err != nil {
+		return err
+	}
+	_, err = awaitLocalNode(ctx, n, from, configure)
+	return err
+}
+
+// startConfigured configures n (retry: fresh ports over an empty data
+// directory) and starts it; it returns the offset in n's log where this
+// run's lines begin.
+func startConfigured(n *LocalNode, configure func(retry bool) error, retry bool) (int64, error) {
+	if err := configure(retry); err != nil {
+		return 0, err
+	}
+	var from int64
+	if fi, err := os.Stat(n.Log); err == nil {
+		from = fi.Size() // earlier runs' lines do not count
+	}
+	pid, err := StartNode(n)
+	if err != nil {
+		return 0, err
+	}
+	n.PID = pid
+	return from, nil
+}
+
+// awaitLocalNode waits until the started n listens: it logs "node
+// started" once its Raft, query and admin addresses are bound. A node that
+// exits first because an address is in use is configured and started
+// again (restarted reports it), at most localStartTries starts in all; any
+// other exit is an error with its log's tail.
+func awaitLocalNode(ctx context.Context, n *LocalNode, from int64, configure func(retry bool) error) (restarted bool, err error) {
+	for try := 1; ; try++ {
+		listening, err := waitListening(ctx, n, from)
+		if err != nil || listening {
+			return restarted, err
+		}
+		tail := logTail(n.Log, 2000)
+		if !strings.Contains(tail, "address already in use") || try == localStartTries {
+			return restarted, fmt.Errorf("%s (pid %d) exited before listening; its log %s ends:\n%s", n.ID, n.PID, n.Log, tail)
+		}
+		if from, err = startConfigured(n, configure, true); err != nil {
+			return restarted, err
+		}
+		restarted = true
+	}
+}
+
+// nodeStartedLine is what eddy-node logs once it listens on every address.
+const nodeStartedLine = "node started"
+
+// waitListening waits until n's log, past offset from, says it started
+// (true) or its process has exited (false).
+func waitListening(ctx context.Context, n *LocalNode, from int64) (bool, error) {
+	deadline := time.Now().Add(localListenWait)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(n.Log); err == nil && int64(len(b)) > from && bytes.Contains(b[from:], []byte(nodeStartedLine)) {
+			return true, nil
+		}
+		if !alive(n.PID) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return false, fmt.Errorf("%s (pid %d) has not logged %q after %v; see its log %s", n.ID, n.PID, nodeStartedLine, localListenWait, n.Log)
 }
 
 func writeJSONFile(path string, v any) error {
