@@ -16,28 +16,82 @@
 package extract
 
 import (
+	"errors"
 	"slices"
+	"strconv"
 
 	"github.com/eddy-backlinks/eddy/link"
 )
 
-// Limits. What they drop is counted in Stats.
+// Limits. What they drop is counted in Stats. The depth and path limits are
+// set from real records, not guessed: the deepest real link paths are those
+// of Leaflet documents (pub.leaflet.document), whose nested bullet lists add
+// ".children[pub.leaflet.blocks.unorderedList#listItem]" (52 bytes, two
+// levels) per level of list. Real documents with lists three deep give
+// paths of 270-345 bytes at up to 17 levels (extracttest.LeafletDocument
+// builds them); lists eight deep give 605 bytes at 27 levels, sixteen deep
+// 1,021 bytes at 43 levels, the most these limits admit. A link past them
+// is dropped and counted, never silently.
 const (
-	// DepthMax bounds object/array nesting walked; the atproto data model
-	// has no nesting this deep in any known lexicon, and it keeps hostile
-	// records from costing stack or time.
-	DepthMax = 32
+	// DepthMax bounds object/array nesting walked, and the levels of a
+	// link's path (PathLevels): it keeps hostile records from costing
+	// stack or time.
+	DepthMax = 64
 	// LinksPerRecordMax bounds the links taken from one record: real records
 	// carry a handful (a post with many facets a few dozen); past this a
 	// record is spam or an attack on the index's size.
 	LinksPerRecordMax = 512
-	// PathBytesMax bounds a link's path: paths are interned, so their
-	// length and variety must stay small.
-	PathBytesMax = 256
+	// PathBytesMax bounds a link's path: paths are interned (one outline
+	// each, kept by every node), so their length must stay bounded.
+	PathBytesMax = 1024
 	// RecordBytesMax bounds a record's encoded size (CBOR or JSON) before
 	// decoding; the atproto data model limits records to 1 MiB of CBOR.
 	RecordBytesMax = 1 << 20
 )
+
+// ErrPathTooLong and ErrPathTooDeep: a path past PathBytesMax or DepthMax.
+var (
+	ErrPathTooLong = errors.New("path longer than " + strconv.Itoa(PathBytesMax) + " bytes")
+	ErrPathTooDeep = errors.New("path deeper than " + strconv.Itoa(DepthMax) + " levels")
+)
+
+// PathLevels counts the levels of a path in Constellation's convention: one
+// per object key (".key") and one per array element ("[]" or "[$type]").
+// Keys are not escaped, so a key holding '.' counts as more than one level:
+// the count is never below the nesting the path was found at.
+func PathLevels(path string) int { return pathLevels(path) }
+
+func pathLevels[T string | []byte](path T) int {
+	n := 0
+	for i := 0; i < len(path); i++ {
+		switch path[i] {
+		case '.':
+			n++
+		case '[':
+			n++
+			// A $type in brackets is one level, dots and all.
+			for i+1 < len(path) && path[i+1] != ']' {
+				i++
+			}
+		}
+	}
+	return n
+}
+
+// CheckPath applies the path limits: ingest indexes a link only at a path
+// that passes, and a query's source path is held to the same check, so a
+// path that can be asked about is exactly a path that can be indexed.
+func CheckPath(path string) error { return checkPath(path) }
+
+func checkPath[T string | []byte](path T) error {
+	if len(path) > PathBytesMax {
+		return ErrPathTooLong
+	}
+	if pathLevels(path) > DepthMax {
+		return ErrPathTooDeep
+	}
+	return nil
+}
 
 // Link is one link found in a record.
 type Link struct {
@@ -49,7 +103,7 @@ type Link struct {
 // Stats counts what an extraction found and dropped.
 type Stats struct {
 	Links         int // links returned
-	TooDeep       int // subtrees not walked: nesting past DepthMax
+	TooDeep       int // subtrees not walked: nesting past DepthMax, or links whose path has more than DepthMax levels
 	TooManyLinks  int // links dropped past LinksPerRecordMax
 	PathTooLong   int // links dropped: path past PathBytesMax
 	TargetTooLong int // link-like strings past link.TargetBytesMax
@@ -180,8 +234,12 @@ func (e *Extractor) consider(s string, strongURI bool) {
 		}
 		return
 	}
-	if len(e.path) > PathBytesMax {
+	switch checkPath(e.path) {
+	case ErrPathTooLong:
 		e.stats.PathTooLong++
+		return
+	case ErrPathTooDeep:
+		e.stats.TooDeep++
 		return
 	}
 	if len(e.links) >= LinksPerRecordMax {
