@@ -93,6 +93,7 @@ type Writer struct {
 		clockNext   uint64 // next stamp to hand out
 		clockEnd    uint64 // last reserved stamp
 		ex          extract.Extractor
+		bls         []link.Backlink // linksLocked's scratch: one record's backlinks
 		compaction  *compactionResult
 		lastFlush   time.Time
 		garbage     []garbageTable
@@ -210,8 +211,9 @@ func (w *Writer) Apply(ctx context.Context, source, cursor string, op *event.Op)
 }
 
 // makeRoom publishes the memtables when they cannot take one more record
-// (its links at most extract.LinksPerRecordMax, plus one revocation):
-// backpressure on the sources instead of unbounded memory.
+// (its links at most extract.LinksPerRecordMax, as many forward entries,
+// plus one revocation): backpressure on the sources instead of unbounded
+// memory.
 func (w *Writer) makeRoom(ctx context.Context) error {
 	for {
 		w.mu.Lock()
@@ -226,9 +228,10 @@ func (w *Writer) makeRoom(ctx context.Context) error {
 	}
 }
 
-// fullLocked reports whether the memtables cannot take one more record.
+// fullLocked reports whether the memtables cannot take one more record:
+// its links and their forward entries, twice the bytes of its links.
 func (w *Writer) fullLocked() bool {
-	return w.mu.links.Bytes() > w.cfg.MemtableBytes-link.BacklinkSize*extract.LinksPerRecordMax || w.mu.revs.Full()
+	return w.mu.links.Bytes() > w.cfg.MemtableBytes-2*link.BacklinkSize*extract.LinksPerRecordMax || w.mu.revs.Full()
 }
 
 // skip counts a bad input that has no operation to name (a queue full, a
@@ -311,7 +314,12 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 	return w.linksLocked(source, op, src, stamp)
 }
 
-// linksLocked extracts and buffers the links of a record.
+// linksLocked extracts and buffers the links of a record. A record with
+// two or more links also gets one forward entry per link, at the same
+// stamp (link.ForwardKey; see the package comment of link): what
+// many-to-many queries read (lsm.Reader.Forward). A record with one link
+// (most: likes, follows, reposts) gets none, which keeps their cost to the
+// records that need them. The Links metric counts the links alone.
 func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, stamp uint64) error {
 	links, st := w.mu.ex.Extract(op.Record)
 	if st.TooDeep+st.TooManyLinks+st.PathTooLong+st.TargetTooLong+st.Invalid > 0 {
@@ -325,6 +333,7 @@ func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, sta
 			w.metrics.Links.WithLabelValues(source).Add(float64(added))
 		}
 	}()
+	bls := w.mu.bls[:0]
 	for i := range links {
 		l := &links[i]
 		tgt, err := w.codec.Target(&l.Target, true)
@@ -342,6 +351,17 @@ func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, sta
 			return err
 		}
 		added++
+		bls = append(bls, bl)
+	}
+	w.mu.bls = bls
+	if len(bls) >= 2 {
+		fk := link.ForwardKey(src)
+		for i := range bls {
+			fl := link.Backlink{Target: fk, Source: bls[i].Target, Location: bls[i].Location, SourceRev: stamp}
+			if err := w.mu.links.AddBacklink(&fl); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

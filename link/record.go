@@ -20,7 +20,8 @@
 // collection: an outline counter; values below CollectionFirst are reserved:
 // CollectionRepo (0) names a whole repository (rkey 0; a bare-DID target, or
 // a repository-wide revocation), CollectionHashed (1) names a target that is
-// not a DID-authority record URI.
+// not a DID-authority record URI. Bit 62 (ForwardBit) tags a forward key
+// (see Forward entries); no outline counter reaches it.
 //
 // did: a did:plc known to the PLC directory is inline as the sequence number
 // of its genesis operation (bits 63 and 62 clear); every other DID is
@@ -53,6 +54,29 @@
 // s writes Revocation{record, s}; an update at stamp s writes the revocation
 // and then the new links with sourceRev s, so the new links survive (s is
 // not below s) while the old ones (stamped earlier) are revoked.
+//
+// # Forward entries
+//
+// The links tree also answers the other direction for records with several
+// links ("what else does this record link to?", which Constellation's
+// many-to-many queries need). A forward entry of a link S -> T at location
+// L stamped rev is the Backlink
+//
+//	{Target: ForwardKey(S), Source: T, Location: L, SourceRev: rev}
+//
+// so all the forward entries of S are one contiguous range, keyed by S with
+// ForwardBit set in its collection field. Real collection values are outline
+// counters (far below 2^62), CollectionRepo is 0 and CollectionHashed 1, so
+// a forward key never equals a real target, and no query of a real target
+// meets a forward entry.
+//
+// A forward entry is live exactly when its backlink is: its liveness is
+// judged by the revocations of S (the record whose links they are) and of
+// S's repository, NOT by those of T, which is what its Source field holds;
+// a reader turns it back into the backlink (ForwardSource) before judging.
+// The writer adds forward entries only for records with two or more links,
+// at the same stamp as the backlinks; a record with at most one live link
+// has no live forward entry.
 package link
 
 import (
@@ -105,6 +129,26 @@ type RecordID struct {
 	RKey       uint64
 	Collection uint64
 	DID        uint64
+}
+
+// ForwardBit tags the collection field of a forward key: the target under
+// which a record's forward entries are stored (see Forward entries in the
+// package comment).
+const ForwardBit uint64 = 1 << 62
+
+// ForwardKey returns the target under which src's forward entries are
+// stored: src with ForwardBit set in its collection field.
+func ForwardKey(src RecordID) RecordID {
+	return RecordID{RKey: src.RKey, Collection: src.Collection | ForwardBit, DID: src.DID}
+}
+
+// IsForward reports whether r is a forward key.
+func (r RecordID) IsForward() bool { return r.Collection&ForwardBit != 0 }
+
+// ForwardSource returns the record a forward key names (r with ForwardBit
+// cleared).
+func (r RecordID) ForwardSource() RecordID {
+	return RecordID{RKey: r.RKey, Collection: r.Collection &^ ForwardBit, DID: r.DID}
 }
 
 // RepoID is the RecordID of a whole repository.

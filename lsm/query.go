@@ -54,22 +54,33 @@ func NewReader(store objstore.Store, cache *FrameCache) *Reader {
 func (r *Reader) Cache() *FrameCache { return r.cache }
 
 // Filter narrows a query to links from some source collections, source
-// DIDs or paths; an empty list does not filter.
+// DIDs or paths, or (collection, path) pairs; an empty list does not
+// filter, and every non-empty list must match.
 type Filter struct {
 	Collections []uint64
-	DIDs        []uint64
-	Paths       []uint64 // location path IDs (Location.PathID)
+	DIDs        []uint64     // sorted ascending
+	Paths       []uint64     // location path IDs (Location.PathID)
+	Sources     []SourcePair // the link is from one of these collection and path pairs
+}
+
+// SourcePair is a collection and a location path ID: where a link sits.
+type SourcePair struct {
+	Collection uint64
+	Path       uint64
 }
 
 func (f *Filter) empty() bool {
-	return len(f.Collections) == 0 && len(f.DIDs) == 0 && len(f.Paths) == 0
+	return len(f.Collections) == 0 && len(f.DIDs) == 0 && len(f.Paths) == 0 && len(f.Sources) == 0
 }
 
 func (f *Filter) match(l *link.Backlink) bool {
+	if len(f.Sources) > 0 && !slices.Contains(f.Sources, SourcePair{l.Source.Collection, l.Location.PathID()}) {
+		return false
+	}
 	if len(f.Collections) > 0 && !slices.Contains(f.Collections, l.Source.Collection) {
 		return false
 	}
-	if len(f.DIDs) > 0 && !slices.Contains(f.DIDs, l.Source.DID) {
+	if _, ok := slices.BinarySearch(f.DIDs, l.Source.DID); len(f.DIDs) > 0 && !ok {
 		return false
 	}
 	if len(f.Paths) > 0 && !slices.Contains(f.Paths, l.Location.PathID()) {

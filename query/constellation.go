@@ -3,14 +3,10 @@ package query
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"net/http"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 
-	"github.com/eddy-backlinks/eddy/extract"
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
 )
@@ -21,121 +17,20 @@ import (
 // (".subject.uri"); a `source` is "collection:path", the path with or
 // without its leading dot.
 
-// Constellation's page limits.
-const (
-	ConstellationDefaultLimit = 16
-	ConstellationLimitMax     = 100
-)
-
 type constellationRecord struct {
 	DID        string `json:"did"`
 	Collection string `json:"collection"`
 	RKey       string `json:"rkey"`
+	// Subject and Source say which subject and source the link matched,
+	// when the query asked about more than one (Eddy's extension).
+	Subject string `json:"subject,omitempty"`
+	Source  string `json:"source,omitempty"`
 }
 
 type getBacklinksOut struct {
 	Total   uint64                `json:"total"`
 	Records []constellationRecord `json:"records"`
 	Cursor  *string               `json:"cursor"`
-}
-
-// sourceFilter parses source ("collection:path") and repeated did
-// parameters into a filter; ok is false when something in it was never
-// indexed (so nothing can match).
-func (s *Server) sourceFilter(q map[string][]string, requireSource bool) (lsm.Filter, bool, error) {
-	var f lsm.Filter
-	src := first(q["source"])
-	if src == "" && requireSource {
-		return f, false, badRequest("source is required: collection:path, e.g. app.bsky.feed.like:subject.uri")
-	}
-	if src != "" {
-		coll, path, ok := strings.Cut(src, ":")
-		if !ok || !link.ValidCollection(coll) || path == "" || path == "." {
-			return f, false, badRequest("source must be collection:path, e.g. app.bsky.feed.like:subject.uri")
-		}
-		if len(path) > extract.PathBytesMax {
-			return f, false, badRequest("source: a path is at most " + strconv.Itoa(extract.PathBytesMax) + " bytes")
-		}
-		known, err := s.collectionPathFilter(&f, coll, path)
-		if err != nil || !known {
-			return f, known, err
-		}
-	}
-	for _, d := range q["did"] {
-		if !link.ValidDID(d) {
-			return f, false, badRequest("did must be a DID")
-		}
-		v, err := s.Codec.DID(d, false)
-		if errors.Is(err, link.ErrUnknown) {
-			continue // this DID never linked anything
-		}
-		if err != nil {
-			return f, false, badRequest("did: " + err.Error())
-		}
-		f.DIDs = append(f.DIDs, v)
-	}
-	if len(q["did"]) > 0 && len(f.DIDs) == 0 {
-		return f, false, nil
-	}
-	return f, true, nil
-}
-
-func (s *Server) collectionPathFilter(f *lsm.Filter, coll, path string) (bool, error) {
-	if !strings.HasPrefix(path, ".") {
-		path = "." + path
-	}
-	c, err := s.Codec.Collection(coll, false)
-	if errors.Is(err, link.ErrUnknown) {
-		return false, nil
-	}
-	if err != nil {
-		return false, badRequest("collection: " + err.Error())
-	}
-	loc, err := s.Codec.Location(path, false, false)
-	if errors.Is(err, link.ErrUnknown) {
-		return false, nil
-	}
-	if err != nil {
-		return false, badRequest("path: " + err.Error())
-	}
-	f.Collections = []uint64{c}
-	f.Paths = []uint64{loc.PathID()}
-	return true, nil
-}
-
-// subjectAndSource parses what the Constellation endpoints share: the
-// required source (collection:path) with any did filters, then the
-// subject. known is false when either names nothing ever indexed (so
-// nothing can match).
-func (s *Server) subjectAndSource(q map[string][]string) (tgt link.RecordID, f lsm.Filter, known bool, err error) {
-	f, fknown, err := s.sourceFilter(q, true)
-	if err != nil {
-		return tgt, f, false, err
-	}
-	tgt, tknown, err := s.target("subject", first(q["subject"]))
-	if err != nil {
-		return tgt, f, false, err
-	}
-	return tgt, f, fknown && tknown, nil
-}
-
-func first(v []string) string {
-	if len(v) == 0 {
-		return ""
-	}
-	return v[0]
-}
-
-func constellationLimit(r *http.Request) (int, error) {
-	s := r.URL.Query().Get("limit")
-	if s == "" {
-		return ConstellationDefaultLimit, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > ConstellationLimitMax {
-		return 0, badRequest("limit must be an integer from 1 to " + strconv.Itoa(ConstellationLimitMax))
-	}
-	return n, nil
 }
 
 func (s *Server) record(id link.RecordID) (constellationRecord, error) {
@@ -154,48 +49,110 @@ func (s *Server) record(id link.RecordID) (constellationRecord, error) {
 	return constellationRecord{DID: did, Collection: coll, RKey: rkey}, nil
 }
 
-// getBacklinks: GET /xrpc/blue.microcosm.links.getBacklinks?subject=&source=&did=&limit=&cursor=&reverse=
-func (s *Server) getBacklinks(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
-	q := r.URL.Query()
-	limit, err := constellationLimit(r)
-	if err != nil {
-		return nil, err
+// pageLinks returns a page of the links lq asks about, after a position,
+// newest first (desc) or oldest first: one page of each subject, merged
+// in (source, location, target) order. next is the position to continue
+// from, nil on the last page.
+func (s *Server) pageLinks(ctx context.Context, v *lsm.View, lq *linkQuery, after *linkPos, desc bool, limit int) ([]link.Backlink, *linkPos, error) {
+	var all []link.Backlink
+	more := false
+	for _, sub := range lq.known {
+		res, err := s.Reader.Backlinks(ctx, v, lsm.Query{Target: sub.id, After: resumeAfter(after, sub.id, desc), Reverse: desc, Limit: limit, Filter: lq.filter})
+		if err != nil {
+			return nil, nil, err
+		}
+		all = append(all, res.Links...)
+		more = more || res.Next != nil
 	}
-	reverse := q.Get("reverse") == "true"
-	if rv := q.Get("reverse"); rv != "" && rv != "true" && rv != "false" {
-		return nil, badRequest("reverse must be true or false")
+	if len(lq.known) > 1 {
+		slices.SortFunc(all, func(a, b link.Backlink) int {
+			c := posOf(&a).compare(posOf(&b))
+			if desc {
+				return -c
+			}
+			return c
+		})
 	}
-	out := getBacklinksOut{Records: []constellationRecord{}}
-	tgt, f, known, err := s.subjectAndSource(q)
-	if err != nil {
-		return nil, err
+	if len(all) > limit {
+		all, more = all[:limit], true
 	}
-	if !known {
-		return out, noCursorHere(q)
+	if !more || len(all) == 0 {
+		return all, nil, nil
 	}
-	scope := cursorScope("getBacklinks", tgt, q)
-	after, aerr := decodeLinkCursor(q.Get("cursor"), reverse, scope)
-	if aerr != nil {
-		return nil, aerr
-	}
-	total, err := s.total(ctx, v, tgt, f)
-	if err != nil {
-		return nil, err
-	}
-	res, err := s.Reader.Backlinks(ctx, v, lsm.Query{Target: tgt, After: after, Reverse: reverse, Limit: limit, Filter: f})
-	if err != nil {
-		return nil, err
-	}
-	out.Total = total
-	for _, l := range res.Links {
-		rec, err := s.record(l.Source)
+	p := posOf(&all[len(all)-1])
+	return all, &p, nil
+}
+
+// records renders links as Constellation's records, saying which subject
+// and source each matched when the query asked about several.
+func (s *Server) records(lq *linkQuery, links []link.Backlink) ([]constellationRecord, error) {
+	out := make([]constellationRecord, 0, len(links))
+	for i := range links {
+		rec, err := s.record(links[i].Source)
 		if err != nil {
 			return nil, err
 		}
-		out.Records = append(out.Records, rec)
+		if lq.multi {
+			rec.Subject, rec.Source = lq.subjectOf(&links[i]), lq.sourceOf(&links[i])
+		}
+		out = append(out, rec)
 	}
-	out.Cursor = encodeLinkCursor(res.Next, reverse, scope)
 	return out, nil
+}
+
+// getBacklinks: GET /xrpc/blue.microcosm.links.getBacklinks?subject=&source=&did=&limit=&cursor=&reverse=
+// subject, source and did repeat. Newest first (reverse=true: oldest).
+func (s *Server) getBacklinks(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+	q := r.URL.Query()
+	lq, err := s.parseLinkQuery(q)
+	if err != nil {
+		return nil, err
+	}
+	recs, total, next, err := s.linksPage(ctx, r, v, lq, "getBacklinks")
+	if err != nil {
+		return nil, err
+	}
+	return getBacklinksOut{Total: total, Records: recs, Cursor: next}, nil
+}
+
+// linksPage answers getBacklinks and /links: the total, a page of records
+// and the next cursor.
+func (s *Server) linksPage(ctx context.Context, r *http.Request, v *lsm.View, lq *linkQuery, endpoint string) ([]constellationRecord, uint64, *string, error) {
+	q := r.URL.Query()
+	limit, err := parseLimit(q)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	reverse, err := parseReverse(q)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	desc := !reverse
+	if !lq.matchable {
+		return []constellationRecord{}, 0, nil, noCursorHere(q)
+	}
+	sc := lq.scope(endpoint, q)
+	after, aerr := decodePosCursor(q.Get("cursor"), kindLinks, desc, sc)
+	if aerr != nil {
+		return nil, 0, nil, aerr
+	}
+	var total uint64
+	for _, sub := range lq.known {
+		n, err := s.total(ctx, v, sub.id, lq.filter)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		total += n
+	}
+	links, next, err := s.pageLinks(ctx, v, lq, after, desc, limit)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	recs, err := s.records(lq, links)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	return recs, total, encodePosCursor(kindLinks, next, desc, sc), nil
 }
 
 // Totals of getBacklinks: every page carries the count of the target's
@@ -224,8 +181,12 @@ type countKey struct {
 }
 
 func makeCountKey(target link.RecordID, f *lsm.Filter) countKey {
-	b := make([]byte, 0, 8*(3+len(f.Collections)+len(f.DIDs)+len(f.Paths)))
-	for _, l := range [][]uint64{f.Collections, f.DIDs, f.Paths} {
+	pairs := make([]uint64, 0, 2*len(f.Sources))
+	for _, p := range f.Sources {
+		pairs = append(pairs, p.Collection, p.Path)
+	}
+	b := make([]byte, 0, 8*(4+len(f.Collections)+len(f.DIDs)+len(f.Paths)+len(pairs)))
+	for _, l := range [][]uint64{f.Collections, f.DIDs, f.Paths, pairs} {
 		b = binary.BigEndian.AppendUint64(b, uint64(len(l)))
 		for _, x := range l {
 			b = binary.BigEndian.AppendUint64(b, x)
@@ -278,23 +239,35 @@ func (s *Server) total(ctx context.Context, v *lsm.View, tgt link.RecordID, f ls
 	return n, nil
 }
 
-// getBacklinksCount: GET /xrpc/blue.microcosm.links.getBacklinksCount?subject=&source=
+// count is the live links lq asks about, over every subject.
+func (s *Server) count(ctx context.Context, v *lsm.View, lq *linkQuery) (uint64, error) {
+	var n uint64
+	if !lq.matchable {
+		return 0, nil
+	}
+	for _, sub := range lq.known {
+		c, _, err := s.Reader.Count(ctx, v, sub.id, lq.filter)
+		if err != nil {
+			return 0, err
+		}
+		n += c
+	}
+	return n, nil
+}
+
+type totalOut struct {
+	Total uint64 `json:"total"`
+}
+
+// getBacklinksCount: GET /xrpc/blue.microcosm.links.getBacklinksCount?subject=&source=&did=
+// subject, source and did repeat.
 func (s *Server) getBacklinksCount(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
-	q := r.URL.Query()
-	tgt, f, known, err := s.subjectAndSource(q)
+	lq, err := s.parseLinkQuery(r.URL.Query())
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]uint64{"total": 0}
-	if !known {
-		return out, nil
-	}
-	n, _, err := s.Reader.Count(ctx, v, tgt, f)
-	if err != nil {
-		return nil, err
-	}
-	out["total"] = n
-	return out, nil
+	n, err := s.count(ctx, v, lq)
+	return totalOut{n}, err
 }
 
 type backlinkDidsOut struct {
@@ -303,48 +276,62 @@ type backlinkDidsOut struct {
 	Cursor      *string  `json:"cursor"`
 }
 
+// distinctDIDs is the sorted did fields of the accounts with a live link
+// lq asks about.
+func (s *Server) distinctDIDs(ctx context.Context, v *lsm.View, lq *linkQuery) ([]uint64, error) {
+	if !lq.matchable {
+		return nil, nil
+	}
+	var dids []uint64
+	for _, sub := range lq.known {
+		links, _, err := s.Reader.All(ctx, v, sub.id, lq.filter)
+		if err != nil {
+			return nil, err
+		}
+		for i := range links {
+			dids = append(dids, links[i].Source.DID)
+		}
+	}
+	slices.Sort(dids)
+	return slices.Compact(dids), nil
+}
+
 // getBacklinkDids: GET /xrpc/blue.microcosm.links.getBacklinkDids?subject=&source=&limit=&cursor=
 // The distinct DIDs linking, ordered by their encoding; the cursor is the
-// last DID returned.
+// last DID returned. subject and source repeat.
 func (s *Server) getBacklinkDids(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+	lq, err := s.parseLinkQuery(r.URL.Query())
+	if err != nil {
+		return nil, err
+	}
+	return s.didsPage(ctx, r, v, lq, "getBacklinkDids")
+}
+
+// didsPage answers getBacklinkDids and /links/distinct-dids.
+func (s *Server) didsPage(ctx context.Context, r *http.Request, v *lsm.View, lq *linkQuery, endpoint string) (any, error) {
 	q := r.URL.Query()
-	limit, err := constellationLimit(r)
+	limit, err := parseLimit(q)
 	if err != nil {
 		return nil, err
 	}
 	out := backlinkDidsOut{LinkingDids: []string{}}
-	tgt, f, known, err := s.subjectAndSource(q)
-	if err != nil {
-		return nil, err
-	}
-	if !known {
+	if !lq.matchable {
 		return out, noCursorHere(q)
 	}
-	scope := cursorScope("getBacklinkDids", tgt, q)
-	pos, aerr := decodeCursor(q.Get("cursor"), cursorDIDs, didPosBytes, scope)
+	sc := lq.scope(endpoint, q)
+	pos, aerr := decodeCursor(q.Get("cursor"), kindDIDs, 0, sc)
 	if aerr != nil {
 		return nil, aerr
 	}
-	var after uint64
-	hasAfter := pos != nil
-	if hasAfter {
-		after = binary.BigEndian.Uint64(pos)
-	}
-	links, _, err := s.Reader.All(ctx, v, tgt, f)
+	dids, err := s.distinctDIDs(ctx, v, lq)
 	if err != nil {
 		return nil, err
 	}
-	dids := make([]uint64, 0, len(links))
-	for _, l := range links {
-		dids = append(dids, l.Source.DID)
-	}
-	slices.Sort(dids)
-	dids = slices.Compact(dids)
 	out.Total = len(dids)
 	i := 0
-	if hasAfter {
+	if pos != nil {
 		var found bool
-		i, found = slices.BinarySearch(dids, after)
+		i, found = slices.BinarySearch(dids, binary.BigEndian.Uint64(pos))
 		if found {
 			i++
 		}
@@ -357,56 +344,7 @@ func (s *Server) getBacklinkDids(ctx context.Context, r *http.Request, v *lsm.Vi
 		out.LinkingDids = append(out.LinkingDids, d)
 	}
 	if i < len(dids) {
-		out.Cursor = encodeCursor(cursorDIDs, binary.BigEndian.AppendUint64(nil, dids[i-1]), scope)
-	}
-	return out, nil
-}
-
-type pathCounts struct {
-	Records      int `json:"records"`
-	DistinctDids int `json:"distinct_dids"`
-}
-
-// linksAll: GET /links/all?target= — per collection and path, the live
-// links and distinct DIDs.
-func (s *Server) linksAll(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
-	q := r.URL.Query()
-	out := map[string]map[string]map[string]pathCounts{"links": {}}
-	tgt, known, err := s.target("target", q.Get("target"))
-	if err != nil || !known {
-		return out, err
-	}
-	links, _, err := s.Reader.All(ctx, v, tgt, lsm.Filter{})
-	if err != nil {
-		return nil, err
-	}
-	type key struct{ coll, path uint64 }
-	records := map[key]int{}
-	dids := map[key]map[uint64]bool{}
-	for _, l := range links {
-		k := key{l.Source.Collection, l.Location.PathID()}
-		records[k]++
-		if dids[k] == nil {
-			dids[k] = map[uint64]bool{}
-		}
-		dids[k][l.Source.DID] = true
-	}
-	if len(records) > LinksAllEntriesMax {
-		return nil, &apiError{http.StatusBadRequest, "QueryTooBig", "links from more than " + strconv.Itoa(LinksAllEntriesMax) + " collection and path pairs; ask getBacklinksCount per source"}
-	}
-	for k, n := range records {
-		coll, err := s.Codec.RenderCollection(k.coll)
-		if err != nil {
-			return nil, err
-		}
-		path, err := s.Codec.RenderLocation(link.MakeLocation(k.path, false), link.StyleConstellation)
-		if err != nil {
-			return nil, err
-		}
-		if out["links"][coll] == nil {
-			out["links"][coll] = map[string]pathCounts{}
-		}
-		out["links"][coll][path] = pathCounts{Records: n, DistinctDids: len(dids[k])}
+		out.Cursor = encodeCursor(kindDIDs, 0, binary.BigEndian.AppendUint64(nil, dids[i-1]), sc)
 	}
 	return out, nil
 }

@@ -72,6 +72,12 @@ func (m *Metrics) endpoint(pattern string, code int) string {
 	if i := strings.IndexByte(pattern, '/'); i > 0 {
 		pattern = pattern[i:] // a host-qualified pattern: the path
 	}
+	switch pattern {
+	case "/", "/xrpc/":
+		return "other" // the fallbacks: 404 NotFound, 501 MethodNotImplemented
+	case "/{$}":
+		pattern = "/"
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.endpoints[pattern] {

@@ -47,7 +47,7 @@ func TestQueryMetrics(t *testing.T) {
 	get("/xrpc/blue.cerulea.backlinks.listBacklinks?target=did:plc:aaaaaaaaaaaaaaaaaaaaaaaa&limit=2", 200)
 	get("/xrpc/blue.cerulea.backlinks.listBacklinks?limit=-1", 400)
 	get("/xrpc/blue.microcosm.links.getBacklinksCount?subject=did:plc:aaaaaaaaaaaaaaaaaaaaaaaa&source=app.bsky.graph.follow:subject", 200)
-	get("/xrpc/no.such.method", 404)
+	get("/xrpc/no.such.method", 501)
 
 	counts := map[[2]string]uint64{}
 	mfs, err := reg.Gather()
@@ -75,7 +75,7 @@ func TestQueryMetrics(t *testing.T) {
 		{"/xrpc/blue.cerulea.backlinks.listBacklinks", "2xx"}:   2,
 		{"/xrpc/blue.cerulea.backlinks.listBacklinks", "4xx"}:   1,
 		{"/xrpc/blue.microcosm.links.getBacklinksCount", "2xx"}: 1,
-		{"other", "4xx"}: 1,
+		{"other", "5xx"}: 1, // 501 MethodNotImplemented
 	}
 	if len(counts) != len(want) {
 		t.Fatalf("series %v, want %v", counts, want)

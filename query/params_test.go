@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +47,7 @@ type endpointSpec struct {
 	base     url.Values
 	params   map[string]string // parameter -> kind
 	required []string
+	repeats  []string      // parameters that may be given several times
 	cursor   func() string // a cursor this endpoint returned for base
 }
 
@@ -58,12 +60,17 @@ var badValues = map[string][]string{
 	},
 	"source": {
 		"nocolon", ":subject.uri", "app.bsky.feed.like:", "app.bsky.feed.like:.", "not an nsid:subject.uri", "app..like:subject.uri",
-		"app.bsky.feed.like:" + strings.Repeat("a", 300), "app.bsky.feed.like:subject\xff", "app.bsky.feed.like",
+		"app.bsky.feed.like:" + strings.Repeat("a", 1100), "app.bsky.feed.like:" + strings.Repeat(".a", 65), "app.bsky.feed.like:subject\xff", "app.bsky.feed.like",
+	},
+	"path": {
+		".", strings.Repeat("a", 1100), strings.Repeat(".a", 65), "subject\xff",
+	},
+	"collection": {
+		"not an nsid", "app..like", "a", "app.bsky.feed.like:x", "\xff",
 	},
 	"did": {
 		"nope", "did:", "did:plc:", "DID:plc:abc", "did:plc:abc def", "did:PLC:abc", "did:plc:" + strings.Repeat("a", 2045), "at://did:plc:abc", "",
 	},
-	"limit100":  {"abc", "1.5", "0", "-1", "101", "1000", "99999999999999999999", " 5", "0x10", "1e2", "true"},
 	"limit1000": {"abc", "1.5", "0", "-1", "1001", "99999999999999999999", " 5", "0x10", "1e2", "true"},
 	"reverse":   {"maybe", "1", "0", "yes", "TRUE ", "null"},
 	"minGen":    {"x", "-1", "1.5", "18446744073709551616", " 1", "0x1", "true"},
@@ -71,7 +78,7 @@ var badValues = map[string][]string{
 }
 
 // kinds of parameters whose empty value means "absent".
-var emptyIsAbsent = map[string]bool{"limit100": true, "limit1000": true, "reverse": true, "minGen": true, "cursor": true}
+var emptyIsAbsent = map[string]bool{"limit1000": true, "reverse": true, "minGen": true, "cursor": true}
 
 func TestParamErrors(t *testing.T) {
 	f := newFixture(t)
@@ -105,20 +112,62 @@ func TestParamErrors(t *testing.T) {
 		{
 			name: "getBacklinks", path: "/xrpc/blue.microcosm.links.getBacklinks",
 			base:     url.Values{"subject": {post}, "source": {likeSrc}, "limit": {"5"}},
-			params:   map[string]string{"subject": "target", "source": "source", "did": "did", "limit": "limit100", "cursor": "cursor", "reverse": "reverse", "minGeneration": "minGen"},
+			params:   map[string]string{"subject": "target", "source": "source", "did": "did", "limit": "limit1000", "cursor": "cursor", "reverse": "reverse", "minGeneration": "minGen"},
 			required: []string{"subject", "source"},
+			repeats:  []string{"subject", "source", "did"},
 		},
 		{
 			name: "getBacklinksCount", path: "/xrpc/blue.microcosm.links.getBacklinksCount",
 			base:     url.Values{"subject": {post}, "source": {likeSrc}},
 			params:   map[string]string{"subject": "target", "source": "source", "did": "did", "minGeneration": "minGen"},
 			required: []string{"subject", "source"},
+			repeats:  []string{"subject", "source", "did"},
 		},
 		{
 			name: "getBacklinkDids", path: "/xrpc/blue.microcosm.links.getBacklinkDids",
 			base:     url.Values{"subject": {post}, "source": {likeSrc}, "limit": {"5"}},
-			params:   map[string]string{"subject": "target", "source": "source", "limit": "limit100", "cursor": "cursor", "minGeneration": "minGen"},
+			params:   map[string]string{"subject": "target", "source": "source", "limit": "limit1000", "cursor": "cursor", "minGeneration": "minGen"},
 			required: []string{"subject", "source"},
+			repeats:  []string{"subject", "source"},
+		},
+		{
+			name: "getManyToManyCounts", path: "/xrpc/blue.microcosm.links.getManyToManyCounts",
+			base:     url.Values{"subject": {post}, "source": {likeSrc}, "pathToOther": {"subject.uri"}, "limit": {"5"}},
+			params:   map[string]string{"subject": "target", "source": "source", "pathToOther": "path", "did": "did", "otherSubject": "target", "limit": "limit1000", "cursor": "cursor", "minGeneration": "minGen"},
+			required: []string{"subject", "source", "pathToOther"},
+			repeats:  []string{"did", "otherSubject"},
+		},
+		{
+			name: "getManyToMany", path: "/xrpc/blue.microcosm.links.getManyToMany",
+			base:     url.Values{"subject": {post}, "source": {likeSrc}, "pathToOther": {"subject.uri"}, "limit": {"5"}},
+			params:   map[string]string{"subject": "target", "source": "source", "pathToOther": "path", "linkDid": "did", "otherSubject": "target", "limit": "limit1000", "cursor": "cursor", "minGeneration": "minGen"},
+			required: []string{"subject", "source", "pathToOther"},
+			repeats:  []string{"linkDid", "otherSubject"},
+		},
+		{
+			name: "/links", path: "/links",
+			base:     url.Values{"target": {post}, "collection": {"app.bsky.feed.like"}, "path": {".subject.uri"}, "limit": {"5"}},
+			params:   map[string]string{"target": "target", "collection": "collection", "path": "path", "did": "did", "limit": "limit1000", "cursor": "cursor", "reverse": "reverse", "minGeneration": "minGen"},
+			required: []string{"target", "collection", "path"},
+			repeats:  []string{"did"},
+		},
+		{
+			name: "/links/count", path: "/links/count",
+			base:     url.Values{"target": {post}, "collection": {"app.bsky.feed.like"}, "path": {".subject.uri"}},
+			params:   map[string]string{"target": "target", "collection": "collection", "path": "path", "minGeneration": "minGen"},
+			required: []string{"target", "collection", "path"},
+		},
+		{
+			name: "/links/count/distinct-dids", path: "/links/count/distinct-dids",
+			base:     url.Values{"target": {post}, "collection": {"app.bsky.feed.like"}, "path": {".subject.uri"}},
+			params:   map[string]string{"target": "target", "collection": "collection", "path": "path", "minGeneration": "minGen"},
+			required: []string{"target", "collection", "path"},
+		},
+		{
+			name: "/links/distinct-dids", path: "/links/distinct-dids",
+			base:     url.Values{"target": {post}, "collection": {"app.bsky.feed.like"}, "path": {".subject.uri"}, "limit": {"5"}},
+			params:   map[string]string{"target": "target", "collection": "collection", "path": "path", "limit": "limit1000", "cursor": "cursor", "minGeneration": "minGen"},
+			required: []string{"target", "collection", "path"},
 		},
 		{
 			name: "/links/all", path: "/links/all",
@@ -126,15 +175,17 @@ func TestParamErrors(t *testing.T) {
 			params:   map[string]string{"target": "target", "minGeneration": "minGen"},
 			required: []string{"target"},
 		},
+		{
+			name: "/links/all/count", path: "/links/all/count",
+			base:     url.Values{"target": {post}},
+			params:   map[string]string{"target": "target", "minGeneration": "minGen"},
+			required: []string{"target"},
+		},
 	}
 	for i := range specs {
 		s := &specs[i]
-		switch s.name {
-		case "listBacklinks":
-			s.cursor = cursorOf(s.path, s.base, "cursor")
-		case "getBacklinks":
-			s.cursor = cursorOf(s.path, s.base, "cursor")
-		case "getBacklinkDids":
+		// (Every like links one post: getManyToManyCounts has one group, no second page.)
+		if _, ok := s.params["cursor"]; ok && s.name != "getManyToManyCounts" {
 			s.cursor = cursorOf(s.path, s.base, "cursor")
 		}
 	}
@@ -180,9 +231,6 @@ func TestParamErrors(t *testing.T) {
 		expect(s, "minGeneration served", with(s.base, "minGeneration", strconv.FormatUint(gen, 10)), 200, "")
 		for p, kind := range s.params {
 			switch kind {
-			case "limit100":
-				expect(s, "limit 1", with(s.base, p, "1"), 200, "")
-				expect(s, "limit 100", with(s.base, p, "100"), 200, "")
 			case "limit1000":
 				expect(s, "limit 1", with(s.base, p, "1"), 200, "")
 				expect(s, "limit 1000", with(s.base, p, "1000"), 200, "")
@@ -194,7 +242,9 @@ func TestParamErrors(t *testing.T) {
 				expect(s, "a did", with(s.base, p, didOf(l5)), 200, "")
 				expect(s, "two dids", with(s.base, p, didOf(l5), "did:plc:nobodynobodynobodynobody"), 200, "")
 			case "cursor":
-				expect(s, "its cursor", with(s.base, p, s.cursor()), 200, "")
+				if s.cursor != nil {
+					expect(s, "its cursor", with(s.base, p, s.cursor()), 200, "")
+				}
 			}
 		}
 		// Every bad value of every parameter.
@@ -207,10 +257,20 @@ func TestParamErrors(t *testing.T) {
 				expect(s, p+" empty", with(s.base, p, ""), 400, "InvalidRequest")
 				cases++
 			}
-			if kind != "did" {
+			if slices.Contains(s.repeats, p) {
+				vs := make([]string, 1001)
+				for i := range vs {
+					vs[i] = s.base.Get(p)
+					if vs[i] == "" {
+						vs[i] = "did:plc:nobodynobodynobodynobody"
+					}
+				}
+				expect(s, p+" too many times", with(s.base, p, vs...), 400, "InvalidRequest")
+				cases++
+			} else {
 				good := s.base.Get(p)
 				if good == "" {
-					good = map[string]string{"limit100": "5", "limit1000": "5", "reverse": "false", "minGen": "0", "cursor": "x"}[kind]
+					good = map[string]string{"limit1000": "5", "reverse": "false", "minGen": "0", "cursor": "x"}[kind]
 				}
 				expect(s, p+" twice", with(s.base, p, good, good), 400, "InvalidRequest")
 				cases++

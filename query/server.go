@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -41,8 +43,10 @@ const (
 	LinksAllEntriesMax = 1000
 )
 
-// singleParams may appear at most once in a query; did is repeatable.
-var singleParams = []string{"target", "subject", "source", "limit", "cursor", "reverse", "minGeneration"}
+// singleParams may appear at most once in any query; subject, source,
+// did, linkDid and otherSubject repeat where an endpoint takes several
+// (each endpoint checks its own).
+var singleParams = []string{"target", "collection", "path", "pathToOther", "limit", "cursor", "reverse", "minGeneration", "from_dids"}
 
 // GenerationHeader names the manifest generation that answered.
 const GenerationHeader = "X-Eddy-Generation"
@@ -71,18 +75,66 @@ func NewServer(views *Views, reader *lsm.Reader, codec *link.Codec, log hclog.Lo
 	return &Server{Views: views, Reader: reader, Codec: codec, Log: log.Named("query"), sem: make(chan struct{}, ConcurrentQueriesMax)}
 }
 
-// Handler returns the HTTP handler of the public API.
+// endpoint is one path of the public API.
+type endpoint struct {
+	path string
+	h    handler
+}
+
+func (s *Server) endpoints() []endpoint {
+	return []endpoint{
+		{"/xrpc/blue.cerulea.backlinks.listBacklinks", s.listBacklinks},
+		{"/xrpc/blue.microcosm.links.getBacklinks", s.getBacklinks},
+		{"/xrpc/blue.microcosm.links.getBacklinksCount", s.getBacklinksCount},
+		{"/xrpc/blue.microcosm.links.getBacklinkDids", s.getBacklinkDids},
+		{"/xrpc/blue.microcosm.links.getManyToManyCounts", s.getManyToManyCounts},
+		{"/xrpc/blue.microcosm.links.getManyToMany", s.getManyToMany},
+		{"/links", s.links},
+		{"/links/count", s.linksCount},
+		{"/links/count/distinct-dids", s.linksCountDistinctDids},
+		{"/links/distinct-dids", s.linksDistinctDids},
+		{"/links/all", s.linksAll},
+		{"/links/all/count", s.linksAllCount},
+	}
+}
+
+// Handler returns the HTTP handler of the public API. Every answer is a
+// JSON body (the index page is HTML when asked for): an unknown XRPC
+// method is 501 MethodNotImplemented, a known path asked with another HTTP
+// method than GET is 405, any other path 404 NotFound.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /xrpc/blue.cerulea.backlinks.listBacklinks", s.wrap(s.listBacklinks))
-	mux.HandleFunc("GET /xrpc/blue.microcosm.links.getBacklinks", s.wrap(s.getBacklinks))
-	mux.HandleFunc("GET /xrpc/blue.microcosm.links.getBacklinksCount", s.wrap(s.getBacklinksCount))
-	mux.HandleFunc("GET /xrpc/blue.microcosm.links.getBacklinkDids", s.wrap(s.getBacklinkDids))
-	mux.HandleFunc("GET /links/all", s.wrap(s.linksAll))
-	mux.HandleFunc("GET /xrpc/_health", func(w http.ResponseWriter, r *http.Request) {
+	for _, e := range s.endpoints() {
+		mux.HandleFunc(e.path, getOnly(s.wrap(e.h)))
+	}
+	mux.HandleFunc("/xrpc/_health", getOnly(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{"generation": s.Views.Current().Generation()})
+	}))
+	mux.HandleFunc("/{$}", getOnly(s.hello))
+	mux.HandleFunc("/robots.txt", getOnly(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "User-agent: *\nDisallow: /links\nDisallow: /xrpc/\n")
+	}))
+	mux.HandleFunc("/xrpc/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, &apiError{http.StatusNotImplemented, "MethodNotImplemented", "no method " + strings.TrimPrefix(r.URL.Path, "/xrpc/") + " on this service"})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, &apiError{http.StatusNotFound, "NotFound", "no such path: " + r.URL.Path})
 	})
 	return cors(mux)
+}
+
+// getOnly answers 405 (with an XRPC body) to any HTTP method but GET and
+// HEAD.
+func getOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeErr(w, &apiError{http.StatusMethodNotAllowed, "InvalidRequest", "method " + r.Method + " not allowed: this is a query, use GET"})
+			return
+		}
+		h(w, r)
+	}
 }
 
 func cors(next http.Handler) http.Handler {
@@ -220,19 +272,6 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc.Encode(v)
 }
 
-// parseLimit reads limit with a default and the maximum.
-func parseLimit(r *http.Request) (int, error) {
-	s := r.URL.Query().Get("limit")
-	if s == "" {
-		return DefaultLimit, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > LimitMax {
-		return 0, badRequest("limit must be an integer from 1 to " + strconv.Itoa(LimitMax))
-	}
-	return n, nil
-}
-
 // target parses and encodes a target parameter; ok is false when the
 // index has never seen a component of it (so no link can point there).
 func (s *Server) target(param, raw string) (link.RecordID, bool, error) {
@@ -261,7 +300,7 @@ type listBacklinksOut struct {
 // listBacklinks: GET /xrpc/blue.cerulea.backlinks.listBacklinks?target=&cursor=&limit=
 func (s *Server) listBacklinks(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
 	q := r.URL.Query()
-	limit, err := parseLimit(r)
+	limit, err := parseLimit(q)
 	if err != nil {
 		return nil, err
 	}
@@ -273,12 +312,12 @@ func (s *Server) listBacklinks(ctx context.Context, r *http.Request, v *lsm.View
 	if !known {
 		return out, noCursorHere(q)
 	}
-	scope := cursorScope("listBacklinks", tgt, q)
-	after, aerr := decodeLinkCursor(q.Get("cursor"), false, scope)
+	sc := newScope("listBacklinks").add("target", []string{tgt.String()})
+	after, aerr := decodePosCursor(q.Get("cursor"), kindLinks, false, sc)
 	if aerr != nil {
 		return nil, aerr
 	}
-	res, err := s.Reader.Backlinks(ctx, v, lsm.Query{Target: tgt, After: after, Limit: limit})
+	res, err := s.Reader.Backlinks(ctx, v, lsm.Query{Target: tgt, After: resumeAfter(after, tgt, false), Limit: limit})
 	if err != nil {
 		return nil, err
 	}
@@ -293,6 +332,8 @@ func (s *Server) listBacklinks(ctx context.Context, r *http.Request, v *lsm.View
 		}
 		out.Backlinks[loc] = append(out.Backlinks[loc], src)
 	}
-	out.Cursor = encodeLinkCursor(res.Next, false, scope)
+	if res.Next != nil {
+		out.Cursor = encodePosCursor(kindLinks, &linkPos{Source: res.Next.Source, Location: res.Next.Location, Target: tgt}, false, sc)
+	}
 	return out, nil
 }

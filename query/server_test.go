@@ -106,6 +106,13 @@ func (f *fixture) write(uri string, rec string) {
 		if err := f.db.AddBacklink(&bl); err != nil {
 			f.t.Fatal(err)
 		}
+		// As the writer does: a record of several links gets forward entries.
+		if len(links) >= 2 {
+			fl := link.Backlink{Target: link.ForwardKey(src), Source: tg, Location: loc, SourceRev: f.stamp}
+			if err := f.db.AddBacklink(&fl); err != nil {
+				f.t.Fatal(err)
+			}
+		}
 	}
 }
 
@@ -306,7 +313,7 @@ func TestAPIErrors(t *testing.T) {
 		{"/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}, "source": {"nocolon"}}, 400, "InvalidRequest"},
 		{"/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}, "did": {"nope"}}, 400, "InvalidRequest"},
 		{"/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}, "reverse": {"maybe"}}, 400, "InvalidRequest"},
-		{"/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}, "limit": {"101"}}, 400, "InvalidRequest"},
+		{"/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}, "limit": {"1001"}}, 400, "InvalidRequest"},
 		{"/xrpc/blue.cerulea.backlinks.listBacklinks", url.Values{"target": {post}, "minGeneration": {fmt.Sprint(gen + 5)}}, 503, "GenerationNotReady"},
 	}
 	for _, c := range cases {

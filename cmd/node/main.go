@@ -291,8 +291,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 
 	pub := http.NewServeMux()
 	api := queryMetrics.Wrap(qs.Handler())
-	pub.Handle("/xrpc/", api)
-	pub.Handle("/links/", api)
+	pub.Handle("/", api) // the query API: /xrpc/…, /links…, the index page, and JSON 404s for the rest
 	pub.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	pub.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	pub.HandleFunc("GET /readyz", ready.handler)

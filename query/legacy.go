@@ -1,0 +1,203 @@
+package query
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm"
+)
+
+// Constellation's older paths (/links…): a target with a collection and a
+// path given apart instead of subject and source, and the same answers
+// under their older field names. The path is Constellation's, its leading
+// dot optional here as in source.
+
+// legacyQuery reads target, collection, path and the DID filters (did,
+// repeatable, or from_dids, comma-separated: Constellation's older
+// spelling; not both).
+func (s *Server) legacyQuery(q url.Values, withDIDs bool) (*linkQuery, error) {
+	raw, err := one(q, "target")
+	if err != nil {
+		return nil, err
+	}
+	sub, err := s.parseSubject("target", raw)
+	if err != nil {
+		return nil, err
+	}
+	coll, err := one(q, "collection")
+	if err != nil {
+		return nil, err
+	}
+	if coll == "" {
+		return nil, badRequest("collection is required")
+	}
+	path, err := one(q, "path")
+	if err != nil {
+		return nil, err
+	}
+	if path == "" {
+		return nil, badRequest("path is required")
+	}
+	src, err := s.parseSource("path", coll, path)
+	if err != nil {
+		return nil, err
+	}
+	lq := &linkQuery{subjects: []subject{sub}, sources: []source{src}}
+	if sub.known {
+		lq.known = lq.subjects
+	}
+	if src.known {
+		lq.filter.Sources = []lsm.SourcePair{src.pair}
+	}
+	didsOK := true
+	if withDIDs {
+		if fd := q.Get("from_dids"); fd != "" {
+			if len(q["did"]) > 0 {
+				return nil, badRequest("give did (repeated) or from_dids (comma-separated), not both")
+			}
+			q = url.Values{"did": strings.Split(fd, ",")}
+		}
+		lq.filter.DIDs, didsOK, err = s.didFilter(q, "did")
+		if err != nil {
+			return nil, err
+		}
+	}
+	lq.matchable = len(lq.known) > 0 && src.known && didsOK
+	return lq, nil
+}
+
+type linksOut struct {
+	Total          uint64                `json:"total"`
+	LinkingRecords []constellationRecord `json:"linking_records"`
+	Cursor         *string               `json:"cursor"`
+}
+
+// links: GET /links?target=&collection=&path=&did=&from_dids=&limit=&cursor=&reverse=
+func (s *Server) links(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+	lq, err := s.legacyQuery(r.URL.Query(), true)
+	if err != nil {
+		return nil, err
+	}
+	recs, total, next, err := s.linksPage(ctx, r, v, lq, "links")
+	if err != nil {
+		return nil, err
+	}
+	return linksOut{Total: total, LinkingRecords: recs, Cursor: next}, nil
+}
+
+// linksCount: GET /links/count?target=&collection=&path=
+func (s *Server) linksCount(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+	lq, err := s.legacyQuery(r.URL.Query(), false)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.count(ctx, v, lq)
+	return totalOut{n}, err
+}
+
+// linksCountDistinctDids: GET /links/count/distinct-dids?target=&collection=&path=
+func (s *Server) linksCountDistinctDids(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+	lq, err := s.legacyQuery(r.URL.Query(), false)
+	if err != nil {
+		return nil, err
+	}
+	dids, err := s.distinctDIDs(ctx, v, lq)
+	return totalOut{uint64(len(dids))}, err
+}
+
+// linksDistinctDids: GET /links/distinct-dids?target=&collection=&path=&limit=&cursor=
+func (s *Server) linksDistinctDids(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+	lq, err := s.legacyQuery(r.URL.Query(), false)
+	if err != nil {
+		return nil, err
+	}
+	return s.didsPage(ctx, r, v, lq, "links/distinct-dids")
+}
+
+type pathCounts struct {
+	Records      int `json:"records"`
+	DistinctDids int `json:"distinct_dids"`
+}
+
+type sourceKey struct{ coll, path uint64 }
+
+// allCounts is, per collection and path, the live links to target and the
+// distinct accounts they come from.
+func (s *Server) allCounts(ctx context.Context, r *http.Request, v *lsm.View) (map[sourceKey]*pathCounts, error) {
+	raw, err := one(r.URL.Query(), "target")
+	if err != nil {
+		return nil, err
+	}
+	sub, err := s.parseSubject("target", raw)
+	if err != nil || !sub.known {
+		return nil, err
+	}
+	links, _, err := s.Reader.All(ctx, v, sub.id, lsm.Filter{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[sourceKey]*pathCounts{}
+	seen := map[sourceKey]map[uint64]bool{}
+	for i := range links {
+		l := &links[i]
+		k := sourceKey{l.Source.Collection, l.Location.PathID()}
+		c := out[k]
+		if c == nil {
+			c = &pathCounts{}
+			out[k], seen[k] = c, map[uint64]bool{}
+		}
+		c.Records++
+		if !seen[k][l.Source.DID] {
+			seen[k][l.Source.DID] = true
+			c.DistinctDids++
+		}
+	}
+	if len(out) > LinksAllEntriesMax {
+		return nil, &apiError{http.StatusBadRequest, "QueryTooBig", "links from more than " + strconv.Itoa(LinksAllEntriesMax) + " collection and path pairs; ask getBacklinksCount per source"}
+	}
+	return out, nil
+}
+
+// byCollectionPath renders counts as {"links": {collection: {path: value}}}.
+func byCollectionPath[T any](s *Server, counts map[sourceKey]*pathCounts, value func(*pathCounts) T) (map[string]map[string]map[string]T, error) {
+	out := map[string]map[string]map[string]T{"links": {}}
+	for k, c := range counts {
+		coll, err := s.Codec.RenderCollection(k.coll)
+		if err != nil {
+			return nil, err
+		}
+		path, err := s.Codec.RenderLocation(link.MakeLocation(k.path, false), link.StyleConstellation)
+		if err != nil {
+			return nil, err
+		}
+		if out["links"][coll] == nil {
+			out["links"][coll] = map[string]T{}
+		}
+		out["links"][coll][path] = value(c)
+	}
+	return out, nil
+}
+
+// linksAll: GET /links/all?target= — per collection and path, the live
+// links and distinct DIDs.
+func (s *Server) linksAll(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+	counts, err := s.allCounts(ctx, r, v)
+	if err != nil {
+		return nil, err
+	}
+	return byCollectionPath(s, counts, func(c *pathCounts) pathCounts { return *c })
+}
+
+// linksAllCount: GET /links/all/count?target= — per collection and path,
+// the live links.
+func (s *Server) linksAllCount(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+	counts, err := s.allCounts(ctx, r, v)
+	if err != nil {
+		return nil, err
+	}
+	return byCollectionPath(s, counts, func(c *pathCounts) int { return c.Records })
+}

@@ -1,0 +1,320 @@
+package query
+
+import (
+	"context"
+	"encoding/hex"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm"
+)
+
+// Many-to-many: the records that link to a subject from a source (join
+// records: a list item linking a list, a starter pack an account) and what
+// else each links to at another path (pathToOther). The other links of a
+// record come from its forward entries (lsm.Reader.Forward); a record
+// without any has at most one link, the one it was found by.
+
+// hashedPrefix names an other subject the index keeps only as a hash (an
+// http(s) URL, an at-uri with a handle): its text is not stored, so an
+// answer names it by its hash unless the query named it in otherSubject.
+const hashedPrefix = "hash:"
+
+// m2mQuery is a parsed many-to-many question.
+type m2mQuery struct {
+	lq     *linkQuery
+	pto    string    // pathToOther, with its leading dot
+	other  uint64    // path ID of pathToOther
+	others []subject // otherSubject filter, known ones
+	known  bool      // something can match
+}
+
+func (s *Server) parseM2M(q url.Values, didParam string) (*m2mQuery, error) {
+	for _, p := range []string{"subject", "source"} {
+		if len(q[p]) > 1 {
+			return nil, badRequest("parameter " + p + " is given " + strconv.Itoa(len(q[p])) + " times; at most once on this endpoint")
+		}
+	}
+	srcs, err := s.sources(q)
+	if err != nil {
+		return nil, err
+	}
+	raw, _ := one(q, "subject")
+	sub, err := s.parseSubject("subject", raw)
+	if err != nil {
+		return nil, err
+	}
+	ptoRaw, err := one(q, "pathToOther")
+	if err != nil {
+		return nil, err
+	}
+	if ptoRaw == "" {
+		return nil, badRequest("pathToOther is required: a path, e.g. subject")
+	}
+	pto, err := parsePath("pathToOther", ptoRaw)
+	if err != nil {
+		return nil, err
+	}
+	others, err := s.subjects(q, "otherSubject", false)
+	if err != nil {
+		return nil, err
+	}
+	dids, didsOK, err := s.didFilter(q, didParam)
+	if err != nil {
+		return nil, err
+	}
+	m := &m2mQuery{lq: &linkQuery{subjects: []subject{sub}, sources: srcs}, pto: pto}
+	if sub.known {
+		m.lq.known = m.lq.subjects
+	}
+	if srcs[0].known {
+		m.lq.filter.Sources = []lsm.SourcePair{srcs[0].pair}
+	}
+	m.lq.filter.DIDs = dids
+	otherID, otherKnown, err := s.pathID("pathToOther", pto)
+	if err != nil {
+		return nil, err
+	}
+	m.other = otherID
+	for _, o := range others {
+		if o.known {
+			m.others = append(m.others, o)
+		}
+	}
+	m.known = sub.known && srcs[0].known && didsOK && otherKnown && (len(others) == 0 || len(m.others) > 0)
+	m.lq.matchable = m.known
+	return m, nil
+}
+
+func (m *m2mQuery) scope(endpoint string, q url.Values, didParam string) scope {
+	var others []string
+	for _, o := range m.others {
+		others = append(others, o.id.String())
+	}
+	return m.lq.scope(endpoint, q).add("pathToOther", []string{m.pto}).add("otherSubject", others).add(didParam, q[didParam])
+}
+
+// othersOf is what join record b's source links to at pathToOther (passing
+// the otherSubject filter), sorted and without repeats: from its forward
+// entries fw, or b itself when it has none.
+func (m *m2mQuery) othersOf(b *link.Backlink, fw []link.Backlink) []link.RecordID {
+	if len(fw) == 0 {
+		fw = []link.Backlink{*b}
+	}
+	var out []link.RecordID
+	for i := range fw {
+		if fw[i].Location.PathID() != m.other {
+			continue
+		}
+		t := fw[i].Target
+		if len(m.others) > 0 && !slices.ContainsFunc(m.others, func(o subject) bool { return o.id == t }) {
+			continue
+		}
+		out = append(out, t)
+	}
+	slices.SortFunc(out, link.RecordID.Compare)
+	return slices.Compact(out)
+}
+
+// renderOther names an other subject: a DID, an at-uri, or (a hashed
+// target) the otherSubject that named it, else its hash.
+func (s *Server) renderOther(m *m2mQuery, t link.RecordID) (string, error) {
+	switch {
+	case t.IsRepo():
+		return s.Codec.RenderDID(t.DID)
+	case t.IsHashed():
+		for _, o := range m.others {
+			if o.id == t {
+				return o.norm, nil
+			}
+		}
+		b := t.Bytes()
+		return hashedPrefix + hex.EncodeToString(b[:8]) + hex.EncodeToString(b[16:]), nil
+	}
+	return s.Codec.RenderRecord(t)
+}
+
+type m2mItem struct {
+	LinkRecord   constellationRecord `json:"linkRecord"`
+	OtherSubject string              `json:"otherSubject"`
+}
+
+type m2mOut struct {
+	Items  []m2mItem `json:"items"`
+	Cursor *string   `json:"cursor"`
+}
+
+// getManyToMany: GET /xrpc/blue.microcosm.links.getManyToMany?subject=&source=&pathToOther=&linkDid=&otherSubject=&limit=&cursor=
+// One item per (join record, other subject), newest join record first,
+// then by the other subject's encoding.
+func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+	q := r.URL.Query()
+	m, err := s.parseM2M(q, "linkDid")
+	if err != nil {
+		return nil, err
+	}
+	limit, err := parseLimit(q)
+	if err != nil {
+		return nil, err
+	}
+	out := m2mOut{Items: []m2mItem{}}
+	if !m.known {
+		return out, noCursorHere(q)
+	}
+	sc := m.scope("getManyToMany", q, "linkDid")
+	cur, aerr := decodePosCursor(q.Get("cursor"), kindItems, true, sc)
+	if aerr != nil {
+		return nil, aerr
+	}
+	tgt := m.lq.known[0].id
+	var after *lsm.Cursor
+	if cur != nil {
+		after = successor(cur.Source, cur.Location) // the cursor's join record again: it may have more items
+	}
+	type item struct {
+		pos   linkPos // join record's source and location, and the other subject
+		other link.RecordID
+	}
+	var items []item
+	batch := limit + 1
+	for len(items) <= limit {
+		res, err := s.Reader.Backlinks(ctx, v, lsm.Query{Target: tgt, After: after, Reverse: true, Limit: batch, Filter: m.lq.filter})
+		if err != nil {
+			return nil, err
+		}
+		if len(res.Links) == 0 {
+			break
+		}
+		srcs := make([]link.RecordID, len(res.Links))
+		for i := range res.Links {
+			srcs[i] = res.Links[i].Source
+		}
+		fw, _, err := s.Reader.Forward(ctx, v, srcs)
+		if err != nil {
+			return nil, err
+		}
+		for i := range res.Links {
+			b := &res.Links[i]
+			for _, t := range m.othersOf(b, fw[i]) {
+				if cur != nil && b.Source == cur.Source && b.Location == cur.Location && t.Compare(cur.Target) <= 0 {
+					continue // returned on the cursor's page
+				}
+				items = append(items, item{pos: linkPos{Source: b.Source, Location: b.Location, Target: t}, other: t})
+			}
+		}
+		if res.Next == nil {
+			break
+		}
+		after = res.Next
+		batch = min(batch*4, lsm.LimitMax)
+	}
+	more := len(items) > limit
+	if more {
+		items = items[:limit]
+	}
+	for _, it := range items {
+		rec, err := s.record(it.pos.Source)
+		if err != nil {
+			return nil, err
+		}
+		name, err := s.renderOther(m, it.other)
+		if err != nil {
+			return nil, err
+		}
+		out.Items = append(out.Items, m2mItem{LinkRecord: rec, OtherSubject: name})
+	}
+	if more {
+		out.Cursor = encodePosCursor(kindItems, &items[len(items)-1].pos, true, sc)
+	}
+	return out, nil
+}
+
+type m2mCount struct {
+	Subject  string `json:"subject"`
+	Total    uint64 `json:"total"`
+	Distinct uint64 `json:"distinct"`
+}
+
+type m2mCountsOut struct {
+	CountsByOtherSubject []m2mCount `json:"counts_by_other_subject"`
+	Cursor               *string    `json:"cursor"`
+}
+
+// getManyToManyCounts: GET /xrpc/blue.microcosm.links.getManyToManyCounts?subject=&source=&pathToOther=&did=&otherSubject=&limit=&cursor=
+// Per other subject, the join records linking to it (total) and their
+// distinct accounts (distinct), ordered by the other subject's encoding;
+// the cursor is the last group returned.
+func (s *Server) getManyToManyCounts(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+	q := r.URL.Query()
+	m, err := s.parseM2M(q, "did")
+	if err != nil {
+		return nil, err
+	}
+	limit, err := parseLimit(q)
+	if err != nil {
+		return nil, err
+	}
+	out := m2mCountsOut{CountsByOtherSubject: []m2mCount{}}
+	if !m.known {
+		return out, noCursorHere(q)
+	}
+	sc := m.scope("getManyToManyCounts", q, "did")
+	pos, aerr := decodeCursor(q.Get("cursor"), kindGroups, 0, sc)
+	if aerr != nil {
+		return nil, aerr
+	}
+	joins, _, err := s.Reader.All(ctx, v, m.lq.known[0].id, m.lq.filter)
+	if err != nil {
+		return nil, err
+	}
+	srcs := make([]link.RecordID, len(joins))
+	for i := range joins {
+		srcs[i] = joins[i].Source
+	}
+	fw, _, err := s.Reader.Forward(ctx, v, srcs)
+	if err != nil {
+		return nil, err
+	}
+	type group struct {
+		total uint64
+		dids  map[uint64]struct{}
+	}
+	groups := map[link.RecordID]*group{}
+	for i := range joins {
+		for _, t := range m.othersOf(&joins[i], fw[i]) {
+			g := groups[t]
+			if g == nil {
+				g = &group{dids: map[uint64]struct{}{}}
+				groups[t] = g
+			}
+			g.total++
+			g.dids[joins[i].Source.DID] = struct{}{}
+		}
+	}
+	keys := make([]link.RecordID, 0, len(groups))
+	for t := range groups {
+		if pos == nil || t.Compare(link.GetRecordID(pos)) > 0 {
+			keys = append(keys, t)
+		}
+	}
+	slices.SortFunc(keys, link.RecordID.Compare)
+	more := len(keys) > limit
+	if more {
+		keys = keys[:limit]
+	}
+	for _, t := range keys {
+		name, err := s.renderOther(m, t)
+		if err != nil {
+			return nil, err
+		}
+		out.CountsByOtherSubject = append(out.CountsByOtherSubject, m2mCount{Subject: name, Total: groups[t].total, Distinct: uint64(len(groups[t].dids))})
+	}
+	if more {
+		b := keys[len(keys)-1].Bytes()
+		out.Cursor = encodeCursor(kindGroups, 0, b[:], sc)
+	}
+	return out, nil
+}

@@ -1,0 +1,325 @@
+package query
+
+import (
+	"errors"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/eddy-backlinks/eddy/extract"
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm"
+)
+
+// Limits of repeatable parameters: how many values one query may give.
+const (
+	// SubjectsMax bounds subject (and otherSubject): one question about a
+	// few spellings or copies of a thing, not a batch API.
+	SubjectsMax = 16
+	// SourcesMax bounds source: a URL shared as an embed and as a facet
+	// link, a post quoted and replied to, is a few sources.
+	SourcesMax = 16
+	// DIDsMax bounds did (and linkDid): "likes from the accounts I follow"
+	// names many accounts; a page's filter is a sorted list.
+	DIDsMax = 1000
+)
+
+// subject is a parsed target parameter.
+type subject struct {
+	norm  string // normalised, as answers name it
+	id    link.RecordID
+	known bool // the index has seen every part of it (else nothing links there)
+}
+
+// source is a parsed "collection:path".
+type source struct {
+	coll, path string // path with its leading dot
+	pair       lsm.SourcePair
+	known      bool
+}
+
+// name is the source as Constellation spells it: the path without its dot.
+func (s *source) name() string { return s.coll + ":" + s.path[1:] }
+
+// one returns a parameter that may be given at most once ("" when absent).
+func one(q url.Values, name string) (string, error) {
+	switch vs := q[name]; len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		return vs[0], nil
+	default:
+		return "", badRequest("parameter " + name + " is given " + strconv.Itoa(len(vs)) + " times; at most once")
+	}
+}
+
+// many returns a repeatable parameter's values, at most max of them.
+func many(q url.Values, name string, max int, required bool) ([]string, error) {
+	vs := q[name]
+	if len(vs) == 0 && required {
+		return nil, badRequest(name + " is required")
+	}
+	if len(vs) > max {
+		return nil, badRequest("parameter " + name + " is given " + strconv.Itoa(len(vs)) + " times; at most " + strconv.Itoa(max))
+	}
+	return vs, nil
+}
+
+// parseSubject parses and encodes one target.
+func (s *Server) parseSubject(param, raw string) (subject, error) {
+	if raw == "" {
+		return subject{}, badRequest(param + " is required")
+	}
+	t, err := link.ParseTarget(raw)
+	if err != nil {
+		return subject{}, badRequest(param + " must be an at-uri, a DID or an http(s) URL")
+	}
+	sub := subject{norm: t.Norm}
+	id, err := s.Codec.Target(&t, false)
+	if errors.Is(err, link.ErrUnknown) {
+		return sub, nil
+	}
+	if err != nil {
+		return subject{}, badRequest(param + ": " + err.Error())
+	}
+	sub.id, sub.known = id, true
+	return sub, nil
+}
+
+// subjects parses a repeatable target parameter: every target given, in
+// order, without repeats (did:x and at://did:x are one).
+func (s *Server) subjects(q url.Values, param string, required bool) ([]subject, error) {
+	raws, err := many(q, param, SubjectsMax, required)
+	if err != nil {
+		return nil, err
+	}
+	var out []subject
+	for _, raw := range raws {
+		sub, err := s.parseSubject(param, raw)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.ContainsFunc(out, func(o subject) bool { return o.norm == sub.norm || (o.known && sub.known && o.id == sub.id) }) {
+			out = append(out, sub)
+		}
+	}
+	return out, nil
+}
+
+// parsePath checks a path parameter (the leading dot optional) against the
+// limits ingest applies, so any path that can be indexed can be asked about.
+func parsePath(param, path string) (string, error) {
+	if path == "" || path == "." {
+		return "", badRequest(param + " must be a path, e.g. subject.uri")
+	}
+	if !strings.HasPrefix(path, ".") {
+		path = "." + path
+	}
+	switch extract.CheckPath(path) {
+	case extract.ErrPathTooLong:
+		return "", badRequest(param + ": a path is at most " + strconv.Itoa(extract.PathBytesMax) + " bytes (the longest ingest indexes)")
+	case extract.ErrPathTooDeep:
+		return "", badRequest(param + ": a path has at most " + strconv.Itoa(extract.DepthMax) + " levels (the deepest ingest indexes)")
+	}
+	return path, nil
+}
+
+// pathID encodes a path; ok is false when no link was ever indexed there.
+func (s *Server) pathID(param, path string) (uint64, bool, error) {
+	loc, err := s.Codec.Location(path, false, false)
+	if errors.Is(err, link.ErrUnknown) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, badRequest(param + ": " + err.Error())
+	}
+	return loc.PathID(), true, nil
+}
+
+const sourceSyntax = "source must be collection:path, e.g. app.bsky.feed.like:subject.uri"
+
+// parseSource parses one "collection:path" (or a collection and a path
+// given apart, as the /links paths do).
+func (s *Server) parseSource(param, coll, path string) (source, error) {
+	if !link.ValidCollection(coll) {
+		if param == "source" {
+			return source{}, badRequest(sourceSyntax)
+		}
+		return source{}, badRequest("collection must be an NSID, e.g. app.bsky.feed.like")
+	}
+	p, err := parsePath(param, path)
+	if err != nil {
+		if param == "source" && (path == "" || path == ".") {
+			return source{}, badRequest(sourceSyntax)
+		}
+		return source{}, err
+	}
+	src := source{coll: coll, path: p}
+	c, err := s.Codec.Collection(coll, false)
+	if errors.Is(err, link.ErrUnknown) {
+		return src, nil
+	}
+	if err != nil {
+		return source{}, badRequest("collection: " + err.Error())
+	}
+	pid, ok, err := s.pathID(param, p)
+	if err != nil || !ok {
+		return src, err
+	}
+	src.pair, src.known = lsm.SourcePair{Collection: c, Path: pid}, true
+	return src, nil
+}
+
+// sources parses the repeatable source parameter: all of them (known or
+// not: answers name them) in the order given, without repeats.
+func (s *Server) sources(q url.Values) ([]source, error) {
+	raws, err := many(q, "source", SourcesMax, true)
+	if err != nil {
+		return nil, err
+	}
+	var out []source
+	for _, raw := range raws {
+		coll, path, ok := strings.Cut(raw, ":")
+		if !ok {
+			return nil, badRequest(sourceSyntax)
+		}
+		src, err := s.parseSource("source", coll, path)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.ContainsFunc(out, func(o source) bool { return o.coll == src.coll && o.path == src.path }) {
+			out = append(out, src)
+		}
+	}
+	return out, nil
+}
+
+// didFilter parses a repeatable DID parameter into sorted did fields; ok
+// is false when DIDs were given but none ever linked anything (so nothing
+// can match).
+func (s *Server) didFilter(q url.Values, param string) (dids []uint64, ok bool, err error) {
+	raws, err := many(q, param, DIDsMax, false)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, d := range raws {
+		if !link.ValidDID(d) {
+			return nil, false, badRequest(param + " must be a DID")
+		}
+		v, err := s.Codec.DID(d, false)
+		if errors.Is(err, link.ErrUnknown) {
+			continue // this DID never linked anything
+		}
+		if err != nil {
+			return nil, false, badRequest(param + ": " + err.Error())
+		}
+		dids = append(dids, v)
+	}
+	slices.Sort(dids)
+	dids = slices.Compact(dids)
+	return dids, len(raws) == 0 || len(dids) > 0, nil
+}
+
+// linkQuery is a parsed question "which links go to these subjects from
+// these sources (from these accounts)": the part getBacklinks, the counts
+// and the DID lists share.
+type linkQuery struct {
+	subjects  []subject // as asked, distinct
+	known     []subject // those the index has seen
+	sources   []source  // as asked, distinct
+	filter    lsm.Filter
+	matchable bool // some subject, source and did is known: something can match
+	multi     bool // more than one subject or source was asked: answers say which each link matched
+}
+
+// parseLinkQuery reads subject, source and did, each repeatable.
+func (s *Server) parseLinkQuery(q url.Values) (*linkQuery, error) {
+	srcs, err := s.sources(q)
+	if err != nil {
+		return nil, err
+	}
+	subs, err := s.subjects(q, "subject", true)
+	if err != nil {
+		return nil, err
+	}
+	dids, didsOK, err := s.didFilter(q, "did")
+	if err != nil {
+		return nil, err
+	}
+	lq := &linkQuery{subjects: subs, sources: srcs, multi: len(subs) > 1 || len(srcs) > 1}
+	for _, sub := range subs {
+		if sub.known {
+			lq.known = append(lq.known, sub)
+		}
+	}
+	for i := range srcs {
+		if srcs[i].known {
+			lq.filter.Sources = append(lq.filter.Sources, srcs[i].pair)
+		}
+	}
+	lq.filter.DIDs = dids
+	lq.matchable = len(lq.known) > 0 && len(lq.filter.Sources) > 0 && didsOK
+	return lq, nil
+}
+
+// scope names the query for its cursors.
+func (lq *linkQuery) scope(endpoint string, q url.Values) scope {
+	sc := newScope(endpoint)
+	var subs, srcs []string
+	for _, sub := range lq.subjects {
+		subs = append(subs, sub.norm)
+	}
+	for i := range lq.sources {
+		srcs = append(srcs, lq.sources[i].coll+":"+lq.sources[i].path)
+	}
+	return sc.add("subject", subs).add("source", srcs).add("did", q["did"])
+}
+
+// sourceOf names the source a link matched.
+func (lq *linkQuery) sourceOf(l *link.Backlink) string {
+	p := lsm.SourcePair{Collection: l.Source.Collection, Path: l.Location.PathID()}
+	for i := range lq.sources {
+		if lq.sources[i].known && lq.sources[i].pair == p {
+			return lq.sources[i].name()
+		}
+	}
+	return ""
+}
+
+// subjectOf names the subject a link goes to.
+func (lq *linkQuery) subjectOf(l *link.Backlink) string {
+	for _, sub := range lq.known {
+		if sub.id == l.Target {
+			return sub.norm
+		}
+	}
+	return ""
+}
+
+// parseLimit reads limit with a default and the maximum.
+func parseLimit(q url.Values) (int, error) {
+	s, err := one(q, "limit")
+	if err != nil || s == "" {
+		return DefaultLimit, err
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > LimitMax {
+		return 0, badRequest("limit must be an integer from 1 to " + strconv.Itoa(LimitMax))
+	}
+	return n, nil
+}
+
+// parseReverse reads reverse: "true" (oldest first) or "false" (the
+// default: newest first).
+func parseReverse(q url.Values) (bool, error) {
+	switch rv, err := one(q, "reverse"); {
+	case err != nil:
+		return false, err
+	case rv == "" || rv == "false":
+		return false, nil
+	case rv == "true":
+		return true, nil
+	}
+	return false, badRequest("reverse must be true or false")
+}
