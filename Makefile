@@ -1,7 +1,7 @@
 # Eddy: a backlink index for the AT Protocol network.
 #
 #   make build   builds bin/eddy-node and bin/eddy-ctl
-#   make test    installs the test services (MinIO, systemd-analyze) if missing, then vets and tests everything
+#   make test    installs what the tests use (MinIO, systemd-analyze, Chromium, e2e/jsclient's npm packages) if missing, then vets and tests everything
 #   make bench   runs the Go benchmarks (figures go to docs/bench.md by hand, with the command)
 #   make fuzz    runs every fuzz target for FUZZTIME each
 
@@ -39,7 +39,9 @@ run: build
 minio:
 	@bash scripts/install-minio.sh
 
-# Other tools the tests need (systemd-analyze), installed if absent.
+# Other tools the tests need, installed if absent: systemd-analyze and
+# chromium (apt-get), and e2e/jsclient's npm packages (npm ci from its lock file; Node.js and npm
+# must be on the machine).
 testdeps:
 	@bash scripts/install-test-deps.sh
 

@@ -96,15 +96,15 @@ func decodeCursor(s string, kind cursorKind, flags byte, sc scope) ([]byte, *api
 	if err != nil || len(b) < 3 || b[0] != cursorVersion || len(b) != 3+cursorKind(b[1]).posBytes()+cursorCheckBytes {
 		return nil, badRequest("cursor is not one this service returned")
 	}
+	n := 3 + cursorKind(b[1]).posBytes()
+	if !bytes.Equal(b[n:], cursorCheck(b[:n], sc)) {
+		return nil, badRequest("cursor is corrupt, or was returned for another query (endpoint, subjects, sources or filters)")
+	}
 	if cursorKind(b[1]) != kind {
 		return nil, badRequest("cursor was returned by another endpoint")
 	}
 	if b[2] != flags {
 		return nil, badRequest("cursor was returned for the other direction")
-	}
-	n := 3 + kind.posBytes()
-	if !bytes.Equal(b[n:], cursorCheck(b[:n], sc)) {
-		return nil, badRequest("cursor is corrupt, or was returned for another query (its subjects, sources or filters)")
 	}
 	return b[3:n], nil
 }
