@@ -123,6 +123,22 @@ func TestNewestFirstAndPaging(t *testing.T) {
 			t.Fatalf("/links limit %s:\n got %v\nwant %v", limit, got, newest)
 		}
 	}
+	// from_dids (comma-separated, Constellation's older filter) and did.
+	pick := []string{want[0].DID, want[3].DID}
+	for _, fq := range []url.Values{
+		{"from_dids": {pick[0] + ", " + pick[1] + ","}},
+		{"did": pick},
+	} {
+		lq := url.Values{"target": {post}, "collection": {"app.bsky.feed.like"}, "path": {".subject.uri"}}
+		for k, v := range fq {
+			lq[k] = v
+		}
+		var out linksOut
+		f.get("/links", lq, &out)
+		if out.Total != 2 || len(out.LinkingRecords) != 2 || !slices.Contains(pick, out.LinkingRecords[0].DID) || !slices.Contains(pick, out.LinkingRecords[1].DID) {
+			t.Fatalf("/links %v: %+v", fq, out)
+		}
+	}
 	var cnt totalOut
 	f.get("/links/count", url.Values{"target": {post}, "collection": {"app.bsky.feed.like"}, "path": {"subject.uri"}}, &cnt)
 	if cnt.Total != uint64(len(want)) {

@@ -59,12 +59,23 @@ func (s *Server) legacyQuery(q url.Values, withDIDs bool) (*linkQuery, error) {
 			if len(q["did"]) > 0 {
 				return nil, badRequest("give did (repeated) or from_dids (comma-separated), not both")
 			}
-			q = url.Values{"did": strings.Split(fd, ",")}
+			var dids []string
+			for _, d := range strings.Split(fd, ",") {
+				if d = strings.TrimSpace(d); d != "" { // "a,b," and "a, b" are two DIDs, as in Constellation
+					dids = append(dids, d)
+				}
+			}
+			if len(dids) == 0 {
+				didsOK = false // only empty names: nobody
+			}
+			q = url.Values{"did": dids}
 		}
-		lq.filter.DIDs, didsOK, err = s.didFilter(q, "did")
+		var ok bool
+		lq.filter.DIDs, ok, err = s.didFilter(q, "did")
 		if err != nil {
 			return nil, err
 		}
+		didsOK = didsOK && ok
 	}
 	lq.matchable = len(lq.known) > 0 && src.known && didsOK
 	return lq, nil
