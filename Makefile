@@ -1,6 +1,6 @@
 # Eddy: a backlink index for the AT Protocol network.
 #
-#   make build   builds bin/eddy-node and bin/eddy-ctl
+#   make build   builds bin/eddy-node, bin/eddy-ctl and bin/eddy-bench (the storage benchmark, run by eddy-ctl bench)
 #   make test    installs what the tests use (MinIO, systemd-analyze, Chromium, e2e/jsclient's npm packages) if missing, then vets and tests everything
 #   make bench   runs the Go benchmarks (figures go to docs/bench.md by hand, with the command)
 #   make fuzz    runs every fuzz target for FUZZTIME each
@@ -19,6 +19,7 @@ build:
 	@mkdir -p bin
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/eddy-node ./cmd/node
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/eddy-ctl ./cmd/ctl
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/eddy-bench ./cmd/bench
 
 # The main job on embedded defaults: a three-node cluster on loopback ingests
 # the bundled capture of the live network and answers real queries.
@@ -58,6 +59,8 @@ test: minio testdeps vet build
 e2e-full: build
 	EDDY_E2E_ACCOUNTS=2000 EDDY_E2E_STEPS=260000 $(GO) test -count=1 -timeout 60m -run TestIngestWithLeaderKills -v ./e2e
 
+# The Go benchmarks. The storage benchmark is bin/eddy-bench lsm (also run
+# as eddy-ctl bench lsm; docs/bench.md).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./...
 

@@ -3,129 +3,109 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/eddy-backlinks/eddy/objstore/miniotest"
 )
 
-// bench lsm on a small workload: one JSON object with every figure, and
-// the bench's own model check (counts and first pages of 51 targets
-// against the workload's bookkeeping, and Pebble's keys) passed.
-func TestBenchLSM(t *testing.T) {
+// The bench itself is tested in package bench; these test the shim: that
+// eddy-ctl bench finds eddy-bench, passes the arguments through, and keeps
+// the output and exit codes of the bench it used to contain.
+
+func TestBenchShimNotFound(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
 	var out, errb bytes.Buffer
-	args := []string{"bench", "lsm", "--links", "20000", "--store", "file", "--queries", "500", "--tmp", t.TempDir(), "--json"}
-	if code := run(args, &out, &errb); code != 0 {
-		t.Fatalf("exit %d: %s\n%s", code, out.String(), errb.String())
+	if code := run([]string{"bench", "lsm", "--links", "3000"}, &out, &errb); code != 1 {
+		t.Fatalf("exit %d, want 1; stderr:\n%s", code, errb.String())
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 1 {
-		t.Fatalf("%d lines of output, want one JSON object:\n%s", len(lines), out.String())
-	}
-	var res map[string]any
-	if err := json.Unmarshal([]byte(lines[0]), &res); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{
-		"links", "bytes_per_link", "meta_bytes_per_link", "write_links_per_sec_per_core",
-		"query_p50_us", "query_p99_us", "gets_per_query_max", "count_1m_ms", "count_target_links",
-		"pebble_bytes_per_link", "pebble_query_p50_us", "store", "seed", "elapsed_s", "flushes",
-		"compactions", "tables", "go", "model_check",
-	} {
-		if _, ok := res[f]; !ok {
-			t.Errorf("field %q missing", f)
-		}
-	}
-	num := func(f string) float64 {
-		v, _ := res[f].(float64)
-		return v
-	}
-	if num("links") <= 0 || num("links") > 20000 {
-		t.Errorf("links = %v", res["links"])
-	}
-	if res["model_check"] != "ok" {
-		t.Errorf("model_check = %v", res["model_check"])
-	}
-	if res["store"] != "file" || num("seed") != 1 {
-		t.Errorf("store %v seed %v", res["store"], res["seed"])
-	}
-	if num("count_target_links") != 10000 {
-		t.Errorf("count_target_links = %v, want 10000 (N/2)", res["count_target_links"])
-	}
-	for _, f := range []string{"bytes_per_link", "meta_bytes_per_link", "write_links_per_sec_per_core", "query_p50_us", "gets_per_query_max", "count_1m_ms", "pebble_bytes_per_link", "pebble_query_p50_us", "flushes", "tables"} {
-		if num(f) <= 0 {
-			t.Errorf("%s = %v, want > 0", f, res[f])
-		}
-	}
-	if !strings.HasPrefix(res["go"].(string), "go") {
-		t.Errorf("go = %v", res["go"])
+	if !strings.HasPrefix(errb.String(), "eddy-ctl bench: eddy-bench not found: run make build") {
+		t.Fatalf("stderr:\n%s", errb.String())
 	}
 }
 
-func TestBenchUsage(t *testing.T) {
-	var out, errb bytes.Buffer
-	for _, args := range [][]string{
-		{"bench"},
-		{"bench", "pebble"},
-		{"bench", "lsm", "--links", "10"},
-		{"bench", "lsm", "--profile-phase", "everything"},
-		{"bench", "lsm", "extra"},
-	} {
-		if code := run(args, &out, &errb); code != 2 {
-			t.Errorf("%v: exit %d, want 2", args, code)
-		}
+// buildBench builds cmd/bench as eddy-bench and this package as eddy-ctl
+// into a directory that becomes the test's PATH, and returns the
+// directory.
+func buildBench(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds eddy-bench")
 	}
-}
-
-// --store s3 starts a MinIO server for the run (skipped without a binary,
-// unless CI or EDDY_REQUIRE_MINIO=1 requires one).
-func TestBenchLSMS3(t *testing.T) {
-	if _, err := miniotest.FindBinary(); err != nil {
-		if os.Getenv("CI") != "" || os.Getenv(miniotest.EnvRequire) == "1" {
-			t.Fatal(err)
-		}
-		t.Skipf("%v; run `make minio`", err)
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build eddy-bench with")
 	}
-	var out, errb bytes.Buffer
-	args := []string{"bench", "lsm", "--links", "5000", "--store", "s3", "--queries", "100", "--no-pebble", "--tmp", t.TempDir(), "--json"}
-	if code := run(args, &out, &errb); code != 0 {
-		t.Fatalf("exit %d: %s\n%s", code, out.String(), errb.String())
-	}
-	var res map[string]any
-	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
-		t.Fatal(err)
-	}
-	if res["model_check"] != "ok" || !strings.HasPrefix(res["store"].(string), "s3") {
-		t.Fatalf("model_check %v, store %v", res["model_check"], res["store"])
-	}
-}
-
-// A store URL: the run uses a fresh prefix and deletes its objects after.
-func TestBenchLSMStoreURL(t *testing.T) {
 	dir := t.TempDir()
+	for name, pkg := range map[string]string{
+		"eddy-bench": "github.com/eddy-backlinks/eddy/cmd/bench",
+		"eddy-ctl":   "github.com/eddy-backlinks/eddy/cmd/ctl",
+	} {
+		if out, err := exec.Command(gobin, "build", "-o", filepath.Join(dir, name), pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	t.Setenv("PATH", dir)
+	return dir
+}
+
+func TestBenchShim(t *testing.T) {
+	dir := buildBench(t)
+
+	// Bad arguments: exit 2, eddy-bench's message as eddy-ctl's own, once.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench"}, "eddy-ctl bench: usage: want `bench lsm [flags]`\n"},
+		{[]string{"bench", "pebble"}, "eddy-ctl bench: usage: want `bench lsm [flags]`\n"},
+		{[]string{"bench", "lsm", "--links", "10"}, "eddy-ctl bench: usage: --links must be at least 1000\n"},
+		{[]string{"bench", "lsm", "--profile-phase", "everything"}, "eddy-ctl bench: usage: --profile-phase must be all, write, query, cold, count or pebble\n"},
+		{[]string{"bench", "lsm", "extra"}, "eddy-ctl bench: usage: unexpected arguments [\"extra\"]\n"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(c.args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", c.args, code)
+		}
+		if errb.String() != c.want || out.Len() != 0 {
+			t.Errorf("%v: stderr %q, stdout %q; want stderr %q", c.args, errb.String(), out.String(), c.want)
+		}
+	}
+
+	// -h: the usage on stdout under eddy-ctl's name, exit 0.
 	var out, errb bytes.Buffer
-	args := []string{"bench", "lsm", "--links", "3000", "--store", "file://" + dir, "--queries", "100", "--no-pebble", "--tmp", t.TempDir(), "--json"}
+	if code := run([]string{"bench", "-h"}, &out, &errb); code != 0 {
+		t.Fatalf("bench -h: exit %d: %s", code, errb.String())
+	}
+	if !strings.HasPrefix(out.String(), "Usage: eddy-ctl bench lsm [flags]\n") || !strings.Contains(out.String(), "-links int") {
+		t.Errorf("bench -h printed:\n%s", out.String())
+	}
+
+	// A small run: the JSON on stdout, the progress log on stderr.
+	out.Reset()
+	errb.Reset()
+	args := []string{"bench", "lsm", "--links", "3000", "--queries", "100", "--no-pebble", "--tmp", t.TempDir(), "--json"}
 	if code := run(args, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, out.String(), errb.String())
 	}
 	var res map[string]any
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v: %s", err, out.String())
 	}
-	if res["model_check"] != "ok" {
-		t.Fatalf("model_check %v", res["model_check"])
+	if res["model_check"] != "ok" || res["links_written"] != float64(3000) {
+		t.Errorf("model_check %v, links_written %v", res["model_check"], res["links_written"])
 	}
-	var left []string
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			left = append(left, p)
-		}
-		return nil
-	})
-	if len(left) > 0 {
-		t.Fatalf("objects left in the store: %v", left)
+	if !strings.Contains(errb.String(), "bench ") || !strings.Contains(errb.String(), "done in") {
+		t.Errorf("stderr:\n%s", errb.String())
+	}
+
+	// The binaries themselves: eddy-bench next to the eddy-ctl executable
+	// is found without PATH.
+	cmd := exec.Command(filepath.Join(dir, "eddy-ctl"), "bench", "lsm", "--links", "10")
+	cmd.Env = append(os.Environ(), "PATH="+t.TempDir())
+	b, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || string(b) != "eddy-ctl bench: usage: --links must be at least 1000\n" {
+		t.Fatalf("%v: %s", err, b)
 	}
 }

@@ -1,0 +1,177 @@
+// Package bench is Eddy's storage benchmark (bench lsm), run by the
+// eddy-bench binary (cmd/bench) and, through it, by `eddy-ctl bench`: it
+// writes a deterministic synthetic workload shaped like the network
+// (package lsm/workload) through lsm.DB on one core, checks the answers
+// against the workload's own bookkeeping, measures size, warm and cold
+// queries and the count of a 1M-link target, and loads the same
+// operations into Pebble for comparison. It lives apart from eddy-ctl so
+// that Pebble is linked into the benchmark only.
+//
+// A run's phases, each in its own file: workload.go (generating the
+// workload, drawing the checked and queried targets), store.go (the
+// object store), write.go, size.go and breakdown.go (where the bytes go),
+// check.go (the model check), query.go (warm and cold queries), count.go,
+// pebble.go (the comparison), result.go and report.go (the figures and
+// their output), cli.go (the command line).
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/lsm/workload"
+	"github.com/eddy-backlinks/eddy/objstore"
+)
+
+// Query set sizes.
+const (
+	queryLinksMax    = 1000 // queried targets have at most this many live links
+	queryLimit       = 100
+	modelTargetCount = 50
+)
+
+type bench struct {
+	cfg   Config
+	log   io.Writer
+	start time.Time
+	prof  *os.File
+	res   *Result
+	wl    *workload.Workload
+
+	counting *objstore.CountingStore
+	db       *lsm.DB
+}
+
+// Run runs the benchmark cfg describes (validated by the caller), writing
+// its progress to log. The result is non-nil on success, and also when the
+// answers disagreed with the model (ModelCheck says how) along with the
+// error.
+func Run(ctx context.Context, cfg Config, log io.Writer) (*Result, error) {
+	b := &bench{cfg: cfg, log: log}
+	return b.run(ctx)
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.log, "bench %6.1fs: %s\n", time.Since(b.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// profile starts (or stops) the CPU profile around a phase.
+func (b *bench) profileStart(phase string) error {
+	if b.cfg.CPUProfile == "" || b.prof != nil || (b.cfg.ProfilePhase != "all" && b.cfg.ProfilePhase != phase) {
+		return nil
+	}
+	f, err := os.Create(b.cfg.CPUProfile)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	b.prof = f
+	return nil
+}
+
+func (b *bench) profileStop(phase string) {
+	if b.prof == nil || (b.cfg.ProfilePhase == "all" && phase != "all") {
+		return
+	}
+	pprof.StopCPUProfile()
+	b.prof.Close()
+	b.prof = nil
+	b.logf("CPU profile of %s written to %s", b.cfg.ProfilePhase, b.cfg.CPUProfile)
+}
+
+func (b *bench) run(ctx context.Context) (*Result, error) {
+	b.start = time.Now()
+	res := newResult(b.cfg.Seed)
+	b.res = res
+	if err := b.generate(); err != nil {
+		return nil, err
+	}
+
+	tmp, err := os.MkdirTemp(b.cfg.Tmp, "eddy-bench-*")
+	if err != nil {
+		return nil, err
+	}
+	if b.cfg.Keep {
+		b.logf("temporary files in %s (kept)", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
+	store, storeName, closeStore, err := b.openStore(ctx, tmp)
+	if err != nil {
+		return nil, err
+	}
+	defer closeStore()
+	res.Store = storeName
+
+	if err := b.profileStart("all"); err != nil {
+		return nil, err
+	}
+	defer b.profileStop("all")
+
+	b.counting = objstore.Counting(store)
+	b.db, err = lsm.Open(ctx, lsm.Options{
+		Store: b.counting, Dir: filepath.Join(tmp, "db"), MemtableBytes: b.cfg.MemtableBytes, NoGCGrace: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer b.db.Close()
+	if err := b.phases(ctx, store, filepath.Join(tmp, "pebble")); err != nil {
+		if res.ModelCheck != "" {
+			return res, err
+		}
+		return nil, err
+	}
+	res.ModelCheck = "ok"
+	res.ElapsedS = time.Since(b.start).Seconds()
+	res.LoadAvgEnd = loadAvg()
+	res.setGoals(!b.cfg.NoPebble)
+	b.logf("done in %.1fs", res.ElapsedS)
+	return res, nil
+}
+
+// phases runs the measured phases on the open DB, in order. An error that
+// sets res.ModelCheck (the answers disagreed) returns the result with it.
+func (b *bench) phases(ctx context.Context, store objstore.Store, pebbleDir string) error {
+	res := b.res
+	if err := b.write(ctx); err != nil {
+		return fmt.Errorf("write phase: %w", err)
+	}
+	if err := b.size(ctx, store); err != nil {
+		return fmt.Errorf("size: %w", err)
+	}
+	if b.cfg.Breakdown {
+		if err := b.breakdown(ctx, store); err != nil {
+			return fmt.Errorf("breakdown: %w", err)
+		}
+	}
+	modelTargets := b.modelTargets()
+	res.ModelTargets = len(modelTargets)
+	if err := b.check(ctx, modelTargets); err != nil {
+		res.ModelCheck = "FAIL: " + err.Error()
+		return fmt.Errorf("model check: %w", err)
+	}
+	queries := b.queryTargets()
+	if err := b.queries(ctx, queries); err != nil {
+		return fmt.Errorf("queries: %w", err)
+	}
+	if err := b.count(ctx); err != nil {
+		return fmt.Errorf("count: %w", err)
+	}
+	if !b.cfg.NoPebble {
+		if err := b.pebble(ctx, pebbleDir, queries, modelTargets); err != nil {
+			res.ModelCheck = "FAIL: " + err.Error()
+			return fmt.Errorf("pebble: %w", err)
+		}
+	}
+	return nil
+}

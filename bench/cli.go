@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// ErrUsage marks an error caused by bad arguments (exit code 2).
+var ErrUsage = errors.New("usage")
+
+const usageText = `Usage: %s lsm [flags]
+
+Writes a deterministic synthetic workload shaped like the atproto network
+(package lsm/workload) through lsm.DB, checks the answers against the
+workload's own bookkeeping, measures size, write speed, queries and counts,
+loads the same links into Pebble for comparison, and prints the figures.
+
+Flags:
+`
+
+// Main runs the command line `name lsm [flags]`: args are what follows
+// name. name is how the user called the bench ("eddy-bench", or "eddy-ctl
+// bench" through eddy-ctl's shim); the usage text is written with it. The
+// figures go to stdout (one JSON object with --json, else a line per
+// figure), the progress log to stderr. -h gives flag.ErrHelp, bad arguments
+// an error wrapping ErrUsage.
+func Main(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "lsm" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprintf(stdout, usageText, name)
+			Flags(&Config{}, stdout).PrintDefaults()
+			return flag.ErrHelp
+		}
+		// The last word of name: "bench" for eddy-ctl bench.
+		return fmt.Errorf("%w: want `%s lsm [flags]`", ErrUsage, name[strings.LastIndex(name, " ")+1:])
+	}
+	var cfg Config
+	fs := Flags(&cfg, stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, usageText, name)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	res, err := Run(ctx, cfg, stderr)
+	if res != nil {
+		if cfg.JSON {
+			enc := json.NewEncoder(stdout)
+			if e := enc.Encode(res); e != nil && err == nil {
+				err = e
+			}
+		} else {
+			printText(stdout, res)
+		}
+	}
+	return err
+}
+
+// Config is a run's settings: the flags of bench lsm.
+type Config struct {
+	Links         int
+	Seed          uint64
+	Store         string // file, s3 or a store URL
+	JSON          bool
+	Queries       int
+	MemtableBytes int
+	CPUProfile    string
+	ProfilePhase  string // all, write, query, cold, count or pebble
+	Tmp           string
+	Keep          bool
+	NoPebble      bool
+	Breakdown     bool
+}
+
+func (c *Config) validate() error {
+	if c.Links < 1000 {
+		return fmt.Errorf("%w: --links must be at least 1000", ErrUsage)
+	}
+	switch c.ProfilePhase {
+	case "all", "write", "query", "cold", "count", "pebble":
+	default:
+		return fmt.Errorf("%w: --profile-phase must be all, write, query, cold, count or pebble", ErrUsage)
+	}
+	return nil
+}
+
+// Flags returns the flag set of bench lsm, filling c (with the defaults
+// before parsing).
+func Flags(c *Config, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("bench lsm", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.IntVar(&c.Links, "links", 2_000_000, "backlinks to write")
+	fs.Uint64Var(&c.Seed, "seed", 1, "workload seed")
+	fs.StringVar(&c.Store, "store", "file", "object store: file (a temporary directory), s3 (a MinIO server started for the run), or a store URL (objstore.Open; the run uses a fresh prefix in it and deletes it after)")
+	fs.BoolVar(&c.JSON, "json", false, "print one JSON object")
+	fs.IntVar(&c.Queries, "queries", 4000, "warm queries (targets with up to 1,000 links, limit 100)")
+	fs.IntVar(&c.MemtableBytes, "memtable-bytes", 0, "memtable bound per tree (0: lsm.DefaultMemtableBytes)")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of --profile-phase to this file")
+	fs.StringVar(&c.ProfilePhase, "profile-phase", "all", "phase the CPU profile covers: all (from the first write to the end), write (the write phase), query (the timed warm queries), cold (the cold queries), count (the counts of the mega target) or pebble")
+	fs.StringVar(&c.Tmp, "tmp", "", "directory for the run's temporary files (default: the system's)")
+	fs.BoolVar(&c.Keep, "keep", false, "keep the temporary files (and a URL store's objects)")
+	fs.BoolVar(&c.NoPebble, "no-pebble", false, "skip the Pebble comparison")
+	fs.BoolVar(&c.Breakdown, "breakdown", false, "estimate what each field of a backlink costs in the data objects (rebuilds the tables with one field blanked at a time)")
+	return fs
+}
+
+// parseFlags parses args into fs: -h gives flag.ErrHelp, a bad flag or a
+// stray argument a usage error (as eddy-ctl's parseFlags).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", ErrUsage, fs.Args())
+	}
+	return nil
+}

@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/lsm"
+)
+
+// count times Count of the mega target, warm (median of five) and cold.
+func (b *bench) count(ctx context.Context) error {
+	wl, db, res := b.wl, b.db, b.res
+	if err := b.profileStart("count"); err != nil {
+		return err
+	}
+	defer b.profileStop("count")
+	id := wl.Targets[wl.Mega].ID
+	res.CountTargetLinks, res.CountTargetLive = wl.WrittenCount(wl.Mega), wl.LiveCount(wl.Mega)
+
+	r := lsm.NewReader(b.counting, lsm.NewFrameCache(0))
+	s0 := b.counting.Snapshot()
+	t0 := time.Now()
+	n, st, err := r.Count(ctx, db.View(), id, lsm.Filter{})
+	if err != nil {
+		return err
+	}
+	res.CountColdMs = float64(time.Since(t0)) / float64(time.Millisecond)
+	s := b.counting.Snapshot().Sub(s0)
+	res.CountColdGets = s.Get.Requests + s.GetRange.Requests
+	res.CountCandidates = st.Candidates
+	if n != uint64(res.CountTargetLive) {
+		return fmt.Errorf("cold count %d, want %d", n, res.CountTargetLive)
+	}
+
+	if _, _, err := db.Count(ctx, id, lsm.Filter{}); err != nil { // warm
+		return err
+	}
+	var lat, cpu []time.Duration
+	for range 5 {
+		c0, t0 := cpuTime(), time.Now()
+		n, _, err := db.Count(ctx, id, lsm.Filter{})
+		lat, cpu = append(lat, time.Since(t0)), append(cpu, cpuTime()-c0)
+		if err != nil {
+			return err
+		}
+		if n != uint64(res.CountTargetLive) {
+			return fmt.Errorf("count %d, want %d", n, res.CountTargetLive)
+		}
+	}
+	slices.Sort(lat)
+	slices.Sort(cpu)
+	res.Count1MCPUMs = float64(cpu[len(cpu)/2]) / float64(time.Millisecond)
+	res.Count1MMs = float64(lat[len(lat)/2]) / float64(time.Millisecond)
+	res.Count1MMinMs = float64(lat[0]) / float64(time.Millisecond)
+
+	t0 = time.Now()
+	if _, err := db.Backlinks(ctx, lsm.Query{Target: id, Limit: queryLimit}); err != nil {
+		return err
+	}
+	res.MegaPage100Ms = float64(time.Since(t0)) / float64(time.Millisecond)
+	b.logf("count of the mega target (%d links, %d live): %.0f ms warm (%.0f ms CPU), %.0f ms cold (%d GETs)",
+		res.CountTargetLinks, res.CountTargetLive, res.Count1MMs, res.Count1MCPUMs, res.CountColdMs, res.CountColdGets)
+	return nil
+}
