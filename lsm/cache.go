@@ -126,3 +126,27 @@ func (c *FrameCache) Stats() CacheStats {
 	defer c.mu.Unlock()
 	return CacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load(), Bytes: c.mu.bytes, MaxBytes: c.maxBytes, Frames: len(c.mu.items)}
 }
+
+// cachedRange appends frames first..last of a table to dst when the cache
+// holds every one of them (counting them as hits and as just used), and
+// reports whether it did; it counts no miss: asking only chooses how round
+// two reads a table, and a table it then asks through its filter fetches
+// what it needs the usual way.
+func (c *FrameCache) cachedRange(table string, first, last int, dst [][]byte) ([][]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(dst)
+	for i := first; i <= last; i++ {
+		el, ok := c.mu.items[frameKey{table, i}]
+		if !ok {
+			clear(dst[n:])
+			return dst[:n], false
+		}
+		dst = append(dst, el.Value.(*cacheEntry).recs)
+	}
+	for i := first; i <= last; i++ {
+		c.mu.ll.MoveToFront(c.mu.items[frameKey{table, i}])
+	}
+	c.hits.Add(uint64(last - first + 1))
+	return dst, true
+}

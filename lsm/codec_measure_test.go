@@ -40,51 +40,7 @@ func TestMeasureColumns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	flush := func() {
-		if err := db.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			did, err := db.Compact(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !did {
-				return
-			}
-		}
-	}
-	ri := 0
-	for i := range wl.Links {
-		for ri < len(wl.Revocations) && wl.Revocations[ri].At == i {
-			if err := db.AddRevocation(&wl.Revocations[ri].Revocation); errors.Is(err, ErrFull) {
-				flush()
-				if err := db.AddRevocation(&wl.Revocations[ri].Revocation); err != nil {
-					t.Fatal(err)
-				}
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			ri++
-		}
-		if err := db.AddBacklink(&wl.Links[i]); errors.Is(err, ErrFull) {
-			flush()
-			if err := db.AddBacklink(&wl.Links[i]); err != nil {
-				t.Fatal(err)
-			}
-		} else if err != nil {
-			t.Fatal(err)
-		}
-	}
-	for ; ri < len(wl.Revocations); ri++ {
-		if err := db.AddRevocation(&wl.Revocations[ri].Revocation); errors.Is(err, ErrFull) {
-			flush()
-			ri--
-		} else if err != nil {
-			t.Fatal(err)
-		}
-	}
-	flush()
+	measureLoad(t, db, wl)
 	live := float64(wl.LiveLinks())
 	for _, tree := range []Tree{TreeLinks, TreeRevocations} {
 		sizes := map[string]int{}
@@ -143,6 +99,57 @@ func TestMeasureColumns(t *testing.T) {
 			}
 		}
 	}
+}
+
+// measureLoad writes the workload into db in its order, flushing (and
+// compacting) whenever a memtable is full, and at the end.
+func measureLoad(t *testing.T, db *DB, wl *workload.Workload) {
+	ctx := context.Background()
+	flush := func() {
+		if err := db.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			did, err := db.Compact(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !did {
+				return
+			}
+		}
+	}
+	ri := 0
+	for i := range wl.Links {
+		for ri < len(wl.Revocations) && wl.Revocations[ri].At == i {
+			if err := db.AddRevocation(&wl.Revocations[ri].Revocation); errors.Is(err, ErrFull) {
+				flush()
+				if err := db.AddRevocation(&wl.Revocations[ri].Revocation); err != nil {
+					t.Fatal(err)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			ri++
+		}
+		if err := db.AddBacklink(&wl.Links[i]); errors.Is(err, ErrFull) {
+			flush()
+			if err := db.AddBacklink(&wl.Links[i]); err != nil {
+				t.Fatal(err)
+			}
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for ; ri < len(wl.Revocations); ri++ {
+		if err := db.AddRevocation(&wl.Revocations[ri].Revocation); errors.Is(err, ErrFull) {
+			flush()
+			ri--
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush()
 }
 
 // columnStreamSizes adds the stored bytes of each column of a columnar

@@ -108,38 +108,7 @@ func TestCountScanMatchesFilters(t *testing.T) {
 	filters := []Filter{{}, {Collections: []uint64{link.CollectionFirst + 1}}, {DIDs: []uint64{100, 101, 150}}}
 	check := func(name string, wantScans bool) {
 		t.Helper()
-		for _, f := range filters {
-			want := m.live(target, f)
-			n, st, err := db.Count(ctx, target, f)
-			if err != nil || n != uint64(len(want)) {
-				t.Fatalf("%s, filter %+v: count %d (%v), want %d", name, f, n, err, len(want))
-			}
-			if (st.Round2Scans > 0) != wantScans {
-				t.Fatalf("%s, filter %+v: %d revocation tables scanned", name, f, st.Round2Scans)
-			}
-			if st.Revoked == 0 {
-				t.Fatalf("%s: no candidate revoked", name)
-			}
-			all, _, err := db.Reader().All(ctx, v, target, f)
-			if err != nil || !slices.Equal(all, want) {
-				t.Fatalf("%s, filter %+v: All gave %d links (%v), want %d", name, f, len(all), err, len(want))
-			}
-			var got []link.Backlink
-			var after *Cursor
-			for {
-				res, err := db.Backlinks(ctx, Query{Target: target, After: after, Limit: 300, Filter: f})
-				if err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, res.Links...)
-				if after = res.Next; after == nil {
-					break
-				}
-			}
-			if !slices.Equal(got, want) {
-				t.Fatalf("%s, filter %+v: pages gave %d links, want %d", name, f, len(got), len(want))
-			}
-		}
+		checkCountScan(t, db, v, m, target, filters, name, wantScans)
 	}
 	db.reader.cache = NewFrameCache(0)
 	// The first count is cold: every table through its filter.
@@ -165,6 +134,46 @@ func TestCountScanMatchesFilters(t *testing.T) {
 	// A cache too small for the frames: scans give way to filters.
 	db.reader.cache = NewFrameCache(1 << 10)
 	check("no cache", false)
+}
+
+// checkCountScan demands the model's answer from counts (and whether they
+// scanned revocation tables), All and every page of target, for each
+// filter.
+func checkCountScan(t *testing.T, db *DB, v *View, m *model, target link.RecordID, filters []Filter, name string, wantScans bool) {
+	t.Helper()
+	ctx := context.Background()
+	for _, f := range filters {
+		want := m.live(target, f)
+		n, st, err := db.Count(ctx, target, f)
+		if err != nil || n != uint64(len(want)) {
+			t.Fatalf("%s, filter %+v: count %d (%v), want %d", name, f, n, err, len(want))
+		}
+		if (st.Round2Scans > 0) != wantScans {
+			t.Fatalf("%s, filter %+v: %d revocation tables scanned", name, f, st.Round2Scans)
+		}
+		if st.Revoked == 0 {
+			t.Fatalf("%s: no candidate revoked", name)
+		}
+		all, _, err := db.Reader().All(ctx, v, target, f)
+		if err != nil || !slices.Equal(all, want) {
+			t.Fatalf("%s, filter %+v: All gave %d links (%v), want %d", name, f, len(all), err, len(want))
+		}
+		var got []link.Backlink
+		var after *Cursor
+		for {
+			res, err := db.Backlinks(ctx, Query{Target: target, After: after, Limit: 300, Filter: f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, res.Links...)
+			if after = res.Next; after == nil {
+				break
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s, filter %+v: pages gave %d links, want %d", name, f, len(got), len(want))
+		}
+	}
 }
 
 // shardOfHash splits a hash computed once exactly as ShardOf splits the

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,12 +27,6 @@ const (
 	// DefaultGCGrace: a table that left the manifest is deleted this long
 	// after, so nodes still serving an older manifest can finish reading.
 	DefaultGCGrace = 10 * time.Minute
-	// tierBaseBytes is the size of the smallest tier of size-tiered
-	// compaction; each tier is CompactionFanIn times the one below.
-	tierBaseBytes = 1 << 20
-	// CompactionInputBytesMax bounds the decoded bytes one compaction holds
-	// in memory (inputs are merged in memory, shard by shard).
-	CompactionInputBytesMax = 2 << 30
 )
 
 // Options configure a DB.
@@ -56,11 +49,13 @@ type Options struct {
 // (8 x 4 GiB) still finishes within ten minutes.
 const DefaultCompactionBytesPerSec = 64 << 20
 
-// DB is a single-writer LSM index over an object store: the backlink and
-// revocation trees, their memtables, the manifest and a reader. In a
-// cluster the leader writes tables with WriteRun and the FSM applies
-// manifest edits; DB is that engine run by one process (tests, benchmarks,
-// tools).
+// DB is the single-process engine: a single-writer LSM index over an
+// object store, with the backlink and revocation trees, their memtables,
+// the manifest and a reader. The benchmark (package bench, `eddy-ctl bench
+// lsm`) and the tests use it. A cluster node does not: it writes through
+// ingest.Writer (WriteRun for each flush; the ingest runner compacts with
+// PickCompaction and CompactRuns; manifest edits go through the replicated
+// state, package fsm) and reads through a Reader over a View (OpenView).
 type DB struct {
 	opts   Options
 	store  objstore.Store
@@ -404,159 +399,6 @@ func writeTable(ctx context.Context, store objstore.Store, cat *Catalog, tree Tr
 		ID: id, Records: uint64(len(recs) / f.Width), DataBytes: uint64(len(data)), MetaBytes: uint64(len(meta)),
 		ShardBits: opt.ShardBits, Shard: opt.Shard,
 	}, nil
-}
-
-// tier returns a run's size tier.
-func tier(bytes uint64, fanIn int) int {
-	t := 0
-	for b := uint64(tierBaseBytes); bytes > b; b *= uint64(fanIn) {
-		t++
-	}
-	return t
-}
-
-// PickCompaction returns the runs of a tree to merge next: the oldest
-// CompactionFanIn runs of the lowest tier that has that many, or nil.
-func PickCompaction(m *Manifest, t Tree, fanIn int) []Run {
-	byTier := map[int][]Run{}
-	for _, r := range m.RunsOf(t) {
-		k := tier(r.Bytes(), fanIn)
-		byTier[k] = append(byTier[k], r)
-	}
-	tiers := make([]int, 0, len(byTier))
-	for k := range byTier {
-		tiers = append(tiers, k)
-	}
-	sort.Ints(tiers)
-	for _, k := range tiers {
-		if rs := byTier[k]; len(rs) >= fanIn {
-			return rs[:fanIn]
-		}
-	}
-	return nil
-}
-
-// Compact merges one set of runs of each tree if any tier is full, and
-// reports whether it did anything. Identical records keep the newest rev.
-func (db *DB) Compact(ctx context.Context) (bool, error) {
-	db.writeMu.Lock()
-	defer db.writeMu.Unlock()
-	did := false
-	for _, t := range []Tree{TreeLinks, TreeRevocations} {
-		v := db.View()
-		inputs := PickCompaction(v.Manifest, t, db.opts.CompactionFanIn)
-		if inputs == nil {
-			continue
-		}
-		out, err := CompactRuns(ctx, db.store, db.cat, v, inputs, db.opts.ShardTargetBytes, db.opts.CompactionBytesPerSec)
-		if err != nil {
-			return did, fmt.Errorf("compact %s: %w", t, err)
-		}
-		ids := make([]string, len(inputs))
-		for i, r := range inputs {
-			ids[i] = r.ID
-		}
-		if err := db.apply(ctx, func(base uint64) Edit { return Edit{Base: base, Add: []Run{out}, Remove: ids} }); err != nil {
-			return did, err
-		}
-		did = true
-	}
-	return did, nil
-}
-
-// CompactRuns merges runs of one tree into one compacted run: it reads every
-// frame of the inputs, splits records by shard, and per shard sorts, folds
-// (identical records keep the newest rev) and writes a table.
-//
-// Reads are paced at bytesPerSec (<= 0: unpaced).
-func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *View, inputs []Run, shardTargetBytes uint64, bytesPerSec int64) (Run, error) {
-	tree := inputs[0].Tree
-	f, err := FormatOf(tree)
-	if err != nil {
-		return Run{}, err
-	}
-	var total, records uint64
-	for _, r := range inputs {
-		if r.Tree != tree {
-			return Run{}, fmt.Errorf("compaction mixes trees %s and %s", tree, r.Tree)
-		}
-		total += r.Bytes()
-		records += r.Records()
-	}
-	if records*uint64(f.Width) > CompactionInputBytesMax {
-		return Run{}, fmt.Errorf("compaction of %d records over the in-memory bound: %w", records, ErrTooBig)
-	}
-	var bits uint8
-	for bits < MaxShardBits && total > shardTargetBytes<<bits {
-		bits++
-	}
-	shards := make([][]byte, 1<<bits)
-	start := time.Now()
-	var read int64
-	metas := map[string]*TableMeta{}
-	for _, vr := range v.trees[tree] {
-		for _, t := range vr.tables {
-			if t != nil {
-				metas[t.ref.ID] = t.meta
-			}
-		}
-	}
-	for _, r := range inputs {
-		for _, ref := range r.Tables {
-			meta := metas[ref.ID]
-			if meta == nil {
-				return Run{}, fmt.Errorf("table %s of run %s not in the view", ref.ID, r.ID)
-			}
-			data, err := store.Get(ctx, dataKey(tree, ref.ID))
-			if err != nil {
-				return Run{}, fmt.Errorf("read table %s: %w", ref.ID, err)
-			}
-			read += int64(len(data))
-			if bytesPerSec > 0 {
-				due := start.Add(time.Duration(float64(read) / float64(bytesPerSec) * float64(time.Second)))
-				if d := time.Until(due); d > 0 {
-					select {
-					case <-time.After(d):
-					case <-ctx.Done():
-						return Run{}, ctx.Err()
-					}
-				}
-			}
-			if uint64(len(data)) != meta.DataBytes {
-				return Run{}, fmt.Errorf("table %s: %d data bytes, meta says %d: %w", ref.ID, len(data), meta.DataBytes, ErrCorrupt)
-			}
-			var dst []byte
-			for i := range meta.Frames {
-				off, n := meta.ByteRange(i, i)
-				dst, err = meta.DecodeFrame(i, data[off:off+n], dst[:0])
-				if err != nil {
-					return Run{}, fmt.Errorf("table %s: %w", ref.ID, err)
-				}
-				for o := 0; o < len(dst); o += f.Width {
-					s := ShardOf(dst[o:o+f.PrefixLen], bits)
-					shards[s] = append(shards[s], dst[o:o+f.Width]...)
-				}
-			}
-		}
-	}
-	run := Run{ID: NewID(), Tree: tree, Kind: RunCompacted}
-	for s, part := range shards {
-		if len(part) == 0 {
-			continue
-		}
-		SortRecords(part, f.Width)
-		part = Fold(f, part)
-		ref, err := writeTable(ctx, store, cat, tree, f, part, TableOptions{ShardBits: bits, Shard: uint32(s)})
-		if err != nil {
-			return Run{}, err
-		}
-		run.Tables = append(run.Tables, ref)
-		shards[s] = nil
-	}
-	if len(run.Tables) == 0 {
-		return Run{}, fmt.Errorf("compaction of %d runs produced nothing", len(inputs))
-	}
-	return run, nil
 }
 
 // Close flushes nothing (unflushed writes are not durable by design) and

@@ -92,7 +92,7 @@ func (f *filter) containsKey(k uint64) bool {
 	return f.f16.Contains(k)
 }
 
-// Filter section layout (all little-endian), see the format in table.go:
+// Filter section layout (all little-endian), see the format in doc.go:
 //
 //	offset size field
 //	0      8    fuse seed

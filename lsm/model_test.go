@@ -2,9 +2,11 @@ package lsm
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
@@ -134,42 +136,7 @@ func runModel(t *testing.T, seed uint64, steps int, newStore func(t *testing.T) 
 	}
 	check := func(step int) {
 		t.Helper()
-		for _, tg := range targets {
-			f := Filter{}
-			if w.r.IntN(3) == 0 {
-				f.Collections = []uint64{link.CollectionFirst + uint64(w.r.IntN(3))}
-			}
-			want := m.live(tg, f)
-			reverse := w.r.IntN(2) == 0
-			if reverse {
-				slices.Reverse(want)
-			}
-			var got []link.Backlink
-			var after *Cursor
-			for page := 0; ; page++ {
-				res, err := db.Backlinks(ctx, Query{Target: tg, After: after, Reverse: reverse, Limit: 1 + w.r.IntN(4), Filter: f})
-				if err != nil {
-					t.Fatalf("seed %d step %d: %v", seed, step, err)
-				}
-				got = append(got, res.Links...)
-				if res.Next == nil {
-					break
-				}
-				after = res.Next
-				if page > 1000 {
-					t.Fatal("paging does not end")
-				}
-			}
-			if !slices.Equal(got, want) {
-				t.Log(dumpRuns(t, db, TreeLinks))
-				t.Log(dumpRuns(t, db, TreeRevocations))
-				t.Fatalf("seed %d step %d target %v (reverse %v, filter %+v):\n got %v\nwant %v", seed, step, tg, reverse, f, got, want)
-			}
-			n, _, err := db.Count(ctx, tg, f)
-			if err != nil || n != uint64(len(want)) {
-				t.Fatalf("seed %d step %d: count %d (%v), want %d", seed, step, n, err, len(want))
-			}
-		}
+		checkModel(t, db, m, w, targets, seed, step)
 	}
 	for step := 0; step < steps; step++ {
 		w.stamp++
@@ -234,8 +201,77 @@ func runModel(t *testing.T, seed uint64, steps int, newStore func(t *testing.T) 
 	}
 }
 
+// checkModel compares every target's pages (in random directions, limits
+// and filters) and counts with the model's.
+func checkModel(t *testing.T, db *DB, m *model, w *modelWorld, targets []link.RecordID, seed uint64, step int) {
+	t.Helper()
+	ctx := context.Background()
+	for _, tg := range targets {
+		f := Filter{}
+		if w.r.IntN(3) == 0 {
+			f.Collections = []uint64{link.CollectionFirst + uint64(w.r.IntN(3))}
+		}
+		want := m.live(tg, f)
+		reverse := w.r.IntN(2) == 0
+		if reverse {
+			slices.Reverse(want)
+		}
+		var got []link.Backlink
+		var after *Cursor
+		for page := 0; ; page++ {
+			res, err := db.Backlinks(ctx, Query{Target: tg, After: after, Reverse: reverse, Limit: 1 + w.r.IntN(4), Filter: f})
+			if err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, step, err)
+			}
+			got = append(got, res.Links...)
+			if res.Next == nil {
+				break
+			}
+			after = res.Next
+			if page > 1000 {
+				t.Fatal("paging does not end")
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Log(dumpRuns(t, db, TreeLinks))
+			t.Log(dumpRuns(t, db, TreeRevocations))
+			t.Fatalf("seed %d step %d target %v (reverse %v, filter %+v):\n got %v\nwant %v", seed, step, tg, reverse, f, got, want)
+		}
+		n, _, err := db.Count(ctx, tg, f)
+		if err != nil || n != uint64(len(want)) {
+			t.Fatalf("seed %d step %d: count %d (%v), want %d", seed, step, n, err, len(want))
+		}
+	}
+}
+
+// -lsm.seed=N gives the model tests' extra run its seed; without it each
+// test binary draws a fresh one, which every model test logs, so that a
+// failure can be replayed.
+var modelSeedFlag = flag.Uint64("lsm.seed", 0, "seed of the model tests' extra run (0: a fresh random seed, logged)")
+
+var drawnModelSeed = sync.OnceValue(func() uint64 {
+	for {
+		if s := rand.Uint64(); s != 0 {
+			return s
+		}
+	}
+})
+
+// modelSeeds returns the seeds a model test runs: its fixed ones, then
+// -lsm.seed or, without it, a fresh random seed, which it logs with the
+// command that replays it.
+func modelSeeds(t *testing.T, fixed ...uint64) []uint64 {
+	t.Helper()
+	seed, how := *modelSeedFlag, "from -lsm.seed"
+	if seed == 0 {
+		seed, how = drawnModelSeed(), "drawn"
+	}
+	t.Logf("seeds %v and %d (%s); replay: go test ./lsm -run '^%s$/^%d$' -lsm.seed=%d", fixed, seed, how, t.Name(), seed, seed)
+	return append(fixed, seed)
+}
+
 func TestModelLocal(t *testing.T) {
-	for seed := uint64(1); seed <= 6; seed++ {
+	for _, seed := range modelSeeds(t, 1, 2, 3, 4, 5, 6) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
 			runModel(t, seed, 400, newLocalStore)
@@ -245,7 +281,7 @@ func TestModelLocal(t *testing.T) {
 
 func TestModelS3(t *testing.T) {
 	endpoint, _, _ := miniotest.StartMinIO(t)
-	for seed := uint64(101); seed <= 102; seed++ {
+	for _, seed := range modelSeeds(t, 101, 102) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
 			runModel(t, seed, 400, func(t *testing.T) objstore.Store {

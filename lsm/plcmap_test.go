@@ -114,6 +114,43 @@ func checkAll(t *testing.T, m *PLCMap, want map[PLCID]uint64, absent []PLCID) {
 	}
 }
 
+// checkPLCCodec checks m through link.Codec: a known did:plc is inline as
+// its seq and renders back; an outlined one stays outlined even though
+// the map knows it. It returns the known DID it used.
+func checkPLCCodec(t *testing.T, m *PLCMap, want map[PLCID]uint64, absent []PLCID) (known PLCID) {
+	t.Helper()
+	outl := link.NewMemOutlines()
+	c := &link.Codec{Outlines: outl, PLC: m}
+	for id := range want {
+		known = id
+		break
+	}
+	v, err := c.DID(known.String(), true)
+	if err != nil || v != want[known] {
+		t.Fatalf("codec DID = %d, %v; want inline %d", v, err, want[known])
+	}
+	if s, err := c.RenderDID(v); err != nil || s != known.String() {
+		t.Fatalf("RenderDID = %s, %v", s, err)
+	}
+	var other PLCID
+	for id := range want {
+		if id != known {
+			other = id
+			break
+		}
+	}
+	if _, err := outl.Assign(link.OutlineDID, other.String()); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.DID(other.String(), true); err != nil || v&link.OutlinedBit == 0 {
+		t.Fatalf("outlined did:plc encoded %x, %v; want it to stay outlined", v, err)
+	}
+	if _, err := c.DID(absent[0].String(), false); !errors.Is(err, link.ErrUnknown) {
+		t.Fatalf("unknown did:plc: %v", err)
+	}
+	return known
+}
+
 // The map round-trips did -> seq -> did through pending batches, flushed
 // tables, a compaction of them and a fresh node's view (its own catalog
 // fetching every meta from the store), with a cache smaller than the map.
@@ -195,38 +232,8 @@ func TestPLCMapRoundTrip(t *testing.T) {
 	m3 := NewPLCMap(NewReader(store, nil), Views(fresh.current), 16)
 	checkAll(t, m3, want, absent)
 
-	// Through link.Codec: a known did:plc is inline as its seq and renders
-	// back; an outlined one stays outlined even though the map knows it.
-	outl := link.NewMemOutlines()
-	c := &link.Codec{Outlines: outl, PLC: m3}
-	var known PLCID
-	for id := range want {
-		known = id
-		break
-	}
-	v, err := c.DID(known.String(), true)
-	if err != nil || v != want[known] {
-		t.Fatalf("codec DID = %d, %v; want inline %d", v, err, want[known])
-	}
-	if s, err := c.RenderDID(v); err != nil || s != known.String() {
-		t.Fatalf("RenderDID = %s, %v", s, err)
-	}
-	var other PLCID
-	for id := range want {
-		if id != known {
-			other = id
-			break
-		}
-	}
-	if _, err := outl.Assign(link.OutlineDID, other.String()); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := c.DID(other.String(), true); err != nil || v&link.OutlinedBit == 0 {
-		t.Fatalf("outlined did:plc encoded %x, %v; want it to stay outlined", v, err)
-	}
-	if _, err := c.DID(absent[0].String(), false); !errors.Is(err, link.ErrUnknown) {
-		t.Fatalf("unknown did:plc: %v", err)
-	}
+	// Through link.Codec.
+	known := checkPLCCodec(t, m3, want, absent)
 
 	// A store that lost the tables: an error, never "unknown" (which would
 	// outline a known DID, or answer "no links").

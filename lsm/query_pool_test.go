@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm/workload"
 )
 
 // Queries reuse pooled working memory. A page, once returned, never
@@ -40,61 +41,8 @@ func TestQueryScratchReuse(t *testing.T) {
 		t.Fatalf("%d targets over a page, mega target of %d", over, wl.LiveCount(wl.Mega))
 	}
 
-	// check asks every kind of query about one target.
-	check := func(tg int32) error {
-		id := wl.Targets[tg].ID
-		all := wl.Expected(tg, 0)
-		res, err := db.Backlinks(ctx, Query{Target: id, Limit: 100})
-		if err != nil {
-			return err
-		}
-		if want := all[:min(100, len(all))]; !slices.Equal(res.Links, want) {
-			return fmt.Errorf("target %d: first page of %d links differs from the workload's %d", tg, len(res.Links), len(want))
-		}
-		rev, err := db.Backlinks(ctx, Query{Target: id, Limit: 37, Reverse: true})
-		if err != nil {
-			return err
-		}
-		want := slices.Clone(all[max(0, len(all)-37):])
-		slices.Reverse(want)
-		if !slices.Equal(rev.Links, want) {
-			return fmt.Errorf("target %d: reverse page of %d links differs from the workload's %d", tg, len(rev.Links), len(want))
-		}
-		n, _, err := db.Count(ctx, id, Filter{})
-		if err != nil {
-			return err
-		}
-		if n != uint64(len(all)) {
-			return fmt.Errorf("target %d: count %d, want %d", tg, n, len(all))
-		}
-		got, _, err := db.Reader().All(ctx, db.View(), id, Filter{})
-		if err != nil {
-			return err
-		}
-		if !slices.Equal(got, all) {
-			return fmt.Errorf("target %d: All gave %d links, want %d", tg, len(got), len(all))
-		}
-		return nil
-	}
-	pageAll := func(tg int32, limit int) error {
-		var got []link.Backlink
-		var after *Cursor
-		for {
-			res, err := db.Backlinks(ctx, Query{Target: wl.Targets[tg].ID, After: after, Limit: limit})
-			if err != nil {
-				return err
-			}
-			got = append(got, res.Links...)
-			if res.Next == nil {
-				break
-			}
-			after = res.Next
-		}
-		if want := wl.Expected(tg, 0); !slices.Equal(got, want) {
-			return fmt.Errorf("target %d paged by %d: %d links, want %d", tg, limit, len(got), len(want))
-		}
-		return nil
-	}
+	check := func(tg int32) error { return checkPoolQueries(db, wl, tg) }
+	pageAll := func(tg int32, limit int) error { return pagePoolTarget(db, wl, tg, limit) }
 
 	// Pages and All answers kept across later queries stay as they were.
 	kept := make([]*Result, len(targets))
@@ -145,6 +93,66 @@ func TestQueryScratchReuse(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// checkPoolQueries asks every kind of query about target tg of wl.
+func checkPoolQueries(db *DB, wl *workload.Workload, tg int32) error {
+	ctx := context.Background()
+	id := wl.Targets[tg].ID
+	all := wl.Expected(tg, 0)
+	res, err := db.Backlinks(ctx, Query{Target: id, Limit: 100})
+	if err != nil {
+		return err
+	}
+	if want := all[:min(100, len(all))]; !slices.Equal(res.Links, want) {
+		return fmt.Errorf("target %d: first page of %d links differs from the workload's %d", tg, len(res.Links), len(want))
+	}
+	rev, err := db.Backlinks(ctx, Query{Target: id, Limit: 37, Reverse: true})
+	if err != nil {
+		return err
+	}
+	want := slices.Clone(all[max(0, len(all)-37):])
+	slices.Reverse(want)
+	if !slices.Equal(rev.Links, want) {
+		return fmt.Errorf("target %d: reverse page of %d links differs from the workload's %d", tg, len(rev.Links), len(want))
+	}
+	n, _, err := db.Count(ctx, id, Filter{})
+	if err != nil {
+		return err
+	}
+	if n != uint64(len(all)) {
+		return fmt.Errorf("target %d: count %d, want %d", tg, n, len(all))
+	}
+	got, _, err := db.Reader().All(ctx, db.View(), id, Filter{})
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(got, all) {
+		return fmt.Errorf("target %d: All gave %d links, want %d", tg, len(got), len(all))
+	}
+	return nil
+}
+
+// pagePoolTarget pages through target tg of wl, limit links a page.
+func pagePoolTarget(db *DB, wl *workload.Workload, tg int32, limit int) error {
+	ctx := context.Background()
+	var got []link.Backlink
+	var after *Cursor
+	for {
+		res, err := db.Backlinks(ctx, Query{Target: wl.Targets[tg].ID, After: after, Limit: limit})
+		if err != nil {
+			return err
+		}
+		got = append(got, res.Links...)
+		if res.Next == nil {
+			break
+		}
+		after = res.Next
+	}
+	if want := wl.Expected(tg, 0); !slices.Equal(got, want) {
+		return fmt.Errorf("target %d paged by %d: %d links, want %d", tg, limit, len(got), len(want))
+	}
+	return nil
 }
 
 // The merge of round one: sorted runs of links read from their frames

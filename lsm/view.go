@@ -35,9 +35,13 @@ func (c *Catalog) localPath(t Tree, id string) string {
 	return filepath.Join(c.dir, "tables", string(t), id+".meta")
 }
 
-// Add records the meta of a table this node just wrote.
+// Add records the meta of a table this node just wrote (or fetched); a
+// meta that does not decode is a *CorruptError.
 func (c *Catalog) Add(t Tree, id string, meta []byte) (*TableMeta, error) {
 	m, err := DecodeMeta(meta)
+	if errors.Is(err, ErrCorrupt) {
+		return nil, &CorruptError{Tree: t, Table: id, Err: err}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("table %s: %w", id, err)
 	}
@@ -52,7 +56,8 @@ func (c *Catalog) Add(t Tree, id string, meta []byte) (*TableMeta, error) {
 
 // Load returns a table's meta: from memory, else local disk, else the
 // object store (and then keeps a local copy). A local copy that fails its
-// checksum is discarded and fetched again.
+// checksum is discarded and fetched again; a fetched meta that fails is a
+// *CorruptError.
 func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, error) {
 	c.mu.Lock()
 	m := c.mu.metas[ref.ID]
@@ -75,7 +80,7 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 		return nil, fmt.Errorf("fetch meta of table %s: %w", ref.ID, err)
 	}
 	if len(b) > MaxMetaBytes || (ref.MetaBytes != 0 && uint64(len(b)) != ref.MetaBytes) {
-		return nil, fmt.Errorf("table %s: meta of %d bytes, manifest says %d: %w", ref.ID, len(b), ref.MetaBytes, ErrCorrupt)
+		return nil, &CorruptError{Tree: t, Table: ref.ID, Err: fmt.Errorf("meta of %d bytes, manifest says %d: %w", len(b), ref.MetaBytes, ErrCorrupt)}
 	}
 	return c.Add(t, ref.ID, b)
 }

@@ -1,0 +1,349 @@
+package lsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/klauspost/compress/huff0"
+)
+
+type colDecoder struct {
+	buf  []byte
+	huff huff0.Scratch
+}
+
+var colDecoders = sync.Pool{New: func() any { return new(colDecoder) }}
+
+var errColumns = errors.New("columnar frame")
+
+func colErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errColumns}, args...)...)
+}
+
+// reader reads varints from a stream.
+type colReader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *colReader) uvarint() uint64 {
+	v, k := binary.Uvarint(r.b)
+	if k <= 0 {
+		r.bad = true
+		r.b = nil
+		return 0
+	}
+	r.b = r.b[k:]
+	return v
+}
+
+// decodeColumns decodes a columnar frame of n records of layout l into
+// dst (n*l.w bytes).
+func decodeColumns(dst, src []byte, n int, l colLayout, d *accountDict) error {
+	c := colDecoders.Get().(*colDecoder)
+	defer colDecoders.Put(c)
+	f := colFrame{n: n}
+	rest, err := f.readHeader(src, l)
+	if err != nil {
+		return err
+	}
+	if err := c.readStreams(&f, rest); err != nil {
+		return err
+	}
+	if err := f.checkPlanes(); err != nil {
+		return err
+	}
+	var pairsBuf [64][2]uint64
+	pairs, err := f.readPairs(pairsBuf[:0], l)
+	if err != nil {
+		return err
+	}
+	return f.rebuild(dst, l, d, pairs)
+}
+
+// colFrame is a columnar frame being decoded: its header and streams.
+type colFrame struct {
+	n          int // records
+	groups     uint64
+	kt, kd, kp int // plane counts: time differences, account ranks, pair indexes
+	rate       uint64
+	nFirst     int // records that start a group (revocations: 1)
+	streams    [stFixed + 8 + 3 + 2][]byte
+}
+
+func (f *colFrame) nStreams() int { return stFixed + f.kt + f.kd + f.kp }
+
+// planes returns the time, account and pair planes.
+func (f *colFrame) planes() (t, d, p [][]byte) {
+	kt, kd, kp := f.kt, f.kd, f.kp
+	return f.streams[stFixed : stFixed+kt], f.streams[stFixed+kt : stFixed+kt+kd], f.streams[stFixed+kt+kd : stFixed+kt+kd+kp]
+}
+
+// readHeader reads the frame's header from src and returns what follows.
+func (f *colFrame) readHeader(src []byte, l colLayout) ([]byte, error) {
+	n := f.n
+	hdr := colReader{b: src}
+	groups := hdr.uvarint()
+	if hdr.bad || len(hdr.b) < 3 {
+		return nil, colErr("header")
+	}
+	kt, kd, kp := int(hdr.b[0]), int(hdr.b[1]), int(hdr.b[2])
+	hdr.b = hdr.b[3:]
+	rate := hdr.uvarint()
+	switch {
+	case hdr.bad:
+		return nil, colErr("header")
+	case l.target && (groups < 1 || groups > uint64(n)), !l.target && groups != 0:
+		return nil, colErr("%d groups for %d records", groups, n)
+	case kt > 8 || kd > 3 || kp > 2:
+		return nil, colErr("widths %d %d %d", kt, kd, kp)
+	}
+	f.groups, f.kt, f.kd, f.kp, f.rate = groups, kt, kd, kp, rate
+	f.nFirst = 1
+	if l.target {
+		f.nFirst = int(groups)
+	}
+	return hdr.b, nil
+}
+
+// readStreams reads the frame's streams from rest (all of it) into
+// f.streams: raw streams in place, the others decoded into c.buf.
+func (c *colDecoder) readStreams(f *colFrame, rest []byte) error {
+	nStreams := f.nStreams()
+	// Decoded streams share one buffer: size them first.
+	total := 0
+	limit := colStreamMax(f.n)
+	type spec struct {
+		mode byte
+		raw  int
+		data []byte
+	}
+	var specs [len(f.streams)]spec
+	for k := range nStreams {
+		if len(rest) < 1 {
+			return colErr("stream %d missing", k)
+		}
+		sp := spec{mode: rest[0]}
+		r := colReader{b: rest[1:]}
+		raw := r.uvarint()
+		if r.bad || raw > uint64(limit) {
+			return colErr("stream %d length", k)
+		}
+		sp.raw = int(raw)
+		switch sp.mode {
+		case modeRaw:
+			if len(r.b) < sp.raw {
+				return colErr("stream %d truncated", k)
+			}
+			sp.data, r.b = r.b[:sp.raw], r.b[sp.raw:]
+		case modeRepeat:
+			if len(r.b) < 1 || sp.raw == 0 {
+				return colErr("stream %d truncated", k)
+			}
+			sp.data, r.b = r.b[:1], r.b[1:]
+		case modeHuff1X, modeHuff4X:
+			sl := r.uvarint()
+			if r.bad || sl > uint64(len(r.b)) {
+				return colErr("stream %d truncated", k)
+			}
+			sp.data, r.b = r.b[:sl], r.b[sl:]
+		default:
+			return colErr("stream %d mode %d", k, sp.mode)
+		}
+		rest = r.b
+		specs[k] = sp
+		if sp.mode != modeRaw {
+			total += sp.raw
+		}
+	}
+	if len(rest) != 0 {
+		return colErr("%d trailing bytes", len(rest))
+	}
+	if cap(c.buf) < total {
+		c.buf = make([]byte, 0, total+total/4)
+	}
+	buf := c.buf[:0]
+	for k := range nStreams {
+		sp := specs[k]
+		switch sp.mode {
+		case modeRaw:
+			f.streams[k] = sp.data
+		case modeRepeat:
+			at := len(buf)
+			for range sp.raw {
+				buf = append(buf, sp.data[0])
+			}
+			f.streams[k] = buf[at:]
+		default:
+			s, rem, err := huff0.ReadTable(sp.data, &c.huff)
+			if err != nil {
+				return colErr("stream %d: %v", k, err)
+			}
+			at := len(buf)
+			out := buf[at : at : at+sp.raw]
+			if sp.mode == modeHuff1X {
+				out, err = s.Decoder().Decompress1X(out, rem)
+			} else {
+				out, err = s.Decoder().Decompress4X(out, rem)
+			}
+			if err != nil || len(out) != sp.raw {
+				return colErr("stream %d: %d bytes, want %d (%v)", k, len(out), sp.raw, err)
+			}
+			buf = buf[:at+sp.raw]
+			f.streams[k] = buf[at:]
+		}
+	}
+	c.buf = buf
+	return nil
+}
+
+// checkPlanes checks the planes' lengths.
+func (f *colFrame) checkPlanes() error {
+	n, nFirst := f.n, f.nFirst
+	tPlanes, dPlanes, pPlanes := f.planes()
+	for k, p := range tPlanes {
+		if len(p) != n-nFirst {
+			return colErr("time plane %d: %d bytes for %d records", k, len(p), n-nFirst)
+		}
+	}
+	for k, p := range dPlanes {
+		if len(p) != n {
+			return colErr("account plane %d: %d bytes", k, len(p))
+		}
+	}
+	for k, p := range pPlanes {
+		if len(p) != n {
+			return colErr("pair plane %d: %d bytes", k, len(p))
+		}
+	}
+	return nil
+}
+
+// readPairs appends the frame's (collection, location) pairs to pairs
+// (which it outgrows when the frame has more than its capacity).
+func (f *colFrame) readPairs(pairs [][2]uint64, l colLayout) ([][2]uint64, error) {
+	pr := colReader{b: f.streams[stPairs]}
+	np := pr.uvarint()
+	if pr.bad || np < 1 || np > uint64(f.n) {
+		return nil, colErr("%d pairs", np)
+	}
+	if np > uint64(cap(pairs)) {
+		pairs = make([][2]uint64, 0, np)
+	}
+	for range np {
+		p := [2]uint64{pr.uvarint(), pr.uvarint()}
+		if k := len(pairs); k > 0 && (p[0] < pairs[k-1][0] || p[0] == pairs[k-1][0] && p[1] <= pairs[k-1][1]) {
+			return nil, colErr("pairs out of order")
+		}
+		if !l.target && p[1] != 0 {
+			return nil, colErr("revocation pair with a location")
+		}
+		pairs = append(pairs, p)
+	}
+	if pr.bad || len(pr.b) != 0 {
+		return nil, colErr("pairs stream")
+	}
+	return pairs, nil
+}
+
+// rebuild writes the frame's records into dst from its streams, the
+// account dictionary d and the pairs; every stream must be consumed
+// exactly.
+func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]uint64) error {
+	n, nFirst, rate := f.n, f.nFirst, f.rate
+	np := uint64(len(pairs))
+	tPlanes, dPlanes, pPlanes := f.planes()
+	streams := &f.streams
+	w, s := l.w, l.src()
+	targets := colReader{b: streams[stTargets]}
+	lengths := colReader{b: streams[stLengths]}
+	firsts := colReader{b: streams[stFirst]}
+	lits := colReader{b: streams[stLiterals]}
+	revs := colReader{b: streams[stRevs]}
+	var t [3]uint64
+	var prevHi, prevRev uint64
+	left := 0 // records left in the group
+	ti := 0   // index into the time planes
+	nd := d.len()
+	for i := range n {
+		first := i == 0
+		if l.target && left == 0 {
+			first = true
+			ln := lengths.uvarint()
+			if ln < 1 || ln > uint64(n-i) {
+				return colErr("group of %d records at record %d", ln, i)
+			}
+			left = int(ln)
+			t[0] += unzigzag(targets.uvarint())
+			t[1] = targets.uvarint()
+			t[2] = targets.uvarint()
+		}
+		if l.target {
+			left--
+		}
+		var hi uint64
+		if first {
+			hi = prevHi + unzigzag(firsts.uvarint())
+		} else {
+			if ti >= n-nFirst {
+				return colErr("more records continue a group than the time planes hold")
+			}
+			var dlt uint64
+			for k, p := range tPlanes {
+				dlt |= uint64(p[ti]) << (8 * k)
+			}
+			ti++
+			hi = prevHi + dlt
+		}
+		var rank uint64
+		for k, p := range dPlanes {
+			rank |= uint64(p[i]) << (8 * k)
+		}
+		var did, clock uint64
+		if rank == 0 {
+			did, clock = lits.uvarint(), lits.uvarint()
+			if clock >= 1<<clockBits {
+				return colErr("literal clock id %d", clock)
+			}
+		} else if rank <= uint64(nd) {
+			did, clock = d.dids[rank-1], uint64(d.clocks[rank-1])
+		} else {
+			return colErr("account rank %d of %d", rank, nd)
+		}
+		var pi uint64
+		for k, p := range pPlanes {
+			pi |= uint64(p[i]) << (8 * k)
+		}
+		if pi >= np {
+			return colErr("pair index %d of %d", pi, np)
+		}
+		var pred uint64
+		if i > 0 {
+			pred = prevRev + scaleRate(hi-prevHi, rate)
+		}
+		rev := pred + unzigzag(revs.uvarint())
+		r := dst[i*w : (i+1)*w : (i+1)*w]
+		if l.target {
+			binary.BigEndian.PutUint64(r[0:], t[0])
+			binary.BigEndian.PutUint64(r[8:], t[1])
+			binary.BigEndian.PutUint64(r[16:], t[2])
+			binary.BigEndian.PutUint64(r[s+24:], pairs[pi][1])
+		}
+		binary.BigEndian.PutUint64(r[s:], hi<<clockBits|clock)
+		binary.BigEndian.PutUint64(r[s+8:], pairs[pi][0])
+		binary.BigEndian.PutUint64(r[s+16:], did)
+		binary.BigEndian.PutUint64(r[w-8:], rev)
+		prevHi, prevRev = hi, rev
+	}
+	for _, r := range []*colReader{&targets, &lengths, &firsts, &lits, &revs} {
+		if r.bad || len(r.b) != 0 {
+			return colErr("a stream is not consumed exactly")
+		}
+	}
+	if left != 0 || ti != n-nFirst {
+		return colErr("groups disagree with the header (%d left, %d of %d time differences)", left, ti, n-nFirst)
+	}
+	return nil
+}

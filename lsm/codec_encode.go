@@ -1,0 +1,255 @@
+package lsm
+
+import (
+	"cmp"
+	"encoding/binary"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/klauspost/compress/huff0"
+)
+
+// colEncoder holds one frame's columns while it is encoded; pooled.
+type colEncoder struct {
+	streams [stFixed + 8 + 3 + 2][]byte
+	hi      []uint64 // time of each record
+	first   []bool
+	pairs   [][2]uint64 // (collection, location) of each record
+	sorted  [][2]uint64 // distinct pairs
+	ranks   []uint32
+	pidx    []uint16
+	huff    huff0.Scratch
+	revs    []byte
+}
+
+var colEncoders = sync.Pool{New: func() any { return new(colEncoder) }}
+
+// encodeColumns appends the columnar encoding of recs (sorted, whole
+// records of layout l) to dst. ranks are the records' account ranks.
+func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32) []byte {
+	e := colEncoders.Get().(*colEncoder)
+	defer colEncoders.Put(e)
+	n := len(recs) / l.w
+	for i := range e.streams {
+		e.streams[i] = e.streams[i][:0]
+	}
+	e.hi = slices.Grow(e.hi[:0], n)[:n]
+	e.first = slices.Grow(e.first[:0], n)[:n]
+	e.ranks = slices.Grow(e.ranks[:0], n)[:n]
+	e.pidx = slices.Grow(e.pidx[:0], n)[:n]
+	e.pairs = slices.Grow(e.pairs[:0], n)[:n]
+
+	groups, maxD, maxRank := e.fields(recs, l, ranks)
+	np := e.pairIndexes(n)
+	rate := e.revStream(recs, l.w)
+
+	// Planes.
+	kt, kd, kp := bytesFor(maxD), bytesFor(uint64(maxRank)), bytesFor(uint64(np-1))
+	at := stFixed
+	for k := range kt {
+		p := e.streams[at+k][:0]
+		for i := range n {
+			if !e.first[i] {
+				p = append(p, byte((e.hi[i]-e.hi[i-1])>>(8*k)))
+			}
+		}
+		e.streams[at+k] = p
+	}
+	at += kt
+	for k := range kd {
+		p := e.streams[at+k][:0]
+		for i := range n {
+			p = append(p, byte(e.ranks[i]>>(8*k)))
+		}
+		e.streams[at+k] = p
+	}
+	at += kd
+	for k := range kp {
+		p := e.streams[at+k][:0]
+		for i := range n {
+			p = append(p, byte(e.pidx[i]>>(8*k)))
+		}
+		e.streams[at+k] = p
+	}
+	at += kp
+
+	dst = binary.AppendUvarint(dst, uint64(groups))
+	dst = append(dst, byte(kt), byte(kd), byte(kp))
+	dst = binary.AppendUvarint(dst, rate)
+	for k := range at {
+		dst = e.appendStream(dst, e.streams[k])
+	}
+	return dst
+}
+
+// fields splits the records into the fixed streams (targets, lengths,
+// first times, literals) and each record's time, group start, account rank
+// and (collection, location) pair. It returns the number of groups, the
+// largest time difference inside a group and the largest rank.
+func (e *colEncoder) fields(recs []byte, l colLayout, ranks []uint32) (groups int, maxD uint64, maxRank uint32) {
+	w, s := l.w, l.src()
+	n := len(recs) / w
+	u := func(i, off int) uint64 { return binary.BigEndian.Uint64(recs[i*w+off:]) }
+	var prevT [3]uint64
+	groupStart := 0
+	for i := range n {
+		first := i == 0
+		if l.target && i > 0 && string(recs[i*w:i*w+24]) != string(recs[(i-1)*w:(i-1)*w+24]) {
+			first = true
+		}
+		e.first[i] = first
+		if first && l.target {
+			if i > 0 {
+				e.streams[stLengths] = binary.AppendUvarint(e.streams[stLengths], uint64(i-groupStart))
+			}
+			groupStart = i
+			groups++
+			t := [3]uint64{u(i, 0), u(i, 8), u(i, 16)}
+			e.streams[stTargets] = binary.AppendUvarint(e.streams[stTargets], zigzag(t[0]-prevT[0]))
+			e.streams[stTargets] = binary.AppendUvarint(e.streams[stTargets], t[1])
+			e.streams[stTargets] = binary.AppendUvarint(e.streams[stTargets], t[2])
+			prevT = t
+		}
+		rk := u(i, s)
+		hi := rk >> clockBits
+		e.hi[i] = hi
+		var prevHi uint64
+		if i > 0 {
+			prevHi = e.hi[i-1]
+		}
+		if first {
+			e.streams[stFirst] = binary.AppendUvarint(e.streams[stFirst], zigzag(hi-prevHi))
+		} else {
+			maxD = max(maxD, hi-prevHi)
+		}
+		a := account{did: u(i, s+16), clock: uint16(rk & (1<<clockBits - 1))}
+		r := ranks[i]
+		e.ranks[i] = r
+		maxRank = max(maxRank, r)
+		if r == 0 {
+			e.streams[stLiterals] = binary.AppendUvarint(e.streams[stLiterals], a.did)
+			e.streams[stLiterals] = binary.AppendUvarint(e.streams[stLiterals], uint64(a.clock))
+		}
+		e.pairs[i] = [2]uint64{u(i, s+8), 0}
+		if l.target {
+			e.pairs[i][1] = u(i, s+24)
+		}
+	}
+	if l.target {
+		e.streams[stLengths] = binary.AppendUvarint(e.streams[stLengths], uint64(n-groupStart))
+	}
+	return groups, maxD, maxRank
+}
+
+// pairIndexes writes the pairs stream (the distinct pairs, sorted) and
+// each record's index into it (e.pidx); it returns the number of pairs.
+func (e *colEncoder) pairIndexes(n int) int {
+	e.sorted = append(e.sorted[:0], e.pairs...)
+	slices.SortFunc(e.sorted, comparePairs)
+	uniq := slices.Compact(e.sorted)
+	np := len(uniq)
+	e.streams[stPairs] = binary.AppendUvarint(e.streams[stPairs], uint64(np))
+	for _, p := range uniq {
+		e.streams[stPairs] = binary.AppendUvarint(e.streams[stPairs], p[0])
+		e.streams[stPairs] = binary.AppendUvarint(e.streams[stPairs], p[1])
+	}
+	for i := range n {
+		k := 0
+		if np > 1 {
+			k, _ = slices.BinarySearchFunc(uniq, e.pairs[i], comparePairs)
+		}
+		e.pidx[i] = uint16(k)
+	}
+	return np
+}
+
+// revStream writes the revs stream of records of width w, predicted at
+// the rate (0: plain delta) that gives the fewer bytes, and returns the
+// rate.
+func (e *colEncoder) revStream(recs []byte, w int) uint64 {
+	n := len(recs) / w
+	u := func(i, off int) uint64 { return binary.BigEndian.Uint64(recs[i*w+off:]) }
+	var sumD, sumRev float64
+	for i := 1; i < n; i++ {
+		if !e.first[i] && e.hi[i] > e.hi[i-1] {
+			sumD += float64(e.hi[i] - e.hi[i-1])
+			sumRev += float64(int64(u(i, w-8) - u(i-1, w-8)))
+		}
+	}
+	rate := uint64(0)
+	if sumD > 0 && sumRev > 0 {
+		if r := sumRev / sumD * (1 << 32); r < math.MaxUint64/2 {
+			rate = uint64(r)
+		}
+	}
+	revStream := func(dst []byte, rate uint64) []byte {
+		for i := range n {
+			rev := u(i, w-8)
+			var pred uint64
+			if i > 0 {
+				pred = u(i-1, w-8) + scaleRate(e.hi[i]-e.hi[i-1], rate)
+			}
+			dst = binary.AppendUvarint(dst, zigzag(rev-pred))
+		}
+		return dst
+	}
+	e.streams[stRevs] = revStream(e.streams[stRevs], 0)
+	if rate != 0 {
+		e.revs = revStream(e.revs[:0], rate)
+		if len(e.revs) < len(e.streams[stRevs]) {
+			e.streams[stRevs], e.revs = e.revs, e.streams[stRevs]
+		} else {
+			rate = 0
+		}
+	}
+	return rate
+}
+
+func comparePairs(a, b [2]uint64) int {
+	if a[0] != b[0] {
+		return cmp.Compare(a[0], b[0])
+	}
+	return cmp.Compare(a[1], b[1])
+}
+
+// appendStream appends one stream, entropy-coded if that is smaller.
+func (e *colEncoder) appendStream(dst, b []byte) []byte {
+	if len(b) > 0 {
+		same := true
+		for _, c := range b[1:] {
+			if c != b[0] {
+				same = false
+				break
+			}
+		}
+		if same {
+			dst = append(dst, modeRepeat)
+			dst = binary.AppendUvarint(dst, uint64(len(b)))
+			return append(dst, b[0])
+		}
+	}
+	if len(b) >= 32 {
+		e.huff.Reuse = huff0.ReusePolicyNone
+		mode := byte(modeHuff1X)
+		var out []byte
+		var err error
+		if len(b) >= 1024 {
+			mode = modeHuff4X
+			out, _, err = huff0.Compress4X(b, &e.huff)
+		} else {
+			out, _, err = huff0.Compress1X(b, &e.huff)
+		}
+		if err == nil && len(out)+binary.MaxVarintLen32 < len(b) {
+			dst = append(dst, mode)
+			dst = binary.AppendUvarint(dst, uint64(len(b)))
+			dst = binary.AppendUvarint(dst, uint64(len(out)))
+			return append(dst, out...)
+		}
+	}
+	dst = append(dst, modeRaw)
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+// colDecoder holds decoded streams; pooled.

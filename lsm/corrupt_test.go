@@ -1,0 +1,192 @@
+package lsm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/objstore/local"
+)
+
+// corruptFixture is a DB over a local directory store holding one delta
+// run per tree: links to target, and a revocation of one of its sources.
+type corruptFixture struct {
+	db       *DB
+	storeDir string
+	target   link.RecordID
+}
+
+func newCorruptFixture(t *testing.T, fanIn int) *corruptFixture {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	store, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(ctx, Options{Store: store, Dir: t.TempDir(), NoGCGrace: true, CompactionFanIn: fanIn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &corruptFixture{db: db, storeDir: dir, target: link.RecordID{RKey: 7, Collection: link.CollectionFirst, DID: 3}}
+	for i := range 2000 {
+		src := link.RecordID{RKey: uint64(100 + i), Collection: link.CollectionFirst, DID: uint64(1 + i%50)}
+		l := link.Backlink{Target: f.target, Source: src, Location: 1, SourceRev: 10}
+		if err := db.AddBacklink(&l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := link.Revocation{Source: link.RecordID{RKey: 100, Collection: link.CollectionFirst, DID: 1}, Rev: 20}
+	if err := db.AddRevocation(&v); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// table returns the ID of the only table of tree's first run.
+func (f *corruptFixture) table(t *testing.T, tree Tree) string {
+	t.Helper()
+	runs := f.db.View().Manifest.RunsOf(tree)
+	if len(runs) == 0 || len(runs[0].Tables) != 1 {
+		t.Fatalf("%s: runs %v", tree, runs)
+	}
+	return runs[0].Tables[0].ID
+}
+
+// flip flips a byte of an object of the store and returns a function
+// that restores it.
+func (f *corruptFixture) flip(t *testing.T, key string, at func(n int) int) (restore func()) {
+	t.Helper()
+	path := filepath.Join(f.storeDir, key)
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := append([]byte(nil), orig...)
+	b[at(len(b))] ^= 0x40
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := os.WriteFile(path, orig, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkCorruptError demands that err is a *CorruptError of table id of
+// tree that is ErrCorrupt and names both.
+func checkCorruptError(t *testing.T, err error, tree Tree, id string) {
+	t.Helper()
+	var ce *CorruptError
+	if !errors.As(err, &ce) {
+		t.Fatalf("error is not a *CorruptError: %v", err)
+	}
+	if ce.Tree != tree || ce.Table != id {
+		t.Fatalf("CorruptError of %s table %s, want %s table %s: %v", ce.Tree, ce.Table, tree, id, err)
+	}
+	if !errors.Is(err, ErrCorrupt) || !errors.Is(ce, ErrCorrupt) || !errors.Is(ce.Unwrap(), ErrCorrupt) {
+		t.Fatalf("not ErrCorrupt: %v", err)
+	}
+	if msg := ce.Error(); !strings.Contains(msg, string(tree)) || !strings.Contains(msg, id) {
+		t.Fatalf("%q names neither tree %s nor table %s", msg, tree, id)
+	}
+}
+
+// A query that reads a corrupt frame fails with a *CorruptError naming the
+// tree and the table: round one (the links tree) and round two (the
+// revocations tree), through every entry point.
+func TestQueryCorruptError(t *testing.T) {
+	ctx := context.Background()
+	f := newCorruptFixture(t, 0)
+	db := f.db
+	mid := func(n int) int { return n / 2 }
+	for _, tree := range []Tree{TreeLinks, TreeRevocations} {
+		id := f.table(t, tree)
+		restore := f.flip(t, dataKey(tree, id), mid)
+		db.reader.cache = NewFrameCache(0)
+		_, err := db.Backlinks(ctx, Query{Target: f.target})
+		checkCorruptError(t, err, tree, id)
+		db.reader.cache = NewFrameCache(0)
+		_, _, err = db.Count(ctx, f.target, Filter{})
+		checkCorruptError(t, err, tree, id)
+		db.reader.cache = NewFrameCache(0)
+		_, _, err = db.Reader().All(ctx, db.View(), f.target, Filter{})
+		checkCorruptError(t, err, tree, id)
+		restore()
+	}
+	db.reader.cache = NewFrameCache(0)
+	if n, _, err := db.Count(ctx, f.target, Filter{}); err != nil || n != 1999 {
+		t.Fatalf("restored: count %d, %v", n, err)
+	}
+}
+
+// A node opening a view whose table meta it fetches corrupt fails with a
+// *CorruptError naming the table; so does a node whose manifest gives
+// another meta size than the store holds.
+func TestOpenViewCorruptMeta(t *testing.T) {
+	ctx := context.Background()
+	f := newCorruptFixture(t, 0)
+	m := f.db.View().Manifest
+	for _, tree := range []Tree{TreeLinks, TreeRevocations} {
+		id := f.table(t, tree)
+		restore := f.flip(t, metaKey(tree, id), func(n int) int { return n - 20 })
+		// A fresh node has no local copy: it fetches the meta.
+		_, err := OpenView(ctx, NewCatalog(t.TempDir(), f.db.store), m)
+		checkCorruptError(t, err, tree, id)
+		restore()
+	}
+	id := f.table(t, TreeLinks)
+	path := filepath.Join(f.storeDir, metaKey(TreeLinks, id))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append(b, 0), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = OpenView(ctx, NewCatalog(t.TempDir(), f.db.store), m)
+	checkCorruptError(t, err, TreeLinks, id)
+}
+
+// A compaction that reads a corrupt frame, or a data object of another
+// size than its meta gives, fails with a *CorruptError naming the table.
+func TestCompactCorruptError(t *testing.T) {
+	ctx := context.Background()
+	for _, damage := range []string{"flip", "truncate"} {
+		t.Run(damage, func(t *testing.T) {
+			f := newCorruptFixture(t, 2)
+			id := f.table(t, TreeLinks)
+			path := filepath.Join(f.storeDir, dataKey(TreeLinks, id))
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if damage == "flip" {
+				b[len(b)/2] ^= 0x40
+			} else {
+				b = b[:len(b)-1]
+			}
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// A second links run fills the tier.
+			l := link.Backlink{Target: f.target, Source: link.RecordID{RKey: 1, Collection: link.CollectionFirst, DID: 1}, Location: 1, SourceRev: 30}
+			if err := f.db.AddBacklink(&l); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.db.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			_, err = f.db.Compact(ctx)
+			checkCorruptError(t, err, TreeLinks, id)
+		})
+	}
+}

@@ -1,0 +1,346 @@
+package lsm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/eddy-backlinks/eddy/link"
+)
+
+// window limits round one to the frames a page needs: the links after
+// (or, reverse, before) a cursor, about want of them per run. want 0 reads
+// every link of the target.
+type window struct {
+	after   *Cursor
+	reverse bool
+	want    int
+}
+
+// windowFramesMin: a target spanning at most this many frames of a table
+// is read whole (512 KiB of 64 KiB frames, about 8,000 links).
+const windowFramesMin = 8
+
+// cursorKey writes the 56-byte prefix of a position (target, source,
+// location) into k and returns it.
+func cursorKey(k *[56]byte, target link.RecordID, c *Cursor) []byte {
+	target.Put(k[0:24])
+	c.Source.Put(k[24:48])
+	binary.BigEndian.PutUint64(k[48:56], uint64(c.Location))
+	return k[:]
+}
+
+// candidates is round one: the links to target in every run, folded
+// (identical links keep their newest rev), filtered, in ascending source
+// order. With a window it reads only the frames after the cursor that a
+// page needs; horizon, when not nil, is the furthest position (in the
+// window's direction) up to which every run was read: candidates beyond
+// it are dropped, and the caller continues from it. The links returned
+// live in s until its next use.
+func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, f *Filter, w window, s *queryScratch, st *Stats) ([]link.Backlink, *Cursor, error) {
+	prefix := target.Bytes()
+	var keyBuf [56]byte
+	var key []byte
+	if w.after != nil {
+		key = cursorKey(&keyBuf, target, w.after)
+	}
+	planRoundOne(v, prefix[:], key, w, s, st)
+	groups := s.groups
+	err := r.fetchAll(ctx, groups)
+	// Groups come in run order.
+	perRun := 0
+	for i := range groups {
+		if i == 0 || s.runOf[i] != s.runOf[i-1] {
+			perRun = 0
+		}
+		perRun += groups[i].gets
+		st.Round1GETs += groups[i].gets
+		st.Round1MaxPerRun = max(st.Round1MaxPerRun, perRun)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	horizon := roundOneHorizon(groups, s.cut, prefix[:], w.reverse)
+	out, err := mergeCandidates(target, f, w, horizon, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	st.Candidates += len(out)
+	return out, horizon, nil
+}
+
+// planRoundOne sets s.groups to the frames round one reads of the target
+// whose key prefix is prefix: in each run, the table that may hold it (its
+// filter first), the frames its fences give, narrowed to the window's
+// (key: the cursor's key, or nil). s.cut says which groups stop before the
+// target's end in the window's direction; s.runOf gives each group's run.
+func planRoundOne(v *View, prefix, key []byte, w window, s *queryScratch, st *Stats) {
+	s.groups, s.cut, s.runOf = s.groups[:0], s.cut[:0], s.runOf[:0]
+	for ri, vr := range v.trees[TreeLinks] {
+		t := vr.tableFor(prefix)
+		if t == nil {
+			continue
+		}
+		st.TablesConsidered++
+		if !t.meta.MayContain(prefix) {
+			st.TablesFiltered++
+			continue
+		}
+		first, last, ok := t.meta.FramesFor(prefix)
+		if !ok {
+			continue
+		}
+		lo, hi := first, last
+		// Targets of a few frames are read whole (one GET, no second
+		// round); a window pays off for popular targets.
+		if w.want > 0 && last-first+1 > windowFramesMin {
+			need := max(windowFramesMin, w.want/(FrameBytesMax/link.BacklinkSize)+2)
+			if !w.reverse {
+				if key != nil {
+					if fs, _, ok := t.meta.FramesFor(key); ok {
+						lo = max(lo, fs)
+					} else if bytes.Compare(key, t.meta.MaxKey[:56]) > 0 {
+						continue // nothing after the cursor here
+					}
+				}
+				hi = min(last, lo+need-1)
+			} else {
+				if key != nil {
+					if _, fl, ok := t.meta.FramesFor(key); ok {
+						hi = min(hi, fl)
+					} else if bytes.Compare(key, t.meta.MinKey[:56]) < 0 {
+						continue // nothing before the cursor here
+					}
+				}
+				lo = max(first, hi-need+1)
+			}
+			if lo > hi {
+				continue
+			}
+		}
+		s.groups = addGroup(s.groups, t, lo, hi)
+		s.cut = append(s.cut, (!w.reverse && hi < last) || (w.reverse && lo > first))
+		s.runOf = append(s.runOf, ri)
+	}
+}
+
+// roundOneHorizon returns the horizon of round one: for each run read only
+// in part (cut), the last position it holds of the target (prefix) in what
+// was read; the horizon is the nearest of them in the window's direction,
+// nil when every run was read to the target's end.
+func roundOneHorizon(groups []fetchGroup, cut []bool, prefix []byte, reverse bool) *Cursor {
+	var horizon *Cursor
+	for gi := range groups {
+		if !cut[gi] {
+			continue
+		}
+		g := &groups[gi]
+		var recs []byte
+		var off int
+		if !reverse {
+			recs = g.frames[len(g.frames)-1]
+			off = len(recs) - link.BacklinkSize
+		} else {
+			recs = g.frames[0]
+		}
+		if len(recs) == 0 || !bytes.Equal(recs[off:off+24], prefix) {
+			continue // the target ends (or starts) inside what was read
+		}
+		l := link.GetBacklink(recs[off:])
+		c := Cursor{Source: l.Source, Location: l.Location}
+		if horizon == nil || (!reverse && cmpPos(c.Source, c.Location, horizon.Source, horizon.Location) < 0) ||
+			(reverse && cmpPos(c.Source, c.Location, horizon.Source, horizon.Location) > 0) {
+			horizon = &c
+		}
+	}
+	return horizon
+}
+
+// mergeCandidates merges the target's records of every group read (in
+// s.groups) into s.out: those that pass f, after the window's cursor and
+// not beyond horizon, in order, identical links folded to the newest rev.
+func mergeCandidates(target link.RecordID, f *Filter, w window, horizon *Cursor, s *queryScratch) ([]link.Backlink, error) {
+	prefix := target.Bytes()
+	groups := s.groups
+	inWindow := func(l *link.Backlink) bool {
+		if w.after != nil {
+			x := cmpPos(l.Source, l.Location, w.after.Source, w.after.Location)
+			if (!w.reverse && x <= 0) || (w.reverse && x >= 0) {
+				return false
+			}
+		}
+		if horizon != nil {
+			x := cmpPos(l.Source, l.Location, horizon.Source, horizon.Location)
+			if (!w.reverse && x > 0) || (w.reverse && x < 0) {
+				return false
+			}
+		}
+		return true
+	}
+	// The target's records in each frame, then the result sized once.
+	n := 0
+	s.spans = s.spans[:0]
+	for gi := range groups {
+		for _, recs := range groups[gi].frames {
+			lo, hi := prefixRange(recs, link.BacklinkSize, prefix[:])
+			s.spans = append(s.spans, lo, hi)
+			n += (hi - lo) / link.BacklinkSize
+		}
+	}
+	if n > CandidatesMax {
+		return nil, fmt.Errorf("target %v: more than %d links: %w", target, CandidatesMax, ErrTooBig)
+	}
+	out := s.out[:0]
+	if cap(out) < n {
+		out = make([]link.Backlink, 0, n)
+	}
+	all, windowed := f.empty(), w.after != nil || horizon != nil
+	var keep func(*link.Backlink) bool
+	if !all || windowed {
+		keep = func(l *link.Backlink) bool { return (all || f.match(l)) && (!windowed || inWindow(l)) }
+	}
+	// Each group's links are sorted (a table is): one group is copied,
+	// several are merged as they are read (one pass, no second buffer).
+	s.segs = s.segs[:0]
+	k := 0
+	for gi := range groups {
+		fs := groups[gi].frames
+		s.segs = append(s.segs, mergeSeg{frames: fs, spans: s.spans[k : k+2*len(fs)]})
+		k += 2 * len(fs)
+	}
+	out = mergeSegs(out, s.segs, keep)
+	clear(s.segs)
+	s.out = out
+	// Fold identical links (same source and location), keeping the newest.
+	k = 0
+	for i := range out {
+		if k > 0 && out[k-1].Source == out[i].Source && out[k-1].Location == out[i].Location {
+			out[k-1].SourceRev = max(out[k-1].SourceRev, out[i].SourceRev)
+			continue
+		}
+		out[k] = out[i]
+		k++
+	}
+	return out[:k], nil
+}
+
+// mergeSeg is one group's links in round one: the target's records of
+// each frame (spans holds [lo, hi) byte offsets per frame), read in order;
+// head is the next link.
+type mergeSeg struct {
+	head   link.Backlink
+	frames [][]byte
+	spans  []int
+	fi     int // the frame of the next record
+	off    int // its offset
+}
+
+// next reads the segment's next link that keep accepts (nil: every link)
+// into head, and reports whether there was one.
+func (m *mergeSeg) next(keep func(*link.Backlink) bool) bool {
+	for m.fi < len(m.frames) {
+		recs, hi := m.frames[m.fi], m.spans[2*m.fi+1]
+		for m.off < hi {
+			m.head = link.GetBacklink(recs[m.off:])
+			m.off += link.BacklinkSize
+			if keep == nil || keep(&m.head) {
+				return true
+			}
+		}
+		m.fi++
+		if m.fi < len(m.frames) {
+			m.off = m.spans[2*m.fi]
+		}
+	}
+	return false
+}
+
+// mergeSegs appends the links of the sorted segments that keep accepts to
+// out, in order (linkLess): a single segment is copied; several are merged
+// through a binary heap of their indexes, ordered by their heads.
+func mergeSegs(out []link.Backlink, segs []mergeSeg, keep func(*link.Backlink) bool) []link.Backlink {
+	var hbuf [64]int32
+	h := hbuf[:0]
+	for i := range segs {
+		m := &segs[i]
+		if len(m.frames) == 0 {
+			continue
+		}
+		m.fi, m.off = 0, m.spans[0]
+		if m.next(keep) {
+			h = append(h, int32(i))
+		}
+	}
+	if len(h) == 1 {
+		m := &segs[h[0]]
+		for {
+			out = append(out, m.head)
+			if !m.next(keep) {
+				return out
+			}
+		}
+	}
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		siftDown(segs, h, i)
+	}
+	for len(h) > 0 {
+		m := &segs[h[0]]
+		out = append(out, m.head)
+		if !m.next(keep) {
+			h[0] = h[len(h)-1]
+			h = h[:len(h)-1]
+		}
+		siftDown(segs, h, 0)
+	}
+	return out
+}
+
+// siftDown restores the order of the heap h (of indexes into segs, by
+// their heads) below i.
+func siftDown(segs []mergeSeg, h []int32, i int) {
+	for {
+		c := 2*i + 1
+		if c >= len(h) {
+			return
+		}
+		if c+1 < len(h) && linkLess(&segs[h[c+1]].head, &segs[h[c]].head) {
+			c++
+		}
+		if !linkLess(&segs[h[c]].head, &segs[h[i]].head) {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+}
+
+// linkLess orders two links of one target as their encodings.
+func linkLess(a, b *link.Backlink) bool {
+	if c := cmpPos(a.Source, a.Location, b.Source, b.Location); c != 0 {
+		return c < 0
+	}
+	return a.SourceRev < b.SourceRev
+}
+
+// prefixRange returns the byte offsets [lo, hi) of the records of a sorted
+// frame that start with prefix.
+func prefixRange(recs []byte, width int, prefix []byte) (int, int) {
+	n := len(recs) / width
+	i := searchRecs(n, func(i int) bool { return bytes.Compare(recs[i*width:i*width+len(prefix)], prefix) >= 0 })
+	j := searchRecs(n, func(i int) bool { return bytes.Compare(recs[i*width:i*width+len(prefix)], prefix) > 0 })
+	return i * width, j * width
+}
+
+func searchRecs(n int, f func(int) bool) int {
+	lo, hi := 0, n
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if !f(m) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}

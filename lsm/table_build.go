@@ -1,0 +1,236 @@
+package lsm
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/zeebo/xxh3"
+)
+
+// BuildTable encodes sorted, duplicate-free records (len(recs) a non-zero
+// multiple of f.Width) into a data object (concatenated frames) and a meta
+// object. It checks its input (order, shard) and its own output (decodes
+// the meta again and every frame, compares with the input) before
+// returning: data is checked just before it is written.
+func BuildTable(f Format, recs []byte, opt TableOptions) (data, meta []byte, err error) {
+	if err := f.check(); err != nil {
+		return nil, nil, err
+	}
+	w := f.Width
+	if len(recs) == 0 || len(recs)%w != 0 {
+		return nil, nil, fmt.Errorf("lsm: BuildTable: %d bytes is not a positive number of %d-byte records", len(recs), w)
+	}
+	n := len(recs) / w
+	if n > MaxTableRecords {
+		return nil, nil, fmt.Errorf("lsm: BuildTable: %d records, more than MaxTableRecords (%d)", n, MaxTableRecords)
+	}
+	if opt.ShardBits > MaxShardBits || uint64(opt.Shard) >= 1<<opt.ShardBits {
+		return nil, nil, fmt.Errorf("lsm: BuildTable: shard %d of %d bits", opt.Shard, opt.ShardBits)
+	}
+	b := tableBuild{f: f, recs: recs, n: n, opt: opt, filterBits: opt.FilterBits}
+	if b.filterBits == 0 {
+		b.filterBits = DefaultFilterBits
+	}
+	if b.filterBits != FilterBits8 && b.filterBits != FilterBits16 {
+		return nil, nil, fmt.Errorf("lsm: BuildTable: filter bits %d not 8 or 16", b.filterBits)
+	}
+	if b.enc, err = encoderFor(opt.CompressionLevel); err != nil {
+		return nil, nil, err
+	}
+	b.perFrame = FrameBytesMax / w
+	if opt.frameMax > 0 {
+		b.perFrame = min(b.perFrame, opt.frameMax)
+	}
+	if err := b.checkRecords(); err != nil {
+		return nil, nil, err
+	}
+	if err := b.pickTransform(); err != nil {
+		return nil, nil, err
+	}
+	if data, err = b.buildFrames(); err != nil {
+		return nil, nil, err
+	}
+	if meta, err = b.encodeMeta(len(data)); err != nil {
+		return nil, nil, err
+	}
+	if err := verifyTable(f, recs, data, meta, opt, b.transform, b.filterBits, len(b.keys)); err != nil {
+		return nil, nil, fmt.Errorf("lsm: BuildTable: self-check failed: %w", err)
+	}
+	return data, meta, nil
+}
+
+// tableBuild is a table BuildTable is making.
+type tableBuild struct {
+	f          Format
+	recs       []byte
+	n          int // records
+	opt        TableOptions
+	filterBits int
+	enc        *zstd.Encoder
+	perFrame   int // records a frame at most
+
+	seed      uint64   // the filter's key seed
+	keys      []uint64 // the filter keys of the distinct prefixes
+	transform frameTransform
+	layout    colLayout    // transformColumns
+	dict      *accountDict // transformColumns: the account dictionary
+	ranks     []uint32     // transformColumns: each record's account rank
+	frames    []builtFrame
+}
+
+// builtFrame is a frame BuildTable wrote.
+type builtFrame struct {
+	start, n  int // records [start, start+n)
+	length    int
+	sum       uint64
+	continues bool
+}
+
+func (b *tableBuild) rec(i int) []byte { return b.recs[i*b.f.Width : (i+1)*b.f.Width] }
+
+// checkRecords checks order and shard, and collects the filter keys.
+func (b *tableBuild) checkRecords() error {
+	p, opt := b.f.PrefixLen, b.opt
+	b.seed = tableFilterSeed(opt.FilterSeed)
+	b.keys = make([]uint64, 0, b.n/4+1)
+	for i := range b.n {
+		if i > 0 {
+			c := compareRecords(b.rec(i-1), b.rec(i))
+			if c >= 0 {
+				what := "out of order"
+				if c == 0 {
+					what = "duplicated"
+				}
+				return fmt.Errorf("lsm: BuildTable: record %d %s: %x", i, what, b.rec(i))
+			}
+			if bytes.Equal(b.rec(i - 1)[:p], b.rec(i)[:p]) {
+				continue
+			}
+		}
+		pre := b.rec(i)[:p]
+		if opt.ShardBits > 0 && ShardOf(pre, opt.ShardBits) != opt.Shard {
+			return fmt.Errorf("lsm: BuildTable: prefix %x is in shard %d, not %d of %d bits",
+				pre, ShardOf(pre, opt.ShardBits), opt.Shard, opt.ShardBits)
+		}
+		b.keys = append(b.keys, filterKey(pre, b.seed))
+	}
+	return nil
+}
+
+// pickTransform sets the frame transform (the option's, else columns
+// for the formats the columnar codec knows, else the best of the zstd
+// ones) and, for columns, the account dictionary.
+func (b *tableBuild) pickTransform() error {
+	layout, columnar := columnsLayout(b.f)
+	b.layout = layout
+	b.transform = b.opt.transform
+	switch {
+	case !b.opt.transSet && columnar:
+		b.transform = transformColumns
+	case !b.opt.transSet:
+		b.transform = chooseTransform(b.enc, b.recs, b.f.Width, b.perFrame)
+	case b.transform >= transformCount, b.transform == transformColumns && !columnar:
+		return fmt.Errorf("lsm: BuildTable: transform %v for format %+v", b.transform, b.f)
+	}
+	if b.transform == transformColumns {
+		b.dict, b.ranks = buildAccountDict(b.recs, b.layout)
+	}
+	return nil
+}
+
+// buildFrames encodes the records into frames (b.frames) and returns the
+// data object: frames of perFrame records, each ended early at the last
+// prefix boundary in its final eighth if there is one.
+func (b *tableBuild) buildFrames() ([]byte, error) {
+	w, p, n, perFrame := b.f.Width, b.f.PrefixLen, b.n, b.perFrame
+	b.frames = make([]builtFrame, 0, n/max(perFrame*7/8, 1)+1)
+	data := make([]byte, 0, len(b.recs)/4)
+	bp := scratchPool.Get().(*[]byte)
+	defer scratchPool.Put(bp)
+	minFill := perFrame - perFrame/8
+	for s := 0; s < n; {
+		e := min(s+perFrame, n)
+		if e < n {
+			for c := e; c > s+minFill; c-- {
+				if !bytes.Equal(b.rec(c - 1)[:p], b.rec(c)[:p]) {
+					e = c
+					break
+				}
+			}
+		}
+		raw := b.recs[s*w : e*w]
+		off := len(data)
+		if b.transform == transformColumns {
+			// Columns (frame byte 0 = 0), or, for records the columns
+			// do not shrink, delta+shuffle and zstd (byte 0 = 1).
+			data = append(data, frameColumns)
+			data = encodeColumns(data, raw, b.layout, b.ranks[s:e])
+			if len(data)-off > len(raw) {
+				data = data[:off]
+				data = append(data, frameDeltaZstd)
+				tmp := (*bp)[:len(raw)]
+				encodeTransform(transformDeltaShuffle, tmp, raw, w)
+				data = b.enc.EncodeAll(tmp, data)
+			}
+		} else {
+			tmp := (*bp)[:len(raw)]
+			encodeTransform(b.transform, tmp, raw, w)
+			data = b.enc.EncodeAll(tmp, data)
+		}
+		fr := builtFrame{start: s, n: e - s, length: len(data) - off, sum: xxh3.Hash(data[off:])}
+		if fr.length > maxFrameLength {
+			return nil, fmt.Errorf("lsm: BuildTable: frame %d compressed to %d bytes", len(b.frames), fr.length)
+		}
+		if s > 0 {
+			fr.continues = bytes.Equal(b.rec(s - 1)[:p], b.rec(s)[:p])
+		}
+		b.frames = append(b.frames, fr)
+		s = e
+	}
+	return data, nil
+}
+
+// verifyTable decodes a table BuildTable just encoded and compares it with
+// its input.
+func verifyTable(f Format, recs, data, meta []byte, opt TableOptions, transform frameTransform, filterBits, prefixes int) error {
+	m, err := DecodeMeta(meta)
+	if err != nil {
+		return err
+	}
+	w, p := f.Width, f.PrefixLen
+	n := len(recs) / w
+	switch {
+	case m.Format != f, m.Records != uint64(n), m.DataBytes != uint64(len(data)),
+		m.ShardBits != opt.ShardBits, m.Shard != opt.Shard, m.Prefixes != uint64(prefixes),
+		m.transform != transform, m.filterBits != filterBits,
+		!bytes.Equal(m.MinKey, recs[:w]), !bytes.Equal(m.MaxKey, recs[len(recs)-w:]):
+		return fmt.Errorf("decoded meta differs from the table built: %v", m)
+	}
+	var buf []byte
+	at := 0
+	for i := range m.Frames {
+		off, l := m.ByteRange(i, i)
+		buf, err = m.DecodeFrame(i, data[off:off+l], buf)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(buf, recs[at:at+len(buf)]) {
+			return fmt.Errorf("frame %d decodes to different records", i)
+		}
+		at += len(buf)
+	}
+	if at != len(recs) {
+		return fmt.Errorf("frames hold %d bytes of %d", at, len(recs))
+	}
+	for i := 0; i < n; i++ {
+		r := recs[i*w : i*w+p]
+		if i > 0 && bytes.Equal(recs[(i-1)*w:(i-1)*w+p], r) {
+			continue
+		}
+		if !m.MayContain(r) {
+			return fmt.Errorf("filter misses prefix %x", r)
+		}
+	}
+	return nil
+}
