@@ -1,12 +1,15 @@
 package query
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -19,6 +22,9 @@ const endpointsMax = 32
 type Metrics struct {
 	Seconds  *prometheus.HistogramVec // eddy_query_request_seconds{endpoint,code}
 	InFlight prometheus.Gauge         // eddy_query_in_flight
+	// Corrupt counts corrupt tables met (a frame or meta failing its
+	// checks), by tree: set it as Server.Corrupt and Views.Corrupt.
+	Corrupt *prometheus.CounterVec // eddy_corrupt_total{tree}
 
 	mu        sync.Mutex
 	endpoints map[string]bool
@@ -32,14 +38,18 @@ func NewMetrics() *Metrics {
 			Help:    "Query API request latency, by endpoint (the route's path; other for none) and status class (2xx, 4xx, 5xx...).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"endpoint", "code"}),
-		InFlight:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_query_in_flight", Help: "Query API requests being answered."}),
+		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_query_in_flight", Help: "Query API requests being answered."}),
+		Corrupt: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eddy_corrupt_total",
+			Help: "Corrupt tables met (a frame or metadata failing its checksum, fence or order checks), by tree; each is logged with the table.",
+		}, []string{"tree"}),
 		endpoints: map[string]bool{},
 	}
 }
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Seconds, m.InFlight} {
+	for _, c := range []prometheus.Collector{m.Seconds, m.InFlight, m.Corrupt} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -116,4 +126,18 @@ func (s *statusWriter) Flush() {
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// noteCorrupt counts and logs err if it is a corrupt table; it reports
+// whether it was.
+func noteCorrupt(c *prometheus.CounterVec, log hclog.Logger, what string, err error) bool {
+	var ce *lsm.CorruptError
+	if !errors.As(err, &ce) {
+		return false
+	}
+	if c != nil {
+		c.WithLabelValues(string(ce.Tree)).Inc()
+	}
+	log.Error("corrupt table", "during", what, "tree", ce.Tree, "table", ce.Table, "error", err)
+	return true
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Limits of the public API.
@@ -63,8 +64,11 @@ type Server struct {
 	Ready func() error
 	// ResponseBytesMax bounds an answer's body (default: ResponseBytesMax).
 	ResponseBytesMax int
-	sem              chan struct{}
-	totals           countCache // getBacklinks' totals of popular targets, per view
+	// Corrupt, when set, counts the corrupt tables queries meet
+	// (Metrics.Corrupt); each is logged with its table either way.
+	Corrupt *prometheus.CounterVec
+	sem     chan struct{}
+	totals  countCache // getBacklinks' totals of popular targets, per view
 }
 
 // NewServer returns a query server.
@@ -229,10 +233,14 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 		if err != nil {
 			var ae *apiError
 			if !errors.As(err, &ae) {
-				s.Log.Error("query failed", "path", r.URL.Path, "error", err)
 				ae = &apiError{http.StatusInternalServerError, "InternalServerError", "the query failed on this node"}
-				if errors.Is(err, lsm.ErrTooBig) {
+				switch {
+				case errors.Is(err, lsm.ErrTooBig):
 					ae = &apiError{http.StatusBadRequest, "QueryTooBig", err.Error()}
+				case noteCorrupt(s.Corrupt, s.Log, r.URL.Path, err):
+					ae.message = "a table this node read is corrupt (counted and logged); ask another node"
+				default:
+					s.Log.Error("query failed", "path", r.URL.Path, "error", err)
 				}
 			}
 			writeErr(w, ae)

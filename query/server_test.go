@@ -53,11 +53,14 @@ type fixture struct {
 	srv   *httptest.Server
 	qs    *Server
 	stamp uint64
+	// storeDir is the local object store's directory.
+	storeDir string
 }
 
 func newFixture(t *testing.T) *fixture {
 	ctx := context.Background()
-	store, err := local.New(t.TempDir())
+	storeDir := t.TempDir()
+	store, err := local.New(storeDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +68,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, db: db, src: &dbSource{db: db}, codec: &link.Codec{Outlines: link.NewMemOutlines()}}
+	f := &fixture{t: t, db: db, src: &dbSource{db: db}, codec: &link.Codec{Outlines: link.NewMemOutlines()}, storeDir: storeDir}
 	cat := lsm.NewCatalog(t.TempDir(), store) // the serving side keeps its own metadata, as a follower does
 	f.views = NewViews(f.src, cat, nil)
 	vctx, cancel := context.WithCancel(ctx)

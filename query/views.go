@@ -5,12 +5,15 @@ package query
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ManifestSource is what Views needs from the replicated state.
@@ -31,6 +34,10 @@ type Views struct {
 	changed chan struct{} // closed and replaced on every switch
 	mu      sync.Mutex
 	applied atomic.Int64 // unix nanos of the last switch
+	// Corrupt, when set before Run, counts corrupt table metadata met
+	// while loading a view (Metrics.Corrupt).
+	Corrupt     *prometheus.CounterVec
+	corruptSeen map[string]bool // tables counted (refresh runs on one goroutine)
 }
 
 // NewViews starts following src.
@@ -67,7 +74,18 @@ func (v *Views) refresh(ctx context.Context) {
 	}
 	view, err := lsm.OpenView(ctx, v.cat, m)
 	if err != nil {
-		v.log.Warn("cannot open manifest yet", "generation", m.Generation, "error", err)
+		// A corrupt meta is counted and logged once per table (the load is
+		// retried every second); anything else is a warning each time.
+		var ce *lsm.CorruptError
+		if !errors.As(err, &ce) {
+			v.log.Warn("cannot open manifest yet", "generation", m.Generation, "error", err)
+		} else if !v.corruptSeen[ce.Table] {
+			if v.corruptSeen == nil {
+				v.corruptSeen = map[string]bool{}
+			}
+			v.corruptSeen[ce.Table] = true
+			noteCorrupt(v.Corrupt, v.log, "loading the metadata of generation "+strconv.FormatUint(m.Generation, 10), err)
+		}
 		return
 	}
 	v.current.Store(view)
