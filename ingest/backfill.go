@@ -458,15 +458,47 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 	return nil
 }
 
-// Run is not used: a backfill needs the writer (see RunBackfill).
-func (b *Backfill) Run(ctx context.Context, cursor string, emit func(*event.Op, string) error) error {
-	return errors.New("backfill runs through RunBackfill")
+// Backfill is the Backfiller, with metrics and status of its own.
+var (
+	_ Backfiller     = (*Backfill)(nil)
+	_ watched        = (*Backfill)(nil)
+	_ statusReporter = (*Backfill)(nil)
+)
+
+// Live is false: a backfill lists every repository, from the first page.
+func (b *Backfill) Live() bool { return false }
+
+// watch counts what it skips.
+func (b *Backfill) watch(h watchHooks) { b.OnSkip = h.skip }
+
+// report adds its progress: the counters and the first failed repositories.
+func (b *Backfill) report(st *SourceStatus, _ time.Time) { st.Backfill, st.Failed = b.Progress() }
+
+// Ingest backfills every repository into w from cursor (the committed
+// page cursor), then tries the failed ones again; it returns nil once
+// every page is done (the cursor then reads EOFCursor of the last). A pass
+// that fails (the store refusing a checkpoint, the relay down past its
+// retries) starts again from what was published, after a backoff, for as
+// long as this node leads; a lost leadership ends it.
+func (b *Backfill) Ingest(ctx context.Context, w *Writer, cursor string) error {
+	for wait := time.Duration(0); ; {
+		err := b.pass(ctx, w, cursor)
+		if err == nil || ctx.Err() != nil || errors.Is(err, ErrLeadershipLost) {
+			return err
+		}
+		wait = retryBackoff.Next(wait)
+		w.log.Error("backfill failed; starting again from the published state", "error", err, "retry_in", wait)
+		if sleepCtx(ctx, wait) != nil {
+			return nil
+		}
+		cursor = w.cfg.Node.FSM.Cursor(b.Name())
+	}
 }
 
-// RunBackfill enumerates and backfills every repository from cursor, and
+// pass enumerates and backfills every repository from cursor, and
 // records each finished page's cursor with the writer. It returns nil once
-// every page is done (the cursor then reads "eof:<last>").
-func (b *Backfill) RunBackfill(ctx context.Context, w *Writer, cursor string) error {
+// every page is done.
+func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string) error {
 	key := w.cfg.Node.FSM.Cursor(b.Name() + StateCursorSuffix)
 	st, err := loadBackfillState(ctx, w.cfg.Store, b.Name(), key)
 	if errors.Is(err, objstore.ErrNotFound) {
@@ -539,7 +571,7 @@ func (b *Backfill) RunBackfill(ctx context.Context, w *Writer, cursor string) er
 			return err
 		}
 		if page.Cursor == "" || len(page.Repos) == 0 {
-			return b.retryFailed(ctx, w, "eof:"+cursor)
+			return b.retryFailed(ctx, w, EOFCursor(cursor))
 		}
 		cursor = page.Cursor
 		if err := st.checkpoint(ctx, w.cfg.Store, w, b.Name(), cursor); err != nil {

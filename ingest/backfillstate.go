@@ -51,7 +51,7 @@ type RepoState struct {
 type BackfillCheckpoint struct {
 	V      int    `json:"v"`
 	Source string `json:"source"`
-	Cursor string `json:"cursor"` // the listRepos cursor of the last page written ("eof:..." at the end)
+	Cursor string `json:"cursor"` // the listRepos cursor of the last page written (EOFCursor of it at the end)
 	// Counters over the whole backfill (every leader's share; a page a new
 	// leader redoes counts again).
 	Listed int `json:"listed"`

@@ -60,26 +60,37 @@ func (m *Metrics) Register(r prometheus.Registerer) error {
 	return nil
 }
 
+// watched is a source whose callbacks Metrics.Watch connects: it hands
+// them to the hooks it reports through.
+type watched interface {
+	watch(h watchHooks)
+}
+
+// watchHooks are what a source reports to the metrics.
+type watchHooks struct {
+	skip   func(reason string)   // an input it could not decode (by reason)
+	lag    func(d time.Duration) // a live stream: its newest event is d behind now
+	replay func(path string)     // a replay: its events behind are its file's events after the committed cursor
+}
+
 // Watch connects a source's callbacks to the metrics: inputs it cannot
 // decode count as skipped by reason, a live stream reports its lag, and a
 // replay's events behind are its file's events after the committed cursor
 // (committed returns a source's committed cursor; counting the file runs in
 // the background, once). Call it before the source runs.
 func (m *Metrics) Watch(s Source, committed func(name string) string) {
-	name := s.Name()
-	onSkip := func(reason string) { m.Skipped.WithLabelValues(name, reason).Inc() }
-	onLag := func(d time.Duration) { m.observeLag(name, time.Now().Add(-d), d) }
-	switch s := s.(type) {
-	case *Jetstream:
-		s.OnSkip, s.OnLag = onSkip, onLag
-	case *Firehose:
-		s.OnSkip, s.OnLag = onSkip, onLag
-	case *Backfill:
-		s.OnSkip = onSkip
-	case *Replay:
-		s.OnSkip = onSkip
-		m.lagEvents.addReplay(name, s.Path, func() string { return committed(name) })
+	ws, ok := s.(watched)
+	if !ok {
+		return
 	}
+	name := s.Name()
+	ws.watch(watchHooks{
+		skip: func(reason string) { m.Skipped.WithLabelValues(name, reason).Inc() },
+		lag:  func(d time.Duration) { m.observeLag(name, time.Now().Add(-d), d) },
+		replay: func(path string) {
+			m.lagEvents.addReplay(name, path, func() string { return committed(name) })
+		},
+	})
 }
 
 func (m *Metrics) observeLag(source string, at time.Time, d time.Duration) {

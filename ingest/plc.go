@@ -204,7 +204,7 @@ func (f *plcFollower) LookupSeq(did string) (uint64, bool, error) {
 	}
 	start := time.Now()
 	deadline := start.Add(f.dir.wait())
-	backoff := time.Duration(0)
+	retryWait := time.Duration(0)
 	for {
 		// Head first, then the lookup: a poll that reached the head added
 		// its entries before it said so.
@@ -216,8 +216,8 @@ func (f *plcFollower) LookupSeq(did string) (uint64, bool, error) {
 				return 0, false, fmt.Errorf("plc map read: %w: %w", err, ErrLeadershipLost)
 			}
 			f.w.log.Warn("plc map read failed; retrying", "did", did, "error", err)
-			backoff = nextBackoff(backoff)
-			if sleepCtx(f.ctx, backoff) != nil {
+			retryWait = retryBackoff.Next(retryWait)
+			if sleepCtx(f.ctx, retryWait) != nil {
 				f.w.dead.Store(true)
 				return 0, false, ErrLeadershipLost
 			}
@@ -272,7 +272,7 @@ func (f *plcFollower) run(ctx context.Context) error {
 		client = http.DefaultClient
 	}
 	f.w.log.Info("plc follower started", "url", f.dir.URL, "after", after)
-	var backoff time.Duration
+	var retryWait time.Duration
 	for {
 		start := time.Now()
 		lines, next, err := f.page(ctx, client, after, page)
@@ -284,14 +284,14 @@ func (f *plcFollower) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			backoff = nextBackoff(backoff)
-			f.w.log.Warn("plc export failed; retrying", "url", f.dir.URL, "after", after, "error", err, "backoff", backoff)
-			if sleepCtx(ctx, backoff) != nil {
+			retryWait = retryBackoff.Next(retryWait)
+			f.w.log.Warn("plc export failed; retrying", "url", f.dir.URL, "after", after, "error", err, "backoff", retryWait)
+			if sleepCtx(ctx, retryWait) != nil {
 				return nil
 			}
 			continue
 		}
-		backoff = 0
+		retryWait = 0
 		if f.m.PendingBytes() >= f.w.cfg.MemtableBytes {
 			if err := f.w.Flush(ctx); err != nil {
 				return err

@@ -7,14 +7,48 @@ import (
 	"sync"
 	"time"
 
-	"github.com/eddy-backlinks/eddy/ingest/event"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/hashicorp/go-hclog"
 )
 
+// Source is what the runner needs of an input. Each kind of source
+// implements it in its own file (Jetstream, Firehose, Replay, Backfill),
+// so a new kind is a new file and a case of ParseSource, not an edit of
+// the runner.
+type Source interface {
+	// Name identifies the source: its cursor is kept under this name, and
+	// the part before the first ':' (or all of it) is its kind in status.
+	Name() string
+	// Live reports whether the source is a live stream, which starts at
+	// the stream's head when it has no committed cursor. A Backfiller
+	// starts only once every live source has committed a cursor.
+	Live() bool
+	// Ingest reads the source into w from cursor, its committed cursor
+	// ("" when it has none), until ctx ends. It returns nil once the
+	// source has nothing more to give (a replay read to its end, a
+	// backfill through its last page: the cursor it leaves is then an
+	// EOFCursor), or the error that stopped it; ErrLeadershipLost stops
+	// the write path.
+	Ingest(ctx context.Context, w *Writer, cursor string) error
+}
+
+// Backfiller is a source that writes whole repositories (Backfill).
+//
+// It starts only once every live source has a committed cursor: a stream
+// that starts "from now" and loses its leader before committing would
+// otherwise skip the events between the two leaders for repositories
+// already backfilled. And it fetches one repository again on request
+// (Resync): a reactivated account, a #sync event, or a resync a previous
+// leader had not finished. The last Backfiller of the sources takes the
+// resyncs; with none, a resync is skipped and counted.
+type Backfiller interface {
+	Source
+	Resync(ctx context.Context, w *Writer, did string) error
+}
+
 // Runner runs the write path while this node leads: the sources, the flush
 // timer and compaction. Start it on gaining leadership and cancel its
-// context on losing it.
+// context on losing it (Supervisor does both).
 type Runner struct {
 	Config  Config
 	Sources []Source
@@ -38,19 +72,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	log := w.log
 	log.Info("write path started", "sources", len(r.Sources), "clock", r.Config.Node.FSM.Clock())
-	// Resyncs a previous leader had not finished.
-	for k := range r.Config.Node.FSM.Summary().Cursors {
-		if did, ok := strings.CutPrefix(k, ResyncPrefix); ok {
-			w.mu.Lock()
-			w.mu.resyncs[did]++
-			job := resyncJob{did: did, seq: w.mu.resyncs[did]}
-			w.mu.Unlock()
-			select {
-			case w.resync <- job:
-			default:
-			}
-		}
-	}
+	r.queueUnfinishedResyncs(w)
 	var wg sync.WaitGroup
 	if w.plc != nil {
 		wg.Go(func() {
@@ -60,114 +82,16 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 		})
 	}
-	var backfill *Backfill
+	var resyncer Backfiller
 	for _, s := range r.Sources {
-		if b, ok := s.(*Backfill); ok {
-			backfill = b
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				// A backfill starts only once every live stream has a
-				// committed position: a stream that starts "from now" and
-				// loses its leader before committing would otherwise skip
-				// the events between the two leaders for repositories
-				// already backfilled.
-				if !w.plcReady(ctx) || !r.waitStreamCursors(ctx, log) {
-					return
-				}
-				// A backfill that fails (the store refusing a checkpoint,
-				// the relay down past its retries) starts again from what
-				// was published, after a backoff, for as long as this
-				// node leads.
-				for backoff := time.Duration(0); ; {
-					err := b.RunBackfill(ctx, w, r.Config.Node.FSM.Cursor(b.Name()))
-					if err == nil || ctx.Err() != nil {
-						return
-					}
-					if errors.Is(err, ErrLeadershipLost) {
-						log.Error("backfill stopped", "error", err)
-						cancel(err)
-						return
-					}
-					backoff = nextBackoff(backoff)
-					log.Error("backfill failed; starting again from the published state", "error", err, "retry_in", backoff)
-					if sleepCtx(ctx, backoff) != nil {
-						return
-					}
-				}
-			}()
-			continue
+		if b, ok := s.(Backfiller); ok {
+			resyncer = b
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if !w.plcReady(ctx) {
-				return
-			}
-			name := s.Name()
-			cursor := r.Config.Node.FSM.Cursor(name)
-			err := s.Run(ctx, cursor, func(op *event.Op, c string) error {
-				if op == nil { // a replay's end
-					w.SetCursor(name, c)
-					return nil
-				}
-				return w.Apply(ctx, name, c, op)
-			})
-			if err != nil && ctx.Err() == nil {
-				log.Error("source stopped", "source", name, "error", err)
-				if errors.Is(err, ErrLeadershipLost) {
-					cancel(err)
-				}
-			}
-		}()
+		wg.Go(func() { r.runSource(ctx, cancel, w, s) })
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		r.compactLoop(ctx, w)
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case job := <-w.resync:
-				if backfill == nil {
-					w.skip("resync", "no_backfill_source")
-					continue
-				}
-				if err := backfill.Resync(ctx, w, job.did); err != nil {
-					if ctx.Err() == nil {
-						log.Warn("resync failed", "did", job.did, "error", err)
-					}
-					continue
-				}
-				w.resyncDone(job)
-			}
-		}
-	}()
-	t := time.NewTicker(flushPoll)
-	defer t.Stop()
-	var result error
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			result = context.Cause(ctx)
-			break loop
-		case <-t.C:
-			if !w.Due() {
-				continue
-			}
-			if err := w.Flush(ctx); err != nil {
-				result = err
-				cancel(err)
-				break loop
-			}
-		}
-	}
+	wg.Go(func() { r.compactLoop(ctx, w) })
+	wg.Go(func() { r.resyncLoop(ctx, w, resyncer) })
+	result := r.flushLoop(ctx, cancel, w)
 	wg.Wait()
 	if errors.Is(result, context.Canceled) && !errors.Is(result, ErrLeadershipLost) {
 		// A clean stop (shutdown, leadership handed away): publish what is
@@ -180,6 +104,88 @@ loop:
 	}
 	log.Info("write path stopped", "reason", result)
 	return result
+}
+
+// queueUnfinishedResyncs queues the resyncs a previous leader had not
+// finished (their "resync:<did>" markers among the cursors).
+func (r *Runner) queueUnfinishedResyncs(w *Writer) {
+	for k := range r.Config.Node.FSM.Summary().Cursors {
+		if did, ok := strings.CutPrefix(k, ResyncPrefix); ok {
+			w.mu.Lock()
+			w.mu.resyncs[did]++
+			job := resyncJob{did: did, seq: w.mu.resyncs[did]}
+			w.mu.Unlock()
+			select {
+			case w.resync <- job:
+			default:
+			}
+		}
+	}
+}
+
+// runSource runs one source from its committed cursor, once the PLC
+// follower has reached the directory's head (and, for a Backfiller, every
+// live source has a committed cursor). A source that stops with an error
+// is logged; a lost leadership stops the write path.
+func (r *Runner) runSource(ctx context.Context, cancel context.CancelCauseFunc, w *Writer, s Source) {
+	if !w.plcReady(ctx) {
+		return
+	}
+	if _, ok := s.(Backfiller); ok && !r.waitLiveCursors(ctx, w.log) {
+		return
+	}
+	name := s.Name()
+	err := s.Ingest(ctx, w, r.Config.Node.FSM.Cursor(name))
+	if err != nil && ctx.Err() == nil {
+		w.log.Error("source stopped", "source", name, "error", err)
+		if errors.Is(err, ErrLeadershipLost) {
+			cancel(err)
+		}
+	}
+}
+
+// resyncLoop fetches again, through b, each repository the writer queues
+// for a resync, until ctx ends.
+func (r *Runner) resyncLoop(ctx context.Context, w *Writer, b Backfiller) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case job := <-w.resync:
+			if b == nil {
+				w.skip("resync", "no_backfill_source")
+				continue
+			}
+			if err := b.Resync(ctx, w, job.did); err != nil {
+				if ctx.Err() == nil {
+					w.log.Warn("resync failed", "did", job.did, "error", err)
+				}
+				continue
+			}
+			w.resyncDone(job)
+		}
+	}
+}
+
+// flushLoop flushes whenever the flush interval has passed, until ctx is
+// done (its cause is the result) or a flush fails (which cancels ctx).
+func (r *Runner) flushLoop(ctx context.Context, cancel context.CancelCauseFunc, w *Writer) error {
+	t := time.NewTicker(flushPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+			if !w.Due() {
+				continue
+			}
+			if err := w.Flush(ctx); err != nil {
+				cancel(err)
+				return err
+			}
+		}
+	}
 }
 
 // compactLoop merges full tiers in the background and hands each result to
@@ -240,24 +246,21 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 	}
 }
 
-// waitStreamCursors waits until every live stream source has a committed
-// cursor; it returns false if ctx ends first. A stream that starts live
-// commits its first position with its first event, so on a network that
-// is quiet from the start the backfill waits for that event (said once in
-// the log); a busy network commits one within a flush interval.
-func (r *Runner) waitStreamCursors(ctx context.Context, log hclog.Logger) bool {
+// waitLiveCursors waits until every live source has a committed cursor;
+// it returns false if ctx ends first. A stream that starts live commits
+// its first position with its first event, so on a network that is quiet
+// from the start the backfill waits for that event (said once in the
+// log); a busy network commits one within a flush interval.
+func (r *Runner) waitLiveCursors(ctx context.Context, log hclog.Logger) bool {
 	said := false
 	for {
 		ready := true
 		for _, s := range r.Sources {
-			switch s.(type) {
-			case *Jetstream, *Firehose:
-				if r.Config.Node.FSM.Cursor(s.Name()) == "" {
-					ready = false
-					if !said {
-						said = true
-						log.Info("backfill waits for the live stream's first committed position", "source", s.Name())
-					}
+			if s.Live() && r.Config.Node.FSM.Cursor(s.Name()) == "" {
+				ready = false
+				if !said {
+					said = true
+					log.Info("backfill waits for the live stream's first committed position", "source", s.Name())
 				}
 			}
 		}

@@ -1,13 +1,16 @@
 package ingest
 
+// The sources: what the runner needs of one is its Source interface
+// (runner.go); each kind lives in its own file (jetstream.go, firehose.go,
+// replay.go, backfill.go) and ParseSource, here, turns a --source value
+// into one. What they share: the end-of-source cursor, and the emit
+// callback through which the stream sources hand operations to the writer.
+
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 
@@ -15,16 +18,38 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Source is one input stream of operations.
-type Source interface {
-	// Name identifies the source; its cursor is kept under this name.
-	Name() string
-	// Run reads from cursor ("" = the beginning) and calls emit for every
-	// operation with the cursor to resume after it. It returns nil when
-	// the source has ended (a replay read to its end: it then calls emit
-	// with a nil op and a cursor for which Done is true), or the error
-	// that stopped it; a live source runs until ctx is done.
-	Run(ctx context.Context, cursor string, emit func(op *event.Op, cursor string) error) error
+// eofPrefix starts the cursor of a source read to its end.
+const eofPrefix = "eof:"
+
+// EOFCursor is the cursor of a source read to its end at position pos (a
+// replay's count of lines or frames, a backfill's last listRepos cursor):
+// "eof:<pos>". Done is true of it; a new leader resumes a source whose
+// committed cursor it is as finished.
+func EOFCursor(pos string) string { return eofPrefix + pos }
+
+// ParseEOF returns the position of an end-of-source cursor (EOFCursor) and
+// true, or the cursor itself and false for any other cursor.
+func ParseEOF(cursor string) (pos string, ok bool) { return strings.CutPrefix(cursor, eofPrefix) }
+
+// Done reports whether a cursor marks a source read to its end (a replay
+// read through its last line or frame, a backfill through its last page).
+func Done(cursor string) bool {
+	_, ok := ParseEOF(cursor)
+	return ok
+}
+
+// emitTo is the callback through which a stream source (Jetstream,
+// Firehose, Replay: their Run) hands its operations to w: each one is
+// applied with the cursor to resume after it; a nil operation (a replay's
+// end) records its cursor alone.
+func emitTo(ctx context.Context, w *Writer, source string) func(op *event.Op, cursor string) error {
+	return func(op *event.Op, cursor string) error {
+		if op == nil {
+			w.SetCursor(source, cursor)
+			return nil
+		}
+		return w.Apply(ctx, source, cursor, op)
+	}
 }
 
 // badEventReason is the skip reason of a Jetstream event that did not
@@ -36,9 +61,6 @@ func badEventReason(err error) string {
 	}
 	return "bad_event"
 }
-
-// Done reports whether a cursor marks a replay read to its end.
-func Done(cursor string) bool { return strings.HasPrefix(cursor, "eof:") }
 
 // ParseSource turns a source URL into a Source:
 //
@@ -97,126 +119,4 @@ func ParseSource(raw string, log hclog.Logger) (Source, error) {
 		return NewFirehose(rest, log)
 	}
 	return nil, fmt.Errorf("source %q: unknown kind %q", raw, kind)
-}
-
-// Replay reads a recorded capture: a .jsonl file of Jetstream events, or
-// any other file of firehose frames. Its cursor is the number of lines or
-// frames consumed.
-type Replay struct {
-	Path string
-	Log  hclog.Logger
-	// OnSkip, if set, is told about every input it cannot decode.
-	OnSkip func(reason string)
-	// skipLog rate-limits the log lines of skipped inputs.
-	skipLog skipLogger
-}
-
-func (r *Replay) Name() string { return "replay:" + r.Path }
-
-func (r *Replay) skip(pos int, reason string, err error) {
-	r.skipLog.log(r.Log, r.Name(), reason, "position", pos, "error", err)
-	if r.OnSkip != nil {
-		r.OnSkip(reason)
-	}
-}
-
-func (r *Replay) Run(ctx context.Context, cursor string, emit func(op *event.Op, cursor string) error) error {
-	start := 0
-	if cursor != "" {
-		n, err := strconv.Atoi(strings.TrimPrefix(cursor, "eof:"))
-		if err != nil || n < 0 {
-			return fmt.Errorf("replay %s: bad cursor %q", r.Path, cursor)
-		}
-		if Done(cursor) {
-			return nil // already read to its end and published
-		}
-		start = n
-	}
-	f, err := os.Open(r.Path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if strings.HasSuffix(r.Path, ".jsonl") {
-		return r.runJSONL(ctx, f, start, emit)
-	}
-	return r.runFrames(ctx, f, start, emit)
-}
-
-func (r *Replay) runJSONL(ctx context.Context, f io.Reader, start int, emit func(*event.Op, string) error) error {
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), event.MaxJetstreamMessageSize)
-	pos := 0
-	for sc.Scan() {
-		pos++
-		if pos <= start {
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if len(sc.Bytes()) == 0 {
-			continue
-		}
-		op, err := event.DecodeJetstream(sc.Bytes())
-		if err != nil {
-			r.skip(pos, badEventReason(err), err)
-			continue
-		}
-		if err := emit(&op, strconv.Itoa(pos)); err != nil {
-			return err
-		}
-	}
-	if err := sc.Err(); err != nil {
-		// A line past the limit: count it and end here rather than loop.
-		r.skip(pos+1, "line_too_long", err)
-	}
-	return emit(nil, "eof:"+strconv.Itoa(pos))
-}
-
-func (r *Replay) runFrames(ctx context.Context, f io.Reader, start int, emit func(*event.Op, string) error) error {
-	pos := 0
-	err := event.ReadFrames(bufio.NewReader(f), func(frame []byte) error {
-		pos++
-		if pos <= start {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		// Ops of one frame carry the frame's own position until its last,
-		// so a flush inside a frame replays the whole frame (idempotent).
-		var ops []event.Op
-		err := event.DecodeFrame(frame, func(o *event.Op) error { ops = append(ops, *o); return nil })
-		if err != nil {
-			var se *event.StreamError
-			switch {
-			case errors.As(err, &se):
-				r.skip(pos, "stream_error", err)
-			case errors.Is(err, event.ErrUnknownType):
-				r.skip(pos, "unknown_type", err)
-			default:
-				r.skip(pos, "bad_frame", err)
-			}
-			return nil
-		}
-		for i := range ops {
-			c := strconv.Itoa(pos - 1)
-			if i == len(ops)-1 {
-				c = strconv.Itoa(pos)
-			}
-			if err := emit(&ops[i], c); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return err
-		}
-		// A truncated or oversized frame ends the capture: count it.
-		r.skip(pos+1, "truncated", err)
-	}
-	return emit(nil, "eof:"+strconv.Itoa(pos))
 }

@@ -50,6 +50,26 @@ func (l *lastEvent) get() (time.Time, bool) {
 	return time.UnixMicro(us), us > 0
 }
 
+// statusReporter is a source that adds to its status what this node saw
+// of it (its lag, its newest event, a backfill's progress); SourcesStatus
+// asks each source that implements it.
+type statusReporter interface {
+	report(st *SourceStatus, now time.Time)
+}
+
+// setLag sets the lag at now of a source whose newest event is of time t.
+func (st *SourceStatus) setLag(now, t time.Time) {
+	d := max(0, now.Sub(t)).Seconds()
+	st.LagSeconds = &d
+}
+
+// setLastEvent sets the time of the newest event read, if any.
+func (st *SourceStatus) setLastEvent(l *lastEvent) {
+	if t, ok := l.get(); ok {
+		st.LastEvent = t.UTC().Format(time.RFC3339Nano)
+	}
+}
+
 // SourcesStatus reports every source: cursor (from the replicated state,
 // through cursor), whether it is done, its lag at now, and what this node
 // saw of it if it runs it.
@@ -59,29 +79,8 @@ func SourcesStatus(sources []Source, cursor func(name string) string, now time.T
 		st := SourceStatus{Name: s.Name(), Cursor: cursor(s.Name())}
 		st.Kind, _, _ = strings.Cut(st.Name, ":")
 		st.Done = Done(st.Cursor)
-		lag := func(t time.Time) {
-			d := max(0, now.Sub(t)).Seconds()
-			st.LagSeconds = &d
-		}
-		var last *lastEvent
-		switch s := s.(type) {
-		case *Jetstream:
-			if us, err := intCursor("jetstream", st.Cursor); err == nil && us > 0 {
-				lag(time.UnixMicro(us))
-			}
-			last = &s.last
-		case *Firehose:
-			last = &s.last
-			if t, ok := last.get(); ok {
-				lag(t)
-			}
-		case *Backfill:
-			st.Backfill, st.Failed = s.Progress()
-		}
-		if last != nil {
-			if t, ok := last.get(); ok {
-				st.LastEvent = t.UTC().Format(time.RFC3339Nano)
-			}
+		if r, ok := s.(statusReporter); ok {
+			r.report(&st, now)
 		}
 		out = append(out, st)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/internal/backoff"
 )
 
 // Shared flags and calls of the commands that talk to the admin API (join,
@@ -291,7 +292,8 @@ func adminCall(ctx context.Context, c *cluster.AdminClient, method, path string,
 			return err
 		}
 	}
-	wait := retryBackoffMin
+	retry := backoff.Policy{Min: retryBackoffMin, Max: retryBackoffMax}
+	var wait time.Duration
 	noted := false
 	for {
 		err := c.Call(ctx, method, path, b, out)
@@ -305,12 +307,12 @@ func adminCall(ctx context.Context, c *cluster.AdminClient, method, path string,
 			fmt.Fprintf(stderr, "eddy-ctl %s: no leader reachable yet (%s); retrying\n", cmd, oneLine(err))
 			noted = true
 		}
+		wait = retry.Next(wait)
 		select {
 		case <-ctx.Done():
 			return describeCallErr(ctx, err)
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, retryBackoffMax)
 	}
 }
 

@@ -22,13 +22,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/cluster"
 	"github.com/eddy-backlinks/eddy/fsm"
 	"github.com/eddy-backlinks/eddy/ingest"
+	"github.com/eddy-backlinks/eddy/internal/backoff"
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/objstore"
@@ -84,6 +84,9 @@ func adminToken(c config) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
+// serve runs the node until ctx ends: it wires the store, Raft, the query
+// server and its readiness, the write path (which runs while the node
+// leads) and the listeners, then stops them in order.
 func serve(ctx context.Context, c config, log hclog.Logger) error {
 	token, err := adminToken(c)
 	if err != nil {
@@ -92,39 +95,30 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	if c.store == "" {
 		c.store = "file://" + filepath.Join(c.dataDir, "store")
 	}
-	store, err := objstore.Open(c.store)
-	if err != nil {
-		// The error may quote the URL: show it redacted.
-		return fmt.Errorf("--store %s: %s", redactStore(c.store), strings.ReplaceAll(err.Error(), c.store, redactStore(c.store)))
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	storeMetrics := objstore.NewMetrics()
-	if err := storeMetrics.Register(reg); err != nil {
+	store, err := openStore(c.store, reg)
+	if err != nil {
 		return err
 	}
-	counted := objstore.Instrument(store, storeMetrics)
-
-	id := c.id
 	node, err := cluster.Open(cluster.Config{
-		ID: id, Dir: filepath.Join(c.dataDir, "raft"), RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise,
-		HTTPAddr: c.httpAddr, AdminAddr: c.adminAddr, Certs: cluster.Files(c.certsDir, id),
+		ID: c.id, Dir: filepath.Join(c.dataDir, "raft"), RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise,
+		HTTPAddr: c.httpAddr, AdminAddr: c.adminAddr, Certs: cluster.Files(c.certsDir, c.id),
 		Bootstrap: c.bootstrap, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
 	log = log.With("node", node.ID())
-	cat := lsm.NewCatalog(filepath.Join(c.dataDir, "meta"), counted)
+	cat := lsm.NewCatalog(filepath.Join(c.dataDir, "meta"), store)
 	views := query.NewViews(node.FSM, cat, log)
 	cache := lsm.NewFrameCache(c.cacheBytes)
-	reader := lsm.NewReader(counted, cache)
+	reader := lsm.NewReader(store, cache)
 	// The PLC map of the served view renders inline did:plc (it is empty
 	// on a cluster that never followed a directory: every DID outlined).
 	plcMap := lsm.NewPLCMap(reader, lsm.Views(views.Current), 0)
 	plcDir, _ := ingest.ParsePLCFlag(c.plc) // checked with the configuration
-	codec := &link.Codec{Outlines: node.FSM, PLC: plcMap}
-	qs := query.NewServer(views, reader, codec, log)
+	qs := query.NewServer(views, reader, &link.Codec{Outlines: node.FSM, PLC: plcMap}, log)
 	queryMetrics := query.NewMetrics()
 	if err := queryMetrics.Register(reg); err != nil {
 		return err
@@ -133,191 +127,50 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	reg.MustRegister(nodeCollectors(node, cache)...)
 	ready := newReadiness(node, views, c.readyLagMax, token)
 	reg.MustRegister(ready.collectors()...)
-	// A restarted node answers queries only once it has applied the log it
-	// had at start and what the leader made committed since (or
-	// readyLagMax passed);
-	// from then on it always answers (an election later does not stop it).
-	// The condition is watched in the background (below), so a node that
-	// caught up before any query came is not refused by a later election.
-	startIndex, started := node.Raft().LastIndex(), time.Now()
-	var caughtUp atomic.Bool
-	catchUp := func() error {
-		if caughtUp.Load() {
-			return nil
-		}
-		if _, leader := node.Leader(); leader == "" {
-			return errors.New("no leader known")
-		}
-		if a := node.Raft().AppliedIndex(); a < startIndex && time.Since(started) < c.readyLagMax {
-			return fmt.Errorf("applied log index %d of %d", a, startIndex)
-		}
-		if served, applied := views.Current().Generation(), node.FSM.Manifest().Generation; served < applied {
-			return fmt.Errorf("serving generation %d, applied %d", served, applied)
-		}
-		// The log it had at start may end before generations the leader
-		// published meanwhile (a node down for a while): a follower must
-		// have heard from the leader since it started and applied what
-		// that made committed.
-		if !node.IsLeader() && time.Since(started) < c.readyLagMax {
-			r := node.Raft()
-			if r.LastContact().Before(started) {
-				return errors.New("not heard from the leader since start")
-			}
-			if a, ci := r.AppliedIndex(), r.CommitIndex(); a < ci {
-				return fmt.Errorf("applied log index %d of %d committed", a, ci)
-			}
-			if served, applied := views.Current().Generation(), node.FSM.Manifest().Generation; served < applied {
-				return fmt.Errorf("serving generation %d, applied %d", served, applied)
-			}
-		}
-		caughtUp.Store(true)
-		return nil
-	}
-	qs.Ready = catchUp
+	qs.Ready = ready.caughtUp // one readiness decides /readyz and the queries' NotReady
 
-	var sources []ingest.Source
 	metrics := ingest.NewMetrics()
 	if err := metrics.Register(reg); err != nil {
 		return err
 	}
-	for _, s := range c.sources {
-		src, err := ingest.ParseSource(s, log)
-		if err != nil {
-			return err
-		}
-		metrics.Watch(src, node.FSM.Cursor)
-		sources = append(sources, src)
+	sources, err := parseSources(c.sources, log, metrics, node)
+	if err != nil {
+		return err
 	}
 
 	bg, cancelBg := context.WithCancel(context.Background())
 	defer cancelBg()
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); views.Run(bg) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); ready.run(bg) }()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for catchUp() != nil {
-			select {
-			case <-bg.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-
+	wg.Go(func() { views.Run(bg) })
+	wg.Go(func() { ready.run(bg) })
 	// The write path runs while this node leads.
-	const (
-		writePathHealthy     = 5 * time.Minute // a run this long resets the failure count
-		writePathBackoffMax  = 30 * time.Second
-		writePathFailuresMax = 3 // in a row, before handing leadership over
-	)
-	var leadMu sync.Mutex
-	var stopLead context.CancelFunc
-	var leadDone chan struct{}
-	node.OnLeadership(func(is bool) {
-		leadMu.Lock()
-		defer leadMu.Unlock()
-		if stopLead != nil {
-			stopLead()
-			<-leadDone
-			stopLead = nil
-		}
-		if !is || len(sources) == 0 {
-			return
-		}
-		lctx, cancel := context.WithCancel(bg)
-		done := make(chan struct{})
-		stopLead, leadDone = cancel, done
-		go func() {
-			defer close(done)
-			// A write path that fails while this node still leads (a store
-			// refusing writes, a table failing its check) starts again from
-			// the committed state after a backoff; past a few failures in a
-			// row the node hands leadership to another, which may fare
-			// better, rather than lead with no ingest.
-			for failures := 0; ; {
-				r := &ingest.Runner{Config: ingest.Config{
-					Node: node, Store: counted, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
-					Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir,
-				}, Sources: sources}
-				started := time.Now()
-				err := r.Run(lctx)
-				if lctx.Err() != nil || !node.IsLeader() {
-					return
-				}
-				if time.Since(started) > writePathHealthy {
-					failures = 0
-				}
-				failures++
-				wait := min(writePathBackoffMax, time.Second<<min(failures-1, 5))
-				log.Error("write path ended while leading; starting it again from the committed state", "error", err, "failures_in_a_row", failures, "retry_in", wait)
-				if failures >= writePathFailuresMax {
-					log.Error("write path keeps failing on this node: handing leadership over", "failures_in_a_row", failures)
-					tctx, tcancel := context.WithTimeout(lctx, 10*time.Second)
-					if err := node.TransferLeadership(tctx); err != nil {
-						log.Warn("leadership transfer", "error", err)
-					}
-					tcancel()
-				}
-				select {
-				case <-lctx.Done():
-					return
-				case <-time.After(wait):
-				}
-			}
-		}()
-	})
+	writePath := &ingest.Supervisor{Node: node, Logger: log, Runner: ingest.Runner{Config: ingest.Config{
+		Node: node, Store: store, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
+		Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir,
+	}, Sources: sources}}
+	writePath.Start(bg)
 
 	admin, err := cluster.NewAdmin(node, token)
 	if err != nil {
 		return err
 	}
-	admin.Extra = func() (uint64, map[string]any) {
-		v := views.Current()
-		extra := map[string]any{"store": redactStore(c.store), "sources": len(sources)}
-		done := map[string]bool{}
-		for _, s := range sources {
-			done[s.Name()] = ingest.Done(node.FSM.Cursor(s.Name()))
-		}
-		extra["sources_done"] = done
-		extra["source_status"] = ingest.SourcesStatus(sources, node.FSM.Cursor, time.Now())
-		return v.Generation(), extra
-	}
-
-	pub := http.NewServeMux()
-	api := queryMetrics.Wrap(qs.Handler())
-	pub.Handle("/", api) // the query API: /xrpc/…, /links…, the index page, and JSON 404s for the rest
-	pub.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	pub.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
-	pub.HandleFunc("GET /readyz", ready.handler)
+	admin.Extra = adminExtra(c, node, views, sources)
 	servers := []*http.Server{
-		{Addr: c.httpAddr, Handler: pub, ReadHeaderTimeout: 10 * time.Second},
+		{Addr: c.httpAddr, Handler: publicHandler(qs, queryMetrics, reg, ready), ReadHeaderTimeout: 10 * time.Second},
 		{Addr: c.adminAddr, Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second},
 	}
-	errc := make(chan error, len(servers))
-	for _, s := range servers {
-		ln, err := net.Listen("tcp", s.Addr)
-		if err != nil {
-			node.Close(context.Background())
-			return fmt.Errorf("listen %s: %w", s.Addr, err)
-		}
-		go func() { errc <- s.Serve(ln) }()
+	errc, err := listen(servers)
+	if err != nil {
+		node.Close(context.Background())
+		return err
 	}
 	log.Info("node started", "version", version.Version, "raft", c.raftAddr, "admin", c.adminAddr, "http", c.httpAddr, "store", redactStore(c.store))
-
 	if c.join != "" {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			joinCluster(bg, log, strings.Split(c.join, ","), token, fsm.NodeInfo{
 				ID: node.ID(), Raft: orStr(c.raftAdvertise, c.raftAddr), Admin: c.adminAddr, HTTP: c.httpAddr,
 			})
-		}()
+		})
 	}
 
 	var serveErr error
@@ -328,13 +181,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	log.Info("stopping")
 	// Stop ingest first (a leader publishes what it buffered), then hand
 	// leadership away and stop Raft, then the listeners.
-	leadMu.Lock()
-	if stopLead != nil {
-		stopLead()
-		<-leadDone
-		stopLead = nil
-	}
-	leadMu.Unlock()
+	writePath.Stop()
 	cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := node.Close(cctx); err != nil {
@@ -351,12 +198,86 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	return serveErr
 }
 
+// openStore opens the object store at url, counted by metrics registered
+// with reg.
+func openStore(url string, reg prometheus.Registerer) (objstore.Store, error) {
+	store, err := objstore.Open(url)
+	if err != nil {
+		// The error may quote the URL: show it redacted.
+		return nil, fmt.Errorf("--store %s: %s", redactStore(url), strings.ReplaceAll(err.Error(), url, redactStore(url)))
+	}
+	m := objstore.NewMetrics()
+	if err := m.Register(reg); err != nil {
+		return nil, err
+	}
+	return objstore.Instrument(store, m), nil
+}
+
+// parseSources makes the --source values into sources, watched by the
+// ingest metrics.
+func parseSources(raw []string, log hclog.Logger, metrics *ingest.Metrics, node *cluster.Node) ([]ingest.Source, error) {
+	var sources []ingest.Source
+	for _, s := range raw {
+		src, err := ingest.ParseSource(s, log)
+		if err != nil {
+			return nil, err
+		}
+		metrics.Watch(src, node.FSM.Cursor)
+		sources = append(sources, src)
+	}
+	return sources, nil
+}
+
+// adminExtra is what /admin/status adds to a node's status: the served
+// generation, the store, and each source's state.
+func adminExtra(c config, node *cluster.Node, views *query.Views, sources []ingest.Source) func() (uint64, map[string]any) {
+	return func() (uint64, map[string]any) {
+		v := views.Current()
+		extra := map[string]any{"store": redactStore(c.store), "sources": len(sources)}
+		done := map[string]bool{}
+		for _, s := range sources {
+			done[s.Name()] = ingest.Done(node.FSM.Cursor(s.Name()))
+		}
+		extra["sources_done"] = done
+		extra["source_status"] = ingest.SourcesStatus(sources, node.FSM.Cursor, time.Now())
+		return v.Generation(), extra
+	}
+}
+
+// publicHandler serves the public HTTP address: the query API, /metrics,
+// /healthz and /readyz.
+func publicHandler(qs *query.Server, queryMetrics *query.Metrics, reg *prometheus.Registry, ready *readiness) http.Handler {
+	pub := http.NewServeMux()
+	pub.Handle("/", queryMetrics.Wrap(qs.Handler())) // the query API: /xrpc/…, /links…, the index page, and JSON 404s for the rest
+	pub.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	pub.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	pub.HandleFunc("GET /readyz", ready.handler)
+	return pub
+}
+
+// listen starts serving each server on its address; the channel receives
+// the error each one ends with.
+func listen(servers []*http.Server) (<-chan error, error) {
+	errc := make(chan error, len(servers))
+	for _, s := range servers {
+		ln, err := net.Listen("tcp", s.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("listen %s: %w", s.Addr, err)
+		}
+		go func() { errc <- s.Serve(ln) }()
+	}
+	return errc, nil
+}
+
+// joinBackoff: the waits between attempts to join the cluster.
+var joinBackoff = backoff.Policy{Min: 200 * time.Millisecond, Max: 5 * time.Second}
+
 // joinCluster asks the cluster to add this node, retrying until it
 // succeeds (a no-op if already a member) or the node stops.
 func joinCluster(ctx context.Context, log hclog.Logger, addrs []string, token string, info fsm.NodeInfo) {
 	body := fmt.Sprintf(`{"id":%q,"raft":%q,"admin":%q,"http":%q}`, info.ID, info.Raft, info.Admin, info.HTTP)
 	cl := cluster.AdminClient{Addrs: addrs, Token: token}
-	backoff := 200 * time.Millisecond
+	var wait time.Duration
 	for {
 		err := cl.Call(ctx, http.MethodPost, "/admin/join", []byte(body), nil)
 		if err == nil {
@@ -368,13 +289,13 @@ func joinCluster(ctx context.Context, log hclog.Logger, addrs []string, token st
 			log.Error("join refused", "error", err)
 			return
 		}
-		log.Warn("join failed; retrying", "error", err, "backoff", backoff)
+		wait = joinBackoff.Next(wait)
+		log.Warn("join failed; retrying", "error", err, "backoff", wait)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(5*time.Second, backoff*2)
 	}
 }
 

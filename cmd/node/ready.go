@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/cluster"
@@ -12,8 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// readiness decides /readyz: a node is ready while its served manifest is
-// fresh. It measures, every poll interval:
+// readiness decides whether this node should be sent queries. It is the
+// one place that does, in two ways:
+//
+// /readyz (state, handler): ready while the served manifest is fresh. It
+// measures, every poll interval:
 //
 //   - a leader is known, and a follower heard from it (Raft last contact)
 //     within the bound;
@@ -27,6 +32,14 @@ import (
 //
 // So a node cut off from the leader turns unready after the bound, and
 // turns ready again only once it serves what the leader had.
+//
+// The query gate (caughtUp, the query server's Ready: 503 NotReady while
+// it fails): a restarted node answers queries only once it has applied
+// the log it had at start and what the leader made committed since (or
+// the bound passed); from then on it always answers (an election later
+// does not stop it). run watches the condition in the background, so a
+// node that caught up before any query came is not refused by a later
+// election.
 type readiness struct {
 	node  *cluster.Node
 	views *query.Views
@@ -35,6 +48,12 @@ type readiness struct {
 	// leaderGeneration asks the leader (its admin address) for its applied
 	// manifest generation.
 	leaderGeneration func(ctx context.Context, adminAddr string) (uint64, error)
+
+	// The query gate: the log index and time at start, and whether the
+	// node has caught up since (for good).
+	startIndex uint64
+	started    time.Time
+	caught     atomic.Bool
 
 	mu struct {
 		sync.Mutex
@@ -59,7 +78,8 @@ type seenGen struct {
 const seenMax = 4096
 
 func newReadiness(node *cluster.Node, views *query.Views, bound time.Duration, token string) *readiness {
-	r := &readiness{node: node, views: views, bound: bound, every: min(time.Second, max(100*time.Millisecond, bound/4))}
+	r := &readiness{node: node, views: views, bound: bound, every: min(time.Second, max(100*time.Millisecond, bound/4)),
+		startIndex: node.Raft().LastIndex(), started: time.Now()}
 	hc := &http.Client{Timeout: min(bound, 2*time.Second)}
 	r.leaderGeneration = func(ctx context.Context, addr string) (uint64, error) {
 		cl := cluster.AdminClient{Addrs: []string{addr}, Token: token, HTTP: hc}
@@ -75,8 +95,24 @@ func newReadiness(node *cluster.Node, views *query.Views, bound time.Duration, t
 	return r
 }
 
-// run polls until ctx ends.
+// catchUpPoll: how often run checks the query gate until it opens.
+const catchUpPoll = 50 * time.Millisecond
+
+// run polls until ctx ends, and watches the query gate until it opens.
 func (r *readiness) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		t := time.NewTicker(catchUpPoll)
+		defer t.Stop()
+		for r.caughtUp() != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
 	t := time.NewTicker(r.every)
 	defer t.Stop()
 	for {
@@ -87,6 +123,42 @@ func (r *readiness) run(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// caughtUp is the query gate: nil once the node has caught up with the
+// cluster since it started, and from then on; else why not yet.
+func (r *readiness) caughtUp() error {
+	if r.caught.Load() {
+		return nil
+	}
+	node, views := r.node, r.views
+	if _, leader := node.Leader(); leader == "" {
+		return errors.New("no leader known")
+	}
+	if a := node.Raft().AppliedIndex(); a < r.startIndex && time.Since(r.started) < r.bound {
+		return fmt.Errorf("applied log index %d of %d", a, r.startIndex)
+	}
+	if served, applied := views.Current().Generation(), node.FSM.Manifest().Generation; served < applied {
+		return fmt.Errorf("serving generation %d, applied %d", served, applied)
+	}
+	// The log it had at start may end before generations the leader
+	// published meanwhile (a node down for a while): a follower must have
+	// heard from the leader since it started and applied what that made
+	// committed.
+	if !node.IsLeader() && time.Since(r.started) < r.bound {
+		raft := node.Raft()
+		if raft.LastContact().Before(r.started) {
+			return errors.New("not heard from the leader since start")
+		}
+		if a, ci := raft.AppliedIndex(), raft.CommitIndex(); a < ci {
+			return fmt.Errorf("applied log index %d of %d committed", a, ci)
+		}
+		if served, applied := views.Current().Generation(), node.FSM.Manifest().Generation; served < applied {
+			return fmt.Errorf("serving generation %d, applied %d", served, applied)
+		}
+	}
+	r.caught.Store(true)
+	return nil
 }
 
 func (r *readiness) poll(ctx context.Context) {

@@ -284,39 +284,9 @@ func (w *mstWalker) walk(link []byte, depth int) error {
 	defer func() { w.keyBufs[depth-1] = key[:0] }()
 
 	r := cborReader{b: node}
-	n, err := r.mapLen()
+	left, entriesAt, err := nodeFields(&r)
 	if err != nil {
 		return w.nodeErr(link, err)
-	}
-	// The node's fields may come in any order; "l" must be walked before
-	// the entries, so find both first.
-	var left []byte
-	entriesAt := -1
-	for i := 0; i < n; i++ {
-		k, err := r.text()
-		if err != nil {
-			return w.nodeErr(link, err)
-		}
-		switch string(k) {
-		case "l":
-			if !r.isNull() {
-				if left, err = r.link(); err != nil {
-					return w.nodeErr(link, err)
-				}
-			}
-		case "e":
-			entriesAt = r.off
-			if err := r.skip(); err != nil {
-				return w.nodeErr(link, err)
-			}
-		default:
-			if err := r.skip(); err != nil {
-				return w.nodeErr(link, err)
-			}
-		}
-	}
-	if entriesAt < 0 {
-		return w.nodeErr(link, errors.New(`no "e" field`))
 	}
 	if left != nil {
 		if err := w.walk(left, depth+1); err != nil {
@@ -387,6 +357,45 @@ func (w *mstWalker) walk(link []byte, depth int) error {
 		}
 	}
 	return nil
+}
+
+// nodeFields reads an MST node's map: its left subtree link ("l", nil
+// when null) and the offset of its entries ("e"). The fields may come in
+// any order; "l" must be walked before the entries, so both are found
+// first.
+func nodeFields(r *cborReader) (left []byte, entriesAt int, err error) {
+	n, err := r.mapLen()
+	if err != nil {
+		return nil, 0, err
+	}
+	entriesAt = -1
+	for i := 0; i < n; i++ {
+		k, err := r.text()
+		if err != nil {
+			return nil, 0, err
+		}
+		switch string(k) {
+		case "l":
+			if !r.isNull() {
+				if left, err = r.link(); err != nil {
+					return nil, 0, err
+				}
+			}
+		case "e":
+			entriesAt = r.off
+			if err := r.skip(); err != nil {
+				return nil, 0, err
+			}
+		default:
+			if err := r.skip(); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
+	if entriesAt < 0 {
+		return nil, 0, errors.New(`no "e" field`)
+	}
+	return left, entriesAt, nil
 }
 
 func (w *mstWalker) nodeErr(link []byte, err error) error {

@@ -1,0 +1,159 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/eddy-backlinks/eddy/ingest/event"
+	"github.com/gorilla/websocket"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Firehose follows a relay's com.atproto.sync.subscribeRepos. Its cursor
+// is the relay sequence number.
+type Firehose struct {
+	URL    string
+	Log    hclog.Logger
+	OnSkip func(reason string)
+	// OnLag, if set, receives how far behind now each commit is (by its
+	// revision TID's time).
+	OnLag func(d time.Duration)
+	last  lastEvent
+	// skipLog rate-limits the log lines of skipped inputs.
+	skipLog skipLogger
+}
+
+// NewFirehose returns a firehose source of a relay (ws:// or wss:// host).
+func NewFirehose(raw string, log hclog.Logger) (*Firehose, error) {
+	p, err := url.Parse(raw)
+	if err != nil || (p.Scheme != "ws" && p.Scheme != "wss") {
+		return nil, fmt.Errorf("firehose url %q: want ws:// or wss://", raw)
+	}
+	if !strings.Contains(p.Path, "subscribeRepos") {
+		p.Path = strings.TrimRight(p.Path, "/") + "/xrpc/com.atproto.sync.subscribeRepos"
+	}
+	return &Firehose{URL: p.String(), Log: log}, nil
+}
+
+// Firehose is a live Source with metrics and status of its own.
+var (
+	_ Source         = (*Firehose)(nil)
+	_ watched        = (*Firehose)(nil)
+	_ statusReporter = (*Firehose)(nil)
+)
+
+func (f *Firehose) Name() string { return "firehose" }
+
+// Live is true: with no committed cursor it starts at the relay's head.
+func (f *Firehose) Live() bool { return true }
+
+// Ingest follows the relay into w from cursor (seq) until ctx ends.
+func (f *Firehose) Ingest(ctx context.Context, w *Writer, cursor string) error {
+	return f.Run(ctx, cursor, emitTo(ctx, w, f.Name()))
+}
+
+// watch counts what it skips and reports its lag.
+func (f *Firehose) watch(h watchHooks) { f.OnSkip, f.OnLag = h.skip, h.lag }
+
+// report adds its lag and the time of the newest commit this node read
+// (its revision's TID: the cursor, a seq, tells no time).
+func (f *Firehose) report(st *SourceStatus, now time.Time) {
+	if t, ok := f.last.get(); ok {
+		st.setLag(now, t)
+	}
+	st.setLastEvent(&f.last)
+}
+
+// Run follows the relay from cursor (seq; "" or 0: from its head), calling
+// emit for every operation with the cursor to resume after it, until ctx
+// ends or emit fails; it reconnects with backoff.
+func (f *Firehose) Run(ctx context.Context, cursor string, emit func(*event.Op, string) error) error {
+	cur, err := intCursor("firehose", cursor)
+	if err != nil {
+		return err
+	}
+	return reconnect(ctx, f.Log, "firehose", func(int) (string, error) {
+		return f.URL, f.session(ctx, &cur, emit)
+	})
+}
+
+func (f *Firehose) session(ctx context.Context, cur *int64, emit func(*event.Op, string) error) error {
+	u, err := url.Parse(f.URL)
+	if err != nil {
+		return err
+	}
+	if *cur > 0 {
+		q := u.Query()
+		q.Set("cursor", strconv.FormatInt(*cur, 10))
+		u.RawQuery = q.Encode()
+	}
+	conn, _, err := websocket.DefaultDialer.DialContext(ctx, u.String(), nil)
+	if err != nil {
+		return &unreachableError{err}
+	}
+	if f.Log != nil {
+		f.Log.Info("firehose connected", "url", f.URL, "cursor", *cur)
+	}
+	defer conn.Close()
+	conn.SetReadLimit(wsMessageBytesMax)
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	var ops []event.Op
+	for {
+		conn.SetReadDeadline(time.Now().Add(readTimeout))
+		_, msg, err := conn.ReadMessage()
+		if err != nil {
+			return err
+		}
+		ops = ops[:0]
+		err = event.DecodeFrame(msg, func(o *event.Op) error { ops = append(ops, *o); return nil })
+		if err != nil {
+			var se *event.StreamError
+			if errors.As(err, &se) {
+				return err // the relay closes after an error frame: reconnect
+			}
+			if errors.Is(err, event.ErrUnknownType) {
+				f.skip("unknown_type", *cur, err)
+				continue
+			}
+			f.skip("bad_frame", *cur, err)
+			continue
+		}
+		for i := range ops {
+			seq := ops[i].Seq
+			c := seq - 1
+			if i == len(ops)-1 {
+				c = seq
+			}
+			if err := emit(&ops[i], strconv.FormatInt(max(c, *cur), 10)); err != nil {
+				return &emitError{err}
+			}
+			if ops[i].Rev != "" {
+				if tid, err := syntax.ParseTID(ops[i].Rev); err == nil {
+					f.last.see(tid.Time())
+					if f.OnLag != nil {
+						f.OnLag(time.Since(tid.Time()))
+					}
+				}
+			}
+		}
+		if n := len(ops); n > 0 && ops[n-1].Seq > *cur {
+			*cur = ops[n-1].Seq
+		}
+	}
+}
+
+// skip counts and logs a bad input; after is the sequence number of the
+// last good frame before it.
+func (f *Firehose) skip(reason string, after int64, err error) {
+	f.skipLog.log(f.Log, "firehose", reason, "position", "after seq "+strconv.FormatInt(after, 10), "error", err)
+	if f.OnSkip != nil {
+		f.OnSkip(reason)
+	}
+}

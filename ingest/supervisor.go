@@ -1,0 +1,159 @@
+package ingest
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/internal/backoff"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Defaults of the Supervisor.
+const (
+	// DefaultHealthyRun: a write path that ran this long was healthy; its
+	// failure resets the count of failures in a row.
+	DefaultHealthyRun = 5 * time.Minute
+	// DefaultFailuresMax: failures in a row, while leading, after which
+	// the node hands leadership to another.
+	DefaultFailuresMax = 3
+	// DefaultTransferTimeout bounds that handover.
+	DefaultTransferTimeout = 10 * time.Second
+)
+
+// DefaultRestartBackoff: the waits between restarts of a write path that
+// failed while its node still leads.
+var DefaultRestartBackoff = backoff.Policy{Min: time.Second, Max: 30 * time.Second}
+
+// Supervisor runs the write path (a Runner) while its node leads.
+//
+// Each leadership callback of the node first stops the write path that
+// runs, if any, and waits for it (a clean stop publishes what it
+// buffered); on gaining leadership it then starts a new one from the
+// committed state. A node that leads again in a later term (cluster.Node
+// calls back true again, even if no sample saw it follow in between) thus
+// gets a new write path: the one the lost term stopped is never resumed.
+//
+// A write path that fails while the node still leads (a store refusing
+// writes, a table failing its check) starts again from the committed
+// state after a backoff; after FailuresMax failures in a row the node
+// hands leadership to another, which may fare better, rather than lead
+// with no ingest. A run longer than HealthyRun resets the count.
+//
+// With no sources nothing runs (not even compaction).
+type Supervisor struct {
+	Node *cluster.Node
+	// Runner is the write path: every start runs a copy of it.
+	Runner Runner
+	Logger hclog.Logger // nil: no logging
+	// HealthyRun, FailuresMax, TransferTimeout and RestartBackoff: zero
+	// takes the defaults above.
+	HealthyRun      time.Duration
+	FailuresMax     int
+	TransferTimeout time.Duration
+	RestartBackoff  backoff.Policy
+
+	mu struct {
+		sync.Mutex
+		ctx     context.Context // parent of every run; nil before Start
+		stop    context.CancelFunc
+		done    chan struct{} // closed when the running write path returned
+		stopped bool
+	}
+}
+
+// Start follows the node's leadership from now on; every write path runs
+// under ctx. Call it once.
+func (s *Supervisor) Start(ctx context.Context) {
+	s.mu.Lock()
+	s.mu.ctx = ctx
+	s.mu.Unlock()
+	s.Node.OnLeadership(s.leadership)
+}
+
+// Stop stops the write path that runs, if any, and waits for it (a leader
+// publishes what it buffered); later leadership changes start nothing.
+func (s *Supervisor) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mu.stopped = true
+	s.stopLocked()
+}
+
+func (s *Supervisor) stopLocked() {
+	if s.mu.stop != nil {
+		s.mu.stop()
+		<-s.mu.done
+		s.mu.stop, s.mu.done = nil, nil
+	}
+}
+
+// leadership is the node's leadership callback (cluster.Node calls it in
+// order, from one goroutine).
+func (s *Supervisor) leadership(isLeader bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked()
+	if !isLeader || s.mu.stopped || s.mu.ctx == nil || len(s.Runner.Sources) == 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(s.mu.ctx)
+	done := make(chan struct{})
+	s.mu.stop, s.mu.done = cancel, done
+	go func() {
+		defer close(done)
+		s.lead(ctx)
+	}()
+}
+
+// lead runs the write path, starting it again after each failure, until
+// ctx ends or the node no longer leads.
+func (s *Supervisor) lead(ctx context.Context) {
+	log := s.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	healthy := orDefault(s.HealthyRun, DefaultHealthyRun)
+	failuresMax := s.FailuresMax
+	if failuresMax <= 0 {
+		failuresMax = DefaultFailuresMax
+	}
+	policy := s.RestartBackoff
+	if policy == (backoff.Policy{}) {
+		policy = DefaultRestartBackoff
+	}
+	var wait time.Duration
+	for failures := 0; ; {
+		r := s.Runner
+		started := time.Now()
+		err := r.Run(ctx)
+		if ctx.Err() != nil || !s.Node.IsLeader() {
+			return
+		}
+		if time.Since(started) > healthy {
+			failures, wait = 0, 0
+		}
+		failures++
+		wait = policy.Next(wait)
+		log.Error("write path ended while leading; starting it again from the committed state", "error", err, "failures_in_a_row", failures, "retry_in", wait)
+		if failures >= failuresMax {
+			log.Error("write path keeps failing on this node: handing leadership over", "failures_in_a_row", failures)
+			tctx, tcancel := context.WithTimeout(ctx, orDefault(s.TransferTimeout, DefaultTransferTimeout))
+			if err := s.Node.TransferLeadership(tctx); err != nil {
+				log.Warn("leadership transfer", "error", err)
+			}
+			tcancel()
+		}
+		if sleepCtx(ctx, wait) != nil {
+			return
+		}
+	}
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}

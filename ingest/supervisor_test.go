@@ -1,0 +1,300 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/fsm"
+	"github.com/eddy-backlinks/eddy/internal/backoff"
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore/local"
+	"github.com/hashicorp/go-hclog"
+)
+
+// logLines is a logger's output, kept to count its lines.
+type logLines struct {
+	t  *testing.T
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.b.Write(p)
+	l.mu.Unlock()
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func (l *logLines) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
+func (l *logLines) logger(name string) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Info, Output: l})
+}
+
+// brokenStore is a local object store that refuses every table while its
+// tables/ is a file (as the e2e test of the write path breaks one); heal
+// makes it a directory again (the store remembers that it made tables/,
+// so it would not make it again).
+func brokenStore(t *testing.T) (*local.Store, func()) {
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "tables")
+	if err := os.WriteFile(broken, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	store, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, func() {
+		if err := os.Remove(broken); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(broken, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// startNode opens a cluster node (real Raft over mutual TLS on loopback)
+// of the CA in certs without waiting for it to lead.
+func startNode(t *testing.T, certs, id string, bootstrap bool) *cluster.Node {
+	t.Helper()
+	if err := cluster.MakeNodeCert(certs, id, []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := cluster.Open(cluster.Config{ID: id, Dir: filepath.Join(t.TempDir(), "raft"), RaftBind: freeAddr(t), Certs: cluster.Files(certs, id), Bootstrap: bootstrap,
+		Logger:           hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Warn, Output: testWriter{t}}),
+		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(context.Background()) })
+	return n
+}
+
+func newCA(t *testing.T) string {
+	dir := t.TempDir()
+	if err := cluster.MakeCA(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// waitFor polls cond every 20 ms until it holds, failing after timeout
+// with what it last said.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// capture is the bundled Jetstream capture, as a replay source.
+func capture(t *testing.T) *Replay {
+	path, err := filepath.Abs("../testdata/jetstream/corpus/expected_v1.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Replay{Path: path}
+}
+
+// supervised is a supervisor of node's write path over store, replaying
+// src, with short restart waits.
+func supervised(t *testing.T, node *cluster.Node, store *local.Store, src Source, log *logLines) *Supervisor {
+	return &Supervisor{
+		Node: node,
+		Runner: Runner{Config: Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), FlushInterval: 50 * time.Millisecond,
+			Logger: log.logger(node.ID())}, Sources: []Source{src}},
+		Logger:          log.logger(node.ID()),
+		RestartBackoff:  backoff.Policy{Min: 10 * time.Millisecond, Max: 40 * time.Millisecond},
+		TransferTimeout: 2 * time.Second,
+	}
+}
+
+// On one node: the supervisor starts the write path when the node comes
+// to lead; a write path that fails (the store refusing every table)
+// starts again from the committed state, and past FailuresMax in a row
+// the node tries to hand leadership over (there is no one to take it);
+// once the store heals the capture is published. A second "leading" call
+// (a later term) stops the running write path and starts a new one; Stop
+// stops it, and nothing starts after.
+func TestSupervisorOneNode(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, heal := brokenStore(t)
+	log := &logLines{t: t}
+	node := startNode(t, newCA(t), "n1", true)
+	src := capture(t)
+	s := supervised(t, node, store, src, log)
+	s.Start(ctx) // before the node leads: its first leadership starts the write path
+	defer s.Stop()
+
+	waitFor(t, "three failures in a row and a handover tried", 30*time.Second, func() error {
+		restarts, handovers := log.count("write path ended while leading"), log.count("handing leadership over")
+		if restarts < 3 || handovers < 1 || log.count("leadership transfer") < 1 {
+			return fmt.Errorf("%d restarts, %d handovers", restarts, handovers)
+		}
+		return nil
+	})
+	if !node.IsLeader() {
+		t.Fatal("a lone node no longer leads")
+	}
+	if c := node.FSM.Cursor(src.Name()); c != "" {
+		t.Fatalf("cursor %q committed while the store refused every table", c)
+	}
+	heal()
+	waitFor(t, "the capture published once the store healed", 30*time.Second, func() error {
+		if c := node.FSM.Cursor(src.Name()); !Done(c) || node.FSM.Manifest().Generation == 0 {
+			return fmt.Errorf("cursor %q, generation %d", c, node.FSM.Manifest().Generation)
+		}
+		return nil
+	})
+	restarts := log.count("write path ended while leading")
+
+	// Leading again (cluster.Node calls back true in a later term): the
+	// running write path stops, and a new one starts.
+	started, stopped := log.count("write path started"), log.count("write path stopped")
+	s.leadership(true)
+	waitFor(t, "a new write path for the new leadership", 10*time.Second, func() error {
+		if log.count("write path stopped") != stopped+1 || log.count("write path started") != started+1 {
+			return fmt.Errorf("started %d (was %d), stopped %d (was %d)", log.count("write path started"), started, log.count("write path stopped"), stopped)
+		}
+		return nil
+	})
+	if n := log.count("write path ended while leading"); n != restarts {
+		t.Fatalf("a stop for a new leadership counted as a failure: %d restarts, was %d", n, restarts)
+	}
+
+	s.Stop()
+	if n := log.count("write path stopped"); n != stopped+2 {
+		t.Fatalf("Stop: %d write paths stopped, want %d", n, stopped+2)
+	}
+	started = log.count("write path started")
+	s.leadership(true)
+	time.Sleep(200 * time.Millisecond)
+	if n := log.count("write path started"); n != started {
+		t.Fatalf("a write path started after Stop")
+	}
+}
+
+// On three nodes: the leader whose write path keeps failing hands
+// leadership over, and the new leader's supervisor runs the write path
+// (the old one's stops); once the store heals, the capture is published;
+// a leadership transfer moves the write path with it.
+func TestSupervisorHandsLeadershipOver(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, heal := brokenStore(t)
+	certs := newCA(t)
+	src := capture(t)
+	var nodes []*cluster.Node
+	logs := map[string]*logLines{}
+	for i, id := range []string{"n1", "n2", "n3"} {
+		n := startNode(t, certs, id, i == 0)
+		logs[id] = &logLines{t: t}
+		s := supervised(t, n, store, &Replay{Path: src.Path}, logs[id])
+		s.Start(ctx)
+		t.Cleanup(s.Stop) // before the node closes (cleanups run last first)
+		nodes = append(nodes, n)
+	}
+	waitFor(t, "n1 leads", 10*time.Second, func() error {
+		if !nodes[0].IsLeader() {
+			return fmt.Errorf("n1 does not lead")
+		}
+		return nil
+	})
+	for _, n := range nodes[1:] {
+		if err := nodes[0].Join(ctx, fsm.NodeInfo{ID: n.ID(), Raft: n.Config().RaftBind}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leader := func() *cluster.Node {
+		for _, n := range nodes {
+			if n.IsLeader() {
+				return n
+			}
+		}
+		return nil
+	}
+	idOf := func(n *cluster.Node) string {
+		if n == nil {
+			return "none"
+		}
+		return n.ID()
+	}
+
+	waitFor(t, "n1 hands leadership over", 60*time.Second, func() error {
+		if logs["n1"].count("handing leadership over") < 1 {
+			return fmt.Errorf("n1: %d restarts", logs["n1"].count("write path ended while leading"))
+		}
+		if l := leader(); l == nil || l == nodes[0] {
+			return fmt.Errorf("leader %s", idOf(l))
+		}
+		return nil
+	})
+	next := leader()
+	waitFor(t, "the new leader runs the write path", 10*time.Second, func() error {
+		if logs[next.ID()].count("write path started") < 1 {
+			return fmt.Errorf("%s started no write path", next.ID())
+		}
+		return nil
+	})
+
+	heal()
+	waitFor(t, "the capture published on every node", 60*time.Second, func() error {
+		for _, n := range nodes {
+			if c := n.FSM.Cursor(src.Name()); !Done(c) {
+				return fmt.Errorf("%s: cursor %q", n.ID(), c)
+			}
+		}
+		return nil
+	})
+
+	// A transfer moves the write path: the old leader's stops, the new
+	// leader's starts.
+	from := leader()
+	if from == nil {
+		t.Fatal("no leader")
+	}
+	fromStopped := logs[from.ID()].count("write path stopped")
+	startedBefore := map[string]int{}
+	for id, l := range logs {
+		startedBefore[id] = l.count("write path started")
+	}
+	if err := from.TransferLeadership(ctx); err != nil {
+		t.Fatal(err)
+	}
+	to := leader()
+	waitFor(t, "the write path moved with the leadership", 10*time.Second, func() error {
+		if to = leader(); to == nil || to == from {
+			return fmt.Errorf("leader %s", idOf(to))
+		}
+		if logs[from.ID()].count("write path stopped") <= fromStopped {
+			return fmt.Errorf("%s's write path did not stop", from.ID())
+		}
+		if logs[to.ID()].count("write path started") <= startedBefore[to.ID()] {
+			return fmt.Errorf("%s started no write path", to.ID())
+		}
+		return nil
+	})
+}
