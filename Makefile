@@ -2,6 +2,7 @@
 #
 #   make build   builds bin/eddy-node, bin/eddy-ctl and bin/eddy-bench (the storage benchmark, run by eddy-ctl bench)
 #   make test    installs what the tests use (MinIO, systemd-analyze, Chromium, e2e/jsclient's npm packages) if missing, then vets and tests everything
+#   make race    the race detector on the packages with shared state (.ci/run runs it after make test)
 #   make bench   runs the Go benchmarks (figures go to docs/bench.md by hand, with the command)
 #   make fuzz    runs every fuzz target for FUZZTIME each
 
@@ -11,7 +12,7 @@ FUZZTIME  ?= 30s
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/eddy-backlinks/eddy/version.Version=$(VERSION)
 
-.PHONY: all build test vet bench fuzz minio testdeps demo demo-down run e2e-full clean
+.PHONY: all build test race vet bench fuzz minio testdeps demo demo-down run e2e-full clean
 
 all: build
 
@@ -52,6 +53,14 @@ vet:
 
 test: minio testdeps vet build
 	EDDY_REQUIRE_MINIO=1 EDDY_MINIO_BIN=$(GOBIN)/minio $(GO) test -count=1 -timeout 14m ./...
+
+# The race detector on the packages whose state goroutines share (the
+# engine, the replicated state, the cluster, the write path, the stores and
+# the query server). Its own target so make test keeps its time budget;
+# .ci/run runs both.
+RACE_PKGS := ./lsm/... ./fsm/... ./cluster/... ./ingest/... ./objstore/... ./query/... ./link/... ./internal/... ./cmd/node/...
+race: minio
+	EDDY_REQUIRE_MINIO=1 EDDY_MINIO_BIN=$(GOBIN)/minio $(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
 
 # The end-to-end ingest run at the issue's full size: 2,000 accounts and
 # about 200,000 records of a simulated network, the leader SIGKILLed three

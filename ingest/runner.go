@@ -229,6 +229,12 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 				break
 			}
 			out, err := lsm.CompactRuns(ctx, r.Config.Store, r.Config.Catalog, v, inputs, r.shardTarget(), lsm.DefaultCompactionBytesPerSec)
+			if ce := (*lsm.CorruptError)(nil); errors.As(err, &ce) {
+				w.log.Error("corrupt table", "during", "compaction", "tree", ce.Tree, "table", ce.Table, "error", err)
+				if r.Config.Corrupt != nil {
+					r.Config.Corrupt.WithLabelValues(string(ce.Tree)).Inc()
+				}
+			}
 			if err != nil {
 				w.log.Warn("compaction failed", "tree", tree, "error", err)
 				break

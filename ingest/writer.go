@@ -29,6 +29,7 @@ import (
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Defaults and limits of the write path.
@@ -57,6 +58,9 @@ type Config struct {
 	ClockBlock    uint64
 	Logger        hclog.Logger
 	Metrics       *Metrics
+	// Corrupt, when set, counts the corrupt tables compaction meets, by
+	// tree (the node's eddy_corrupt_total{tree}, shared with queries).
+	Corrupt *prometheus.CounterVec
 	// GCGrace: tables a compaction replaced are deleted this long after
 	// the flush that published it (0: lsm.DefaultGCGrace), so nodes still
 	// serving the older generation finish their reads.

@@ -123,6 +123,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	if err := queryMetrics.Register(reg); err != nil {
 		return err
 	}
+	qs.Corrupt, views.Corrupt = queryMetrics.Corrupt, queryMetrics.Corrupt // eddy_corrupt_total{tree}
 	reg.MustRegister(node.Metrics())
 	reg.MustRegister(nodeCollectors(node, cache)...)
 	ready := newReadiness(node, views, c.readyLagMax, token)
@@ -146,7 +147,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	// The write path runs while this node leads.
 	writePath := &ingest.Supervisor{Node: node, Logger: log, Runner: ingest.Runner{Config: ingest.Config{
 		Node: node, Store: store, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
-		Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir,
+		Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir, Corrupt: queryMetrics.Corrupt,
 	}, Sources: sources}}
 	writePath.Start(bg)
 
