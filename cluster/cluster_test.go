@@ -203,6 +203,7 @@ func (c *tcluster) publish(l *tnode, runID string) uint64 {
 	return res.(fsm.FlushResult).Generation
 }
 
+// (Over 120 lines: one scenario: bootstrap, join, replicate, fail over, rejoin.)
 func TestThreeNodes(t *testing.T) {
 	c := newTCluster(t)
 	n1 := c.start("n1", true)

@@ -89,6 +89,7 @@ func startDNS(t *testing.T) *rrDNS {
 // that a real DNS server answers with three A records; eddy-ctl query,
 // given only that name and the DNS server, has no failed or wrong answer
 // while each node in turn is SIGKILLed, queried around, and restarted.
+// (Over 120 lines: one scenario (DNS server, cluster, failover) read top to bottom.)
 func TestRoundRobinDNS(t *testing.T) {
 	srv := startDNS(t)
 	src, _ := filepath.Abs(corpus + "expected_v1.jsonl")

@@ -542,6 +542,7 @@ func checkSyntheticModel(t *testing.T, syn *synthetic, file string) {
 // checkDocLinks: every live link of every synthetic record is answered by
 // listBacklinks (seed 000's paths) and getBacklinks (its source, the path
 // without its leading dot); the removed ones are not.
+// (Over 120 lines: one check per API over every document's links, in one place.)
 func checkDocLinks(t *testing.T, n localNode, syn *synthetic, model, dollar map[string][]string) {
 	errs := 0
 	report := func(format string, args ...any) {
@@ -776,6 +777,7 @@ func expectBacklinks(q jsBacklinks, model map[string][]string) []string {
 	return out
 }
 
+// (Over 120 lines: runs the JS client and checks its whole summary against the model, field by field.)
 func runDriver(t *testing.T, node string, n localNode, inFile string, in jsInputs, syn *synthetic, model map[string][]string) {
 	start := time.Now()
 	cmd := exec.Command(node, jsDriver, "http://"+n.HTTP, inFile)

@@ -119,6 +119,7 @@ func readyGen(t *testing.T, body string) uint64 {
 // ready again only once it serves the generation the leader had. Then the
 // same follower is SIGSTOPped past the bound and resumed: no answer after
 // the resume says ready with a generation older than the leader's.
+// (Over 120 lines: one scenario: a follower cut off, stale, refused, healed.)
 func TestReadyStaleFollower(t *testing.T) {
 	const bound = 2 * time.Second
 	t.Setenv("EDDY_READY_LAG_MAX", bound.String()) // read by every node, through the environment

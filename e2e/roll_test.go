@@ -55,6 +55,7 @@ func buildNode(t *testing.T, dir, name, ver string, tags ...string) string {
 // every node ends at N+1, the N node that saw the new entry skipped it, and
 // every target of the model is equal on every node. The longest time
 // without a new manifest generation during the roll is printed.
+// (Over 120 lines: one scenario: the rolling upgrade, node by node.)
 func TestRollingUpgrade(t *testing.T) {
 	bins := t.TempDir()
 	binN := buildNode(t, bins, "eddy-node-n", rollVersionN)

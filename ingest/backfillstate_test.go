@@ -21,6 +21,7 @@ import (
 // Repositories whose PDS fails stay listed as failed, with their error,
 // in the published checkpoint; a new leadership term retries them and,
 // the PDS healed, writes them: the index then equals the model.
+// (Over 120 lines: one scenario: failures, retries and the checkpoint across restarts.)
 func TestBackfillFailedReposRetried(t *testing.T) {
 	world := simnet.NewWorld(simnet.Config{Seed: 9, Accounts: 60})
 	world.Step(600)

@@ -117,6 +117,7 @@ func linksTree(t *testing.T, store objstore.Store, m *lsm.Manifest) []link.Backl
 // link: nothing; an update to other links: the new ones only; a deleted
 // target does not hide the links to it. No forward entry shows up among a
 // real target's links, and the links metric counts the links alone.
+// (Over 120 lines: one scenario through the real writer: events, a repository, then every check.)
 func TestWriterForwardEntries(t *testing.T) {
 	ctx := context.Background()
 	w, node, store, reg := forwardWriter(t)

@@ -153,6 +153,7 @@ func genesisSeqs(w *simnet.World) map[string]uint64 {
 // (not after the bound); a directory that does not answer makes the
 // writer wait the whole bound, then outline. Flushed, the map answers on a
 // fresh node's view.
+// (Over 120 lines: one scenario: the directory followed, paged, waited on.)
 func TestPLCFollowerAndWait(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -152,6 +152,7 @@ func like(i int) (string, string) {
 		`{"$type":"app.bsky.feed.like","subject":{"cid":"bafyreiftot7eltsc3f6g4qktykmbv6jcmdmhcx5osscan6jpdxkpqcmcza","uri":"` + post + `"},"createdAt":"2026-07-04T14:38:08.999Z"}`
 }
 
+// (Over 120 lines: one scenario: every endpoint's answer on one fixture.)
 func TestAPI(t *testing.T) {
 	f := newFixture(t)
 	for i := 0; i < 250; i++ {

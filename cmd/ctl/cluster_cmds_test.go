@@ -273,6 +273,7 @@ func leaderOf(nodes []cluster.NodeStatus) string {
 	return ""
 }
 
+// (Over 120 lines: one scenario: every cluster command against one real cluster.)
 func TestClusterCommands(t *testing.T) {
 	noTokenEnv(t)
 	certDir := filepath.Join(t.TempDir(), "certs")

@@ -49,6 +49,7 @@ type jsKey struct{ did, rev, collection, rkey, operation string }
 // same window: every commit op matches exactly one Jetstream commit event
 // by (did, rev, collection, rkey, operation), with the same CID and a
 // deep-equal record; identity and account events match by (did, seq).
+// (Over 120 lines: table-like: every event kind of the capture compared field by field.)
 func TestFirehoseCorpusMatchesJetstream(t *testing.T) {
 	m := loadManifest(t)
 	frames := corpusFrames(t)
