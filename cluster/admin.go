@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/eddy-backlinks/eddy/fsm"
 	"github.com/eddy-backlinks/eddy/version"
 )
 
@@ -25,7 +24,7 @@ import (
 //
 //	GET  /admin/status                this node
 //	GET  /admin/cluster               every node (this one asks its peers)
-//	POST /admin/join                  {"id","raft","http","admin"}
+//	POST /admin/join                  {"id","raft","http","admin"[,"suffrage","change_suffrage"]} (JoinRequest)
 //	POST /admin/remove                {"id"}
 //	POST /admin/transfer-leadership   {}
 
@@ -40,6 +39,7 @@ type NodeStatus struct {
 	ID             string            `json:"id"`
 	Version        string            `json:"version"`
 	State          string            `json:"state"`
+	Suffrage       string            `json:"suffrage,omitempty"` // Voter or Nonvoter, as this node's configuration says; "" when not a member
 	Leader         string            `json:"leader"`
 	Term           string            `json:"term"`
 	AppliedIndex   uint64            `json:"applied_index"`
@@ -138,6 +138,9 @@ func (a *Admin) Status() NodeStatus {
 	if servers, err := n.Servers(); err == nil {
 		for _, s := range servers {
 			ss := ServerStatus{ID: string(s.ID), Raft: string(s.Address), Suffrage: s.Suffrage.String()}
+			if ss.ID == n.cfg.ID {
+				st.Suffrage = ss.Suffrage
+			}
 			if ni, ok := n.FSM.Node(ss.ID); ok {
 				ss.Admin, ss.HTTP = ni.Admin, ni.HTTP
 			}
@@ -226,9 +229,13 @@ func (a *Admin) handleJoin(w http.ResponseWriter, r *http.Request) {
 	if !ok || a.forward(w, r, body) {
 		return
 	}
-	var req fsm.NodeInfo
+	var req JoinRequest
 	if err := json.Unmarshal(body, &req); err != nil || req.ID == "" || req.Raft == "" {
 		writeErr(w, http.StatusBadRequest, "InvalidRequest", "join needs a JSON body with id and raft")
+		return
+	}
+	if err := req.check(); err != nil {
+		writeErr(w, http.StatusBadRequest, "InvalidRequest", err.Error())
 		return
 	}
 	if _, _, err := net.SplitHostPort(req.Raft); err != nil {
@@ -237,15 +244,26 @@ func (a *Admin) handleJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
 	defer cancel()
-	if err := a.node.Join(ctx, req); err != nil {
+	if err := a.node.JoinAs(ctx, req); err != nil {
 		code, name := http.StatusInternalServerError, "JoinFailed"
-		if errors.Is(err, ErrRemoved) {
+		switch {
+		case errors.Is(err, ErrRemoved):
 			code, name = http.StatusForbidden, "Removed"
+		case errors.Is(err, ErrSuffrage):
+			code, name = http.StatusConflict, "SuffrageRefused"
 		}
 		writeErr(w, code, name, err.Error())
 		return
 	}
-	writeJSON(w, map[string]string{"joined": req.ID})
+	suffrage := ""
+	if servers, err := a.node.Servers(); err == nil {
+		for _, s := range servers {
+			if string(s.ID) == req.ID {
+				suffrage = s.Suffrage.String()
+			}
+		}
+	}
+	writeJSON(w, map[string]string{"joined": req.ID, "suffrage": suffrage})
 }
 
 func (a *Admin) handleRemove(w http.ResponseWriter, r *http.Request) {

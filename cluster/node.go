@@ -413,14 +413,70 @@ func (n *Node) ProposeRaw(ctx context.Context, b []byte) (any, error) {
 // Barrier waits until every committed entry is applied on the leader.
 func (n *Node) Barrier(timeout time.Duration) error { return n.raft.Barrier(timeout).Error() }
 
-// Join adds (or updates) a voter. A re-join with the same ID and address
-// is a no-op; a changed address is updated; a removed ID is refused.
+// Suffrage names a server's part in the configuration, as the admin API
+// spells it (Raft's names; a JoinRequest may use any case).
+const (
+	SuffrageVoter    = "Voter"    // votes, counts for quorum, may lead
+	SuffrageNonvoter = "Nonvoter" // a query node: applies the log and serves, never votes or leads
+)
+
+// ErrSuffrage: a membership change the configuration refuses.
+var ErrSuffrage = errors.New("cluster: suffrage change refused")
+
+// JoinRequest is a join: the node's addresses and the suffrage it wants.
+//
+// Suffrage is what a node joining for the first time gets: voter (the
+// default, "") or nonvoter. A member joining again keeps its suffrage
+// (a restart, or a changed address, never changes the quorum) unless
+// ChangeSuffrage is set: then a non-voter asking for voter is promoted and a
+// voter asking for nonvoter demoted (never the leader itself: transfer
+// leadership first).
+type JoinRequest struct {
+	ID             string `json:"id"`
+	Raft           string `json:"raft"`
+	HTTP           string `json:"http"`
+	Admin          string `json:"admin"`
+	Suffrage       string `json:"suffrage,omitempty"`
+	ChangeSuffrage bool   `json:"change_suffrage,omitempty"`
+}
+
+// Info is the request's addresses, as the state records them.
+func (r JoinRequest) Info() fsm.NodeInfo {
+	return fsm.NodeInfo{ID: r.ID, Raft: r.Raft, HTTP: r.HTTP, Admin: r.Admin}
+}
+
+// Nonvoter reports whether the request asks for a non-voter.
+func (r JoinRequest) Nonvoter() bool { return strings.EqualFold(r.Suffrage, SuffrageNonvoter) }
+
+// check validates the suffrage fields.
+func (r JoinRequest) check() error {
+	if r.Suffrage != "" && !strings.EqualFold(r.Suffrage, SuffrageVoter) && !strings.EqualFold(r.Suffrage, SuffrageNonvoter) {
+		return fmt.Errorf("join: suffrage %q: want %q or %q: %w", r.Suffrage, "voter", "nonvoter", ErrSuffrage)
+	}
+	if r.ChangeSuffrage && r.Suffrage == "" {
+		return fmt.Errorf("join: change_suffrage needs a suffrage: %w", ErrSuffrage)
+	}
+	return nil
+}
+
+// Join adds a voter (see JoinRequest for non-voters and suffrage changes).
+// A re-join with the same ID and address is a no-op; a changed address is
+// updated; a removed ID is refused.
 func (n *Node) Join(ctx context.Context, info fsm.NodeInfo) error {
+	return n.JoinAs(ctx, JoinRequest{ID: info.ID, Raft: info.Raft, HTTP: info.HTTP, Admin: info.Admin})
+}
+
+// JoinAs adds (or updates) a member with the suffrage req asks for.
+func (n *Node) JoinAs(ctx context.Context, req JoinRequest) error {
 	if !n.IsLeader() {
 		return ErrNotLeader
 	}
+	info := req.Info()
 	if info.ID == "" || info.Raft == "" {
 		return errors.New("join: node ID and raft address are required")
+	}
+	if err := req.check(); err != nil {
+		return err
 	}
 	if ni, ok := n.FSM.Node(info.ID); ok && ni.Removed {
 		return fmt.Errorf("join %s: %w; a replacement joins under a new ID", info.ID, ErrRemoved)
@@ -429,19 +485,48 @@ func (n *Node) Join(ctx context.Context, info fsm.NodeInfo) error {
 	if err := cf.Error(); err != nil {
 		return err
 	}
-	present := false
+	var cur *raft.Server
 	for _, s := range cf.Configuration().Servers {
-		if s.ID == raft.ServerID(info.ID) && s.Address == raft.ServerAddress(info.Raft) {
-			present = true
+		if s.ID == raft.ServerID(info.ID) {
+			cur = &s
+			break
 		}
 	}
-	if !present {
-		f := n.raft.AddVoter(raft.ServerID(info.ID), raft.ServerAddress(info.Raft), 0, MembershipTimeout)
-		if err := f.Error(); err != nil {
+	// The suffrage it ends with: a new member's is the one asked for
+	// (voter by default); a member keeps its own unless asked to change.
+	nonvoter := req.Nonvoter()
+	if cur != nil && !req.ChangeSuffrage {
+		nonvoter = cur.Suffrage == raft.Nonvoter
+	}
+	id, addr := raft.ServerID(info.ID), raft.ServerAddress(info.Raft)
+	switch {
+	case cur != nil && cur.Address == addr && (cur.Suffrage == raft.Nonvoter) == nonvoter:
+		// Already as asked.
+	case !nonvoter:
+		// New, a changed address, or a promotion.
+		if err := n.raft.AddVoter(id, addr, 0, MembershipTimeout).Error(); err != nil {
 			return fmt.Errorf("join %s: %w", info.ID, err)
 		}
+		if cur != nil && cur.Suffrage == raft.Nonvoter {
+			n.log.Info("promoted a non-voter to voter", "id", info.ID)
+		}
+	default:
+		if cur != nil && cur.Suffrage != raft.Nonvoter {
+			if info.ID == n.cfg.ID {
+				return fmt.Errorf("join %s as a non-voter: %w: it is the leader; transfer leadership away first", info.ID, ErrSuffrage)
+			}
+			if err := n.raft.DemoteVoter(id, 0, MembershipTimeout).Error(); err != nil {
+				return fmt.Errorf("join %s: demote: %w", info.ID, err)
+			}
+			n.log.Info("demoted a voter to non-voter", "id", info.ID)
+		}
+		// New, or a changed address (AddNonvoter replaces a non-voter).
+		if cur == nil || cur.Address != addr {
+			if err := n.raft.AddNonvoter(id, addr, 0, MembershipTimeout).Error(); err != nil {
+				return fmt.Errorf("join %s: %w", info.ID, err)
+			}
+		}
 	}
-	info.Removed = false
 	if have, ok := n.FSM.Node(info.ID); !ok || have != info {
 		if _, err := n.Propose(ctx, fsm.TypeNodeInfo, 0, info); err != nil {
 			return fmt.Errorf("join %s: record addresses: %w", info.ID, err)
@@ -515,11 +600,21 @@ func (n *Node) Servers() ([]raft.Server, error) {
 	return f.Configuration().Servers, nil
 }
 
+func voters(servers []raft.Server) int {
+	v := 0
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter {
+			v++
+		}
+	}
+	return v
+}
+
 // Close stops the node. A leader first hands leadership to another voter
 // (so the cluster does not wait out an election), then Raft shuts down.
 func (n *Node) Close(ctx context.Context) error {
 	if n.raft != nil && n.IsLeader() {
-		if servers, err := n.Servers(); err == nil && len(servers) > 1 {
+		if servers, err := n.Servers(); err == nil && voters(servers) > 1 {
 			if err := n.TransferLeadership(ctx); err != nil {
 				n.log.Warn("leadership transfer before shutdown", "error", err)
 			}

@@ -22,7 +22,7 @@ import (
 
 func init() {
 	register("local", command{
-		summary: "run a local cluster of eddy-node processes on loopback: local up|down|restart --dir DIR",
+		summary: "run a local cluster of eddy-node processes on loopback: local up|down|restart --dir DIR [--nodes 3] [--nonvoters N]",
 		run:     runLocal,
 	})
 }
@@ -45,6 +45,8 @@ type LocalNode struct {
 	Bin   string   `json:"bin"`
 	Args  []string `json:"args"`
 	Log   string   `json:"log"`
+	// Nonvoter: a query node (a Raft non-voter), joined by local up.
+	Nonvoter bool `json:"nonvoter,omitempty"`
 }
 
 // localUpTimeout bounds how long `local up` waits for a healthy cluster.
@@ -60,7 +62,8 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("local "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "directory of the local cluster (required)")
-	nodes := fs.Int("nodes", 3, "number of nodes")
+	nodes := fs.Int("nodes", 3, "number of voters")
+	nonvoters := fs.Int("nonvoters", 0, "number of non-voters (query nodes q1, q2, …) beside the voters")
 	store := fs.String("store", "", "object store URL (default: file://DIR/store)")
 	plc := fs.String("plc", "off", "DID source: off (every DID outlined through Raft) or the URL of a PLC directory the leader follows")
 	nodeBin := fs.String("node-bin", "", "eddy-node binary (default: beside eddy-ctl)")
@@ -84,6 +87,9 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *nodes < 1 || *nodes > 9 {
 		return fmt.Errorf("--nodes %d: 1 to 9: %w", *nodes, errUsage)
 	}
+	if *nonvoters < 0 || *nonvoters > 9 {
+		return fmt.Errorf("--nonvoters %d: 0 to 9: %w", *nonvoters, errUsage)
+	}
 	bin := *nodeBin
 	if bin == "" {
 		self, err := os.Executable()
@@ -98,8 +104,8 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var hosts []string
 	if *httpHosts != "" {
 		hosts = strings.Split(*httpHosts, ",")
-		if len(hosts) != *nodes {
-			return fmt.Errorf("--http-hosts: %d addresses for %d nodes: %w", len(hosts), *nodes, errUsage)
+		if len(hosts) != *nodes+*nonvoters {
+			return fmt.Errorf("--http-hosts: %d addresses for %d nodes: %w", len(hosts), *nodes+*nonvoters, errUsage)
 		}
 		for _, h := range hosts {
 			if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
@@ -107,7 +113,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 	}
-	return localUp(ctx, abs, bin, *nodes, *store, *plc, *flushInterval, sources, hosts, stdout)
+	return localUp(ctx, abs, bin, localShape{voters: *nodes, nonvoters: *nonvoters}, *store, *plc, *flushInterval, sources, hosts, stdout)
 }
 
 // sharedPort finds one TCP port free on every host.
@@ -149,7 +155,13 @@ func freePort() (string, error) {
 	return l.Addr().String(), nil
 }
 
-func localUp(ctx context.Context, dir, bin string, n int, store, plc string, flushInterval time.Duration, sources, httpHosts []string, stdout io.Writer) error {
+// localShape is how many nodes of each suffrage local up starts.
+type localShape struct{ voters, nonvoters int }
+
+func (s localShape) total() int { return s.voters + s.nonvoters }
+
+// (Over 120 lines: one start-up sequence read in order: ports, processes, joins, health.)
+func localUp(ctx context.Context, dir, bin string, shape localShape, store, plc string, flushInterval time.Duration, sources, httpHosts []string, stdout io.Writer) error {
 	if _, err := os.Stat(filepath.Join(dir, "cluster.json")); err == nil {
 		return fmt.Errorf("%s already holds a cluster (cluster.json); run local down, or remove the directory", dir)
 	}
@@ -178,15 +190,11 @@ func localUp(ctx context.Context, dir, bin string, n int, store, plc string, flu
 		}
 		httpPort = p
 	}
-	for i := 1; i <= n; i++ {
-		id := fmt.Sprintf("n%d", i)
-		if _, err := os.Stat(filepath.Join(certs, id+".pem")); err != nil {
-			if err := cluster.MakeNodeCert(certs, id, []string{"127.0.0.1", "localhost"}); err != nil {
-				return err
-			}
-		}
-		lc.Nodes = append(lc.Nodes, LocalNode{ID: id, Bin: bin, Log: filepath.Join(dir, id+".log")})
+	nodes, err := localNodes(dir, certs, bin, shape)
+	if err != nil {
+		return err
 	}
+	lc.Nodes = nodes
 	// The node's addresses and flags: its ports are chosen just before it
 	// starts, and chosen again, over an empty data directory, if it could
 	// not bind them (it never listened, so nothing knows the first ones).
@@ -219,11 +227,14 @@ func localUp(ctx context.Context, dir, bin string, n int, store, plc string, flu
 		for _, s := range sources {
 			ln.Args = append(ln.Args, "--source", s)
 		}
-		if i == 0 {
+		switch {
+		case i == 0:
 			ln.Args = append(ln.Args, "--bootstrap")
-		} else {
+		case !ln.Nonvoter:
 			ln.Args = append(ln.Args, "--join", lc.Nodes[0].Admin)
 		}
+		// A non-voter starts without --join: local up joins it once it
+		// listens (joinNonvoter); after that it restarts as a member.
 		return nil
 	}
 	// Start the bootstrap node and wait for it to lead; then start the
@@ -235,7 +246,7 @@ func localUp(ctx context.Context, dir, bin string, n int, store, plc string, flu
 		localKill(lc)
 		return err
 	}
-	if err := waitHealthy(ctx, lc, 1); err != nil {
+	if err := waitHealthy(ctx, lc, localShape{voters: 1}); err != nil {
 		localKill(lc)
 		return err
 	}
@@ -258,19 +269,90 @@ func localUp(ctx context.Context, dir, bin string, n int, store, plc string, flu
 		if err == nil && restarted {
 			err = writeJSONFile(clusterJSON, lc) // its new addresses
 		}
+		if err == nil && lc.Nodes[i].Nonvoter {
+			err = joinNonvoter(ctx, lc, lc.Nodes[i])
+		}
 		if err != nil {
 			localKill(lc)
 			return err
 		}
 	}
-	if err := waitHealthy(ctx, lc, n); err != nil {
+	if err := waitHealthy(ctx, lc, shape); err != nil {
 		return fmt.Errorf("%w (the nodes are still running; see their logs in %s; stop them with local down)", err, dir)
 	}
-	fmt.Fprintf(stdout, "local cluster of %d nodes up in %s\n", n, dir)
-	for _, nd := range lc.Nodes {
-		fmt.Fprintf(stdout, "  %s pid %d  http %s  admin %s  raft %s\n", nd.ID, nd.PID, nd.HTTP, nd.Admin, nd.Raft)
-	}
+	printLocalUp(stdout, dir, lc, shape)
 	return nil
+}
+
+// localNodes names the nodes of a local cluster, voters n1… then
+// non-voters q1…, each with a certificate.
+func localNodes(dir, certs, bin string, shape localShape) ([]LocalNode, error) {
+	var nodes []LocalNode
+	for i := 1; i <= shape.total(); i++ {
+		id, nonvoter := fmt.Sprintf("n%d", i), i > shape.voters
+		if nonvoter {
+			id = fmt.Sprintf("q%d", i-shape.voters)
+		}
+		if _, err := os.Stat(filepath.Join(certs, id+".pem")); err != nil {
+			if err := cluster.MakeNodeCert(certs, id, []string{"127.0.0.1", "localhost"}); err != nil {
+				return nil, err
+			}
+		}
+		nodes = append(nodes, LocalNode{ID: id, Bin: bin, Log: filepath.Join(dir, id+".log"), Nonvoter: nonvoter})
+	}
+	return nodes, nil
+}
+
+// printLocalUp says what local up started.
+func printLocalUp(w io.Writer, dir string, lc LocalCluster, shape localShape) {
+	what := fmt.Sprintf("%d nodes", shape.voters)
+	if shape.nonvoters > 0 {
+		what = fmt.Sprintf("%d voters and %d non-voters", shape.voters, shape.nonvoters)
+	}
+	fmt.Fprintf(w, "local cluster of %s up in %s\n", what, dir)
+	for _, nd := range lc.Nodes {
+		mark := ""
+		if nd.Nonvoter {
+			mark = "  (non-voter)"
+		}
+		fmt.Fprintf(w, "  %s pid %d  http %s  admin %s  raft %s%s\n", nd.ID, nd.PID, nd.HTTP, nd.Admin, nd.Raft, mark)
+	}
+}
+
+// joinNonvoter asks the cluster (its first node, which leads or forwards)
+// to add nd as a non-voter, retrying while no leader is known.
+func joinNonvoter(ctx context.Context, lc LocalCluster, nd LocalNode) error {
+	tok, err := os.ReadFile(lc.TokenFile)
+	if err != nil {
+		return err
+	}
+	var addrs []string
+	for _, v := range lc.Nodes {
+		if !v.Nonvoter {
+			addrs = append(addrs, v.Admin)
+		}
+	}
+	cl := cluster.AdminClient{Addrs: addrs, Token: strings.TrimSpace(string(tok)), HTTP: &http.Client{Timeout: 15 * time.Second}}
+	body, err := json.Marshal(cluster.JoinRequest{ID: nd.ID, Raft: nd.Raft, Admin: nd.Admin, HTTP: nd.HTTP, Suffrage: "nonvoter"})
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(localUpTimeout)
+	for {
+		err := cl.Call(ctx, http.MethodPost, "/admin/join", body, nil)
+		var ce *cluster.CallError
+		if err == nil || (errors.As(err, &ce) && ce.Status < 500) || time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("join %s as a non-voter: %w", nd.ID, err)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // StartNode starts one node process in its own session (it outlives
@@ -387,9 +469,11 @@ func writeJSONFile(path string, v any) error {
 	return os.Rename(tmp, path)
 }
 
-// waitHealthy waits until the first n nodes report one leader, n voters
-// and the same applied generation.
-func waitHealthy(ctx context.Context, lc LocalCluster, n int) error {
+// waitHealthy waits until the first shape.total() nodes are the whole
+// configuration, shape.voters voters and shape.nonvoters non-voters, with
+// one leader every node knows.
+func waitHealthy(ctx context.Context, lc LocalCluster, shape localShape) error {
+	n := shape.total()
 	tok, err := os.ReadFile(lc.TokenFile)
 	if err != nil {
 		return err
@@ -405,7 +489,7 @@ func waitHealthy(ctx context.Context, lc LocalCluster, n int) error {
 		var st []cluster.NodeStatus
 		err := cl.Call(ctx, http.MethodGet, "/admin/cluster", nil, &st)
 		if err == nil {
-			err = healthy(st, n)
+			err = healthy(st, shape)
 		}
 		if err == nil {
 			return nil
@@ -420,12 +504,26 @@ func waitHealthy(ctx context.Context, lc LocalCluster, n int) error {
 	return fmt.Errorf("cluster not healthy within %v: %v", localUpTimeout, last)
 }
 
-func healthy(st []cluster.NodeStatus, n int) error {
-	if len(st) != n {
+func healthy(st []cluster.NodeStatus, shape localShape) error {
+	if n := shape.total(); len(st) != n {
 		return fmt.Errorf("%d of %d nodes in the configuration", len(st), n)
 	}
 	leaders := 0
 	for _, s := range st {
+		if s.State == "Leader" {
+			var v, nv int
+			for _, sv := range s.Servers {
+				switch sv.Suffrage {
+				case cluster.SuffrageVoter:
+					v++
+				case cluster.SuffrageNonvoter:
+					nv++
+				}
+			}
+			if v != shape.voters || nv != shape.nonvoters {
+				return fmt.Errorf("%d voters and %d non-voters in the configuration, want %d and %d", v, nv, shape.voters, shape.nonvoters)
+			}
+		}
 		if s.Error != "" {
 			return fmt.Errorf("node %s: %s", s.ID, s.Error)
 		}

@@ -41,7 +41,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 
 type config struct {
 	id, dataDir, raftAddr, raftAdvertise, adminAddr, httpAddr string
-	bootstrap                                                 bool
+	bootstrap, nonvoter                                       bool
 	join                                                      string
 	certsDir, tokenFile, store, plc, logLevel                 string
 	sources                                                   listFlag
@@ -85,6 +85,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "public query API listen address host:port (also /metrics, /healthz, /readyz)")
 	fs.BoolVar(&c.bootstrap, "bootstrap", false, "form a new cluster of this node if it has no state (ignored when it has)")
 	fs.StringVar(&c.join, "join", "", "admin addresses host:port of cluster members to join through at start (comma-separated); a no-op when already a member")
+	fs.BoolVar(&c.nonvoter, "nonvoter", false, "with --join: join as a non-voter, a query node that serves every endpoint but never votes, leads or counts for quorum (a member keeps its suffrage; eddy-ctl join --voter/--nonvoter changes it)")
 	fs.StringVar(&c.certsDir, "certs-dir", "", "directory of ca.pem, <id>.pem, <id>-key.pem (eddy-ctl certs) (required)")
 	fs.StringVar(&c.tokenFile, "admin-token-file", "", "file holding the admin bearer token; or the token itself in "+envAdminToken+" (one of the two required)")
 	fs.StringVar(&c.store, "store", "", "object store URL shared by every node: file:///dir or s3://bucket/prefix?endpoint=host:port&access_key_file=F&secret_key_file=F (default: file://<data-dir>/store)")
@@ -123,7 +124,7 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 		if def == "" || f.Name == "source" {
 			def = "none"
 		}
-		if f.Name == "version" || f.Name == "bootstrap" {
+		if f.Name == "version" || f.Name == "bootstrap" || f.Name == "nonvoter" {
 			def = ""
 		}
 		fmt.Fprintf(w, "%s  %s\n      %s", line, env, help)
@@ -309,6 +310,9 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 			}
 		}
 	}
+	if c.nonvoter && c.bootstrap {
+		return errors.New("--nonvoter with --bootstrap: the node that forms the cluster is its first voter; start non-voters with --join and --nonvoter")
+	}
 	if _, err := ingest.ParsePLCFlag(c.plc); err != nil {
 		return err
 	}
@@ -403,7 +407,7 @@ func (c *config) logged() []any {
 	vals := map[string]string{
 		"id": c.id, "data-dir": c.dataDir, "raft-addr": c.raftAddr, "raft-advertise": c.raftAdvertise,
 		"admin-addr": c.adminAddr, "http-addr": c.httpAddr, "bootstrap": strconv.FormatBool(c.bootstrap),
-		"join": c.join, "certs-dir": c.certsDir, "admin-token-file": c.tokenFile, "store": redactStore(c.store),
+		"nonvoter": strconv.FormatBool(c.nonvoter), "join": c.join, "certs-dir": c.certsDir, "admin-token-file": c.tokenFile, "store": redactStore(c.store),
 		"source": strconv.Itoa(len(c.sources)) + " sources", "plc": c.plc, "flush-interval": c.flushInterval.String(),
 		"memtable-bytes": strconv.Itoa(c.memtableBytes), "cache-bytes": strconv.FormatInt(c.cacheBytes, 10),
 		"ready-lag-max": c.readyLagMax.String(), "log-level": c.logLevel, "config": c.configFile,

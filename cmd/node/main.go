@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,7 +27,6 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/cluster"
-	"github.com/eddy-backlinks/eddy/fsm"
 	"github.com/eddy-backlinks/eddy/ingest"
 	"github.com/eddy-backlinks/eddy/internal/backoff"
 	"github.com/eddy-backlinks/eddy/link"
@@ -168,9 +168,11 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	log.Info("node started", "version", version.Version, "raft", c.raftAddr, "admin", c.adminAddr, "http", c.httpAddr, "store", redactStore(c.store))
 	if c.join != "" {
 		wg.Go(func() {
-			joinCluster(bg, log, strings.Split(c.join, ","), token, fsm.NodeInfo{
-				ID: node.ID(), Raft: orStr(c.raftAdvertise, c.raftAddr), Admin: c.adminAddr, HTTP: c.httpAddr,
-			})
+			req := cluster.JoinRequest{ID: node.ID(), Raft: orStr(c.raftAdvertise, c.raftAddr), Admin: c.adminAddr, HTTP: c.httpAddr}
+			if c.nonvoter {
+				req.Suffrage = cluster.SuffrageNonvoter // a new member's; a member keeps its own
+			}
+			joinCluster(bg, log, strings.Split(c.join, ","), token, req)
 		})
 	}
 
@@ -275,12 +277,16 @@ var joinBackoff = backoff.Policy{Min: 200 * time.Millisecond, Max: 5 * time.Seco
 
 // joinCluster asks the cluster to add this node, retrying until it
 // succeeds (a no-op if already a member) or the node stops.
-func joinCluster(ctx context.Context, log hclog.Logger, addrs []string, token string, info fsm.NodeInfo) {
-	body := fmt.Sprintf(`{"id":%q,"raft":%q,"admin":%q,"http":%q}`, info.ID, info.Raft, info.Admin, info.HTTP)
+func joinCluster(ctx context.Context, log hclog.Logger, addrs []string, token string, req cluster.JoinRequest) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		log.Error("join request", "error", err)
+		return
+	}
 	cl := cluster.AdminClient{Addrs: addrs, Token: token}
 	var wait time.Duration
 	for {
-		err := cl.Call(ctx, http.MethodPost, "/admin/join", []byte(body), nil)
+		err := cl.Call(ctx, http.MethodPost, "/admin/join", body, nil)
 		if err == nil {
 			log.Info("joined the cluster", "via", strings.Join(addrs, ","))
 			return
