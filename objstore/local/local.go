@@ -100,6 +100,9 @@ func (s *Store) Put(ctx context.Context, key string, data []byte) error {
 	}
 	tmp, err := writeTemp(dir, data)
 	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			s.forgetDirs(key) // a directory went away under the store: make it again next time
+		}
 		return fmt.Errorf("local: put %q: %w", key, err)
 	}
 	defer os.Remove(tmp) // after a successful link this only drops the temporary name
@@ -227,8 +230,15 @@ func (s *Store) mkdirs(key string) error {
 		sub := rel[:j]
 		dir := filepath.Join(s.root, filepath.FromSlash(sub))
 		if _, ok := s.synced.Load(sub); !ok {
-			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-				return err
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				if !errors.Is(err, fs.ErrExist) {
+					return err
+				}
+				// Something is there: it must be a directory (a file in
+				// its place is an error now, and again until it goes).
+				if fi, serr := os.Stat(dir); serr != nil || !fi.IsDir() {
+					return fmt.Errorf("%s exists and is not a directory", dir)
+				}
 			}
 			// Sync the parent even if the directory already existed: a
 			// concurrent Put may have made it and not synced it yet.
@@ -240,6 +250,19 @@ func (s *Store) mkdirs(key string) error {
 		parent = dir
 	}
 	return nil
+}
+
+// forgetDirs drops key's directories from the synced set, so the next
+// Put of a key under them creates (and syncs) them again.
+func (s *Store) forgetDirs(key string) {
+	for rel := key; ; {
+		i := strings.LastIndexByte(rel, '/')
+		if i < 0 {
+			return
+		}
+		rel = rel[:i]
+		s.synced.Delete(rel)
+	}
 }
 
 func syncDir(dir string) error {

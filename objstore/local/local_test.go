@@ -136,3 +136,43 @@ func TestNewRejectsFile(t *testing.T) {
 		t.Fatal("New(\"\") succeeded")
 	}
 }
+
+// A file where a key's directory should be is an error, every time, until
+// it is replaced by nothing; then Put makes the directory and succeeds.
+// (The store once remembered such a directory as made and never made it.)
+func TestPutHealsAfterAFileInTheWay(t *testing.T) {
+	root := t.TempDir()
+	s, err := local.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := os.WriteFile(filepath.Join(root, "tables"), []byte("in the way"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := s.Put(ctx, "tables/links/a.data", []byte("x")); err == nil {
+			t.Fatalf("put %d with a file in the way: no error", i)
+		}
+	}
+	if err := os.Remove(filepath.Join(root, "tables")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "tables/links/a.data", []byte("x")); err != nil {
+		t.Fatalf("put after the file went: %v", err)
+	}
+	// A directory removed under the store is made again by the next Put.
+	if err := os.RemoveAll(filepath.Join(root, "tables")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "tables/links/b.data", []byte("y")); err == nil {
+		t.Log("put right after the directory went succeeded") // allowed: nothing cached it as missing
+	}
+	if err := s.Put(ctx, "tables/links/c.data", []byte("z")); err != nil {
+		t.Fatalf("put after the directory went: %v", err)
+	}
+	b, err := s.Get(ctx, "tables/links/c.data")
+	if err != nil || string(b) != "z" {
+		t.Fatalf("get: %q %v", b, err)
+	}
+}
