@@ -53,8 +53,9 @@ type fixture struct {
 	srv   *httptest.Server
 	qs    *Server
 	stamp uint64
-	// storeDir is the local object store's directory.
-	storeDir string
+	// storeDir is the local object store's directory; catDir the serving
+	// side's local metadata.
+	storeDir, catDir string
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -69,7 +70,8 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, db: db, src: &dbSource{db: db}, codec: &link.Codec{Outlines: link.NewMemOutlines()}, storeDir: storeDir}
-	cat := lsm.NewCatalog(t.TempDir(), store) // the serving side keeps its own metadata, as a follower does
+	f.catDir = t.TempDir()
+	cat := lsm.NewCatalog(f.catDir, store) // the serving side keeps its own metadata, as a follower does
 	f.views = NewViews(f.src, cat, nil)
 	vctx, cancel := context.WithCancel(ctx)
 	go f.views.Run(vctx)

@@ -38,6 +38,39 @@ type Views struct {
 	// while loading a view (Metrics.Corrupt).
 	Corrupt     *prometheus.CounterVec
 	corruptSeen map[string]bool // tables counted (refresh runs on one goroutine)
+	// Cache, when set before Run, is the frame cache queries read through:
+	// a replaced table's frames are evicted from it.
+	Cache *lsm.FrameCache
+}
+
+// trees whose tables a view holds.
+var trees = []lsm.Tree{lsm.TreeLinks, lsm.TreeRevocations, lsm.TreePLCDID, lsm.TreePLCSeq}
+
+// dropReplaced forgets the tables of prev that next no longer holds
+// (compaction replaced them): their decoded metadata and local meta files,
+// and their cached frames. Tables never come back to a manifest (their IDs
+// are random, they are immutable), and queries still running on prev keep
+// the metadata prev decoded; their frames, if needed again, are fetched
+// from the bucket, which keeps garbage for a grace period.
+func (v *Views) dropReplaced(prev, next *lsm.View) {
+	if prev == nil {
+		return
+	}
+	for _, t := range trees {
+		keep := map[string]bool{}
+		for _, ref := range next.Manifest.Tables(t) {
+			keep[ref.ID] = true
+		}
+		for _, ref := range prev.Manifest.Tables(t) {
+			if keep[ref.ID] {
+				continue
+			}
+			v.cat.Drop(t, ref.ID)
+			if v.Cache != nil {
+				v.Cache.DropTable(ref.ID)
+			}
+		}
+	}
 }
 
 // NewViews starts following src.
@@ -88,8 +121,9 @@ func (v *Views) refresh(ctx context.Context) {
 		}
 		return
 	}
-	v.current.Store(view)
+	prev := v.current.Swap(view)
 	v.applied.Store(time.Now().UnixNano())
+	v.dropReplaced(prev, view)
 	v.mu.Lock()
 	close(v.changed)
 	v.changed = make(chan struct{})

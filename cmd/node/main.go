@@ -113,6 +113,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	cat := lsm.NewCatalog(filepath.Join(c.dataDir, "meta"), store)
 	views := query.NewViews(node.FSM, cat, log)
 	cache := lsm.NewFrameCache(c.cacheBytes)
+	views.Cache = cache // a table compaction replaced leaves the cache with its metadata
 	reader := lsm.NewReader(store, cache)
 	// The PLC map of the served view renders inline did:plc (it is empty
 	// on a cluster that never followed a directory: every DID outlined).
