@@ -1,9 +1,9 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -21,23 +21,8 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// nvGet asks n for path at generation minGen or later: status, body and
-// the generation it answered from.
-func nvGet(n localNode, path string, minGen uint64) (int, []byte, uint64, error) {
-	u := "http://" + n.HTTP + path + "&minGeneration=" + strconv.FormatUint(minGen, 10)
-	c := &http.Client{Timeout: 10 * time.Second}
-	r, err := c.Get(u)
-	if err != nil {
-		return 0, nil, 0, err
-	}
-	defer r.Body.Close()
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		return 0, nil, 0, err
-	}
-	gen, _ := strconv.ParseUint(r.Header.Get("X-Eddy-Generation"), 10, 64)
-	return r.StatusCode, b, gen, nil
-}
+// nvClient is the HTTP client of the non-voter checks.
+var nvClient = &http.Client{Timeout: 10 * time.Second}
 
 // nvSame asks every node in nodes for path at the same generation (at
 // least *floor, raised when a node answers from a newer one) and demands
@@ -48,7 +33,7 @@ func nvSame(t *testing.T, nodes []localNode, path string, floor *uint64) []byte 
 		bodies := make([][]byte, len(nodes))
 		gens := make([]uint64, len(nodes))
 		for i, n := range nodes {
-			st, b, g, err := nvGet(n, path, *floor)
+			st, b, g, err := getAt(context.Background(), nvClient, n, path, *floor)
 			if err == nil && st != 200 {
 				err = fmt.Errorf("HTTP %d: %s", st, qClip(b))
 			}

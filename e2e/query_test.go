@@ -155,6 +155,13 @@ func (q *qCluster) getCtx(ctx context.Context, n localNode, path string, minGen 
 }
 
 func (q *qCluster) getOnce(ctx context.Context, n localNode, path string, minGen uint64) (int, []byte, uint64, error) {
+	return getAt(ctx, q.http, n, path, minGen)
+}
+
+// getAt asks node n for path (a query string already begun) at
+// minGeneration minGen (0: none), returning the status, the body and the
+// generation that answered.
+func getAt(ctx context.Context, c *http.Client, n localNode, path string, minGen uint64) (int, []byte, uint64, error) {
 	u := "http://" + n.HTTP + path
 	if minGen > 0 {
 		u += "&minGeneration=" + strconv.FormatUint(minGen, 10)
@@ -163,7 +170,7 @@ func (q *qCluster) getOnce(ctx context.Context, n localNode, path string, minGen
 	if err != nil {
 		return 0, nil, 0, err
 	}
-	r, err := q.http.Do(req)
+	r, err := c.Do(req)
 	if err != nil {
 		return 0, nil, 0, err
 	}

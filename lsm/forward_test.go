@@ -316,19 +316,7 @@ func runForwardModel(t *testing.T, seed uint64, steps int) {
 			check(step)
 		}
 	}
-	if err := db.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	m.flush()
-	for {
-		did, err := db.Compact(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !did {
-			break
-		}
-	}
+	flushAndCompactAll(t, ctx, db, m)
 	check(steps)
 	n := 0
 	for _, ls := range m.liveBySource() {

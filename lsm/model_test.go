@@ -45,6 +45,25 @@ func (m *model) revoke(v link.Revocation) {
 	m.pending = append(m.pending, func() { m.revoked[v.Source] = max(m.revoked[v.Source], v.Rev) })
 }
 
+// flushAndCompactAll ends a model run: the last writes flushed (in the DB
+// and the model), then compactions until none is due.
+func flushAndCompactAll(t *testing.T, ctx context.Context, db *DB, m *model) {
+	t.Helper()
+	if err := db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.flush()
+	for {
+		did, err := db.Compact(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !did {
+			return
+		}
+	}
+}
+
 func (m *model) flush() {
 	for _, f := range m.pending {
 		f()
@@ -182,19 +201,7 @@ func runModel(t *testing.T, seed uint64, steps int, newStore func(t *testing.T) 
 			check(step)
 		}
 	}
-	if err := db.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	m.flush()
-	for {
-		did, err := db.Compact(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !did {
-			break
-		}
-	}
+	flushAndCompactAll(t, ctx, db, m)
 	check(steps)
 	if len(db.View().Manifest.Runs) == 0 || len(targets) == 0 {
 		t.Fatal("the model test wrote nothing")
