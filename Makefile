@@ -73,6 +73,24 @@ e2e-full: build
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./...
 
+# The storage benchmark at scale (docs/scale.md): bin/eddy-bench lsm
+# --shape backfill (streamed: the network's history, then a live tail) at
+# each N of SCALE_NS, one JSON result a run in SCALE_DIR, then the scale
+# table of every result there and its charts (SCALE_DIR/*.png). Re-run at
+# any subset: make bench-scale SCALE_NS="10000000 100000000".
+SCALE_NS  ?= 10000000 100000000 1000000000
+SCALE_DIR ?= docs/scale
+.PHONY: bench-scale
+bench-scale:
+	@mkdir -p bin $(SCALE_DIR)
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/eddy-bench ./cmd/bench
+	@set -e; for n in $(SCALE_NS); do \
+		echo "bench-scale: $$n links (log in $(SCALE_DIR)/bench-$$n.log)"; \
+		bin/eddy-bench lsm --shape backfill --links $$n --json > $(SCALE_DIR)/bench-$$n.json.tmp 2> $(SCALE_DIR)/bench-$$n.log; \
+		mv $(SCALE_DIR)/bench-$$n.json.tmp $(SCALE_DIR)/bench-$$n.json; \
+	done
+	bin/eddy-bench scale --out $(SCALE_DIR) $(SCALE_DIR)/bench-*.json
+
 FUZZ_TARGETS := \
 	./ingest/event:FuzzDecodeJetstream \
 	./ingest/event:FuzzDecodeFrame \

@@ -43,6 +43,9 @@ type bench struct {
 	prof  *os.File
 	res   *Result
 	wl    *workload.Workload
+	st    *workload.Stream // the streaming shapes (wl is nil then)
+	store objstore.Store
+	dbDir string
 
 	counting *objstore.CountingStore
 	db       *lsm.DB
@@ -92,7 +95,12 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	b.start = time.Now()
 	res := newResult(b.cfg.Seed)
 	b.res = res
-	if err := b.generate(); err != nil {
+	res.Shape = b.cfg.Shape
+	if b.cfg.Shape == ShapeMem {
+		if err := b.generate(); err != nil {
+			return nil, err
+		}
+	} else if err := b.newStream(); err != nil {
 		return nil, err
 	}
 
@@ -118,14 +126,20 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	defer b.profileStop("all")
 
 	b.counting = objstore.Counting(store)
+	b.store = store
+	b.dbDir = filepath.Join(tmp, "db")
 	b.db, err = lsm.Open(ctx, lsm.Options{
-		Store: b.counting, Dir: filepath.Join(tmp, "db"), MemtableBytes: b.cfg.MemtableBytes, NoGCGrace: true,
+		Store: b.counting, Dir: b.dbDir, MemtableBytes: b.cfg.MemtableBytes, NoGCGrace: true,
 	})
 	if err != nil {
 		return nil, err
 	}
 	defer b.db.Close()
-	if err := b.phases(ctx, store, filepath.Join(tmp, "pebble")); err != nil {
+	phases := func() error { return b.phases(ctx, store, filepath.Join(tmp, "pebble")) }
+	if b.st != nil {
+		phases = func() error { return b.streamPhases(ctx) }
+	}
+	if err := phases(); err != nil {
 		if res.ModelCheck != "" {
 			return res, err
 		}
@@ -134,6 +148,7 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	res.ModelCheck = "ok"
 	res.ElapsedS = time.Since(b.start).Seconds()
 	res.LoadAvgEnd = loadAvg()
+	res.PeakRSSBytes, res.LocalDirBytes = peakRSSBytes(), b.localDirBytes()
 	res.setGoals(!b.cfg.NoPebble)
 	b.logf("done in %.1fs", res.ElapsedS)
 	return res, nil
@@ -161,10 +176,12 @@ func (b *bench) phases(ctx context.Context, store objstore.Store, pebbleDir stri
 		return fmt.Errorf("model check: %w", err)
 	}
 	queries := b.queryTargets()
-	if err := b.queries(ctx, queries); err != nil {
+	wl := b.wl
+	mega := qtarget{wl.Targets[wl.Mega].ID, wl.LiveCount(wl.Mega)}
+	if err := b.queries(ctx, b.memQueryTargets(queries), mega); err != nil {
 		return fmt.Errorf("queries: %w", err)
 	}
-	if err := b.count(ctx); err != nil {
+	if err := b.count(ctx, mega.id, wl.WrittenCount(wl.Mega), mega.live); err != nil {
 		return fmt.Errorf("count: %w", err)
 	}
 	if !b.cfg.NoPebble {

@@ -30,6 +30,9 @@ Flags:
 // figure), the progress log to stderr. -h gives flag.ErrHelp, bad arguments
 // an error wrapping ErrUsage.
 func Main(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "scale" {
+		return scaleMain(name, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "lsm" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 			fmt.Fprintf(stdout, usageText, name)
@@ -79,11 +82,29 @@ type Config struct {
 	Keep          bool
 	NoPebble      bool
 	Breakdown     bool
+	// Shape: ShapeMem (the in-memory workload.Generate), or a streaming
+	// shape of workload.Stream (backfill, live).
+	Shape     string
+	LiveLinks int // --live-links: the live tail after a backfill
+	MegaLinks int // --mega-links (streaming shapes)
 }
+
+// ShapeMem is the in-memory workload (workload.Generate), the default.
+const ShapeMem = "mem"
 
 func (c *Config) validate() error {
 	if c.Links < 1000 {
 		return fmt.Errorf("%w: --links must be at least 1000", ErrUsage)
+	}
+	switch c.Shape {
+	case ShapeMem:
+	case "backfill", "live":
+		if c.Breakdown {
+			return fmt.Errorf("%w: --breakdown needs --shape mem", ErrUsage)
+		}
+		c.NoPebble = true // Pebble is fed the in-memory workload only
+	default:
+		return fmt.Errorf("%w: --shape must be mem, backfill or live", ErrUsage)
 	}
 	switch c.ProfilePhase {
 	case "all", "write", "query", "cold", "count", "pebble":
@@ -110,6 +131,9 @@ func Flags(c *Config, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.Keep, "keep", false, "keep the temporary files (and a URL store's objects)")
 	fs.BoolVar(&c.NoPebble, "no-pebble", false, "skip the Pebble comparison")
 	fs.BoolVar(&c.Breakdown, "breakdown", false, "estimate what each field of a backlink costs in the data objects (rebuilds the tables with one field blanked at a time)")
+	fs.StringVar(&c.Shape, "shape", ShapeMem, "workload: mem (generated whole in memory first, as before; up to ~20M links), backfill (streamed: every repository of the network's history written whole at one stamp, then a live tail) or live (streamed: a live tail only); the streaming shapes hold a sample of targets, not the links, skip Pebble and check every page of the sample")
+	fs.IntVar(&c.LiveLinks, "live-links", 0, "--shape backfill: links of the live tail after the backfill (0: --links/20)")
+	fs.IntVar(&c.MegaLinks, "mega-links", 0, "streaming shapes: about this many links to the mega target (0: min(1,000,000, --links/4))")
 	return fs
 }
 

@@ -6,18 +6,19 @@ import (
 	"slices"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
 )
 
-// count times Count of the mega target, warm (median of five) and cold.
-func (b *bench) count(ctx context.Context) error {
-	wl, db, res := b.wl, b.db, b.res
+// count times Count of the mega target (id, with written links of which
+// live are live), warm (median of five) and cold.
+func (b *bench) count(ctx context.Context, id link.RecordID, written, live int) error {
+	db, res := b.db, b.res
 	if err := b.profileStart("count"); err != nil {
 		return err
 	}
 	defer b.profileStop("count")
-	id := wl.Targets[wl.Mega].ID
-	res.CountTargetLinks, res.CountTargetLive = wl.WrittenCount(wl.Mega), wl.LiveCount(wl.Mega)
+	res.CountTargetLinks, res.CountTargetLive = written, live
 
 	r := lsm.NewReader(b.counting, lsm.NewFrameCache(0))
 	s0 := b.counting.Snapshot()

@@ -6,34 +6,51 @@ import (
 	"slices"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
 )
 
+// qtarget is a queried target and its number of live links.
+type qtarget struct {
+	id   link.RecordID
+	live int
+}
+
+// memQueryTargets turns the in-memory workload's target indexes into
+// qtargets.
+func (b *bench) memQueryTargets(ts []int32) []qtarget {
+	out := make([]qtarget, len(ts))
+	for i, t := range ts {
+		out[i] = qtarget{b.wl.Targets[t].ID, b.wl.LiveCount(t)}
+	}
+	return out
+}
+
 // queries times the query set warm (every frame in the cache), then every
 // distinct target of it and the mega target cold, counting GETs.
-func (b *bench) queries(ctx context.Context, targets []int32) error {
-	wl, res := b.wl, b.res
+func (b *bench) queries(ctx context.Context, targets []qtarget, mega qtarget) error {
+	res := b.res
 	res.Queries = len(targets)
-	distinct := map[int32]bool{}
+	distinct := map[qtarget]bool{}
 	var links float64
 	for _, t := range targets {
 		distinct[t] = true
-		links += float64(wl.LiveCount(t))
+		links += float64(t.live)
 	}
 	res.QueryTargets = len(distinct)
 	res.QueryLinksMean = links / float64(len(targets))
 	if err := b.warmQueries(ctx, targets); err != nil {
 		return err
 	}
-	return b.coldQueries(ctx, distinct)
+	return b.coldQueries(ctx, distinct, mega)
 }
 
 // warmQueries runs the query set once to fill the frame cache, then again
 // timed: latency and the process's CPU time per query.
-func (b *bench) warmQueries(ctx context.Context, targets []int32) error {
-	wl, db, res := b.wl, b.db, b.res
-	run := func(t int32) (*lsm.Result, error) {
-		return db.Backlinks(ctx, lsm.Query{Target: wl.Targets[t].ID, Limit: queryLimit})
+func (b *bench) warmQueries(ctx context.Context, targets []qtarget) error {
+	db, res := b.db, b.res
+	run := func(t qtarget) (*lsm.Result, error) {
+		return db.Backlinks(ctx, lsm.Query{Target: t.id, Limit: queryLimit})
 	}
 	// Warm the cache, then measure.
 	for _, t := range targets {
@@ -56,8 +73,8 @@ func (b *bench) warmQueries(ctx context.Context, targets []int32) error {
 			return err
 		}
 		total += lat[i]
-		if len(r.Links) != min(queryLimit, wl.LiveCount(t)) {
-			return fmt.Errorf("target %d: %d links, want %d", t, len(r.Links), min(queryLimit, wl.LiveCount(t)))
+		if len(r.Links) != min(queryLimit, t.live) {
+			return fmt.Errorf("target %v: %d links, want %d", t.id, len(r.Links), min(queryLimit, t.live))
 		}
 	}
 	b.profileStop("query")
@@ -76,25 +93,25 @@ func (b *bench) warmQueries(ctx context.Context, targets []int32) error {
 
 // coldQueries runs every distinct target (and the mega target) once, with
 // an empty frame cache (table metas are local, as on a node).
-func (b *bench) coldQueries(ctx context.Context, distinct map[int32]bool) error {
-	wl, db, res := b.wl, b.db, b.res
+func (b *bench) coldQueries(ctx context.Context, distinct map[qtarget]bool, mega qtarget) error {
+	db, res := b.db, b.res
 	if err := b.profileStart("cold"); err != nil {
 		return err
 	}
 	defer b.profileStop("cold")
-	cold := make([]int32, 0, len(distinct)+1)
+	cold := make([]qtarget, 0, len(distinct)+1)
 	for t := range distinct {
 		cold = append(cold, t)
 	}
-	slices.Sort(cold)
-	cold = append(cold, wl.Mega)
+	slices.SortFunc(cold, func(a, b qtarget) int { return a.id.Compare(b.id) })
+	cold = append(cold, mega)
 	var coldLat []time.Duration
 	var gets int64
 	for _, t := range cold {
 		r := lsm.NewReader(b.counting, lsm.NewFrameCache(0))
 		s0 := b.counting.Snapshot()
 		t0 := time.Now()
-		qr, err := r.Backlinks(ctx, db.View(), lsm.Query{Target: wl.Targets[t].ID, Limit: queryLimit})
+		qr, err := r.Backlinks(ctx, db.View(), lsm.Query{Target: t.id, Limit: queryLimit})
 		d := time.Since(t0)
 		if err != nil {
 			return err
@@ -114,9 +131,9 @@ func (b *bench) coldQueries(ctx context.Context, distinct map[int32]bool) error 
 		gets += g
 		if g > res.GetsPerQueryMax {
 			res.GetsPerQueryMax = g
-			res.GetsMaxTarget = wl.LiveCount(t)
+			res.GetsMaxTarget = t.live
 		}
-		if t == wl.Mega {
+		if t == mega {
 			res.MegaPage100ColdGs = g
 		} else {
 			coldLat = append(coldLat, d)

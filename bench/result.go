@@ -25,6 +25,18 @@ type Result struct {
 	Accounts     int     `json:"accounts"`
 	Targets      int     `json:"targets"`
 	GenerateS    float64 `json:"generate_s"`
+	// The workload's shape (mem, backfill, live) and, for the streaming
+	// shapes, what happened in it and the sample the check covers.
+	Shape           string  `json:"shape"`
+	Updates         int     `json:"updates,omitempty"`
+	BackfillDeletes int     `json:"backfill_deletes,omitempty"`
+	Repos           int     `json:"repos,omitempty"`
+	SampleTargets   int     `json:"sample_targets,omitempty"`
+	SampleLinks     int     `json:"sample_links,omitempty"`
+	GeneratorCPUS   float64 `json:"generator_cpu_s,omitempty"` // left out of the write figures
+
+	// The process: peak resident set (VmHWM) over the whole run.
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
 
 	// Size.
 	BytesPerLink          float64 `json:"bytes_per_link"`
@@ -40,6 +52,10 @@ type Result struct {
 	MetaBytes             uint64  `json:"meta_bytes"`
 	StoreBytes            int64   `json:"store_bytes"` // every object under the store, manifests included
 	StoreObjects          int     `json:"store_objects"`
+	BucketBytesPerLink    float64 `json:"bucket_bytes_per_link"` // StoreBytes / live links
+	LocalDirBytes         int64   `json:"local_dir_bytes"`       // the DB's local directory: table metas and the manifest
+	ManifestBytes         int64   `json:"manifest_bytes"`        // the local manifest copy
+	WriteAmplification    float64 `json:"write_amplification"`   // bytes PUT in the write phase / bytes of the live tables
 	Tables                int     `json:"tables"`
 	LinkTables            int     `json:"links_tables"`
 	RevTables             int     `json:"revocations_tables"`
@@ -66,6 +82,7 @@ type Result struct {
 	FlushCPUS               float64 `json:"write_flush_cpu_s"`
 	CompactCPUS             float64 `json:"write_compact_cpu_s"`
 	FlushLinksPerSecPerCore float64 `json:"flush_links_per_sec_per_core"`
+	CompactionsTooBig       int     `json:"compactions_too_big,omitempty"` // streaming shapes: compactions the engine refused (lsm.ErrTooBig: inputs over its in-memory bound)
 	StorePuts               int64   `json:"store_puts"`
 	StorePutBytes           int64   `json:"store_put_bytes"`
 
@@ -104,6 +121,7 @@ type Result struct {
 	CountCandidates   int     `json:"count_1m_candidates"`
 	MegaPage100Ms     float64 `json:"mega_page_100_ms"` // Backlinks limit 100 of the mega target, warm
 	MegaPage100ColdGs int64   `json:"mega_page_100_cold_gets"`
+	LargestTargetLive int     `json:"largest_target_live,omitempty"` // streaming shapes: the most live links of a sample target
 
 	// Pebble, fed the same links.
 	PebbleVersion            string           `json:"pebble_version,omitempty"`
@@ -148,4 +166,8 @@ func (res *Result) setGoals(pebble bool) {
 	res.Goals["query_p50_us<=100"] = res.QueryP50us <= 100
 	res.Goals["query_p99_us<=1000"] = res.QueryP99us <= 1000
 	res.Goals["count_1m_ms<=1000"] = res.Count1MMs <= 1000
+	// Issue 13's (at 1B links).
+	res.Goals["bytes_per_link<=8"] = res.BytesPerLink <= 8
+	res.Goals["meta_bytes_per_link<=0.25"] = res.MetaBytesPerLink <= 0.25
+	res.Goals["peak_rss_bytes<=4e9"] = res.PeakRSSBytes <= 4e9
 }

@@ -8,6 +8,14 @@ import (
 	"github.com/eddy-backlinks/eddy/objstore"
 )
 
+// liveLinks is the number of live links at the end of the workload.
+func (b *bench) liveLinks() int {
+	if b.st != nil {
+		return b.st.LiveLinks()
+	}
+	return b.wl.LiveLinks()
+}
+
 // size sums the live tables of the manifest.
 func (b *bench) size(ctx context.Context, store objstore.Store) error {
 	res := b.res
@@ -46,7 +54,7 @@ func (b *bench) size(ctx context.Context, store objstore.Store) error {
 			fenceBytes += uint64(len(tm.Frames) * (17 + tm.Format.Width))
 		}
 	}
-	live := float64(b.wl.LiveLinks())
+	live := float64(b.liveLinks())
 	res.BytesPerLink = float64(res.DataBytes+res.MetaBytes) / live
 	res.MetaBytesPerLink = float64(res.MetaBytes) / live
 	res.DataBytesPerLink = float64(res.DataBytes) / live
@@ -63,6 +71,11 @@ func (b *bench) size(ctx context.Context, store objstore.Store) error {
 		res.StoreBytes += n
 		return nil
 	})
+	res.BucketBytesPerLink = float64(res.StoreBytes) / live
+	if res.DataBytes+res.MetaBytes > 0 {
+		res.WriteAmplification = float64(res.StorePutBytes) / float64(res.DataBytes+res.MetaBytes)
+	}
+	res.ManifestBytes = b.manifestBytes()
 	b.logf("size: %.2f bytes/link (%.2f data, %.2f meta) in %d tables of %d runs", res.BytesPerLink, res.DataBytesPerLink, res.MetaBytesPerLink, res.Tables, res.Runs)
 	return err
 }

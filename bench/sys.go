@@ -41,3 +41,25 @@ func percentile(sorted []time.Duration, p float64) float64 {
 	i = max(0, min(i, len(sorted)-1))
 	return float64(sorted[i]) / float64(time.Microsecond)
 }
+
+// procStatusBytes reads a "kB" field of /proc/self/status, in bytes (0
+// where unknown).
+func procStatusBytes(field string) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field+":" {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			return v << 10
+		}
+	}
+	return 0
+}
+
+// peakRSSBytes is the process's peak resident set so far (VmHWM).
+func peakRSSBytes() int64 { return procStatusBytes("VmHWM") }
+
+// rssBytes is the process's resident set now (VmRSS).
+func rssBytes() int64 { return procStatusBytes("VmRSS") }

@@ -67,6 +67,14 @@
 // The Workload keeps its own bookkeeping (which links are live, per
 // target), so a benchmark can check a store's answers against it, and
 // renders every link as strings (Key) for stores that index strings.
+//
+// # Streaming
+//
+// Generate holds every link (about 20M fit); NewStream (scalestream.go)
+// writes a workload of any size op by op in memory O(accounts + sample):
+// the network's history as a backfill (every repository whole at one
+// stamp) then a live tail, or the live tail alone, and keeps exact live
+// links for a sample of targets only (docs/scale.md).
 package workload
 
 import (

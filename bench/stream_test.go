@@ -1,0 +1,72 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// bench lsm --shape backfill|live: the streamed workload, its sample
+// checked page by page, the scale figures present; then bench scale draws
+// the charts from the JSON results.
+func TestBenchStreamShapes(t *testing.T) {
+	dir := t.TempDir()
+	var files []string
+	for _, shape := range []string{"backfill", "live"} {
+		var out, errb bytes.Buffer
+		args := []string{"lsm", "--shape", shape, "--links", "60000", "--queries", "200", "--tmp", t.TempDir(), "--json"}
+		if code := run(args, &out, &errb); code != 0 {
+			t.Fatalf("%s: exit %d: %s\n%s", shape, code, out.String(), errb.String())
+		}
+		var res map[string]any
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatal(err)
+		}
+		if res["model_check"] != "ok" || res["shape"] != shape {
+			t.Fatalf("%s: model_check %v shape %v", shape, res["model_check"], res["shape"])
+		}
+		for _, f := range []string{"bytes_per_link", "meta_bytes_per_link", "bucket_bytes_per_link", "peak_rss_bytes", "write_links_per_sec_per_core",
+			"write_amplification", "tables", "runs", "manifest_bytes", "query_p50_us", "cold_query_p50_us", "gets_per_query_mean", "count_target_live", "sample_targets", "generator_cpu_s"} {
+			if v, _ := res[f].(float64); v <= 0 {
+				t.Errorf("%s: %s = %v, want > 0", shape, f, res[f])
+			}
+		}
+		if _, ok := res["pebble_bytes_per_link"]; ok {
+			t.Errorf("%s: Pebble ran", shape)
+		}
+		f := filepath.Join(dir, "bench-"+shape+".json")
+		if err := os.WriteFile(f, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	var out, errb bytes.Buffer
+	charts := filepath.Join(dir, "charts")
+	if code := run(append([]string{"scale", "--out", charts}, files...), &out, &errb); code != 0 {
+		t.Fatalf("scale: exit %d: %s\n%s", code, out.String(), errb.String())
+	}
+	if !strings.Contains(out.String(), "| write links/s/core (with compaction) |") {
+		t.Fatalf("scale table:\n%s", out.String())
+	}
+	for _, c := range []string{"bytes_per_link", "rss", "write", "warm_query", "cold_gets", "count"} {
+		if fi, err := os.Stat(filepath.Join(charts, c+".png")); err != nil || fi.Size() == 0 {
+			t.Errorf("chart %s: %v", c, err)
+		}
+	}
+}
+
+func TestBenchStreamUsage(t *testing.T) {
+	var out, errb bytes.Buffer
+	for _, args := range [][]string{
+		{"lsm", "--shape", "tail"},
+		{"lsm", "--shape", "backfill", "--breakdown"},
+		{"scale"},
+	} {
+		if code := run(args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
