@@ -199,6 +199,7 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var inFlight map[string]bool // runs of an offered compaction not yet published
+	tooBig := map[string]bool{}  // first input run of a merge over lsm.CompactionInputBytesMax, said once
 	for {
 		select {
 		case <-ctx.Done():
@@ -234,6 +235,16 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 				if r.Config.Corrupt != nil {
 					r.Config.Corrupt.WithLabelValues(string(ce.Tree)).Inc()
 				}
+			}
+			if errors.Is(err, lsm.ErrTooBig) {
+				// The merge is over the engine's in-memory bound: it can never
+				// run, so say so once and go on with the other trees; the
+				// tier's runs stay (eddy_compaction_backlog_runs shows them).
+				if !tooBig[inputs[0].ID] {
+					tooBig[inputs[0].ID] = true
+					w.log.Error("compaction over the in-memory bound: these runs stay uncompacted", "tree", tree, "runs", len(inputs), "error", err)
+				}
+				continue
 			}
 			if err != nil {
 				w.log.Warn("compaction failed", "tree", tree, "error", err)
