@@ -398,3 +398,55 @@ func TestFallbacksAndIndex(t *testing.T) {
 		}
 	}
 }
+
+// A selective getManyToMany filter pages through a subject's join records
+// within the scan budget: pages may be empty but carry a cursor, and every
+// matching item comes exactly once.
+func TestManyToManyScanBudget(t *testing.T) {
+	defer func(n int) { m2mScanMax = n }(m2mScanMax)
+	m2mScanMax = 4
+	f := newFixture(t)
+	const list = "at://did:plc:owner0000000000000000000/app.bsky.graph.list/3lmylist22222"
+	want := map[string]bool{}
+	for i := 0; i < 40; i++ {
+		member := fmt.Sprintf("did:plc:m%023d", i%10)
+		uri := "at://did:plc:curator00000000000000000/app.bsky.graph.listitem/" + tid(i)
+		f.write(uri, `{"$type":"app.bsky.graph.listitem","list":"`+list+`","subject":"`+member+`","createdAt":"2026-07-04T14:38:08.999Z"}`)
+		if i%10 == 7 {
+			want[uri] = true
+		}
+	}
+	f.flush()
+	q := url.Values{"subject": {list}, "source": {"app.bsky.graph.listitem:list"}, "pathToOther": {"subject"},
+		"otherSubject": {fmt.Sprintf("did:plc:m%023d", 7)}, "limit": {"100"}} // one page without the budget
+	got := map[string]bool{}
+	pages, empty := 0, 0
+	for pages < 100 {
+		pages++
+		var out m2mOut
+		if code, _ := f.get("/xrpc/blue.microcosm.links.getManyToMany", q, &out); code != 200 {
+			t.Fatalf("page %d: %d", pages, code)
+		}
+		if len(out.Items) == 0 {
+			empty++
+		}
+		for _, it := range out.Items {
+			k := "at://" + it.LinkRecord.DID + "/" + it.LinkRecord.Collection + "/" + it.LinkRecord.RKey
+			if got[k] {
+				t.Fatalf("%s twice", k)
+			}
+			got[k] = true
+		}
+		if out.Cursor == nil {
+			break
+		}
+		q.Set("cursor", *out.Cursor)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("items %v, want %v", got, want)
+	}
+	if pages < 3 {
+		t.Fatalf("%d pages: the scan budget did not end any page early", pages)
+	}
+	t.Logf("%d pages (%d empty) for %d items", pages, empty, len(got))
+}

@@ -71,6 +71,7 @@ func (s *Server) legacyQuery(q url.Values, withDIDs bool) (*linkQuery, error) {
 			q = url.Values{"did": dids}
 		}
 		var ok bool
+		lq.didNames = q["did"]
 		lq.filter.DIDs, ok, err = s.didFilter(q, "did")
 		if err != nil {
 			return nil, err

@@ -18,6 +18,20 @@ import (
 // record come from its forward entries (lsm.Reader.Forward); a record
 // without any has at most one link, the one it was found by.
 
+// Bounds of many-to-many work per request: every join record costs a
+// lookup of its forward entries.
+const (
+	// M2MCountJoinsMax bounds the join records getManyToManyCounts groups
+	// (past it: 400 QueryTooBig; a did filter narrows them).
+	M2MCountJoinsMax = 100_000
+)
+
+// m2mScanMax bounds the join records one getManyToMany page examines: past
+// it the page ends with what it found (maybe nothing) and a cursor after
+// the last record examined, so a selective filter pages through a popular
+// subject instead of running into the timeout. (A variable for tests.)
+var m2mScanMax = 10_000
+
 // hashedPrefix names an other subject the index keeps only as a hash (an
 // http(s) URL, an at-uri with a handle): its text is not stored, so an
 // answer names it by its hash unless the query named it in otherSubject.
@@ -179,7 +193,9 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 		other link.RecordID
 	}
 	var items []item
-	batch := limit + 1
+	var stop *linkPos // set when the scan budget ends the page
+	batch := min(limit+1, m2mScanMax)
+	examined := 0
 	for len(items) <= limit {
 		res, err := s.Reader.Backlinks(ctx, v, lsm.Query{Target: tgt, After: after, Reverse: true, Limit: batch, Filter: m.lq.filter})
 		if err != nil {
@@ -205,7 +221,13 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 				items = append(items, item{pos: linkPos{Source: b.Source, Location: b.Location, Target: t}, other: t})
 			}
 		}
+		examined += len(res.Links)
 		if res.Next == nil {
+			break
+		}
+		if examined >= m2mScanMax && len(items) <= limit {
+			last := res.Links[len(res.Links)-1]
+			stop = &linkPos{Source: last.Source, Location: last.Location, Target: maxRecordID}
 			break
 		}
 		after = res.Next
@@ -226,11 +248,18 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 		}
 		out.Items = append(out.Items, m2mItem{LinkRecord: rec, OtherSubject: name})
 	}
-	if more {
+	switch {
+	case more:
 		out.Cursor = encodePosCursor(kindItems, &items[len(items)-1].pos, true, sc)
+	case stop != nil:
+		out.Cursor = encodePosCursor(kindItems, stop, true, sc) // past every item of the last record examined
 	}
 	return out, nil
 }
+
+// maxRecordID sorts after every record ID: a position past all of a join
+// record's items.
+var maxRecordID = link.RecordID{RKey: ^uint64(0), Collection: ^uint64(0), DID: ^uint64(0)}
 
 type m2mCount struct {
 	Subject  string `json:"subject"`
@@ -269,6 +298,10 @@ func (s *Server) getManyToManyCounts(ctx context.Context, r *http.Request, v *ls
 	joins, _, err := s.Reader.All(ctx, v, m.lq.known[0].id, m.lq.filter)
 	if err != nil {
 		return nil, err
+	}
+	if len(joins) > M2MCountJoinsMax {
+		return nil, &apiError{http.StatusBadRequest, "QueryTooBig", strconv.Itoa(len(joins)) + " records link to subject from source, more than the " +
+			strconv.Itoa(M2MCountJoinsMax) + " getManyToManyCounts groups; narrow them with did, or page getManyToMany"}
 	}
 	srcs := make([]link.RecordID, len(joins))
 	for i := range joins {

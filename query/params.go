@@ -229,8 +229,9 @@ type linkQuery struct {
 	known     []subject // those the index has seen
 	sources   []source  // as asked, distinct
 	filter    lsm.Filter
-	matchable bool // some subject, source and did is known: something can match
-	multi     bool // more than one subject or source was asked: answers say which each link matched
+	didNames  []string // the DIDs asked, as given (did, or from_dids split): cursors check them
+	matchable bool     // some subject, source and did is known: something can match
+	multi     bool     // more than one subject or source was asked: answers say which each link matched
 }
 
 // parseLinkQuery reads subject, source and did, each repeatable.
@@ -258,7 +259,7 @@ func (s *Server) parseLinkQuery(q url.Values) (*linkQuery, error) {
 			lq.filter.Sources = append(lq.filter.Sources, srcs[i].pair)
 		}
 	}
-	lq.filter.DIDs = dids
+	lq.filter.DIDs, lq.didNames = dids, q["did"]
 	lq.matchable = len(lq.known) > 0 && len(lq.filter.Sources) > 0 && didsOK
 	return lq, nil
 }
@@ -273,7 +274,7 @@ func (lq *linkQuery) scope(endpoint string, q url.Values) scope {
 	for i := range lq.sources {
 		srcs = append(srcs, lq.sources[i].coll+":"+lq.sources[i].path)
 	}
-	return sc.add("subject", subs).add("source", srcs).add("did", q["did"])
+	return sc.add("subject", subs).add("source", srcs).add("did", lq.didNames)
 }
 
 // sourceOf names the source a link matched.
