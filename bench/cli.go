@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/eddy-backlinks/eddy/internal/cliflag"
 )
 
 // ErrUsage marks an error caused by bad arguments (exit code 2).
@@ -138,16 +140,5 @@ func Flags(c *Config, out io.Writer) *flag.FlagSet {
 }
 
 // parseFlags parses args into fs: -h gives flag.ErrHelp, a bad flag or a
-// stray argument a usage error (as eddy-ctl's parseFlags).
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", ErrUsage, fs.Args())
-	}
-	return nil
-}
+// stray argument a usage error.
+func parseFlags(fs *flag.FlagSet, args []string) error { return cliflag.Parse(fs, args, ErrUsage) }

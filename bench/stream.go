@@ -101,37 +101,7 @@ func (b *bench) streamWrite(ctx context.Context) error {
 	puts0 := b.counting.Snapshot()
 
 	var flushCPU, compactCPU, genCPU time.Duration
-	flushCompact := func() error {
-		c0 := cpuTime()
-		if err := db.Flush(ctx); err != nil {
-			return err
-		}
-		c1 := cpuTime()
-		flushCPU += c1 - c0
-		res.Flushes++
-		for {
-			did, err := db.Compact(ctx)
-			if errors.Is(err, lsm.ErrTooBig) {
-				// The engine merges a compaction's inputs in memory, up
-				// to lsm.CompactionInputBytesMax: past it the runs stay
-				// as they are (and the figures say how many).
-				if res.CompactionsTooBig == 0 {
-					b.logf("compaction refused by the engine (%v); runs accumulate from here", err)
-				}
-				res.CompactionsTooBig++
-				break
-			}
-			if err != nil {
-				return err
-			}
-			if !did {
-				break
-			}
-			res.Compactions++
-		}
-		compactCPU += cpuTime() - c1
-		return nil
-	}
+	flushCompact := func() error { return b.flushCompact(ctx, &flushCPU, &compactCPU) }
 	apply := func(op *workload.Op) error {
 		var err error
 		if op.Revoke {

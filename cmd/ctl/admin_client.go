@@ -17,6 +17,7 @@ import (
 
 	"github.com/eddy-backlinks/eddy/cluster"
 	"github.com/eddy-backlinks/eddy/internal/backoff"
+	"github.com/eddy-backlinks/eddy/internal/cliflag"
 )
 
 // Shared flags and calls of the commands that talk to the admin API (join,
@@ -97,18 +98,7 @@ func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
 
 // parseFlags parses args into fs: -h gives flag.ErrHelp, a bad flag or a
 // stray argument a usage error.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
-	return nil
-}
+func parseFlags(fs *flag.FlagSet, args []string) error { return cliflag.Parse(fs, args, errUsage) }
 
 // connect returns the admin client and a context bounded by --timeout.
 func (f *adminFlags) connect(ctx context.Context) (*cluster.AdminClient, context.Context, context.CancelFunc, error) {
