@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/internal/corrupt"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/hashicorp/go-hclog"
 )
@@ -198,8 +199,8 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var inFlight map[string]bool // runs of an offered compaction not yet published
-	tooBig := map[string]bool{}  // first input run of a merge over lsm.CompactionInputBytesMax, said once
+	var inFlight map[string]bool    // runs of an offered compaction not yet published
+	tooBig := map[lsm.Tree]string{} // per tree, the first input run of the last merge over lsm.CompactionInputBytesMax (said once)
 	for {
 		select {
 		case <-ctx.Done():
@@ -219,7 +220,7 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			}
 			inFlight = nil
 		}
-		for _, tree := range []lsm.Tree{lsm.TreeLinks, lsm.TreeRevocations, lsm.TreePLCDID, lsm.TreePLCSeq} {
+		for _, tree := range lsm.Trees {
 			inputs := lsm.PickCompaction(m, tree, lsm.DefaultCompactionFanIn)
 			if inputs == nil {
 				continue
@@ -230,18 +231,13 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 				break
 			}
 			out, err := lsm.CompactRuns(ctx, r.Config.Store, r.Config.Catalog, v, inputs, r.shardTarget(), lsm.DefaultCompactionBytesPerSec)
-			if ce := (*lsm.CorruptError)(nil); errors.As(err, &ce) {
-				w.log.Error("corrupt table", "during", "compaction", "tree", ce.Tree, "table", ce.Table, "error", err)
-				if r.Config.Corrupt != nil {
-					r.Config.Corrupt.WithLabelValues(string(ce.Tree)).Inc()
-				}
-			}
+			corrupt.Note(r.Config.Corrupt, w.log, "compaction", err)
 			if errors.Is(err, lsm.ErrTooBig) {
 				// The merge is over the engine's in-memory bound: it can never
 				// run, so say so once and go on with the other trees; the
 				// tier's runs stay (eddy_compaction_backlog_runs shows them).
-				if !tooBig[inputs[0].ID] {
-					tooBig[inputs[0].ID] = true
+				if tooBig[tree] != inputs[0].ID {
+					tooBig[tree] = inputs[0].ID
 					w.log.Error("compaction over the in-memory bound: these runs stay uncompacted", "tree", tree, "runs", len(inputs), "error", err)
 				}
 				continue

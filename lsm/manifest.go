@@ -25,6 +25,9 @@ const (
 	TreePLCSeq      Tree = "plc_seq"     // PLC map, genesis seq -> did:plc, 24 B (plcmap.go)
 )
 
+// Trees is every tree of the index, in the order they are listed.
+var Trees = []Tree{TreeLinks, TreeRevocations, TreePLCDID, TreePLCSeq}
+
 // FormatOf returns a tree's record format.
 func FormatOf(t Tree) (Format, error) {
 	switch t {

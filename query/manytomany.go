@@ -47,16 +47,17 @@ type m2mQuery struct {
 }
 
 func (s *Server) parseM2M(q url.Values, didParam string) (*m2mQuery, error) {
-	for _, p := range []string{"subject", "source"} {
-		if len(q[p]) > 1 {
-			return nil, badRequest("parameter " + p + " is given " + strconv.Itoa(len(q[p])) + " times; at most once on this endpoint")
-		}
+	if _, err := one(q, "source"); err != nil { // one source here (sources below parses it)
+		return nil, err
+	}
+	raw, err := one(q, "subject")
+	if err != nil {
+		return nil, err
 	}
 	srcs, err := s.sources(q)
 	if err != nil {
 		return nil, err
 	}
-	raw, _ := one(q, "subject")
 	sub, err := s.parseSubject("subject", raw)
 	if err != nil {
 		return nil, err

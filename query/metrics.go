@@ -1,15 +1,12 @@
 package query
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/eddy-backlinks/eddy/lsm"
-	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -126,18 +123,4 @@ func (s *statusWriter) Flush() {
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
-}
-
-// noteCorrupt counts and logs err if it is a corrupt table; it reports
-// whether it was.
-func noteCorrupt(c *prometheus.CounterVec, log hclog.Logger, what string, err error) bool {
-	var ce *lsm.CorruptError
-	if !errors.As(err, &ce) {
-		return false
-	}
-	if c != nil {
-		c.WithLabelValues(string(ce.Tree)).Inc()
-	}
-	log.Error("corrupt table", "during", what, "tree", ce.Tree, "table", ce.Table, "error", err)
-	return true
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/eddy-backlinks/eddy/internal/corrupt"
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/hashicorp/go-hclog"
@@ -237,7 +238,7 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 				switch {
 				case errors.Is(err, lsm.ErrTooBig):
 					ae = &apiError{http.StatusBadRequest, "QueryTooBig", err.Error()}
-				case noteCorrupt(s.Corrupt, s.Log, r.URL.Path, err):
+				case corrupt.Note(s.Corrupt, s.Log, r.URL.Path, err):
 					ae.message = "a table this node read is corrupt (counted and logged); ask another node"
 				default:
 					s.Log.Error("query failed", "path", r.URL.Path, "error", err)

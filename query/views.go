@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/internal/corrupt"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,9 +44,6 @@ type Views struct {
 	Cache *lsm.FrameCache
 }
 
-// trees whose tables a view holds.
-var trees = []lsm.Tree{lsm.TreeLinks, lsm.TreeRevocations, lsm.TreePLCDID, lsm.TreePLCSeq}
-
 // dropReplaced forgets the tables of prev that next no longer holds
 // (compaction replaced them): their decoded metadata and local meta files,
 // and their cached frames. Tables never come back to a manifest (their IDs
@@ -56,7 +54,7 @@ func (v *Views) dropReplaced(prev, next *lsm.View) {
 	if prev == nil {
 		return
 	}
-	for _, t := range trees {
+	for _, t := range lsm.Trees {
 		keep := map[string]bool{}
 		for _, ref := range next.Manifest.Tables(t) {
 			keep[ref.ID] = true
@@ -117,7 +115,7 @@ func (v *Views) refresh(ctx context.Context) {
 				v.corruptSeen = map[string]bool{}
 			}
 			v.corruptSeen[ce.Table] = true
-			noteCorrupt(v.Corrupt, v.log, "loading the metadata of generation "+strconv.FormatUint(m.Generation, 10), err)
+			corrupt.Note(v.Corrupt, v.log, "loading the metadata of generation "+strconv.FormatUint(m.Generation, 10), err)
 		}
 		return
 	}

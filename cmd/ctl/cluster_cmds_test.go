@@ -264,6 +264,21 @@ func settled(want int) func([]cluster.NodeStatus) bool {
 	}
 }
 
+// newCerts makes a test cluster's certificates for nodes (comma-separated)
+// under dir and returns the certificates directory, the admin token file
+// and the token.
+func newCerts(t *testing.T, dir, nodes string) (certDir, tokenFile, tok string) {
+	t.Helper()
+	certDir = filepath.Join(dir, "certs")
+	mustCtl(t, "certs", "--dir", certDir, "--nodes", nodes)
+	tokenFile = filepath.Join(certDir, "admin-token")
+	tok, err := readToken(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certDir, tokenFile, tok
+}
+
 func leaderOf(nodes []cluster.NodeStatus) string {
 	for _, n := range nodes {
 		if n.State == "Leader" {
@@ -276,13 +291,7 @@ func leaderOf(nodes []cluster.NodeStatus) string {
 // (Over 120 lines: one scenario: every cluster command against one real cluster.)
 func TestClusterCommands(t *testing.T) {
 	noTokenEnv(t)
-	certDir := filepath.Join(t.TempDir(), "certs")
-	mustCtl(t, "certs", "--dir", certDir, "--nodes", "n1,n2,n3")
-	tokenFile := filepath.Join(certDir, "admin-token")
-	tok, err := readToken(tokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	certDir, tokenFile, tok := newCerts(t, t.TempDir(), "n1,n2,n3")
 
 	nodes := map[string]*testNode{}
 	t.Cleanup(func() {

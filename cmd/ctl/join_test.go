@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,13 +29,7 @@ func serverSuffrage(nodes []cluster.NodeStatus, id string) string {
 // the leader is not demoted; the two flags exclude each other.
 func TestJoinNonvoter(t *testing.T) {
 	noTokenEnv(t)
-	certDir := filepath.Join(t.TempDir(), "certs")
-	mustCtl(t, "certs", "--dir", certDir, "--nodes", "n1,q1")
-	tokenFile := filepath.Join(certDir, "admin-token")
-	tok, err := readToken(tokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	certDir, tokenFile, tok := newCerts(t, t.TempDir(), "n1,q1")
 	n1 := startNode(t, certDir, tok, "n1", true)
 	q1 := startNode(t, certDir, tok, "q1", false)
 	t.Cleanup(func() {

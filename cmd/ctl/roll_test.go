@@ -27,13 +27,8 @@ func startRollCluster(t *testing.T) *rollCluster {
 	t.Helper()
 	noTokenEnv(t)
 	rc := &rollCluster{dir: t.TempDir()}
-	certDir := filepath.Join(rc.dir, "certs")
-	mustCtl(t, "certs", "--dir", certDir, "--nodes", "n1,n2,n3")
-	rc.tokenFile = filepath.Join(certDir, "admin-token")
-	tok, err := readToken(rc.tokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	certDir, tokenFile, tok := newCerts(t, rc.dir, "n1,n2,n3")
+	rc.tokenFile = tokenFile
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

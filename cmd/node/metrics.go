@@ -27,7 +27,7 @@ func nodeCollectors(node *cluster.Node, cache *lsm.FrameCache) []prometheus.Coll
 		gauge("eddy_frame_cache_frames", "Frames held by the frame cache.", func(s lsm.CacheStats) float64 { return float64(s.Frames) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_build_info", Help: "1, labelled with the build's version.", ConstLabels: prometheus.Labels{"version": version.Version}}, func() float64 { return 1 }),
 	}
-	for _, tree := range []lsm.Tree{lsm.TreeLinks, lsm.TreeRevocations, lsm.TreePLCDID, lsm.TreePLCSeq} {
+	for _, tree := range lsm.Trees {
 		labels := prometheus.Labels{"tree": string(tree)}
 		cs = append(cs,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_compaction_backlog_runs", Help: "Runs waiting for a compaction (in tiers holding the fan-in or more), by tree, in the applied manifest.", ConstLabels: labels}, func() float64 {
