@@ -82,7 +82,6 @@ type Result struct {
 	FlushCPUS               float64 `json:"write_flush_cpu_s"`
 	CompactCPUS             float64 `json:"write_compact_cpu_s"`
 	FlushLinksPerSecPerCore float64 `json:"flush_links_per_sec_per_core"`
-	CompactionsTooBig       int     `json:"compactions_too_big,omitempty"` // streaming shapes: compactions the engine refused (lsm.ErrTooBig: inputs over its in-memory bound)
 	StorePuts               int64   `json:"store_puts"`
 	StorePutBytes           int64   `json:"store_put_bytes"`
 

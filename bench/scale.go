@@ -61,7 +61,6 @@ var scaleFigures = []scaleFigure{
 	{"write amplification (bytes PUT / live bytes)", "write_amplification", "Write amplification (bytes PUT / live table bytes)", "ratio", 0, func(r *Result) float64 { return r.WriteAmplification }, "%.2f"},
 	{"flushes", "", "", "", 0, func(r *Result) float64 { return float64(r.Flushes) }, "%.0f"},
 	{"compactions", "", "", "", 0, func(r *Result) float64 { return float64(r.Compactions) }, "%.0f"},
-	{"compactions refused (inputs over lsm.CompactionInputBytesMax)", "", "", "", 0, func(r *Result) float64 { return float64(r.CompactionsTooBig) }, "%.0f"},
 	{"tables in the manifest", "tables_runs", "Tables and runs in the manifest", "count", 0, func(r *Result) float64 { return float64(r.Tables) }, "%.0f"},
 	{"runs in the manifest", "tables_runs", "", "", 0, func(r *Result) float64 { return float64(r.Runs) }, "%.0f"},
 	{"manifest bytes", "manifest_bytes", "Manifest bytes", "bytes", 0, func(r *Result) float64 { return float64(r.ManifestBytes) }, "%.0f"},

@@ -91,10 +91,7 @@ func (b *bench) write(ctx context.Context) error {
 }
 
 // flushCompact flushes the DB, then compacts until no tier is full,
-// adding the CPU time of each to flushCPU and compactCPU. A compaction the
-// engine refuses (inputs over lsm.CompactionInputBytesMax, merged in
-// memory) leaves its runs as they are: counted, said once, and the run
-// goes on.
+// adding the CPU time of each to flushCPU and compactCPU.
 func (b *bench) flushCompact(ctx context.Context, flushCPU, compactCPU *time.Duration) error {
 	db, res := b.db, b.res
 	c0 := cpuTime()
@@ -107,13 +104,6 @@ func (b *bench) flushCompact(ctx context.Context, flushCPU, compactCPU *time.Dur
 	defer func() { *compactCPU += cpuTime() - c1 }()
 	for {
 		did, err := db.Compact(ctx)
-		if errors.Is(err, lsm.ErrTooBig) {
-			if res.CompactionsTooBig == 0 {
-				b.logf("compaction refused by the engine (%v); runs accumulate from here", err)
-			}
-			res.CompactionsTooBig++
-			return nil
-		}
 		if err != nil {
 			return err
 		}

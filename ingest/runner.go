@@ -57,6 +57,9 @@ type Runner struct {
 	CompactionInterval time.Duration
 	// ShardTargetBytes for compacted runs (0: lsm default).
 	ShardTargetBytes uint64
+	// SpillDir holds a compaction's inputs between its passes (a
+	// directory on local disk; "": the system's temporary directory).
+	SpillDir string
 }
 
 // flushPoll: how often the flush timer checks whether a flush is due.
@@ -73,6 +76,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	log := w.log
 	log.Info("write path started", "sources", len(r.Sources), "clock", r.Config.Node.FSM.Clock())
+	if n, err := lsm.RemoveSpills(r.SpillDir); err != nil {
+		log.Warn("remove a cut-short compaction's spill", "error", err)
+	} else if n > 0 {
+		log.Info("removed a cut-short compaction's spill", "files", n)
+	}
 	r.queueUnfinishedResyncs(w)
 	var wg sync.WaitGroup
 	if w.plc != nil {
@@ -199,8 +207,7 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var inFlight map[string]bool    // runs of an offered compaction not yet published
-	tooBig := map[lsm.Tree]string{} // per tree, the first input run of the last merge over lsm.CompactionInputBytesMax (said once)
+	var inFlight map[string]bool // runs of an offered compaction not yet published
 	for {
 		select {
 		case <-ctx.Done():
@@ -230,18 +237,10 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 				w.log.Warn("compaction: open view", "error", err)
 				break
 			}
-			out, err := lsm.CompactRuns(ctx, r.Config.Store, r.Config.Catalog, v, inputs, r.shardTarget(), lsm.DefaultCompactionBytesPerSec)
+			out, err := lsm.CompactRuns(ctx, r.Config.Store, r.Config.Catalog, v, inputs, lsm.CompactOptions{
+				ShardTargetBytes: r.shardTarget(), BytesPerSec: lsm.DefaultCompactionBytesPerSec, SpillDir: r.SpillDir,
+			})
 			corrupt.Note(r.Config.Corrupt, w.log, "compaction", err)
-			if errors.Is(err, lsm.ErrTooBig) {
-				// The merge is over the engine's in-memory bound: it can never
-				// run, so say so once and go on with the other trees; the
-				// tier's runs stay (eddy_compaction_backlog_runs shows them).
-				if tooBig[tree] != inputs[0].ID {
-					tooBig[tree] = inputs[0].ID
-					w.log.Error("compaction over the in-memory bound: these runs stay uncompacted", "tree", tree, "runs", len(inputs), "error", err)
-				}
-				continue
-			}
 			if err != nil {
 				w.log.Warn("compaction failed", "tree", tree, "error", err)
 				break

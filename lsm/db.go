@@ -98,6 +98,9 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if opts.GCGrace == 0 && !opts.NoGCGrace {
 		opts.GCGrace = DefaultGCGrace
 	}
+	if _, err := RemoveSpills(opts.Dir); err != nil {
+		return nil, fmt.Errorf("lsm: remove a cut-short compaction's spill: %w", err)
+	}
 	db := &DB{
 		opts:   opts,
 		store:  opts.Store,

@@ -205,7 +205,7 @@ func TestPLCMapRoundTrip(t *testing.T) {
 	// Compact each tree's runs.
 	for _, tree := range []Tree{TreePLCDID, TreePLCSeq} {
 		runs := f.view.Manifest.RunsOf(tree)
-		out, err := CompactRuns(ctx, store, f.cat, f.view, runs, 1<<10, 0)
+		out, err := CompactRuns(ctx, store, f.cat, f.view, runs, CompactOptions{ShardTargetBytes: 1 << 10, SpillDir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}

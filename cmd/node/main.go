@@ -149,7 +149,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	writePath := &ingest.Supervisor{Node: node, Logger: log, Runner: ingest.Runner{Config: ingest.Config{
 		Node: node, Store: store, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
 		Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir, Corrupt: queryMetrics.Corrupt,
-	}, Sources: sources}}
+	}, Sources: sources, SpillDir: filepath.Join(c.dataDir, "spill")}}
 	writePath.Start(bg)
 
 	admin, err := cluster.NewAdmin(node, token)

@@ -1,0 +1,338 @@
+package lsm
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/s2"
+)
+
+// spill holds a compaction's input records between its two passes: a
+// temporary file of compressed blocks (each up to FrameBytesMax of
+// records, delta-shuffled and S2-compressed: a fast codec, as the spill
+// is written and read once) and,
+// in memory, each output shard's sorted sequences of blocks. A sequence is
+// one input table's records of the shard, in order.
+type spill struct {
+	file     *os.File
+	bw       *bufio.Writer
+	w        int
+	perBlock int          // records a block holds at most
+	pend     [][]byte     // per shard, records not yet in a block
+	open     []bool       // per shard, a sequence is open (the current table has records of it)
+	shards   [][]spillSeq // per shard, its sequences
+	off      int64        // bytes written
+	comp     []byte       // a block's compressed bytes
+	tmp      []byte       // a block's transformed records
+}
+
+// spillSeq is a sorted sequence of blocks.
+type spillSeq struct {
+	blocks  []spillBlock
+	records int
+}
+
+// spillBlock is one block of the spill file.
+type spillBlock struct {
+	off  int64
+	clen int32 // compressed bytes
+	n    int32 // records
+}
+
+// newSpill creates the spill file in dir (os.TempDir() when "") for
+// records of width w split into shards.
+func newSpill(dir string, w, shards int) (*spill, error) {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("compaction spill: %w", err)
+	}
+	file, err := os.CreateTemp(dir, "compaction-*.spill")
+	if err != nil {
+		return nil, fmt.Errorf("compaction spill: %w", err)
+	}
+	return &spill{
+		file: file, bw: bufio.NewWriterSize(file, 1<<20), w: w, perBlock: FrameBytesMax / w,
+		pend: make([][]byte, shards), open: make([]bool, shards), shards: make([][]spillSeq, shards),
+	}, nil
+}
+
+// close removes the spill file.
+func (sp *spill) close() {
+	sp.file.Close()
+	os.Remove(sp.file.Name())
+}
+
+// add appends records (whole, in order) to shard s's open sequence
+// (opening one if the current table had none of s yet), writing a block
+// each time one fills.
+func (sp *spill) add(s int, recs []byte) error {
+	if !sp.open[s] {
+		sp.open[s] = true
+		sp.shards[s] = append(sp.shards[s], spillSeq{})
+		if sp.pend[s] == nil {
+			sp.pend[s] = make([]byte, 0, sp.perBlock*sp.w)
+		}
+	}
+	for len(recs) > 0 {
+		room := sp.perBlock*sp.w - len(sp.pend[s])
+		n := min(room, len(recs))
+		sp.pend[s] = append(sp.pend[s], recs[:n]...)
+		recs = recs[n:]
+		if n == room {
+			if err := sp.writeBlock(s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// endSequence closes every open sequence: the next records of a shard
+// start a new one.
+func (sp *spill) endSequence() error {
+	for s, open := range sp.open {
+		if !open {
+			continue
+		}
+		if len(sp.pend[s]) > 0 {
+			if err := sp.writeBlock(s); err != nil {
+				return err
+			}
+		}
+		sp.open[s] = false
+	}
+	return nil
+}
+
+// writeBlock writes shard s's pending records as a block of its open
+// sequence.
+func (sp *spill) writeBlock(s int) error {
+	recs := sp.pend[s]
+	sp.tmp = growLen(sp.tmp, len(recs))
+	encodeTransform(transformDeltaShuffle, sp.tmp, recs, sp.w)
+	sp.comp = s2.Encode(sp.comp[:cap(sp.comp)], sp.tmp)
+	if _, err := sp.bw.Write(sp.comp); err != nil {
+		return fmt.Errorf("compaction spill: %w", err)
+	}
+	seq := &sp.shards[s][len(sp.shards[s])-1]
+	n := len(recs) / sp.w
+	seq.blocks = append(seq.blocks, spillBlock{off: sp.off, clen: int32(len(sp.comp)), n: int32(n)})
+	seq.records += n
+	sp.off += int64(len(sp.comp))
+	sp.pend[s] = recs[:0]
+	return nil
+}
+
+// finish writes what is buffered and frees the pending buffers: the spill
+// is ready to be read.
+func (sp *spill) finish() error {
+	if err := sp.endSequence(); err != nil {
+		return err
+	}
+	sp.pend = nil
+	if err := sp.bw.Flush(); err != nil {
+		return fmt.Errorf("compaction spill: %w", err)
+	}
+	return nil
+}
+
+// merge appends shard s's records, merged into order, to dst (grown to
+// hold them) and returns it. Records equal in every byte come out once
+// each time they were spilled (Fold keeps one).
+func (sp *spill) merge(s int, dst []byte) ([]byte, error) {
+	seqs := sp.shards[s]
+	n := 0
+	for _, q := range seqs {
+		n += q.records
+	}
+	if cap(dst) < n*sp.w {
+		dst = make([]byte, 0, n*sp.w)
+	}
+	its := make([]*spillIter, 0, len(seqs))
+	for i := range seqs {
+		it := &spillIter{sp: sp, seq: &seqs[i]}
+		ok, err := it.next()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			its = append(its, it)
+		}
+	}
+	h := spillHeap(its)
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+	for len(h) > 0 {
+		it := h[0]
+		dst = append(dst, it.head()...)
+		ok, err := it.next()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			h[0] = h[len(h)-1]
+			h = h[:len(h)-1]
+		}
+		h.down(0)
+	}
+	sp.shards[s] = nil
+	if len(dst) != n*sp.w {
+		return nil, fmt.Errorf("spill of shard %d gave %d bytes, want %d: %w", s, len(dst), n*sp.w, ErrCorrupt)
+	}
+	return dst, nil
+}
+
+// spillIter reads one sequence, block by block.
+type spillIter struct {
+	sp    *spill
+	seq   *spillSeq
+	block int    // the next block to read
+	recs  []byte // the current block's records
+	at    int    // offset of the current record in recs
+	comp  []byte
+	tmp   []byte
+}
+
+func (it *spillIter) head() []byte { return it.recs[it.at : it.at+it.sp.w] }
+
+// next moves to the sequence's next record, reading its next block when
+// the current one is done, and reports whether there is one.
+func (it *spillIter) next() (bool, error) {
+	if it.recs != nil {
+		it.at += it.sp.w
+		if it.at < len(it.recs) {
+			return true, nil
+		}
+	}
+	if it.block == len(it.seq.blocks) {
+		return false, nil
+	}
+	b := it.seq.blocks[it.block]
+	it.block++
+	it.comp = growLen(it.comp, int(b.clen))
+	if _, err := it.sp.file.ReadAt(it.comp, b.off); err != nil {
+		return false, fmt.Errorf("read compaction spill: %w", err)
+	}
+	size := int(b.n) * it.sp.w
+	if n, err := s2.DecodedLen(it.comp); err != nil || n != size {
+		return false, fmt.Errorf("compaction spill block at %d: %d bytes, want %d (%v): %w", b.off, n, size, err, ErrCorrupt)
+	}
+	it.tmp = growLen(it.tmp, size)
+	var err error
+	it.tmp, err = s2.Decode(it.tmp, it.comp)
+	if err != nil || len(it.tmp) != size {
+		return false, fmt.Errorf("compaction spill block at %d: %d bytes, want %d (%v): %w", b.off, len(it.tmp), size, err, ErrCorrupt)
+	}
+	it.recs = growLen(it.recs, size)
+	decodeTransform(transformDeltaShuffle, it.recs, it.tmp, it.sp.w)
+	it.at = 0
+	return true, nil
+}
+
+// spillHeap is a binary min-heap of sequences by their head records.
+type spillHeap []*spillIter
+
+func (h spillHeap) down(i int) {
+	for {
+		c := 2*i + 1
+		if c >= len(h) {
+			return
+		}
+		if c+1 < len(h) && compareRecords(h[c+1].head(), h[c].head()) < 0 {
+			c++
+		}
+		if compareRecords(h[c].head(), h[i].head()) >= 0 {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+}
+
+// growLen returns b with length n, reallocated if its capacity is short.
+func growLen(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
+}
+
+// RemoveSpills removes the spill files a compaction cut short (a crash)
+// left in dir; it returns how many.
+func RemoveSpills(dir string) (int, error) {
+	if dir == "" {
+		return 0, nil
+	}
+	names, err := filepath.Glob(filepath.Join(dir, "compaction-*.spill"))
+	if err != nil {
+		return 0, err
+	}
+	for _, n := range names {
+		if err := os.Remove(n); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return 0, err
+		}
+	}
+	return len(names), nil
+}
+
+// mergeBufCache keeps the last compaction's merge buffer (its largest
+// output shard's records) for the next one, and lets it go after
+// sortCacheIdle without a compaction: as for sort scratch (sortCache),
+// faulting in hundreds of megabytes of fresh memory cost more than the
+// merge on the VM of the measurements.
+var mergeBufCache struct {
+	sync.Mutex
+	buf   []byte
+	timer *time.Timer
+}
+
+// getMergeBuf returns an empty buffer of capacity at least n.
+func getMergeBuf(n int) []byte {
+	mergeBufCache.Lock()
+	b := mergeBufCache.buf
+	mergeBufCache.buf = nil
+	mergeBufCache.Unlock()
+	if cap(b) < n {
+		b = make([]byte, 0, n)
+	}
+	return b[:0]
+}
+
+// putMergeBuf keeps b for the next compaction.
+func putMergeBuf(b []byte) {
+	mergeBufCache.Lock()
+	defer mergeBufCache.Unlock()
+	if cap(mergeBufCache.buf) < cap(b) {
+		mergeBufCache.buf = b[:0]
+	}
+	if mergeBufCache.timer == nil {
+		mergeBufCache.timer = time.AfterFunc(sortCacheIdle, func() {
+			mergeBufCache.Lock()
+			mergeBufCache.buf = nil
+			mergeBufCache.Unlock()
+		})
+	} else {
+		mergeBufCache.timer.Reset(sortCacheIdle)
+	}
+}
+
+// largestShard returns the records of the spill's largest shard.
+func (sp *spill) largestShard() int {
+	most := 0
+	for _, seqs := range sp.shards {
+		n := 0
+		for _, q := range seqs {
+			n += q.records
+		}
+		most = max(most, n)
+	}
+	return most
+}
