@@ -129,7 +129,7 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	b.store = store
 	b.dbDir = filepath.Join(tmp, "db")
 	b.db, err = lsm.Open(ctx, lsm.Options{
-		Store: b.counting, Dir: b.dbDir, MemtableBytes: b.cfg.MemtableBytes, NoGCGrace: true,
+		Store: b.counting, Dir: b.dbDir, MemtableBytes: b.cfg.MemtableBytes, MetaCacheBytes: b.cfg.MetaCacheBytes, NoGCGrace: true,
 	})
 	if err != nil {
 		return nil, err
@@ -149,6 +149,9 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	res.ElapsedS = time.Since(b.start).Seconds()
 	res.LoadAvgEnd = loadAvg()
 	res.PeakRSSBytes, res.LocalDirBytes = peakRSSBytes(), b.localDirBytes()
+	mc := b.db.CatalogStats()
+	res.MetaCacheBudget, res.MetaCacheBytes, res.MetaCacheMetas = mc.Budget, mc.Bytes, mc.Metas
+	res.MetaCacheHits, res.MetaCacheMisses, res.MetaCacheEvictions = mc.Hits, mc.Misses, mc.Evictions
 	res.setGoals(!b.cfg.NoPebble)
 	b.logf("done in %.1fs", res.ElapsedS)
 	return res, nil

@@ -37,6 +37,14 @@ type Result struct {
 
 	// The process: peak resident set (VmHWM) over the whole run.
 	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// The table metadata cache at the end (lsm.CatalogStats): its budget
+	// (0: unbounded), the decoded metas it holds, and its traffic.
+	MetaCacheBudget    int64  `json:"meta_cache_budget"`
+	MetaCacheBytes     int64  `json:"meta_cache_bytes"`
+	MetaCacheMetas     int    `json:"meta_cache_metas"`
+	MetaCacheHits      uint64 `json:"meta_cache_hits"`
+	MetaCacheMisses    uint64 `json:"meta_cache_misses"`
+	MetaCacheEvictions uint64 `json:"meta_cache_evictions"`
 
 	// Size.
 	BytesPerLink          float64 `json:"bytes_per_link"`

@@ -50,6 +50,8 @@ var scaleFigures = []scaleFigure{
 	{"bucket bytes per live link (every object)", "bytes_per_link", "", "", 0, func(r *Result) float64 { return r.BucketBytesPerLink }, "%.2f"},
 	{"local meta bytes per live link", "meta_bytes_per_link", "Local meta bytes per live link", "bytes", 0.25, func(r *Result) float64 { return r.MetaBytesPerLink }, "%.3f"},
 	{"bench peak RSS (GB)", "rss", "Bench process peak RSS", "GB", 4, func(r *Result) float64 { return float64(r.PeakRSSBytes) / 1e9 }, "%.2f"},
+	{"decoded meta held at the end (MB; budget lsm.DefaultMetaCacheBytes)", "", "", "", 0, func(r *Result) float64 { return float64(r.MetaCacheBytes) / 1e6 }, "%.1f"},
+	{"meta cache misses (decoded again from local disk)", "", "", "", 0, func(r *Result) float64 { return float64(r.MetaCacheMisses) }, "%.0f"},
 	{"write links/s/core (with compaction)", "write", "Write links/s/core, compaction included", "links/s", 1e6, func(r *Result) float64 { return r.WriteLinksPerSecPerCore }, "%.0f"},
 	{"write wall links/s (generator included)", "", "", "", 0, func(r *Result) float64 { return r.WriteLinksPerSecWall }, "%.0f"},
 	{"compaction CPU share of the write phase", "", "", "", 0, func(r *Result) float64 {

@@ -55,11 +55,11 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		records += r.Records()
 	}
 	bits := compactionBits(total, records*uint64(f.Width), opt)
-	metas := map[string]*TableMeta{}
+	tables := map[string]*viewTable{}
 	for _, vr := range v.trees[tree] {
 		for _, t := range vr.tables {
 			if t != nil {
-				metas[t.ref.ID] = t.meta
+				tables[t.ref.ID] = t
 			}
 		}
 	}
@@ -71,9 +71,13 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 	in := compactionInput{store: store, tree: tree, f: f, bits: bits, spill: sp, start: time.Now(), bytesPerSec: opt.BytesPerSec}
 	for _, r := range inputs {
 		for _, ref := range r.Tables {
-			meta := metas[ref.ID]
-			if meta == nil {
+			t := tables[ref.ID]
+			if t == nil {
 				return Run{}, fmt.Errorf("table %s of run %s not in the view", ref.ID, r.ID)
+			}
+			meta, err := t.load(ctx)
+			if err != nil {
+				return Run{}, err
 			}
 			if err := in.read(ctx, ref.ID, meta); err != nil {
 				return Run{}, err

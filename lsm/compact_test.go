@@ -42,13 +42,14 @@ func dumpRuns(t *testing.T, db *DB, tree Tree) string {
 			if vt == nil {
 				continue
 			}
-			fmt.Fprintf(&b, "\n  table shard=%d/%d records=%d frames=%d", vt.ref.Shard, 1<<vt.ref.ShardBits, vt.ref.Records, len(vt.meta.Frames))
-			g := &fetchGroup{t: vt, first: 0, last: len(vt.meta.Frames) - 1}
+			meta := mustMeta(t, vt)
+			fmt.Fprintf(&b, "\n  table shard=%d/%d records=%d frames=%d", vt.ref.Shard, 1<<vt.ref.ShardBits, vt.ref.Records, len(meta.Frames))
+			g := &fetchGroup{t: vt, meta: meta, first: 0, last: len(meta.Frames) - 1}
 			if _, err := db.reader.fetch(ctx, g); err != nil {
 				t.Fatal(err)
 			}
 			for _, recs := range g.frames {
-				for o := 0; o < len(recs); o += vt.meta.Format.Width {
+				for o := 0; o < len(recs); o += meta.Format.Width {
 					if tree == TreeLinks {
 						l := link.GetBacklink(recs[o:])
 						fmt.Fprintf(&b, "\n    %s <- %s loc=%d rev=%d", fmtRID(l.Target), fmtRID(l.Source), l.Location, l.SourceRev)

@@ -96,7 +96,7 @@ func TestCountScanMatchesFilters(t *testing.T) {
 			compacted = true
 		}
 		for _, tb := range vr.tables {
-			if tb != nil && len(tb.meta.Frames) > 1 {
+			if tb != nil && len(mustMeta(t, tb).Frames) > 1 {
 				multiFrame = true
 			}
 		}
@@ -124,7 +124,8 @@ func TestCountScanMatchesFilters(t *testing.T) {
 			if tb == nil {
 				continue
 			}
-			g := []fetchGroup{{t: tb, first: 0, last: len(tb.meta.Frames) - 1}}
+			meta := mustMeta(t, tb)
+			g := []fetchGroup{{t: tb, meta: meta, first: 0, last: len(meta.Frames) - 1}}
 			if err := db.reader.fetchAll(ctx, g); err != nil {
 				t.Fatal(err)
 			}

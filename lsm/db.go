@@ -31,10 +31,14 @@ const (
 
 // Options configure a DB.
 type Options struct {
-	Store            objstore.Store
-	Dir              string // local directory for table metadata and the manifest copy
-	MemtableBytes    int    // per tree; DefaultMemtableBytes when 0
-	CacheBytes       int64  // decoded-frame cache; DefaultCacheBytes when 0
+	Store         objstore.Store
+	Dir           string // local directory for table metadata and the manifest copy
+	MemtableBytes int    // per tree; DefaultMemtableBytes when 0
+	CacheBytes    int64  // decoded-frame cache; DefaultCacheBytes when 0
+	// MetaCacheBytes bounds the decoded table metadata kept in memory
+	// (the rest is read again from Dir when a query needs it);
+	// DefaultMetaCacheBytes when 0, unbounded when negative.
+	MetaCacheBytes   int64
 	CompactionFanIn  int    // runs merged at once; DefaultCompactionFanIn when 0
 	ShardTargetBytes uint64 // DefaultShardTargetBytes when 0
 	GCGrace          time.Duration
@@ -104,7 +108,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	db := &DB{
 		opts:   opts,
 		store:  opts.Store,
-		cat:    NewCatalog(opts.Dir, opts.Store),
+		cat:    NewCatalogBounded(opts.Dir, opts.Store, metaBudget(opts.MetaCacheBytes)),
 		reader: NewReader(opts.Store, NewFrameCache(opts.CacheBytes)),
 		links:  NewMemtable(BacklinkFormat, opts.MemtableBytes),
 		revs:   NewMemtable(RevocationFormat, opts.MemtableBytes),
@@ -403,6 +407,20 @@ func writeTable(ctx context.Context, store objstore.Store, cat *Catalog, tree Tr
 		ShardBits: opt.ShardBits, Shard: opt.Shard,
 	}, nil
 }
+
+// metaBudget is the catalog budget of an Options.MetaCacheBytes.
+func metaBudget(n int64) int64 {
+	switch {
+	case n == 0:
+		return DefaultMetaCacheBytes
+	case n < 0:
+		return 0
+	}
+	return n
+}
+
+// CatalogStats returns the figures of the DB's table metadata cache.
+func (db *DB) CatalogStats() CatalogStats { return db.cat.Stats() }
 
 // Close flushes nothing (unflushed writes are not durable by design) and
 // releases the DB.

@@ -13,6 +13,7 @@ const fetchBytesMax = 256 << 20
 // fetchGroup is one ranged GET: frames first..last of one table.
 type fetchGroup struct {
 	t           *viewTable
+	meta        *TableMeta // t's, loaded when the group was planned
 	first, last int
 	frames      [][]byte // decoded, by frame - first
 	lo, hi      int      // the frames the cache lacked (lo < 0: none)
@@ -22,14 +23,14 @@ type fetchGroup struct {
 
 // addGroup appends a group for frames first..last of t, reusing the frame
 // slice of a group that was there before.
-func addGroup(gs []fetchGroup, t *viewTable, first, last int) []fetchGroup {
+func addGroup(gs []fetchGroup, t *viewTable, m *TableMeta, first, last int) []fetchGroup {
 	if len(gs) < cap(gs) {
 		gs = gs[:len(gs)+1]
 		g := &gs[len(gs)-1]
-		*g = fetchGroup{t: t, first: first, last: last, frames: g.frames[:0]}
+		*g = fetchGroup{t: t, meta: m, first: first, last: last, frames: g.frames[:0]}
 		return gs
 	}
-	return append(gs, fetchGroup{t: t, first: first, last: last})
+	return append(gs, fetchGroup{t: t, meta: m, first: first, last: last})
 }
 
 // fetch fills g.frames from the cache, or with one ranged GET covering the
@@ -64,7 +65,7 @@ func (r *Reader) fromCache(g *fetchGroup) (lo, hi int) {
 // get fetches frames lo..hi of g in one ranged GET and fills the ones
 // g.frames lacks.
 func (r *Reader) get(ctx context.Context, g *fetchGroup, lo, hi int) (gets int, err error) {
-	off, n := g.t.meta.ByteRange(lo, hi)
+	off, n := g.meta.ByteRange(lo, hi)
 	if n > fetchBytesMax {
 		return 0, fmt.Errorf("table %s: frames %d..%d are %d bytes: %w", g.t.ref.ID, lo, hi, n, ErrTooBig)
 	}
@@ -82,8 +83,8 @@ func (r *Reader) get(ctx context.Context, g *fetchGroup, lo, hi int) (gets int, 
 		if g.frames[i-g.first] != nil {
 			continue
 		}
-		foff, fn := g.t.meta.ByteRange(i, i)
-		recs, err := g.t.meta.DecodeFrame(i, buf[foff-off:foff-off+fn], nil)
+		foff, fn := g.meta.ByteRange(i, i)
+		recs, err := g.meta.DecodeFrame(i, buf[foff-off:foff-off+fn], nil)
 		if errors.Is(err, ErrCorrupt) {
 			return 1, &CorruptError{Tree: g.t.tree, Table: g.t.ref.ID, Err: err} // err names the frame
 		}

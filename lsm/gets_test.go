@@ -195,7 +195,7 @@ func TestQueryCorruptFrame(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every frame of the table, read whole, with one byte flipped in it.
-	meta := db.View().trees[TreeLinks][0].tables[0].meta
+	meta := mustMeta(t, db.View().trees[TreeLinks][0].tables[0])
 	for fi := range meta.Frames {
 		off, n := meta.ByteRange(fi, fi)
 		for _, at := range []int64{off, off + n/2, off + n - 1} {

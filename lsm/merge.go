@@ -45,7 +45,9 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 	if w.after != nil {
 		key = cursorKey(&keyBuf, target, w.after)
 	}
-	planRoundOne(v, prefix[:], key, w, s, st)
+	if err := planRoundOne(ctx, v, prefix[:], key, w, s, st); err != nil {
+		return nil, nil, err
+	}
 	groups := s.groups
 	err := r.fetchAll(ctx, groups)
 	// Groups come in run order.
@@ -75,7 +77,7 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 // filter first), the frames its fences give, narrowed to the window's
 // (key: the cursor's key, or nil). s.cut says which groups stop before the
 // target's end in the window's direction; s.runOf gives each group's run.
-func planRoundOne(v *View, prefix, key []byte, w window, s *queryScratch, st *Stats) {
+func planRoundOne(ctx context.Context, v *View, prefix, key []byte, w window, s *queryScratch, st *Stats) error {
 	s.groups, s.cut, s.runOf = s.groups[:0], s.cut[:0], s.runOf[:0]
 	for ri, vr := range v.trees[TreeLinks] {
 		t := vr.tableFor(prefix)
@@ -83,11 +85,15 @@ func planRoundOne(v *View, prefix, key []byte, w window, s *queryScratch, st *St
 			continue
 		}
 		st.TablesConsidered++
-		if !t.meta.MayContain(prefix) {
+		m, err := t.load(ctx)
+		if err != nil {
+			return err
+		}
+		if !m.MayContain(prefix) {
 			st.TablesFiltered++
 			continue
 		}
-		first, last, ok := t.meta.FramesFor(prefix)
+		first, last, ok := m.FramesFor(prefix)
 		if !ok {
 			continue
 		}
@@ -98,18 +104,18 @@ func planRoundOne(v *View, prefix, key []byte, w window, s *queryScratch, st *St
 			need := max(windowFramesMin, w.want/(FrameBytesMax/link.BacklinkSize)+2)
 			if !w.reverse {
 				if key != nil {
-					if fs, _, ok := t.meta.FramesFor(key); ok {
+					if fs, _, ok := m.FramesFor(key); ok {
 						lo = max(lo, fs)
-					} else if bytes.Compare(key, t.meta.MaxKey[:56]) > 0 {
+					} else if bytes.Compare(key, m.MaxKey[:56]) > 0 {
 						continue // nothing after the cursor here
 					}
 				}
 				hi = min(last, lo+need-1)
 			} else {
 				if key != nil {
-					if _, fl, ok := t.meta.FramesFor(key); ok {
+					if _, fl, ok := m.FramesFor(key); ok {
 						hi = min(hi, fl)
-					} else if bytes.Compare(key, t.meta.MinKey[:56]) < 0 {
+					} else if bytes.Compare(key, m.MinKey[:56]) < 0 {
 						continue // nothing before the cursor here
 					}
 				}
@@ -119,10 +125,11 @@ func planRoundOne(v *View, prefix, key []byte, w window, s *queryScratch, st *St
 				continue
 			}
 		}
-		s.groups = addGroup(s.groups, t, lo, hi)
+		s.groups = addGroup(s.groups, t, m, lo, hi)
 		s.cut = append(s.cut, (!w.reverse && hi < last) || (w.reverse && lo > first))
 		s.runOf = append(s.runOf, ri)
 	}
+	return nil
 }
 
 // roundOneHorizon returns the horizon of round one: for each run read only

@@ -122,9 +122,15 @@ func newLocalStore(t *testing.T) objstore.Store {
 // compares every target's pages and counts after each step that changes
 // what is visible.
 func runModel(t *testing.T, seed uint64, steps int, newStore func(t *testing.T) objstore.Store) {
+	runModelCache(t, seed, steps, newStore, -1)
+}
+
+// runModelCache is runModel with a table meta cache of metaCache bytes
+// (Options.MetaCacheBytes); it returns the cache's figures at the end.
+func runModelCache(t *testing.T, seed uint64, steps int, newStore func(t *testing.T) objstore.Store, metaCache int64) CatalogStats {
 	ctx := context.Background()
 	store := newStore(t)
-	opts := Options{Store: store, Dir: t.TempDir(), CompactionFanIn: 3, ShardTargetBytes: 2 << 10, NoGCGrace: true, MemtableBytes: 1 << 20}
+	opts := Options{Store: store, Dir: t.TempDir(), CompactionFanIn: 3, ShardTargetBytes: 2 << 10, NoGCGrace: true, MemtableBytes: 1 << 20, MetaCacheBytes: metaCache}
 	db, err := Open(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -206,6 +212,7 @@ func runModel(t *testing.T, seed uint64, steps int, newStore func(t *testing.T) 
 	if len(db.View().Manifest.Runs) == 0 || len(targets) == 0 {
 		t.Fatal("the model test wrote nothing")
 	}
+	return db.CatalogStats()
 }
 
 // checkModel compares every target's pages (in random directions, limits
@@ -286,6 +293,20 @@ func TestModelLocal(t *testing.T) {
 	}
 }
 
+// With a meta cache too small for two metas, every query decodes what
+// it needs again from local disk: the answers are the model's all the
+// same, and the cache stays within one meta of its budget.
+func TestModelMetaCacheBounded(t *testing.T) {
+	for _, seed := range modelSeeds(t, 11) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			st := runModelCache(t, seed, 250, newLocalStore, 1)
+			if st.Evictions == 0 || st.Misses == 0 || st.Metas > 1 || st.Budget != 1 {
+				t.Fatalf("meta cache: %+v, want evictions, misses and at most one meta held", st)
+			}
+		})
+	}
+}
+
 func TestModelS3(t *testing.T) {
 	endpoint, _, _ := miniotest.StartMinIO(t)
 	for _, seed := range modelSeeds(t, 101, 102) {
@@ -304,4 +325,14 @@ func TestModelS3(t *testing.T) {
 			})
 		})
 	}
+}
+
+// mustMeta returns a view table's meta or fails the test.
+func mustMeta(t testing.TB, vt *viewTable) *TableMeta {
+	t.Helper()
+	m, err := vt.load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

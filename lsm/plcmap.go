@@ -95,14 +95,21 @@ func (r *Reader) lookupMin(ctx context.Context, v *View, tree Tree, prefix []byt
 	var groups []fetchGroup
 	for _, vr := range v.trees[tree] {
 		t := vr.tableFor(prefix)
-		if t == nil || !t.meta.MayContain(prefix) {
+		if t == nil {
 			continue
 		}
-		first, last, ok := t.meta.FramesFor(prefix)
+		m, err := t.load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !m.MayContain(prefix) {
+			continue
+		}
+		first, last, ok := m.FramesFor(prefix)
 		if !ok {
 			continue
 		}
-		groups = addGroup(groups, t, first, last)
+		groups = addGroup(groups, t, m, first, last)
 	}
 	if len(groups) == 0 {
 		return nil, nil

@@ -276,8 +276,9 @@ type queryScratch struct {
 	dids            []uint64
 	repoThr, srcThr []uint64
 	repoRevs        []didRev
-	fhash, shash    []uint64 // filter and shard hashes of the keys
-	probeShard      []bool   // the tables of a run asked through filters
+	fhash, shash    []uint64     // filter and shard hashes of the keys
+	probeShard      []bool       // the tables of a run asked through filters
+	tableMetas      []*TableMeta // the metas of a run's tables (planRevocationRun)
 	scanFrames      [][]byte
 	rgroups         []fetchGroup
 	hits            []revHit

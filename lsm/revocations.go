@@ -59,7 +59,9 @@ func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, s *qu
 	s.rgroups = s.rgroups[:0]
 	s.hits = s.hits[:0]
 	for _, vr := range v.trees[TreeRevocations] {
-		r.planRevocationRun(vr, &p, minDID, maxDID, st)
+		if err := r.planRevocationRun(ctx, vr, &p, minDID, maxDID, st); err != nil {
+			return nil, err
+		}
 	}
 	if len(s.rgroups) > 0 {
 		if err := r.readRevocationHits(ctx, &p, st); err != nil {
@@ -143,7 +145,7 @@ func sourceKeys(links []link.Backlink, s *queryScratch) (order keyOrder, minDID,
 // (scanRevocations); for the others, every key their filter may hold gets
 // a hit in s.hits, on frames of a group of s.rgroups (one group per run of
 // adjacent frames of a table).
-func (r *Reader) planRevocationRun(vr *viewRun, p *revProbe, minDID, maxDID uint64, st *Stats) {
+func (r *Reader) planRevocationRun(ctx context.Context, vr *viewRun, p *revProbe, minDID, maxDID uint64, st *Stats) error {
 	s := p.s
 	compacted := vr.run.Kind == RunCompacted
 	// Scan what the cache holds; the rest is asked key by key.
@@ -152,13 +154,20 @@ func (r *Reader) planRevocationRun(vr *viewRun, p *revProbe, minDID, maxDID uint
 		keysPer >>= vr.shardBits
 	}
 	s.probeShard = reuseSlice(s.probeShard, len(vr.tables))
+	s.tableMetas = reuseSlice(s.tableMetas, len(vr.tables))
+	defer clear(s.tableMetas) // the cache may let them go after this
 	probe := false
 	for ti, t := range vr.tables {
-		s.probeShard[ti] = false
+		s.probeShard[ti], s.tableMetas[ti] = false, nil
 		if t == nil {
 			continue
 		}
-		switch r.scanRevocations(t, s, minDID, maxDID, keysPer) {
+		m, err := t.load(ctx)
+		if err != nil {
+			return err
+		}
+		s.tableMetas[ti] = m
+		switch r.scanRevocations(t, m, s, minDID, maxDID, keysPer) {
 		case scanned:
 			st.Round2Scans++
 		case notScanned:
@@ -166,7 +175,7 @@ func (r *Reader) planRevocationRun(vr *viewRun, p *revProbe, minDID, maxDID uint
 		}
 	}
 	if !probe {
-		return
+		return nil
 	}
 	p.prepare()
 	if compacted {
@@ -178,20 +187,21 @@ func (r *Reader) planRevocationRun(vr *viewRun, p *revProbe, minDID, maxDID uint
 	single := -1
 	for i := 0; i < p.nKeys; i++ {
 		var t *viewTable
+		var m *TableMeta
 		if compacted {
 			sh := p.shard(i, vr.shardBits)
 			if int(sh) >= len(vr.tables) || !s.probeShard[sh] {
 				continue
 			}
-			t = vr.tables[sh]
+			t, m = vr.tables[sh], s.tableMetas[sh]
 		} else {
-			t = vr.tables[0]
+			t, m = vr.tables[0], s.tableMetas[0]
 		}
-		if !p.mayContain(t, i) {
+		if !p.mayContain(m, i) {
 			continue
 		}
 		kb := p.keyAt(i).Bytes()
-		first, last, ok := t.meta.FramesFor(kb[:])
+		first, last, ok := m.FramesFor(kb[:])
 		if !ok {
 			continue
 		}
@@ -204,7 +214,7 @@ func (r *Reader) planRevocationRun(vr *viewRun, p *revProbe, minDID, maxDID uint
 			}
 		}
 		if gi < 0 || first > s.rgroups[gi].last+1 {
-			s.rgroups = addGroup(s.rgroups, t, first, last)
+			s.rgroups = addGroup(s.rgroups, t, m, first, last)
 			gi = len(s.rgroups) - 1
 			if compacted {
 				s.byTable[t] = gi
@@ -216,6 +226,7 @@ func (r *Reader) planRevocationRun(vr *viewRun, p *revProbe, minDID, maxDID uint
 		}
 		s.hits = append(s.hits, revHit{key: i, first: first, last: last, group: gi})
 	}
+	return nil
 }
 
 // readRevocationHits fetches the groups of s.rgroups and folds the
@@ -318,8 +329,7 @@ func (p *revProbe) thrAt(i int) *uint64 {
 
 // mayContain asks t's filter about key i, hashing each key once for every
 // table that shares a filter seed.
-func (p *revProbe) mayContain(t *viewTable, i int) bool {
-	m := t.meta
+func (p *revProbe) mayContain(m *TableMeta, i int) bool {
 	if m.filter == nil || m.Format.PrefixLen != link.RecordIDSize {
 		kb := p.keyAt(i).Bytes()
 		return m.MayContain(kb[:])
@@ -380,8 +390,7 @@ const (
 // the keys' range and the sorted source keys together, when the cache
 // holds all those frames and they are few against keys (the keys of t's
 // shard).
-func (r *Reader) scanRevocations(t *viewTable, s *queryScratch, minDID, maxDID uint64, keys int) scanResult {
-	m := t.meta
+func (r *Reader) scanRevocations(t *viewTable, m *TableMeta, s *queryScratch, minDID, maxDID uint64, keys int) scanResult {
 	srcKeys, srcThr := s.srcKeys, s.srcThr
 	rlo, rhi := link.RepoID(minDID).Bytes(), link.RepoID(maxDID).Bytes()
 	klo, khi := srcKeys[0].Bytes(), srcKeys[len(srcKeys)-1].Bytes()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"unsafe"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/zeebo/xxh3"
@@ -410,4 +411,15 @@ func strictlySorted(recs []byte, w int) bool {
 		}
 	}
 	return true
+}
+
+// memBytes estimates the memory a decoded meta holds: its encoded bytes
+// (fences and filter point into them or copy them), the frame entries and
+// the decoded account dictionary.
+func (m *TableMeta) memBytes() int64 {
+	n := int64(m.MetaBytes) + int64(len(m.Frames))*int64(unsafe.Sizeof(FrameMeta{}))
+	if m.dict != nil {
+		n += int64(len(m.dict.dids))*8 + int64(len(m.dict.clocks))*2
+	}
+	return n
 }
