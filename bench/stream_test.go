@@ -70,3 +70,31 @@ func TestBenchStreamUsage(t *testing.T) {
 		}
 	}
 }
+
+// bench serve reopens a kept run's index as a node would and answers the
+// sample's queries from it, reporting latency and memory.
+func TestBenchServe(t *testing.T) {
+	tmp := t.TempDir()
+	var out, errb bytes.Buffer
+	if code := run([]string{"lsm", "--shape", "backfill", "--links", "60000", "--queries", "100", "--tmp", tmp, "--keep", "--json"}, &out, &errb); code != 0 {
+		t.Fatalf("lsm: exit %d: %s", code, errb.String())
+	}
+	dirs, _ := filepath.Glob(filepath.Join(tmp, "eddy-bench-*"))
+	if len(dirs) != 1 {
+		t.Fatalf("kept directories %v", dirs)
+	}
+	out.Reset()
+	if code := run([]string{"serve", "--dir", dirs[0], "--links", "60000", "--queries", "300"}, &out, &errb); code != 0 {
+		t.Fatalf("serve: exit %d: %s", code, errb.String())
+	}
+	var res ServeResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Queries != 300 || res.QueryTargets == 0 || res.QueryP50us <= 0 || res.RSSBytes <= 0 || res.Runs == 0 || res.MetaCacheMetas == 0 {
+		t.Fatalf("serve: %+v", res)
+	}
+	if code := run([]string{"serve", "--links", "60000"}, &out, &errb); code != 2 {
+		t.Fatalf("serve without --dir: exit %d, want 2", code)
+	}
+}

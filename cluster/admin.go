@@ -54,6 +54,13 @@ type NodeStatus struct {
 	Servers        []ServerStatus    `json:"servers"`
 	Extra          map[string]any    `json:"extra,omitempty"`
 	Error          string            `json:"error,omitempty"` // set by /admin/cluster for a node that did not answer
+
+	// ServedGeneration is the oldest manifest generation whose tables this
+	// node may still read: its view's, or an older one a query in flight
+	// holds. The leader's garbage collector deletes a table only once every
+	// member serves at or past the generation that removed it. 0: not
+	// reported (an older build), then ViewGeneration stands for it.
+	ServedGeneration uint64 `json:"served_generation,omitempty"`
 }
 
 // ServerStatus is a configuration member.
@@ -72,7 +79,9 @@ type Admin struct {
 	// Extra, if set, adds fields to this node's status (the serving view,
 	// ingest state).
 	Extra func() (viewGeneration uint64, extra map[string]any)
-	http  *http.Client
+	// Served, if set, reports ServedGeneration (query.Views.OldestServed).
+	Served func() uint64
+	http   *http.Client
 }
 
 // NewAdmin returns the admin API of n, requiring token.
@@ -150,7 +159,64 @@ func (a *Admin) Status() NodeStatus {
 	if a.Extra != nil {
 		st.ViewGeneration, st.Extra = a.Extra()
 	}
+	if a.Served != nil {
+		st.ServedGeneration = a.Served()
+	}
 	return st
+}
+
+// MemberServed is the oldest manifest generation one member of the
+// configuration serves, or why it could not be asked.
+type MemberServed struct {
+	ID         string
+	Generation uint64
+	Err        error // down, unreachable, no admin address known
+}
+
+// MembersServed asks every member of the Raft configuration (voters and
+// non-voters; a removed node is no longer a member) for the oldest
+// generation it serves (ServedGeneration, else ViewGeneration for an older
+// build), concurrently; this node answers for itself. A member that does
+// not answer within ctx has Err set: the caller must treat it as serving
+// nothing newer than generation 0.
+func (a *Admin) MembersServed(ctx context.Context) ([]MemberServed, error) {
+	servers, err := a.node.Servers()
+	if err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	out := make([]MemberServed, len(servers))
+	var wg sync.WaitGroup
+	for i, s := range servers {
+		out[i].ID = string(s.ID)
+		if out[i].ID == a.node.cfg.ID {
+			st := a.Status()
+			out[i].Generation = servedOf(st)
+			continue
+		}
+		wg.Go(func() {
+			ni, ok := a.node.FSM.Node(out[i].ID)
+			if !ok || ni.Admin == "" {
+				out[i].Err = errors.New("admin address unknown")
+				return
+			}
+			var st NodeStatus
+			if err := a.call(ctx, ni.Admin, http.MethodGet, "/admin/status", nil, &st); err != nil {
+				out[i].Err = err
+				return
+			}
+			out[i].Generation = servedOf(st)
+		})
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// servedOf is the oldest generation a status says its node serves.
+func servedOf(st NodeStatus) uint64 {
+	if st.ServedGeneration != 0 {
+		return st.ServedGeneration
+	}
+	return st.ViewGeneration
 }
 
 func (a *Admin) handleStatus(w http.ResponseWriter, r *http.Request) { writeJSON(w, a.Status()) }

@@ -42,6 +42,9 @@ const (
 	TypeSetting
 	// TypeNoop does nothing; written by tests of skippable types.
 	TypeNoop
+	// TypeCollect removes deleted tables from the garbage list (Collect);
+	// proposed FlagSkippable, since an older build keeps no such list.
+	TypeCollect
 	typeEnd
 )
 
@@ -57,6 +60,8 @@ func (t Type) String() string {
 		return "setting"
 	case TypeNoop:
 		return "noop"
+	case TypeCollect:
+		return "collect"
 	}
 	if name, _, ok := nextType(t); ok {
 		return name
@@ -94,6 +99,10 @@ type Flush struct {
 	// Clock is the highest stamp the flushed data uses; Apply raises the
 	// committed clock to it (never lowers).
 	Clock uint64 `json:"clock,omitempty"`
+	// Time is the leader's clock when it proposed the entry (unix
+	// nanoseconds): the tables the edit removes wait for deletion from it
+	// (Garbage.Since). Apply never reads a clock of its own.
+	Time int64 `json:"time,omitempty"`
 }
 
 // NodeInfo records a node's addresses, or that it was removed: a removed
@@ -140,7 +149,7 @@ func Encode(t Type, flags uint8, v any) ([]byte, error) {
 }
 
 // Decoded is a decoded entry: Payload is a *ReserveClock, *Flush,
-// *NodeInfo, *Setting, a type only a -tags eddy_next build knows (next.go),
+// *NodeInfo, *Setting, *Collect, a type only a -tags eddy_next build knows (next.go),
 // or nil for a skipped or no-op entry.
 type Decoded struct {
 	Type    Type
@@ -171,6 +180,8 @@ func Decode(b []byte) (Decoded, error) {
 		p = &NodeInfo{}
 	case TypeSetting:
 		p = &Setting{}
+	case TypeCollect:
+		p = &Collect{}
 	case TypeNoop:
 		return d, nil
 	default:

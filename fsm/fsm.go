@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"sync"
 
 	"github.com/eddy-backlinks/eddy/link"
@@ -26,8 +27,11 @@ import (
 
 // SnapshotVersion is the encoding version of snapshots.
 //
-//	1: JSON of snapshotV1
-const SnapshotVersion = 1
+//	1: JSON of snapshotJSON without garbage
+//	2: JSON of snapshotJSON: version 1 plus the garbage list (a version 1
+//	   snapshot restores with an empty one; its tables are left to the
+//	   leader's orphan sweep)
+const SnapshotVersion = 2
 
 // ErrStale: an entry built on state that has since changed (a deposed
 // leader's reservation or flush). Nothing was applied.
@@ -53,8 +57,9 @@ type State struct {
 		manifest  *lsm.Manifest
 		nodes     map[string]NodeInfo
 		settings  map[string]string
-		index     uint64 // last applied log index
-		skipped   uint64 // skippable entries of unknown types
+		index     uint64    // last applied log index
+		skipped   uint64    // skippable entries of unknown types
+		garbage   []Garbage // tables that left the manifest, not yet deleted (garbage.go)
 	}
 	watchMu  sync.Mutex
 	watchers []chan struct{}
@@ -80,6 +85,7 @@ func (s *State) reset() {
 	s.mu.manifest = &lsm.Manifest{}
 	s.mu.nodes = map[string]NodeInfo{}
 	s.mu.settings = map[string]string{}
+	s.mu.garbage = nil
 	s.mu.clock, s.mu.published, s.mu.index, s.mu.skipped = 0, 0, 0, 0
 }
 
@@ -139,6 +145,8 @@ func (s *State) applyLocked(d Decoded) any {
 			s.mu.settings[p.Key] = p.Value
 		}
 		return nil
+	case *Collect:
+		return s.applyCollectLocked(p)
 	}
 	return nil // TypeNoop
 }
@@ -185,6 +193,7 @@ func (s *State) applyFlushLocked(f *Flush) any {
 		t.names = append(t.names, o.S)
 		t.ids[o.S] = o.ID
 	}
+	s.mu.garbage = append(s.mu.garbage, removedTables(s.mu.manifest, f.Edit, next.Generation, f.Time)...)
 	s.mu.manifest = next
 	for k, v := range f.Cursors {
 		if v == "" {
@@ -320,7 +329,9 @@ func (s *State) Node(id string) (NodeInfo, bool) {
 	return n, ok
 }
 
-type snapshotV1 struct {
+// snapshotJSON is a snapshot's encoding (SnapshotVersion says which
+// fields a version has).
+type snapshotJSON struct {
 	V         int                 `json:"v"`
 	Clock     uint64              `json:"clock"`
 	Published uint64              `json:"published"`
@@ -330,20 +341,21 @@ type snapshotV1 struct {
 	Nodes     map[string]NodeInfo `json:"nodes"`
 	Settings  map[string]string   `json:"settings"`
 	Skipped   uint64              `json:"skipped"`
+	Garbage   []Garbage           `json:"garbage,omitempty"` // version 2
 }
 
-type snapshot struct{ v snapshotV1 }
+type snapshot struct{ v snapshotJSON }
 
 // Snapshot captures the state. It holds the lock only to copy the small
-// maps and the lengths of the append-only outline tables; encoding runs in
+// maps, the garbage list and the lengths of the append-only outline tables; encoding runs in
 // Persist, concurrently with Apply.
 func (s *State) Snapshot() (raft.FSMSnapshot, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	v := snapshotV1{
+	v := snapshotJSON{
 		V: SnapshotVersion, Clock: s.mu.clock, Published: s.mu.published, Outlines: map[string][]string{},
 		Cursors: maps.Clone(s.mu.cursors), Manifest: s.mu.manifest.Encode(), Nodes: maps.Clone(s.mu.nodes),
-		Settings: maps.Clone(s.mu.settings), Skipped: s.mu.skipped,
+		Settings: maps.Clone(s.mu.settings), Skipped: s.mu.skipped, Garbage: slices.Clone(s.mu.garbage),
 	}
 	for _, k := range link.OutlineKinds {
 		names := s.mu.outlines[k].names
@@ -366,7 +378,7 @@ func (sn *snapshot) Release() {}
 // Restore replaces the state with a snapshot.
 func (s *State) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	var v snapshotV1
+	var v snapshotJSON
 	if err := json.NewDecoder(rc).Decode(&v); err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
@@ -381,6 +393,9 @@ func (s *State) Restore(rc io.ReadCloser) error {
 	s.reset()
 	s.mu.clock, s.mu.published, s.mu.skipped = v.Clock, v.Published, v.Skipped
 	s.mu.manifest = m
+	if v.V >= 2 {
+		s.mu.garbage = v.Garbage
+	}
 	maps.Copy(s.mu.cursors, v.Cursors)
 	maps.Copy(s.mu.nodes, v.Nodes)
 	maps.Copy(s.mu.settings, v.Settings)

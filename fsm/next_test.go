@@ -18,7 +18,7 @@ func TestLeaderEntriesNextBuild(t *testing.T) {
 	if err != nil || len(es) != 1 || es[0].Type != TypeBuildInfo {
 		t.Fatalf("LeaderEntries: %+v, %v", es, err)
 	}
-	want := []byte("\x01\x06\x01" + `{"node":"n1","version":"v2"}`)
+	want := []byte("\x01\x07\x01" + `{"node":"n1","version":"v2"}`)
 	if !bytes.Equal(es[0].Data, want) {
 		t.Fatalf("entry %q, want %q", es[0].Data, want)
 	}

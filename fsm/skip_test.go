@@ -16,7 +16,7 @@ import (
 // nextBuildInfoEntry is, byte for byte, the entry a build with -tags
 // eddy_next proposes when node n1 of version v2 becomes leader
 // (next_test.go checks that build produces exactly these bytes).
-var nextBuildInfoEntry = []byte("\x01\x06\x01" + `{"node":"n1","version":"v2"}`)
+var nextBuildInfoEntry = []byte("\x01\x07\x01" + `{"node":"n1","version":"v2"}`)
 
 // An entry of a type this build does not know, flagged skippable, changes
 // nothing but the applied index and the skipped count, which snapshots
@@ -62,7 +62,7 @@ func TestSkippableUnknownType(t *testing.T) {
 	// The same unknown types without the flag: refused, with a message that
 	// says what to do; the state is untouched.
 	for _, data := range [][]byte{
-		append([]byte{EntryVersion, 6, 0}, nextBuildInfoEntry[headerBytes:]...),
+		append([]byte{EntryVersion, nextBuildInfoEntry[1], 0}, nextBuildInfoEntry[headerBytes:]...),
 		{EntryVersion, 250, 0x80},
 	} {
 		if _, err := Decode(data); err == nil || !strings.Contains(err.Error(), "unknown entry type") {

@@ -36,7 +36,7 @@ func BenchmarkSnapshotDIDOutlines(b *testing.B) {
 	}
 	var buf bytes.Buffer
 	empty := (&lsm.Manifest{}).Encode()
-	sn := &snapshot{v: snapshotV1{V: SnapshotVersion, Outlines: map[string][]string{"did": dids}, Manifest: empty}}
+	sn := &snapshot{v: snapshotJSON{V: SnapshotVersion, Outlines: map[string][]string{"did": dids}, Manifest: empty}}
 	if err := sn.Persist(&memSink{Buffer: &buf}); err != nil {
 		b.Fatal(err)
 	}

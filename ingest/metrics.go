@@ -34,6 +34,12 @@ type Metrics struct {
 	Generation     prometheus.Gauge
 	Lag            *prometheus.GaugeVec // seconds behind the stream head, by source
 	lagEvents      *lagEventsCollector  // events behind the stream head, by source
+	// The leader's garbage collector (gc.go); the pending list itself is
+	// replicated state, exported by every node (eddy_gc_pending_tables).
+	GCDeleted        *prometheus.CounterVec // tables deleted, by reason: replaced, orphan
+	GCDeletedBytes   *prometheus.CounterVec // their bytes, by reason
+	GCBlockedSeconds prometheus.Gauge       // how long a due deletion has waited for a member (0: none)
+	GCOrphans        prometheus.Gauge       // unreferenced tables seen, waiting out the grace
 }
 
 // NewMetrics makes unregistered metrics; Register adds them to a registry.
@@ -47,12 +53,18 @@ func NewMetrics() *Metrics {
 		Generation:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_ingest_published_generation", Help: "Manifest generation of the last publication by this node."}),
 		Lag:            prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "eddy_ingest_lag_seconds", Help: "Seconds between the newest consumed event's own time and now, by live source."}, []string{"source"}),
 		lagEvents:      newLagEvents(),
+		GCDeleted:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_gc_deleted_total", Help: "Tables the leader deleted from the store, by reason: replaced (left the manifest through a compaction) or orphan (never in a manifest: a deposed leader's upload)."}, []string{"reason"}),
+		GCDeletedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_gc_deleted_bytes_total", Help: "Bytes (data and meta) of the tables the leader deleted, by reason."}, []string{"reason"}),
+		GCBlockedSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_gc_blocked_seconds",
+			Help: "How long the deletion of a garbage table past its grace has been held back by a member that is down, unreachable or serves an older generation (0: none; the leader logs which)."}),
+		GCOrphans: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_gc_orphan_tables", Help: "Table objects no manifest references that the leader's sweep saw and waits a grace period to delete."}),
 	}
 }
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Events, m.Links, m.Skipped, m.FlushSeconds, m.PublishSeconds, m.Generation, m.Lag, m.lagEvents} {
+	for _, c := range []prometheus.Collector{m.Events, m.Links, m.Skipped, m.FlushSeconds, m.PublishSeconds, m.Generation, m.Lag, m.lagEvents,
+		m.GCDeleted, m.GCDeletedBytes, m.GCBlockedSeconds, m.GCOrphans} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

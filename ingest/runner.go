@@ -57,6 +57,9 @@ type Runner struct {
 	CompactionInterval time.Duration
 	// ShardTargetBytes for compacted runs (0: lsm default).
 	ShardTargetBytes uint64
+	// CompactionFanIn: runs of a tier merged together (0:
+	// lsm.DefaultCompactionFanIn).
+	CompactionFanIn int
 	// SpillDir holds a compaction's inputs between its passes (a
 	// directory on local disk; "": the system's temporary directory).
 	SpillDir string
@@ -99,6 +102,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		wg.Go(func() { r.runSource(ctx, cancel, w, s) })
 	}
 	wg.Go(func() { r.compactLoop(ctx, w) })
+	wg.Go(func() { r.gcLoop(ctx, w) })
 	wg.Go(func() { r.resyncLoop(ctx, w, resyncer) })
 	result := r.flushLoop(ctx, cancel, w)
 	wg.Wait()
@@ -208,6 +212,8 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var inFlight map[string]bool // runs of an offered compaction not yet published
+	uploaded := func() {}        // ends the offered compaction's upload (w.uploads) once published
+	defer func() { uploaded() }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -226,9 +232,10 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 				continue // the last result is not published yet
 			}
 			inFlight = nil
+			uploaded()
 		}
 		for _, tree := range lsm.Trees {
-			inputs := lsm.PickCompaction(m, tree, lsm.DefaultCompactionFanIn)
+			inputs := lsm.PickCompaction(m, tree, r.FanIn())
 			if inputs == nil {
 				continue
 			}
@@ -237,11 +244,13 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 				w.log.Warn("compaction: open view", "error", err)
 				break
 			}
+			uploaded = w.uploads.begin() // its tables are unreferenced until published
 			out, err := lsm.CompactRuns(ctx, r.Config.Store, r.Config.Catalog, v, inputs, lsm.CompactOptions{
 				ShardTargetBytes: r.shardTarget(), BytesPerSec: lsm.DefaultCompactionBytesPerSec, SpillDir: r.SpillDir,
 			})
 			corrupt.Note(r.Config.Corrupt, w.log, "compaction", err)
 			if err != nil {
+				uploaded()
 				w.log.Warn("compaction failed", "tree", tree, "error", err)
 				break
 			}
@@ -283,6 +292,14 @@ func (r *Runner) waitLiveCursors(ctx context.Context, log hclog.Logger) bool {
 			return false
 		}
 	}
+}
+
+// FanIn is the compaction fan-in the runner merges tiers with.
+func (r *Runner) FanIn() int {
+	if r.CompactionFanIn >= 2 {
+		return r.CompactionFanIn
+	}
+	return lsm.DefaultCompactionFanIn
 }
 
 func (r *Runner) shardTarget() uint64 {

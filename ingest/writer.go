@@ -61,10 +61,25 @@ type Config struct {
 	// Corrupt, when set, counts the corrupt tables compaction meets, by
 	// tree (the node's eddy_corrupt_total{tree}, shared with queries).
 	Corrupt *prometheus.CounterVec
-	// GCGrace: tables a compaction replaced are deleted this long after
-	// the flush that published it (0: lsm.DefaultGCGrace), so nodes still
-	// serving the older generation finish their reads.
+	// GCGrace: a table a compaction replaced is deleted no sooner than
+	// this long after the flush that published the compaction, and an
+	// object under tables/ that no manifest references no sooner than this
+	// long after the leader first saw it (0: lsm.DefaultGCGrace). It must
+	// exceed the longest compaction (gc.go).
 	GCGrace time.Duration
+	// Members, when set, reports the oldest generation every member of
+	// the cluster serves (cluster.Admin.MembersServed): a garbage table is
+	// deleted only once each serves the generation that removed it, and a
+	// member that does not answer holds deletion back. Nil (a one-process
+	// test cluster): the grace alone decides.
+	Members func(ctx context.Context) ([]cluster.MemberServed, error)
+	// GCInterval: how often the leader looks for garbage it may delete (0:
+	// a quarter of the grace, within 100 ms..30 s).
+	GCInterval time.Duration
+	// OrphanSweepInterval: how often the leader lists the bucket's tables
+	// for objects no manifest references (0: half the grace, within
+	// 1 s..10 min).
+	OrphanSweepInterval time.Duration
 }
 
 // ErrLeadershipLost: the writer's node is no longer the leader (or its
@@ -100,12 +115,14 @@ type Writer struct {
 		bls         []link.Backlink // linksLocked's scratch: one record's backlinks
 		compaction  *compactionResult
 		lastFlush   time.Time
-		garbage     []garbageTable
 		// resyncs counts resync requests per DID: a finished resync clears
 		// the replicated marker only if no newer request came meanwhile.
 		resyncs map[string]uint64
 	}
 	dead atomic.Bool
+	// uploads are the table uploads in flight (flushes, compactions): the
+	// orphan sweep never deletes an object that may be one of them.
+	uploads uploads
 	// resync receives DIDs whose repository must be fetched again
 	// (reactivated accounts, #sync events); bounded, drops when full.
 	resync chan resyncJob
@@ -113,12 +130,6 @@ type Writer struct {
 
 // resyncQueueMax bounds the repositories waiting for a resync.
 const resyncQueueMax = 10000
-
-type garbageTable struct {
-	tree lsm.Tree
-	id   string
-	at   time.Time
-}
 
 type compactionResult struct {
 	add    lsm.Run
@@ -421,36 +432,6 @@ func skipReason(skip string) string {
 	return "record_" + skip
 }
 
-// collectGarbage deletes the tables replaced more than the grace period
-// ago. A deposed leader's list is lost: those tables stay in the bucket
-// (an orphan sweep is future work).
-func (w *Writer) collectGarbage(ctx context.Context) {
-	grace := w.cfg.GCGrace
-	if grace <= 0 {
-		grace = lsm.DefaultGCGrace
-	}
-	w.mu.Lock()
-	var due, keep []garbageTable
-	for _, g := range w.mu.garbage {
-		if time.Since(g.at) >= grace {
-			due = append(due, g)
-		} else {
-			keep = append(keep, g)
-		}
-	}
-	w.mu.garbage = keep
-	w.mu.Unlock()
-	for _, g := range due {
-		data, meta := lsm.TableKeys(g.tree, g.id)
-		for _, k := range []string{data, meta} {
-			if err := w.cfg.Store.Delete(ctx, k); err != nil {
-				w.log.Warn("delete replaced table", "key", k, "error", err)
-			}
-		}
-		w.cfg.Catalog.Drop(g.tree, g.id)
-	}
-}
-
 // ReserveStamp hands out a stamp now, for data written later (a backfill
 // reserves its repository's stamp before fetching it).
 func (w *Writer) ReserveStamp(ctx context.Context) (uint64, error) {
@@ -557,6 +538,7 @@ func (w *Writer) Flush(ctx context.Context) error {
 		return ErrLeadershipLost
 	}
 	start := time.Now()
+	defer w.uploads.begin()() // its tables are unreferenced until the entry commits
 	w.mu.Lock()
 	links, revs := w.mu.links, w.mu.revs
 	cursors := w.mu.cursors
@@ -620,7 +602,8 @@ func (w *Writer) Flush(ctx context.Context) error {
 		edit.Remove = comp.remove
 	}
 	edit.Base = w.cfg.Node.FSM.Manifest().Generation
-	entry := fsm.Flush{Edit: edit, Outlines: outlines, Cursors: cursors, Clock: maxStamp}
+	// Time: the tables the edit removes wait for deletion from it (gc.go).
+	entry := fsm.Flush{Edit: edit, Outlines: outlines, Cursors: cursors, Clock: maxStamp, Time: time.Now().UnixNano()}
 	pubStart := time.Now()
 	res, err := w.cfg.Node.Propose(ctx, fsm.TypeFlush, 0, entry)
 	if err != nil {
@@ -633,14 +616,6 @@ func (w *Writer) Flush(ctx context.Context) error {
 	if plcBatch != nil {
 		w.plc.m.Published(plcBatch, fr.Generation)
 	}
-	if comp != nil {
-		w.mu.Lock()
-		for _, g := range fr.Garbage {
-			w.mu.garbage = append(w.mu.garbage, garbageTable{tree: comp.add.Tree, id: g.ID, at: time.Now()})
-		}
-		w.mu.Unlock()
-	}
-	w.collectGarbage(ctx)
 	w.metrics.FlushSeconds.Observe(time.Since(start).Seconds())
 	w.metrics.Generation.Set(float64(fr.Generation))
 	w.log.Debug("published", "generation", fr.Generation, "links", nLinks, "revocations", nRevs, "outlines", len(outlines), "took", time.Since(start))

@@ -22,6 +22,9 @@ type Metrics struct {
 	// Corrupt counts corrupt tables met (a frame or meta failing its
 	// checks), by tree: set it as Server.Corrupt and Views.Corrupt.
 	Corrupt *prometheus.CounterVec // eddy_corrupt_total{tree}
+	// MissingTable counts queries that met a table object missing from the
+	// store (set it as Server.MissingTable).
+	MissingTable prometheus.Counter // eddy_query_missing_table_total
 
 	mu        sync.Mutex
 	endpoints map[string]bool
@@ -40,13 +43,17 @@ func NewMetrics() *Metrics {
 			Name: "eddy_corrupt_total",
 			Help: "Corrupt tables met (a frame or metadata failing its checksum, fence or order checks), by tree; each is logged with the table.",
 		}, []string{"tree"}),
+		MissingTable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eddy_query_missing_table_total",
+			Help: "Queries that met a table of their view missing from the store (deleted as garbage under an old view); answered 503 TableUnavailable, to be retried.",
+		}),
 		endpoints: map[string]bool{},
 	}
 }
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Seconds, m.InFlight, m.Corrupt} {
+	for _, c := range []prometheus.Collector{m.Seconds, m.InFlight, m.Corrupt, m.MissingTable} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

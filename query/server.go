@@ -16,6 +16,7 @@ import (
 	"github.com/eddy-backlinks/eddy/internal/corrupt"
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -68,8 +69,11 @@ type Server struct {
 	// Corrupt, when set, counts the corrupt tables queries meet
 	// (Metrics.Corrupt); each is logged with its table either way.
 	Corrupt *prometheus.CounterVec
-	sem     chan struct{}
-	totals  countCache // getBacklinks' totals of popular targets, per view
+	// MissingTable, when set, counts the queries that met a table object
+	// missing from the store (Metrics.MissingTable); each is logged.
+	MissingTable prometheus.Counter
+	sem          chan struct{}
+	totals       countCache // getBacklinks' totals of popular targets, per view
 }
 
 // NewServer returns a query server.
@@ -213,7 +217,10 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 				return
 			}
 		}
-		v := s.Views.Current()
+		// The view is held until the answer is written: the leader's garbage
+		// collector waits for it (Views.OldestServed).
+		v, release := s.Views.Acquire()
+		defer release()
 		if mg := r.URL.Query().Get("minGeneration"); mg != "" {
 			gen, err := strconv.ParseUint(mg, 10, 64)
 			if err != nil {
@@ -240,6 +247,9 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 					ae = &apiError{http.StatusBadRequest, "QueryTooBig", err.Error()}
 				case corrupt.Note(s.Corrupt, s.Log, r.URL.Path, err):
 					ae.message = "a table this node read is corrupt (counted and logged); ask another node"
+				case errors.Is(err, objstore.ErrNotFound):
+					w.Header().Set("Retry-After", "1")
+					ae = s.missingTable(r, v, err)
 				default:
 					s.Log.Error("query failed", "path", r.URL.Path, "error", err)
 				}
@@ -266,6 +276,20 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(buf.Bytes())
 	}
+}
+
+// missingTable answers a query that met a table object missing from the
+// store: its view is older than the garbage collector allowed for (a node
+// back from a long partition serving an old manifest), or the store lost
+// an object. It is counted and logged, and answered 503 TableUnavailable
+// (Retry-After 1): the node moves to a newer view, another node may answer
+// at once.
+func (s *Server) missingTable(r *http.Request, v *lsm.View, err error) *apiError {
+	if s.MissingTable != nil {
+		s.MissingTable.Inc()
+	}
+	s.Log.Warn("query met a table missing from the store", "path", r.URL.Path, "generation", v.Generation(), "error", err)
+	return &apiError{http.StatusServiceUnavailable, "TableUnavailable", "a table of generation " + strconv.FormatUint(v.Generation(), 10) + " is no longer in the store; retry (this node is moving to a newer manifest)"}
 }
 
 func writeErr(w http.ResponseWriter, e *apiError) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/eddy-backlinks/eddy/internal/corrupt"
 	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -32,13 +33,15 @@ type Views struct {
 	cat     *lsm.Catalog
 	log     hclog.Logger
 	current atomic.Pointer[lsm.View]
-	changed chan struct{} // closed and replaced on every switch
-	mu      sync.Mutex
-	applied atomic.Int64 // unix nanos of the last switch
+	changed chan struct{}  // closed and replaced on every switch
+	mu      sync.Mutex     // guards changed and held; a switch stores current under it
+	held    map[uint64]int // generation -> queries in flight on a view of it (Acquire)
+	applied atomic.Int64   // unix nanos of the last switch
 	// Corrupt, when set before Run, counts corrupt table metadata met
 	// while loading a view (Metrics.Corrupt).
 	Corrupt     *prometheus.CounterVec
 	corruptSeen map[string]bool // tables counted (refresh runs on one goroutine)
+	swept       bool            // the stale local metas of an earlier process are gone (refresh)
 	// Cache, when set before Run, is the frame cache queries read through:
 	// a replaced table's frames are evicted from it.
 	Cache *lsm.FrameCache
@@ -68,6 +71,30 @@ func (v *Views) dropReplaced(prev, next *lsm.View) {
 				v.Cache.DropTable(ref.ID)
 			}
 		}
+	}
+}
+
+// dropStale removes, once per process on its first view, the local meta
+// files an earlier process left of tables that view does not hold: tables
+// compaction replaced while this node was down (dropReplaced only sees the
+// switches it makes), or a killed leader's unpublished uploads.
+func (v *Views) dropStale(view *lsm.View) {
+	if v.swept {
+		return
+	}
+	v.swept = true
+	live := map[string]bool{}
+	for _, t := range lsm.Trees {
+		for _, ref := range view.Manifest.Tables(t) {
+			live[ref.ID] = true
+		}
+	}
+	n, err := v.cat.DropStale(func(_ lsm.Tree, id string) bool { return live[id] })
+	if err != nil {
+		v.log.Warn("remove the local metadata of tables no longer served", "error", err)
+	}
+	if n > 0 {
+		v.log.Info("removed the local metadata of tables no longer served", "tables", n, "generation", view.Generation())
 	}
 }
 
@@ -108,9 +135,16 @@ func (v *Views) refresh(ctx context.Context) {
 		// A corrupt meta is counted and logged once per table (the load is
 		// retried every second); anything else is a warning each time.
 		var ce *lsm.CorruptError
-		if !errors.As(err, &ce) {
+		switch {
+		case errors.Is(err, objstore.ErrNotFound):
+			// A manifest older than the cluster's (a node back from a long
+			// partition or a restart from an old snapshot) may name tables the
+			// leader deleted since: never serve it; the next try takes the
+			// newest manifest the state has applied by then.
+			v.log.Info("a table of this manifest is gone from the store (deleted as garbage): waiting for a newer manifest", "generation", m.Generation, "error", err)
+		case !errors.As(err, &ce):
 			v.log.Warn("cannot open manifest yet", "generation", m.Generation, "error", err)
-		} else if !v.corruptSeen[ce.Table] {
+		case !v.corruptSeen[ce.Table]:
 			if v.corruptSeen == nil {
 				v.corruptSeen = map[string]bool{}
 			}
@@ -119,13 +153,55 @@ func (v *Views) refresh(ctx context.Context) {
 		}
 		return
 	}
+	v.mu.Lock() // against Acquire and OldestServed
 	prev := v.current.Swap(view)
+	v.mu.Unlock()
 	v.applied.Store(time.Now().UnixNano())
 	v.dropReplaced(prev, view)
+	v.dropStale(view)
 	v.mu.Lock()
 	close(v.changed)
 	v.changed = make(chan struct{})
 	v.mu.Unlock()
+}
+
+// Acquire returns the view a query is answered from and holds its
+// generation until release is called: OldestServed reports it meanwhile,
+// so the leader's garbage collector never deletes a table a query in
+// flight may still read. release must be called once.
+func (v *Views) Acquire() (view *lsm.View, release func()) {
+	v.mu.Lock()
+	view = v.current.Load()
+	gen := view.Generation()
+	if v.held == nil {
+		v.held = map[uint64]int{}
+	}
+	v.held[gen]++
+	v.mu.Unlock()
+	var once sync.Once
+	return view, func() {
+		once.Do(func() {
+			v.mu.Lock()
+			if v.held[gen]--; v.held[gen] <= 0 {
+				delete(v.held, gen)
+			}
+			v.mu.Unlock()
+		})
+	}
+}
+
+// OldestServed is the oldest manifest generation this node may still read
+// tables of: its current view's, or an older one a query in flight holds
+// (Acquire). Views only move forward, so a query that starts after the call
+// reads this generation or a newer one. 0 before the first manifest opens.
+func (v *Views) OldestServed() uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	oldest := v.current.Load().Generation()
+	for gen := range v.held {
+		oldest = min(oldest, gen)
+	}
+	return oldest
 }
 
 // Current returns the view queries are answered from.

@@ -68,7 +68,8 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	plc := fs.String("plc", "off", "DID source: off (every DID outlined through Raft) or the URL of a PLC directory the leader follows")
 	nodeBin := fs.String("node-bin", "", "eddy-node binary (default: beside eddy-ctl)")
 	flushInterval := fs.Duration("flush-interval", 0, "passed to every node (default: the node's)")
-	var sources listFlag
+	var sources, nodeArgs listFlag
+	fs.Var(&nodeArgs, "node-arg", "an eddy-node flag passed to every node, repeatable (e.g. --node-arg=--gc-grace=3s)")
 	fs.Var(&sources, "source", "ingest source URL, repeatable (replay+file:///abs/path, jetstream+wss://..., firehose+wss://...)")
 	httpHosts := fs.String("http-hosts", "", "loopback IPs, one per node (e.g. 127.0.0.1,127.0.0.2,127.0.0.3): node i serves its query API on the i-th at one port shared by all, as behind a round-robin DNS name (default: 127.0.0.1, a port each)")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -113,7 +114,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 	}
-	return localUp(ctx, abs, bin, localShape{voters: *nodes, nonvoters: *nonvoters}, *store, *plc, *flushInterval, sources, hosts, stdout)
+	return localUp(ctx, abs, bin, localShape{voters: *nodes, nonvoters: *nonvoters}, *store, *plc, *flushInterval, sources, nodeArgs, hosts, stdout)
 }
 
 // sharedPort finds one TCP port free on every host.
@@ -161,7 +162,7 @@ type localShape struct{ voters, nonvoters int }
 func (s localShape) total() int { return s.voters + s.nonvoters }
 
 // (Over 120 lines: one start-up sequence read in order: ports, processes, joins, health.)
-func localUp(ctx context.Context, dir, bin string, shape localShape, store, plc string, flushInterval time.Duration, sources, httpHosts []string, stdout io.Writer) error {
+func localUp(ctx context.Context, dir, bin string, shape localShape, store, plc string, flushInterval time.Duration, sources, nodeArgs, httpHosts []string, stdout io.Writer) error {
 	if _, err := os.Stat(filepath.Join(dir, "cluster.json")); err == nil {
 		return fmt.Errorf("%s already holds a cluster (cluster.json); run local down, or remove the directory", dir)
 	}
@@ -227,6 +228,7 @@ func localUp(ctx context.Context, dir, bin string, shape localShape, store, plc 
 		for _, s := range sources {
 			ln.Args = append(ln.Args, "--source", s)
 		}
+		ln.Args = append(ln.Args, nodeArgs...)
 		switch {
 		case i == 0:
 			ln.Args = append(ln.Args, "--bootstrap")

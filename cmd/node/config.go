@@ -46,8 +46,9 @@ type config struct {
 	certsDir, tokenFile, store, plc, logLevel                 string
 	sources                                                   listFlag
 	flushInterval, readyLagMax                                time.Duration
-	memtableBytes                                             int
-	cacheBytes                                                int64
+	gcGrace, compactionInterval                               time.Duration
+	memtableBytes, compactionFanIn                            int
+	cacheBytes, metaCacheBytes                                int64
 	configFile                                                string
 	showVersion                                               bool
 
@@ -93,7 +94,11 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.plc, "plc", "off", "DID source: off (every DID outlined through Raft), or the URL of a PLC directory whose /export the leader follows into the PLC map")
 	fs.DurationVar(&c.flushInterval, "flush-interval", ingest.DefaultFlushInterval, "longest time an ingested operation waits before its flush starts (50ms..10m)")
 	fs.IntVar(&c.memtableBytes, "memtable-bytes", ingest.DefaultMemtableBytes, "memory bound of each memtable, bytes (1 MiB..4 GiB)")
+	fs.DurationVar(&c.gcGrace, "gc-grace", lsm.DefaultGCGrace, "how long a table that left the manifest, or an object under tables/ no manifest names, stays in the bucket before the leader deletes it (once every member serves past it); must exceed the longest compaction (1s..24h; below 1m for tests only)")
+	fs.IntVar(&c.compactionFanIn, "compaction-fan-in", lsm.DefaultCompactionFanIn, "runs of a size tier merged by one compaction (2..64)")
+	fs.DurationVar(&c.compactionInterval, "compaction-interval", 5*time.Second, "how often the leader looks for a full tier to compact (100ms..1h)")
 	fs.Int64Var(&c.cacheBytes, "cache-bytes", lsm.DefaultCacheBytes, "bound of the decoded-frame cache, bytes (1 MiB..1 TiB)")
+	fs.Int64Var(&c.metaCacheBytes, "meta-cache-bytes", lsm.DefaultMetaCacheBytes, "bound of the decoded table metadata kept in memory, bytes (1 MiB..1 TiB; the rest is read again from the data directory)")
 	fs.DurationVar(&c.readyLagMax, "ready-lag-max", 30*time.Second, "/readyz answers 503 when this node has not heard from the leader, or has not served a manifest generation the leader had, for longer than this (500ms..1h)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
@@ -325,8 +330,20 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 	if c.memtableBytes < 1<<20 || c.memtableBytes > 4<<30 {
 		return fmt.Errorf("--memtable-bytes %d: out of range 1 MiB..4 GiB", c.memtableBytes)
 	}
+	if c.gcGrace < time.Second || c.gcGrace > 24*time.Hour {
+		return fmt.Errorf("--gc-grace %v: out of range 1s..24h", c.gcGrace)
+	}
+	if c.compactionFanIn < 2 || c.compactionFanIn > 64 {
+		return fmt.Errorf("--compaction-fan-in %d: out of range 2..64", c.compactionFanIn)
+	}
+	if c.compactionInterval < 100*time.Millisecond || c.compactionInterval > time.Hour {
+		return fmt.Errorf("--compaction-interval %v: out of range 100ms..1h", c.compactionInterval)
+	}
 	if c.cacheBytes < 1<<20 || c.cacheBytes > 1<<40 {
 		return fmt.Errorf("--cache-bytes %d: out of range 1 MiB..1 TiB", c.cacheBytes)
+	}
+	if c.metaCacheBytes < 1<<20 || c.metaCacheBytes > 1<<40 {
+		return fmt.Errorf("--meta-cache-bytes %d: out of range 1 MiB..1 TiB", c.metaCacheBytes)
 	}
 	switch c.logLevel {
 	case "trace", "debug", "info", "warn", "error":
@@ -410,7 +427,9 @@ func (c *config) logged() []any {
 		"nonvoter": strconv.FormatBool(c.nonvoter), "join": c.join, "certs-dir": c.certsDir, "admin-token-file": c.tokenFile, "store": redactStore(c.store),
 		"source": strconv.Itoa(len(c.sources)) + " sources", "plc": c.plc, "flush-interval": c.flushInterval.String(),
 		"memtable-bytes": strconv.Itoa(c.memtableBytes), "cache-bytes": strconv.FormatInt(c.cacheBytes, 10),
-		"ready-lag-max": c.readyLagMax.String(), "log-level": c.logLevel, "config": c.configFile,
+		"meta-cache-bytes": strconv.FormatInt(c.metaCacheBytes, 10),
+		"ready-lag-max":    c.readyLagMax.String(), "log-level": c.logLevel, "config": c.configFile,
+		"gc-grace": c.gcGrace.String(), "compaction-fan-in": strconv.Itoa(c.compactionFanIn), "compaction-interval": c.compactionInterval.String(),
 	}
 	names := make([]string, 0, len(vals))
 	for k := range vals {

@@ -110,7 +110,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 		return err
 	}
 	log = log.With("node", node.ID())
-	cat := lsm.NewCatalog(filepath.Join(c.dataDir, "meta"), store)
+	cat := lsm.NewCatalogBounded(filepath.Join(c.dataDir, "meta"), store, c.metaCacheBytes)
 	views := query.NewViews(node.FSM, cat, log)
 	cache := lsm.NewFrameCache(c.cacheBytes)
 	views.Cache = cache // a table compaction replaced leaves the cache with its metadata
@@ -125,8 +125,10 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 		return err
 	}
 	qs.Corrupt, views.Corrupt = queryMetrics.Corrupt, queryMetrics.Corrupt // eddy_corrupt_total{tree}
+	qs.MissingTable = queryMetrics.MissingTable                            // eddy_query_missing_table_total
 	reg.MustRegister(node.Metrics())
-	reg.MustRegister(nodeCollectors(node, cache)...)
+	reg.MustRegister(metaCacheCollectors(cat)...)
+	reg.MustRegister(nodeCollectors(node, cache, c.compactionFanIn)...)
 	ready := newReadiness(node, views, c.readyLagMax, token)
 	reg.MustRegister(ready.collectors()...)
 	qs.Ready = ready.caughtUp // one readiness decides /readyz and the queries' NotReady
@@ -145,18 +147,19 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { views.Run(bg) })
 	wg.Go(func() { ready.run(bg) })
-	// The write path runs while this node leads.
-	writePath := &ingest.Supervisor{Node: node, Logger: log, Runner: ingest.Runner{Config: ingest.Config{
-		Node: node, Store: store, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
-		Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir, Corrupt: queryMetrics.Corrupt,
-	}, Sources: sources, SpillDir: filepath.Join(c.dataDir, "spill")}}
-	writePath.Start(bg)
-
 	admin, err := cluster.NewAdmin(node, token)
 	if err != nil {
 		return err
 	}
 	admin.Extra = adminExtra(c, node, views, sources)
+	admin.Served = views.OldestServed // what the leader's garbage collector waits for
+	// The write path runs while this node leads.
+	writePath := &ingest.Supervisor{Node: node, Logger: log, Runner: ingest.Runner{Config: ingest.Config{
+		Node: node, Store: store, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
+		Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir, Corrupt: queryMetrics.Corrupt,
+		GCGrace: c.gcGrace, Members: admin.MembersServed,
+	}, Sources: sources, SpillDir: filepath.Join(c.dataDir, "spill"), CompactionFanIn: c.compactionFanIn, CompactionInterval: c.compactionInterval}}
+	writePath.Start(bg)
 	servers := []*http.Server{
 		{Addr: c.httpAddr, Handler: publicHandler(qs, queryMetrics, reg, ready), ReadHeaderTimeout: 10 * time.Second},
 		{Addr: c.adminAddr, Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second},
@@ -244,6 +247,7 @@ func adminExtra(c config, node *cluster.Node, views *query.Views, sources []inge
 		}
 		extra["sources_done"] = done
 		extra["source_status"] = ingest.SourcesStatus(sources, node.FSM.Cursor, time.Now())
+		extra["gc"] = gcStatus(node)
 		return v.Generation(), extra
 	}
 }

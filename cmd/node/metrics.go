@@ -9,8 +9,9 @@ import (
 )
 
 // nodeCollectors are the node's metrics that read state at scrape time:
-// the frame cache, the compaction backlog and the build.
-func nodeCollectors(node *cluster.Node, cache *lsm.FrameCache) []prometheus.Collector {
+// the frame cache, the compaction backlog (at fanIn), the replicated
+// garbage list and the build.
+func nodeCollectors(node *cluster.Node, cache *lsm.FrameCache, fanIn int) []prometheus.Collector {
 	counter := func(name, help string, f func(lsm.CacheStats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(cache.Stats())) })
 	}
@@ -25,13 +26,19 @@ func nodeCollectors(node *cluster.Node, cache *lsm.FrameCache) []prometheus.Coll
 		gauge("eddy_frame_cache_bytes", "Decoded bytes held by the frame cache.", func(s lsm.CacheStats) float64 { return float64(s.Bytes) }),
 		gauge("eddy_frame_cache_max_bytes", "Bound of the frame cache (--cache-bytes).", func(s lsm.CacheStats) float64 { return float64(s.MaxBytes) }),
 		gauge("eddy_frame_cache_frames", "Frames held by the frame cache.", func(s lsm.CacheStats) float64 { return float64(s.Frames) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_gc_pending_tables", Help: "Tables that left the manifest and wait for deletion (the replicated garbage list; the same on every node)."}, func() float64 {
+			return float64(node.FSM.GarbageStats().Tables)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_gc_pending_bytes", Help: "Bytes (data and meta) of the tables waiting for deletion."}, func() float64 {
+			return float64(node.FSM.GarbageStats().Bytes)
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_build_info", Help: "1, labelled with the build's version.", ConstLabels: prometheus.Labels{"version": version.Version}}, func() float64 { return 1 }),
 	}
 	for _, tree := range lsm.Trees {
 		labels := prometheus.Labels{"tree": string(tree)}
 		cs = append(cs,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_compaction_backlog_runs", Help: "Runs waiting for a compaction (in tiers holding the fan-in or more), by tree, in the applied manifest.", ConstLabels: labels}, func() float64 {
-				return float64(ingest.CompactionBacklog(node.FSM.Manifest(), tree, lsm.DefaultCompactionFanIn))
+				return float64(ingest.CompactionBacklog(node.FSM.Manifest(), tree, fanIn))
 			}),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_lsm_runs", Help: "Runs in the applied manifest, by tree.", ConstLabels: labels}, func() float64 {
 				return float64(len(node.FSM.Manifest().RunsOf(tree)))
@@ -39,4 +46,20 @@ func nodeCollectors(node *cluster.Node, cache *lsm.FrameCache) []prometheus.Coll
 		)
 	}
 	return cs
+}
+
+// gcStatus is the garbage part of a node's status: the live tables of the
+// applied manifest and the replicated list of tables waiting for deletion.
+func gcStatus(node *cluster.Node) map[string]any {
+	m := node.FSM.Manifest()
+	var tables int
+	var bytes uint64
+	for _, r := range m.Runs {
+		for _, t := range r.Tables {
+			tables++
+			bytes += t.DataBytes + t.MetaBytes
+		}
+	}
+	pending := node.FSM.GarbageStats()
+	return map[string]any{"live_tables": tables, "live_bytes": bytes, "pending_tables": pending.Tables, "pending_bytes": pending.Bytes}
 }

@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/lsm/workload"
+	"github.com/eddy-backlinks/eddy/objstore/local"
+)
+
+// ServeResult is what `eddy-bench serve` measures: a fresh process
+// serving a kept run's index the way a node does (its store, its local
+// metadata directory, the default caches), and the memory that costs.
+type ServeResult struct {
+	Dir               string  `json:"dir"`
+	Links             int     `json:"links"`
+	Runs              int     `json:"runs"`
+	Tables            int     `json:"tables"`
+	OpenS             float64 `json:"open_s"`
+	CacheBytes        int64   `json:"cache_bytes"`
+	MetaCacheBudget   int64   `json:"meta_cache_budget"`
+	QueryTargets      int     `json:"query_targets"`
+	QueryLinksMean    float64 `json:"query_target_links_mean"`
+	Queries           int     `json:"queries"`
+	QueryP50us        float64 `json:"query_p50_us"`
+	QueryP99us        float64 `json:"query_p99_us"`
+	MetaCacheBytes    int64   `json:"meta_cache_bytes"`
+	MetaCacheMetas    int     `json:"meta_cache_metas"`
+	MetaCacheMisses   uint64  `json:"meta_cache_misses"`
+	FrameCacheBytes   int64   `json:"frame_cache_bytes"`
+	RSSBytes          int64   `json:"rss_bytes"`
+	PeakRSSBytes      int64   `json:"peak_rss_bytes"`
+	GoHeapInuseBytes  uint64  `json:"go_heap_inuse_bytes"`
+	LocalMetaDirBytes int64   `json:"local_meta_dir_bytes"`
+}
+
+// serveMain is `eddy-bench serve --dir DIR`: DIR is the temporary
+// directory a `bench lsm --keep` run of a streaming shape left (its store
+// and db directories); --links, --seed, --shape and --mega-links must be
+// the run's, so that the workload's sample targets are the same. It opens
+// the index with the node's default caches, picks the sample targets of
+// 100-250 live links (counted), answers --queries of them twice (the
+// first fills the caches) and reports the second pass's latency and the
+// process's memory.
+func serveMain(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(name+" serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "", "a kept run's temporary directory (holding store/ and db/)")
+	links := fs.Int("links", 0, "the run's --links")
+	seed := fs.Uint64("seed", 1, "the run's --seed")
+	shape := fs.String("shape", "backfill", "the run's --shape (backfill or live)")
+	mega := fs.Int("mega-links", 0, "the run's --mega-links")
+	queries := fs.Int("queries", 4000, "timed queries")
+	metaCache := fs.Int64("meta-cache-bytes", 0, "decoded metadata kept in memory (0: lsm.DefaultMetaCacheBytes)")
+	cache := fs.Int64("cache-bytes", 0, "decoded-frame cache (0: lsm.DefaultCacheBytes)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" || *links <= 0 {
+		return fmt.Errorf("%w: serve needs --dir and --links", ErrUsage)
+	}
+	sh, err := workload.ParseShape(*shape)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	st, err := workload.NewStream(workload.StreamConfig{Links: *links, Seed: *seed, Shape: sh, MegaLinks: *mega})
+	if err != nil {
+		return err
+	}
+	res, err := serve(ctx, *dir, st, *seed, *queries, *cache, *metaCache, stderr)
+	if err != nil {
+		return err
+	}
+	res.Links = *links
+	return json.NewEncoder(stdout).Encode(res)
+}
+
+// serve opens the index in dir and measures it (serveMain).
+func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, queries int, cache, metaCache int64, log io.Writer) (*ServeResult, error) {
+	store, err := local.New(filepath.Join(dir, "store"))
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	db, err := lsm.Open(ctx, lsm.Options{Store: store, Dir: filepath.Join(dir, "db"), CacheBytes: cache, MetaCacheBytes: metaCache, NoGCGrace: true})
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	res := &ServeResult{Dir: dir, OpenS: time.Since(t0).Seconds(), CacheBytes: cache}
+	m := db.View().Manifest
+	res.Runs = len(m.Runs)
+	for _, r := range m.Runs {
+		res.Tables += len(r.Tables)
+	}
+	var pool []qtarget
+	for i, t := range st.Sample {
+		if i == workload.Mega {
+			continue
+		}
+		n, _, err := db.Count(ctx, t.ID, lsm.Filter{})
+		if err != nil {
+			return nil, fmt.Errorf("count %s: %w", t.Desc, err)
+		}
+		if n >= streamQueryMin && n <= streamQueryMax {
+			pool = append(pool, qtarget{t.ID, int(n)})
+		}
+	}
+	if len(pool) == 0 {
+		return nil, fmt.Errorf("no sample target of %d-%d live links", streamQueryMin, streamQueryMax)
+	}
+	r := mrand.New(mrand.NewPCG(seed, 0x7175657279))
+	targets := make([]qtarget, queries)
+	var sum float64
+	for i := range targets {
+		targets[i] = pool[r.IntN(len(pool))]
+		sum += float64(targets[i].live)
+	}
+	res.QueryTargets, res.Queries, res.QueryLinksMean = len(pool), queries, sum/float64(queries)
+	lat := make([]time.Duration, 0, queries)
+	for pass := range 2 {
+		for _, t := range targets {
+			t0 := time.Now()
+			out, err := db.Backlinks(ctx, lsm.Query{Target: t.id, Limit: queryLimit})
+			if err != nil {
+				return nil, err
+			}
+			if len(out.Links) != min(queryLimit, t.live) {
+				return nil, fmt.Errorf("target %v: %d links, want %d", t.id, len(out.Links), min(queryLimit, t.live))
+			}
+			if pass == 1 {
+				lat = append(lat, time.Since(t0))
+			}
+		}
+	}
+	slices.Sort(lat)
+	res.QueryP50us, res.QueryP99us = percentile(lat, 0.5), percentile(lat, 0.99)
+	mc := db.CatalogStats()
+	res.MetaCacheBudget, res.MetaCacheBytes, res.MetaCacheMetas, res.MetaCacheMisses = mc.Budget, mc.Bytes, mc.Metas, mc.Misses
+	res.FrameCacheBytes = db.Reader().Cache().Stats().Bytes
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	res.GoHeapInuseBytes = ms.HeapInuse
+	res.RSSBytes, res.PeakRSSBytes = rssBytes(), peakRSSBytes()
+	res.LocalMetaDirBytes, _, _ = dirBytes(filepath.Join(dir, "db"))
+	fmt.Fprintf(log, "serve: %d runs, %d tables, opened in %.1fs; %d queries of %d targets (mean %.0f links): p50 %.0fµs p99 %.0fµs; RSS %.2f GB (peak %.2f GB), Go heap %.2f GB, meta cache %.1f MB (%d misses), frame cache %.1f MB\n",
+		res.Runs, res.Tables, res.OpenS, queries, len(pool), res.QueryLinksMean, res.QueryP50us, res.QueryP99us,
+		float64(res.RSSBytes)/1e9, float64(res.PeakRSSBytes)/1e9, float64(ms.HeapInuse)/1e9, float64(mc.Bytes)/1e6, mc.Misses, float64(res.FrameCacheBytes)/1e6)
+	return res, nil
+}

@@ -1,0 +1,48 @@
+package lsm
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// DropStale removes the local meta files of tables that keep does not name
+// and that this catalog has neither added, loaded nor found on disk since
+// it was made:
+// what an earlier process on this data directory left behind (tables
+// deleted as garbage while the node was down, a killed leader's uploads
+// that were never published). A table dropped by mistake costs one GET
+// when a view needs it again (Load fetches it). It returns how many files
+// it removed.
+func (c *Catalog) DropStale(keep func(t Tree, id string) bool) (int, error) {
+	removed := 0
+	for _, t := range Trees {
+		dir := filepath.Join(c.dir, "tables", string(t))
+		entries, err := os.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return removed, err
+		}
+		for _, e := range entries {
+			id, ok := strings.CutSuffix(e.Name(), ".meta")
+			if !ok || e.IsDir() || strings.HasPrefix(id, ".") || keep(t, id) {
+				continue
+			}
+			c.mu.Lock()
+			inUse := c.mu.onDisk[id] || c.mu.metas[id] != nil
+			c.mu.Unlock()
+			if inUse {
+				continue
+			}
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return removed, err
+			}
+			removed++
+		}
+	}
+	return removed, nil
+}

@@ -1,0 +1,97 @@
+package query
+
+import (
+	"encoding/json"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/eddy-backlinks/eddy/internal/metricstest"
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// OldestServed is the current view's generation, or the oldest one a query
+// in flight holds; a released hold no longer counts.
+func TestViewsOldestServed(t *testing.T) {
+	f := newFixture(t)
+	f.write(like(0))
+	g1 := f.flush()
+	v, release := f.views.Acquire()
+	if v.Generation() != g1 || f.views.OldestServed() != g1 {
+		t.Fatalf("acquired %d, oldest %d, want %d", v.Generation(), f.views.OldestServed(), g1)
+	}
+	f.write(like(1))
+	g2 := f.flush()
+	if g2 <= g1 || f.views.Current().Generation() != g2 {
+		t.Fatalf("serving %d after flush to %d", f.views.Current().Generation(), g2)
+	}
+	if got := f.views.OldestServed(); got != g1 {
+		t.Fatalf("oldest served %d while a query holds %d", got, g1)
+	}
+	release()
+	release() // a second call is harmless
+	if got := f.views.OldestServed(); got != g2 {
+		t.Fatalf("oldest served %d after release, want %d", got, g2)
+	}
+}
+
+// A query that meets a table object missing from the store (its view is
+// older than the garbage collector allowed for) is counted and answered
+// 503 TableUnavailable with Retry-After: a retriable error, not a crash
+// nor a 500.
+func TestMissingTableIsRetriable(t *testing.T) {
+	f := newFixture(t)
+	m := NewMetrics()
+	reg := prometheus.NewRegistry()
+	if err := m.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	f.qs.MissingTable = m.MissingTable
+	f.write(like(0))
+	f.flush()
+	for _, ref := range f.views.Current().Manifest.Tables(lsm.TreeLinks) {
+		data, _ := lsm.TableKeys(lsm.TreeLinks, ref.ID)
+		if err := os.Remove(f.storeDir + "/" + data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}}
+	code, h, body := f.raw("/xrpc/blue.microcosm.links.getBacklinks", q.Encode())
+	var e struct{ Error, Message string }
+	if err := json.Unmarshal(body, &e); err != nil {
+		t.Fatalf("body %s: %v", body, err)
+	}
+	if code != 503 || e.Error != "TableUnavailable" || h.Get("Retry-After") != "1" || !strings.Contains(e.Message, "retry") {
+		t.Fatalf("answer %d %s (Retry-After %q)", code, body, h.Get("Retry-After"))
+	}
+	if n := metricstest.Values(t, reg)["eddy_query_missing_table_total"]; n != 1 {
+		t.Fatalf("eddy_query_missing_table_total %v", n)
+	}
+}
+
+// The first view a process opens removes the local metadata an earlier
+// process left of tables that view does not hold (deleted while the node
+// was down), and keeps the view's own.
+func TestViewsDropStaleMetas(t *testing.T) {
+	f := newFixture(t)
+	stale := filepath.Join(f.catDir, "tables", "links", lsm.NewID()+".meta")
+	if err := os.MkdirAll(filepath.Dir(stale), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stale, []byte("left by an earlier process"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.write(like(0))
+	f.flush()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("stale meta still there (%v)", err)
+	}
+	for _, ref := range f.views.Current().Manifest.Tables(lsm.TreeLinks) {
+		if _, err := os.Stat(filepath.Join(f.catDir, "tables", "links", ref.ID+".meta")); err != nil {
+			t.Fatalf("the view's own meta: %v", err)
+		}
+	}
+}
