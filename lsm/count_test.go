@@ -246,3 +246,35 @@ func TestCountBigScratch(t *testing.T) {
 		t.Fatalf("no large scratch kept aside: %v", s)
 	}
 }
+
+// A count read in windows far smaller than the target (its runs read up
+// to a common horizon each time) gives the workload's count, and so do
+// the filtered counts; the windows cut the mega target into several steps.
+func TestCountWindows(t *testing.T) {
+	ctx := context.Background()
+	wl, err := workload.Generate(workload.Config{Links: 60_000, Seed: 5, MegaLinks: 40_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := countWorkloadDB(t, wl, 5, 0)
+	defer func(n int) { countWindowLinks = n }(countWindowLinks)
+	for _, w := range []int{1 << 20, 3000, 200} {
+		countWindowLinks = w
+		mega := wl.Targets[wl.Mega].ID
+		n, st, err := db.Count(ctx, mega, Filter{})
+		if err != nil || n != uint64(wl.LiveCount(wl.Mega)) {
+			t.Fatalf("window %d: mega count %d (%v), want %d", w, n, err, wl.LiveCount(wl.Mega))
+		}
+		// A window reads at least windowFramesMin frames of each run (~8,000
+		// links), so the small windows cut the target into a few steps.
+		if (w == 200 && st.CountWindows < 3) || (w == 1<<20 && st.CountWindows != 1) {
+			t.Fatalf("window %d: %d windows", w, st.CountWindows)
+		}
+		for _, tg := range queryBenchTargets(wl, 10) {
+			n, _, err := db.Count(ctx, wl.Targets[tg].ID, Filter{})
+			if err != nil || n != uint64(wl.LiveCount(tg)) {
+				t.Fatalf("window %d: count %d (%v), want %d", w, n, err, wl.LiveCount(tg))
+			}
+		}
+	}
+}
