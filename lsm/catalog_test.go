@@ -2,6 +2,7 @@ package lsm
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 
@@ -63,5 +64,99 @@ func TestCatalogBoundedConcurrent(t *testing.T) {
 	st := db.CatalogStats()
 	if st.Evictions == 0 || st.Metas > 1 {
 		t.Fatalf("meta cache %+v: want evictions and at most one meta held", st)
+	}
+}
+
+// catalogTable writes a one-frame table of n links to store and returns
+// its ref and meta bytes.
+func catalogTable(t *testing.T, store interface {
+	Put(context.Context, string, []byte) error
+}, n int) (TableRef, []byte) {
+	t.Helper()
+	var recs []byte
+	for i := range n {
+		l := link.Backlink{Target: link.RecordID{RKey: uint64(i), Collection: 3, DID: 1}, Source: link.RecordID{RKey: 7, Collection: 5, DID: 2}}
+		var b [link.BacklinkSize]byte
+		l.Put(b[:])
+		recs = append(recs, b[:]...)
+	}
+	data, meta, err := BuildTable(BacklinkFormat, recs, TableOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := NewID()
+	ctx := context.Background()
+	if err := store.Put(ctx, dataKey(TreeLinks, id), data); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(ctx, metaKey(TreeLinks, id), meta); err != nil {
+		t.Fatal(err)
+	}
+	return TableRef{ID: id, Records: uint64(n), DataBytes: uint64(len(data)), MetaBytes: uint64(len(meta))}, meta
+}
+
+// A dropped table (garbage) that a query on an older view loads again
+// comes from the store and is not kept: no local file, nothing decoded
+// held.
+func TestCatalogDropThenLoad(t *testing.T) {
+	store := newLocalStore(t)
+	dir := t.TempDir()
+	cat := NewCatalog(dir, store)
+	ref, meta := catalogTable(t, store, 50)
+	if _, err := cat.Add(TreeLinks, ref.ID, meta); err != nil {
+		t.Fatal(err)
+	}
+	cat.Drop(TreeLinks, ref.ID)
+	m, err := cat.Load(context.Background(), TreeLinks, ref)
+	if err != nil || m.Records != 50 {
+		t.Fatalf("load of a dropped table: %v, %v", m, err)
+	}
+	if _, err := os.Stat(cat.localPath(TreeLinks, ref.ID)); !os.IsNotExist(err) {
+		t.Fatalf("the dropped table's local meta came back: %v", err)
+	}
+	if st := cat.Stats(); st.Metas != 0 || st.Bytes != 0 {
+		t.Fatalf("the dropped table is held again: %+v", st)
+	}
+}
+
+// However used every meta is, the cache ends each addition within its
+// budget (but for the one just added).
+func TestCatalogEvictionWithinBudget(t *testing.T) {
+	store := newLocalStore(t)
+	ctx := context.Background()
+	var refs []TableRef
+	var size int64
+	probe := NewCatalog(t.TempDir(), store)
+	for range 40 {
+		ref, meta := catalogTable(t, store, 30)
+		refs = append(refs, ref)
+		m, err := probe.Add(TreeLinks, ref.ID, meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size = max(size, m.memBytes())
+	}
+	big, bigMeta := catalogTable(t, store, 3000)
+	budget := 5 * size
+	cat := NewCatalogBounded(t.TempDir(), store, budget)
+	for i, ref := range refs {
+		if _, err := cat.Load(ctx, TreeLinks, ref); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range refs[:i+1] { // every meta used again
+			if _, err := cat.Load(ctx, TreeLinks, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := cat.Stats(); st.Bytes > budget {
+			t.Fatalf("after %d metas: %d bytes held, budget %d", i+1, st.Bytes, budget)
+		}
+	}
+	m, err := cat.Add(TreeLinks, big.ID, bigMeta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := cat.Stats(); st.Bytes > max(budget, m.memBytes()) || st.Metas < 1 {
+		t.Fatalf("after a big meta: %+v (it is %d bytes)", st, m.memBytes())
 	}
 }

@@ -28,15 +28,19 @@ type CompactOptions struct {
 }
 
 // CompactRuns merges runs of one tree into one compacted run, in bounded
-// memory, in two passes. The first reads every table of the inputs, one
-// at a time, frame by frame, and splits its records by output shard into a
+// memory and local disk, in two passes per group of output shards. A group
+// is the output shards that every input splits the same way: the inputs'
+// coarsest shard split (a delta run's one table makes one group of all);
+// with inputs of 2^k shards each, 2^k groups, each reading only its own
+// input tables. The first pass reads the group's input tables, one at a
+// time, frame by frame, and splits their records by output shard into a
 // spill file on local disk (compressed blocks; each input table's records
 // of a shard are one sorted sequence of blocks). The second builds the
-// output shard by shard: it merges the shard's sequences (a heap over one
-// block of each), folds identical records to the newest rev and writes the
-// table. Memory: the largest output shard's records (bounded by
+// group's output shard by shard: it merges the shard's sequences (a heap
+// over one block of each), folds identical records to the newest rev and
+// writes the table. Memory: the largest output shard's records (bounded by
 // ShardBytesMax but for a single target bigger than that) and its table,
-// plus a block per sequence; disk: the inputs' records, compressed.
+// plus a block per sequence; disk: the group's records, compressed.
 func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *View, inputs []Run, opt CompactOptions) (Run, error) {
 	if len(inputs) == 0 {
 		return Run{}, errors.New("compaction of no runs")
@@ -55,6 +59,10 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		records += r.Records()
 	}
 	bits := compactionBits(total, records*uint64(f.Width), opt)
+	groupBits := bits
+	for _, r := range inputs {
+		groupBits = min(groupBits, runShardBits(r))
+	}
 	tables := map[string]*viewTable{}
 	for _, vr := range v.trees[tree] {
 		for _, t := range vr.tables {
@@ -63,56 +71,97 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 			}
 		}
 	}
-	sp, err := newSpill(opt.SpillDir, f.Width, 1<<bits)
-	if err != nil {
-		return Run{}, err
-	}
-	defer sp.close()
-	in := compactionInput{store: store, tree: tree, f: f, bits: bits, spill: sp, start: time.Now(), bytesPerSec: opt.BytesPerSec}
-	for _, r := range inputs {
-		for _, ref := range r.Tables {
-			t := tables[ref.ID]
-			if t == nil {
-				return Run{}, fmt.Errorf("table %s of run %s not in the view", ref.ID, r.ID)
-			}
-			meta, err := t.load(ctx)
-			if err != nil {
-				return Run{}, err
-			}
-			if err := in.read(ctx, ref.ID, meta); err != nil {
-				return Run{}, err
-			}
-		}
-	}
-	if err := sp.finish(); err != nil {
-		return Run{}, err
-	}
+	in := compactionInput{store: store, tree: tree, f: f, bits: bits, start: time.Now(), bytesPerSec: opt.BytesPerSec}
 	run := Run{ID: NewID(), Tree: tree, Kind: RunCompacted}
-	buf := getMergeBuf(sp.largestShard() * f.Width)
-	defer func() { putMergeBuf(buf) }()
-	for s := range sp.shards {
-		if ctx.Err() != nil {
-			return Run{}, ctx.Err()
-		}
-		part, err := sp.merge(s, buf[:0])
-		if err != nil {
-			return Run{}, fmt.Errorf("compaction: %w", err)
-		}
-		buf = part
-		if len(part) == 0 {
-			continue
-		}
-		part = Fold(f, part)
-		ref, err := writeTable(ctx, store, cat, tree, f, part, TableOptions{ShardBits: bits, Shard: uint32(s)})
+	for g := range uint32(1) << groupBits {
+		refs, err := groupTables(inputs, tables, groupBits, g)
 		if err != nil {
 			return Run{}, err
 		}
-		run.Tables = append(run.Tables, ref)
+		out, err := compactGroup(ctx, &in, cat, refs, opt.SpillDir, bits-groupBits, g)
+		if err != nil {
+			return Run{}, err
+		}
+		run.Tables = append(run.Tables, out...)
 	}
 	if len(run.Tables) == 0 {
 		return Run{}, fmt.Errorf("compaction of %d runs produced nothing", len(inputs))
 	}
 	return run, nil
+}
+
+// runShardBits is the shard bits of a run's tables (a delta run: 0).
+func runShardBits(r Run) uint8 {
+	if r.Kind != RunCompacted || len(r.Tables) == 0 {
+		return 0
+	}
+	return r.Tables[0].ShardBits
+}
+
+// groupTables returns the input tables of shard group g (of groupBits
+// bits): those whose records all hash into it.
+func groupTables(inputs []Run, tables map[string]*viewTable, groupBits uint8, g uint32) ([]*viewTable, error) {
+	var out []*viewTable
+	for _, r := range inputs {
+		b := runShardBits(r)
+		for _, ref := range r.Tables {
+			if b > 0 && ref.Shard>>(b-groupBits) != g {
+				continue
+			}
+			t := tables[ref.ID]
+			if t == nil {
+				return nil, fmt.Errorf("table %s of run %s not in the view", ref.ID, r.ID)
+			}
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// compactGroup runs both passes over one group's input tables: its
+// 2^localBits output shards are g<<localBits + 0, 1, ...
+func compactGroup(ctx context.Context, in *compactionInput, cat *Catalog, refs []*viewTable, spillDir string, localBits uint8, g uint32) ([]TableRef, error) {
+	sp, err := newSpill(spillDir, in.f.Width, 1<<localBits)
+	if err != nil {
+		return nil, err
+	}
+	defer sp.close()
+	in.spill, in.base = sp, g<<localBits
+	for _, t := range refs {
+		meta, err := t.load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := in.read(ctx, t.ref.ID, meta); err != nil {
+			return nil, err
+		}
+	}
+	if err := sp.finish(); err != nil {
+		return nil, err
+	}
+	var out []TableRef
+	buf := getMergeBuf(sp.largestShard() * in.f.Width)
+	defer func() { putMergeBuf(buf) }()
+	for s := range sp.shards {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		part, err := sp.merge(s, buf[:0])
+		if err != nil {
+			return nil, fmt.Errorf("compaction: %w", err)
+		}
+		buf = part
+		if len(part) == 0 {
+			continue
+		}
+		part = Fold(in.f, part)
+		ref, err := writeTable(ctx, in.store, cat, in.tree, in.f, part, TableOptions{ShardBits: in.bits, Shard: in.base + uint32(s)})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ref)
+	}
+	return out, nil
 }
 
 // compactionBits returns the output's shard bits: enough for one shard
@@ -139,7 +188,8 @@ type compactionInput struct {
 	store       objstore.Store
 	tree        Tree
 	f           Format
-	bits        uint8
+	bits        uint8  // the output's shard bits
+	base        uint32 // the first output shard of the group being read
 	spill       *spill
 	start       time.Time
 	bytesRead   int64 // data bytes read so far
@@ -188,7 +238,11 @@ func (in *compactionInput) read(ctx context.Context, id string, meta *TableMeta)
 			for e < len(dst) && string(dst[e:e+p]) == string(dst[o:o+p]) {
 				e += w
 			}
-			if err := in.spill.add(int(ShardOf(dst[o:o+p], in.bits)), dst[o:e]); err != nil {
+			s := ShardOf(dst[o:o+p], in.bits) - in.base
+			if int(s) >= len(in.spill.shards) {
+				return &CorruptError{Tree: in.tree, Table: id, Err: fmt.Errorf("prefix %x outside its shard: %w", dst[o:o+p], ErrCorrupt)}
+			}
+			if err := in.spill.add(int(s), dst[o:e]); err != nil {
 				return err
 			}
 			o = e

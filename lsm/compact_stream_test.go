@@ -25,8 +25,8 @@ func TestCompactRunsStreaming(t *testing.T) {
 	// Six runs over 300 targets: delta runs and compacted runs of 0 to 3
 	// shard bits; a fifth of the links are repeated in a later run with a
 	// newer rev.
-	var all []byte
-	var runs []Run
+	var all, compacted []byte // every run's records, the compacted runs'
+	var runs, compactedRuns []Run
 	var prev []link.Backlink
 	for r := range 6 {
 		var recs []byte
@@ -61,6 +61,10 @@ func TestCompactRunsStreaming(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs = append(runs, run)
+		if kind == RunCompacted {
+			compacted = append(compacted, recs...)
+			compactedRuns = append(compactedRuns, run)
+		}
 	}
 	m := &Manifest{}
 	m, _, err := m.Apply(Edit{Base: 0, Add: runs})
@@ -72,22 +76,27 @@ func TestCompactRunsStreaming(t *testing.T) {
 		t.Fatal(err)
 	}
 	SortRecords(all, f.Width)
-	want := Fold(f, all)
+	SortRecords(compacted, f.Width)
 	spillDir := t.TempDir()
-	for _, most := range []uint64{1 << 30, 64 << 10, 4 << 10} {
-		out, err := CompactRuns(ctx, store, cat, v, v.Manifest.RunsOf(TreeLinks), CompactOptions{ShardBytesMax: most, SpillDir: spillDir})
+	check := func(name string, inputs []Run, want []byte, most uint64) {
+		t.Helper()
+		out, err := CompactRuns(ctx, store, cat, v, inputs, CompactOptions{ShardBytesMax: most, SpillDir: spillDir})
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantBits := compactionBits(0, uint64(len(all)), CompactOptions{ShardBytesMax: most})
+		var n uint64
+		for _, r := range inputs {
+			n += r.Records()
+		}
+		wantBits := compactionBits(0, n*uint64(f.Width), CompactOptions{ShardBytesMax: most})
 		if len(out.Tables) == 0 || out.Tables[0].ShardBits != wantBits {
-			t.Fatalf("shard bytes %d: %d tables of %d bits, want %d bits", most, len(out.Tables), out.Tables[0].ShardBits, wantBits)
+			t.Fatalf("%s, shard bytes %d: %d tables of %d bits, want %d bits", name, most, len(out.Tables), out.Tables[0].ShardBits, wantBits)
 		}
 		if most == 4<<10 && len(out.Tables) < 64 {
-			t.Fatalf("shard bytes %d: only %d tables", most, len(out.Tables))
+			t.Fatalf("%s, shard bytes %d: only %d tables", name, most, len(out.Tables))
 		}
-		// Every record, in order across the shards once each shard's are
-		// re-sorted together.
+		// Every record, once, in its shard; in order once re-sorted
+		// together (BuildTable checked each table's own order).
 		var got []byte
 		for _, ref := range out.Tables {
 			data, err := store.Get(ctx, dataKey(TreeLinks, ref.ID))
@@ -104,16 +113,31 @@ func TestCompactRunsStreaming(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				for o := 0; o < len(recs); o += f.Width {
+					if ShardOf(recs[o:o+f.PrefixLen], ref.ShardBits) != ref.Shard {
+						t.Fatalf("%s: a record of shard %d in table of shard %d", name, ShardOf(recs[o:o+f.PrefixLen], ref.ShardBits), ref.Shard)
+					}
+				}
 				got = append(got, recs...)
 			}
 		}
 		SortRecords(got, f.Width)
 		if !bytes.Equal(got, want) {
-			t.Fatalf("shard bytes %d: %d records, want %d (or the same number, different)", most, len(got)/f.Width, len(want)/f.Width)
+			t.Fatalf("%s, shard bytes %d: %d records, want %d (or the same number, different)", name, most, len(got)/f.Width, len(want)/f.Width)
 		}
 		if left, _ := filepath.Glob(filepath.Join(spillDir, "*")); len(left) != 0 {
 			t.Fatalf("spill files left: %v", left)
 		}
+	}
+	want := Fold(f, all)
+	for _, most := range []uint64{1 << 30, 64 << 10, 4 << 10} {
+		check("every run", v.Manifest.RunsOf(TreeLinks), want, most)
+	}
+	// Only the compacted runs (1 to 3 shard bits): with many output
+	// shards, two groups, each reading only its own input tables.
+	wantCompacted := Fold(f, compacted)
+	for _, most := range []uint64{1 << 30, 4 << 10} {
+		check("compacted runs", compactedRuns, wantCompacted, most)
 	}
 }
 

@@ -77,7 +77,8 @@ func (sp *spill) add(s int, recs []byte) error {
 		sp.open[s] = true
 		sp.shards[s] = append(sp.shards[s], spillSeq{})
 		if sp.pend[s] == nil {
-			sp.pend[s] = make([]byte, 0, sp.perBlock*sp.w)
+			// Small at first: with many shards most buffers stay short.
+			sp.pend[s] = make([]byte, 0, min(4<<10, sp.perBlock*sp.w))
 		}
 	}
 	for len(recs) > 0 {

@@ -28,9 +28,14 @@ type Catalog struct {
 		sync.RWMutex
 		metas  map[string]*metaEntry // decoded, by table ID
 		onDisk map[string]bool       // tables whose local file was written or found
-		ring   []string              // the decoded metas' IDs, in the clock's order
-		hand   int                   // the clock's next candidate in ring
-		bytes  int64                 // decoded bytes held
+		// dropped are tables Drop forgot (garbage): a query still on an
+		// older view may load one again, from the store, without the
+		// catalog keeping it or writing its file back. Bounded: cleared
+		// past droppedMax (a table dropped that long ago is no view's).
+		dropped map[string]bool
+		ring    []string // the decoded metas' IDs, in the clock's order
+		hand    int      // the clock's next candidate in ring
+		bytes   int64    // decoded bytes held
 	}
 	hits, misses, evictions atomic.Uint64
 }
@@ -60,8 +65,12 @@ func NewCatalogBounded(dir string, store objstore.Store, budget int64) *Catalog 
 	c := &Catalog{dir: dir, store: store, budget: budget}
 	c.mu.metas = make(map[string]*metaEntry)
 	c.mu.onDisk = make(map[string]bool)
+	c.mu.dropped = make(map[string]bool)
 	return c
 }
+
+// droppedMax bounds the catalog's memory of dropped tables.
+const droppedMax = 1 << 16
 
 // CatalogStats are a catalog's cache figures.
 type CatalogStats struct {
@@ -93,6 +102,13 @@ func (c *Catalog) Add(t Tree, id string, meta []byte) (*TableMeta, error) {
 	if err != nil {
 		return nil, fmt.Errorf("table %s: %w", id, err)
 	}
+	c.mu.Lock()
+	if c.mu.dropped[id] {
+		c.mu.Unlock()
+		return m, nil // a replaced table a query on an older view asked for: not kept
+	}
+	c.mu.onDisk[id] = true // before the file appears: DropStale leaves it
+	c.mu.Unlock()
 	if err := writeFileAtomic(c.localPath(t, id), meta); err != nil {
 		return nil, err
 	}
@@ -113,6 +129,12 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 		return e.m, nil
 	}
 	c.misses.Add(1)
+	c.mu.RLock()
+	dropped := c.mu.dropped[ref.ID]
+	c.mu.RUnlock()
+	if dropped {
+		return c.fetchDropped(ctx, t, ref)
+	}
 	path := c.localPath(t, ref.ID)
 	if b, err := os.ReadFile(path); err == nil {
 		if m, err := DecodeMeta(b); err == nil {
@@ -133,6 +155,20 @@ func (c *Catalog) fetch(ctx context.Context, t Tree, ref TableRef) (*TableMeta, 
 		return nil, &CorruptError{Tree: t, Table: ref.ID, Err: fmt.Errorf("meta of %d bytes, manifest says %d: %w", len(b), ref.MetaBytes, ErrCorrupt)}
 	}
 	return c.Add(t, ref.ID, b)
+}
+
+// fetchDropped decodes a dropped table's meta from the store for a query
+// on an older view, keeping nothing.
+func (c *Catalog) fetchDropped(ctx context.Context, t Tree, ref TableRef) (*TableMeta, error) {
+	b, err := c.store.Get(ctx, metaKey(t, ref.ID))
+	if err != nil {
+		return nil, fmt.Errorf("fetch meta of replaced table %s: %w", ref.ID, err)
+	}
+	m, err := DecodeMeta(b)
+	if err != nil {
+		return nil, &CorruptError{Tree: t, Table: ref.ID, Err: err}
+	}
+	return m, nil
 }
 
 // ensure makes sure a table's meta is on local disk (or decoded in
@@ -164,6 +200,9 @@ func (c *Catalog) ensure(ctx context.Context, t Tree, ref TableRef) error {
 func (c *Catalog) keep(id string, m *TableMeta, onDisk bool) *TableMeta {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.mu.dropped[id] {
+		return m // dropped meanwhile: the caller uses it, the catalog forgets it
+	}
 	if onDisk {
 		c.mu.onDisk[id] = true
 	}
@@ -187,7 +226,10 @@ func (c *Catalog) evictLocked(keep string) {
 	if c.budget <= 0 {
 		return
 	}
-	for spins := 0; c.mu.bytes > c.budget && len(c.mu.ring) > 1 && spins < 3*len(c.mu.ring); spins++ {
+	// Every entry the hand passes twice is evicted (the first pass clears
+	// its bit), so 2*len(ring)+1 skips suffice to get within the budget.
+	skips, most := 0, 2*len(c.mu.ring)+1
+	for c.mu.bytes > c.budget && len(c.mu.ring) > 1 && skips < most {
 		if c.mu.hand >= len(c.mu.ring) {
 			c.mu.hand = 0
 		}
@@ -195,6 +237,7 @@ func (c *Catalog) evictLocked(keep string) {
 		e := c.mu.metas[id]
 		if e != nil && (id == keep || e.used.Swap(false)) {
 			c.mu.hand++
+			skips++
 			continue
 		}
 		// Evict: remove from the ring (the last ID takes its place).
@@ -225,6 +268,10 @@ func (c *Catalog) Drop(t Tree, id string) {
 		}
 	}
 	delete(c.mu.onDisk, id)
+	if len(c.mu.dropped) >= droppedMax {
+		clear(c.mu.dropped)
+	}
+	c.mu.dropped[id] = true
 	c.mu.Unlock()
 	_ = os.Remove(c.localPath(t, id))
 }

@@ -50,9 +50,10 @@ type Views struct {
 // dropReplaced forgets the tables of prev that next no longer holds
 // (compaction replaced them): their decoded metadata and local meta files,
 // and their cached frames. Tables never come back to a manifest (their IDs
-// are random, they are immutable), and queries still running on prev keep
-// the metadata prev decoded; their frames, if needed again, are fetched
-// from the bucket, which keeps garbage for a grace period.
+// are random, they are immutable). A query still running on prev that
+// needs one of their metas again gets it from the bucket (which keeps
+// garbage until every node serves past it) without the catalog keeping it
+// (lsm.Catalog.Drop); their frames likewise.
 func (v *Views) dropReplaced(prev, next *lsm.View) {
 	if prev == nil {
 		return
