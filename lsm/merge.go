@@ -16,6 +16,10 @@ type window struct {
 	after   *Cursor
 	reverse bool
 	want    int
+	// spread: want is for all runs together, shared among them by the
+	// frames each has left of the target (a count's window), instead of
+	// for each run (a page, which must fill from any one run).
+	spread bool
 }
 
 // windowFramesMin: a target spanning at most this many frames of a table
@@ -79,6 +83,8 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 // target's end in the window's direction; s.runOf gives each group's run.
 func planRoundOne(ctx context.Context, v *View, prefix, key []byte, w window, s *queryScratch, st *Stats) error {
 	s.groups, s.cut, s.runOf = s.groups[:0], s.cut[:0], s.runOf[:0]
+	s.plan = s.plan[:0]
+	left := 0 // frames the windowed runs have left of the target, in the window's direction
 	for ri, vr := range v.trees[TreeLinks] {
 		t := vr.tableFor(prefix)
 		if t == nil {
@@ -97,39 +103,66 @@ func planRoundOne(ctx context.Context, v *View, prefix, key []byte, w window, s 
 		if !ok {
 			continue
 		}
-		lo, hi := first, last
+		p := planEntry{t: t, m: m, run: ri, first: first, last: last, lo: first, hi: last}
 		// Targets of a few frames are read whole (one GET, no second
 		// round); a window pays off for popular targets.
-		if w.want > 0 && last-first+1 > windowFramesMin {
-			need := max(windowFramesMin, w.want/(FrameBytesMax/link.BacklinkSize)+2)
-			if !w.reverse {
-				if key != nil {
-					if fs, _, ok := m.FramesFor(key); ok {
-						lo = max(lo, fs)
-					} else if bytes.Compare(key, m.MaxKey[:56]) > 0 {
-						continue // nothing after the cursor here
-					}
-				}
-				hi = min(last, lo+need-1)
-			} else {
-				if key != nil {
-					if _, fl, ok := m.FramesFor(key); ok {
-						hi = min(hi, fl)
-					} else if bytes.Compare(key, m.MinKey[:56]) < 0 {
-						continue // nothing before the cursor here
-					}
-				}
-				lo = max(first, hi-need+1)
+		if p.windowed = w.want > 0 && last-first+1 > windowFramesMin; p.windowed {
+			if key != nil && !p.seek(key, w.reverse) {
+				continue // nothing past the cursor here
 			}
-			if lo > hi {
-				continue
+			left += p.hi - p.lo + 1
+		}
+		s.plan = append(s.plan, p)
+	}
+	wantFrames := w.want/(FrameBytesMax/link.BacklinkSize) + 2
+	for i := range s.plan {
+		p := &s.plan[i]
+		if p.windowed {
+			need := max(windowFramesMin, wantFrames)
+			if w.spread && left > 0 {
+				need = max(windowFramesMin, (wantFrames*(p.hi-p.lo+1)+left-1)/left)
+			}
+			if !w.reverse {
+				p.hi = min(p.last, p.lo+need-1)
+			} else {
+				p.lo = max(p.first, p.hi-need+1)
 			}
 		}
-		s.groups = addGroup(s.groups, t, m, lo, hi)
-		s.cut = append(s.cut, (!w.reverse && hi < last) || (w.reverse && lo > first))
-		s.runOf = append(s.runOf, ri)
+		s.groups = addGroup(s.groups, p.t, p.m, p.lo, p.hi)
+		s.cut = append(s.cut, (!w.reverse && p.hi < p.last) || (w.reverse && p.lo > p.first))
+		s.runOf = append(s.runOf, p.run)
 	}
+	clear(s.plan) // the metas may go after the query
 	return nil
+}
+
+// planEntry is one run's table in planRoundOne: the target's frames
+// first..last, the ones to read lo..hi.
+type planEntry struct {
+	t                   *viewTable
+	m                   *TableMeta
+	run                 int
+	first, last, lo, hi int
+	windowed            bool
+}
+
+// seek narrows lo..hi to the frames at or past the cursor's key in the
+// window's direction, and reports whether any are left.
+func (p *planEntry) seek(key []byte, reverse bool) bool {
+	if !reverse {
+		if fs, _, ok := p.m.FramesFor(key); ok {
+			p.lo = max(p.lo, fs)
+		} else if bytes.Compare(key, p.m.MaxKey[:56]) > 0 {
+			return false
+		}
+	} else {
+		if _, fl, ok := p.m.FramesFor(key); ok {
+			p.hi = min(p.hi, fl)
+		} else if bytes.Compare(key, p.m.MinKey[:56]) < 0 {
+			return false
+		}
+	}
+	return p.lo <= p.hi
 }
 
 // roundOneHorizon returns the horizon of round one: for each run read only

@@ -226,8 +226,9 @@ func (r *Reader) All(ctx context.Context, v *View, target link.RecordID, filter 
 
 // Count returns the number of live links to target that pass filter. A
 // popular target is counted window by window, in source order (about
-// countWindowLinks links of each run at a time, the runs read up to a
-// common horizon as for a page), so a count holds a window's links, not the
+// countWindowLinks links at a time, shared among the runs by what each
+// has left of the target, so that they end near one another; the runs
+// read up to a common horizon as for a page), so a count holds a window's links, not the
 // target's: a count of a ten-million-link target needs ~150 MB, not ~1.5 GB.
 func (r *Reader) Count(ctx context.Context, v *View, target link.RecordID, filter Filter) (uint64, Stats, error) {
 	var st Stats
@@ -236,7 +237,7 @@ func (r *Reader) Count(ctx context.Context, v *View, target link.RecordID, filte
 	var n uint64
 	var after *Cursor
 	for {
-		cands, horizon, err := r.candidates(ctx, v, target, &filter, window{after: after, want: countWindowLinks}, s, &st)
+		cands, horizon, err := r.candidates(ctx, v, target, &filter, window{after: after, want: countWindowLinks, spread: true}, s, &st)
 		if err != nil {
 			return 0, st, err
 		}
@@ -263,8 +264,8 @@ func (r *Reader) Count(ctx context.Context, v *View, target link.RecordID, filte
 	}
 }
 
-// countWindowLinks is about how many links of each run one window of a
-// count reads (a variable for the tests).
+// countWindowLinks is about how many links one window of a count reads
+// (a variable for the tests).
 var countWindowLinks = 1 << 20
 
 func cmpPos(s1 link.RecordID, l1 link.Location, s2 link.RecordID, l2 link.Location) int {
@@ -292,6 +293,7 @@ type queryScratch struct {
 	spans  []int  // the target's byte range [lo, hi) in each frame read, in order
 	segs   []mergeSeg
 	out    []link.Backlink
+	plan   []planEntry
 
 	// Round two.
 	srcKeys         []link.RecordID
