@@ -14,6 +14,7 @@ const fetchBytesMax = 256 << 20
 type fetchGroup struct {
 	t           *viewTable
 	meta        *TableMeta // t's, loaded when the group was planned
+	noCache     bool       // frames fetched are not put in the cache (a big count's later windows)
 	first, last int
 	frames      [][]byte // decoded, by frame - first
 	lo, hi      int      // the frames the cache lacked (lo < 0: none)
@@ -91,7 +92,9 @@ func (r *Reader) get(ctx context.Context, g *fetchGroup, lo, hi int) (gets int, 
 		if err != nil {
 			return 1, fmt.Errorf("table %s frame %d: %w", g.t.ref.ID, i, err)
 		}
-		r.cache.Put(g.t.ref.ID, i, recs)
+		if !g.noCache {
+			r.cache.Put(g.t.ref.ID, i, recs)
+		}
 		g.frames[i-g.first] = recs
 	}
 	return 1, nil

@@ -129,6 +129,9 @@ func planRoundOne(ctx context.Context, v *View, prefix, key []byte, w window, s 
 			}
 		}
 		s.groups = addGroup(s.groups, p.t, p.m, p.lo, p.hi)
+		// A count's windows past the first read a target bigger than a
+		// window: caching them would only evict everything else.
+		s.groups[len(s.groups)-1].noCache = w.spread && key != nil
 		s.cut = append(s.cut, (!w.reverse && p.hi < p.last) || (w.reverse && p.lo > p.first))
 		s.runOf = append(s.runOf, p.run)
 	}
