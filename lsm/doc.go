@@ -34,7 +34,7 @@
 //	memtable.go       the memtable (records buffered until a flush); Fold
 //	sort.go           SortRecords
 //	manifest.go       runs, manifests and their edits
-//	view.go           the catalog of metas and views
+//	view.go           the catalog of metas (on disk, a bounded decoded cache) and views
 //	query.go          the query API: Backlinks, All, Count; query scratch
 //	fetch.go          fetch groups: ranged GETs through the frame cache
 //	merge.go          round one: a target's candidates, the merge heap
@@ -42,7 +42,9 @@
 //	forward.go        Forward: the links out of a source
 //	cache.go          the decoded-frame cache
 //	db.go             DB: the single-process engine
-//	compact.go        compaction: PickCompaction, Compact, CompactRuns
+//	compact.go        compaction: PickCompaction, Compact
+//	compact_stream.go CompactRuns: a merge, group by group, shard by shard
+//	spill.go          the compaction's spill file on local disk
 //	plcmap.go         the PLC map trees
 //	errors.go         ErrCorrupt, CorruptError, ErrVersion
 //
