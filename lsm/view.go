@@ -255,6 +255,10 @@ func (c *Catalog) evictLocked(keep string) {
 // Drop forgets a table (it became garbage) and removes its local meta.
 func (c *Catalog) Drop(t Tree, id string) {
 	c.mu.Lock()
+	if c.mu.dropped[id] && c.mu.metas[id] == nil && !c.mu.onDisk[id] {
+		c.mu.Unlock()
+		return // dropped already (a garbage table is dropped on every switch until collected)
+	}
 	if e := c.mu.metas[id]; e != nil {
 		delete(c.mu.metas, id)
 		c.mu.bytes -= e.size

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/fsm"
 	"github.com/eddy-backlinks/eddy/internal/corrupt"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/objstore"
@@ -54,26 +55,45 @@ type Views struct {
 // needs one of their metas again gets it from the bucket (which keeps
 // garbage until every node serves past it) without the catalog keeping it
 // (lsm.Catalog.Drop); their frames likewise.
+//
+// It also drops the tables on the replicated garbage list that next is
+// past (when the source has one: a cluster's fsm.State): a table this node
+// fetched or wrote but never served (published and replaced between two
+// generations it served, or fetched for a view it could not open) is in
+// no prev, but is on that list from the generation that removed it until
+// every node, this one included, serves past it.
 func (v *Views) dropReplaced(prev, next *lsm.View) {
-	if prev == nil {
-		return
-	}
-	for _, t := range lsm.Trees {
-		keep := map[string]bool{}
-		for _, ref := range next.Manifest.Tables(t) {
-			keep[ref.ID] = true
+	drop := func(t lsm.Tree, id string) {
+		v.cat.Drop(t, id)
+		if v.Cache != nil {
+			v.Cache.DropTable(id)
 		}
-		for _, ref := range prev.Manifest.Tables(t) {
-			if keep[ref.ID] {
-				continue
+	}
+	if prev != nil {
+		for _, t := range lsm.Trees {
+			keep := map[string]bool{}
+			for _, ref := range next.Manifest.Tables(t) {
+				keep[ref.ID] = true
 			}
-			v.cat.Drop(t, ref.ID)
-			if v.Cache != nil {
-				v.Cache.DropTable(ref.ID)
+			for _, ref := range prev.Manifest.Tables(t) {
+				if !keep[ref.ID] {
+					drop(t, ref.ID)
+				}
+			}
+		}
+	}
+	if gs, ok := v.src.(garbageSource); ok {
+		for _, g := range gs.Garbage() {
+			if g.Generation <= next.Generation() {
+				drop(g.Tree, g.ID)
 			}
 		}
 	}
 }
+
+// garbageSource is what a cluster's ManifestSource (fsm.State) also
+// offers: the tables that left the manifest and wait for deletion.
+type garbageSource interface{ Garbage() []fsm.Garbage }
 
 // dropStale removes, once per process on its first view, the local meta
 // files an earlier process left of tables that view does not hold: tables
