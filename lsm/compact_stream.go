@@ -140,7 +140,7 @@ func compactGroup(ctx context.Context, in *compactionInput, cat *Catalog, refs [
 		return nil, err
 	}
 	var out []TableRef
-	buf := getMergeBuf(sp.largestShard() * in.f.Width)
+	buf := getMergeBuf(sp.largest * in.f.Width)
 	defer func() { putMergeBuf(buf) }()
 	for s := range sp.shards {
 		if ctx.Err() != nil {

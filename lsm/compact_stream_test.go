@@ -78,8 +78,9 @@ func TestCompactRunsStreaming(t *testing.T) {
 	SortRecords(all, f.Width)
 	SortRecords(compacted, f.Width)
 	spillDir := t.TempDir()
-	check := func(name string, inputs []Run, want []byte, most uint64) {
+	check := func(name string, inputs []Run, want []byte, most uint64, groups int64) {
 		t.Helper()
+		spills0 := spillsCreated.Load()
 		out, err := CompactRuns(ctx, store, cat, v, inputs, CompactOptions{ShardBytesMax: most, SpillDir: spillDir})
 		if err != nil {
 			t.Fatal(err)
@@ -89,6 +90,9 @@ func TestCompactRunsStreaming(t *testing.T) {
 			n += r.Records()
 		}
 		wantBits := compactionBits(0, n*uint64(f.Width), CompactOptions{ShardBytesMax: most})
+		if n := spillsCreated.Load() - spills0; n != groups {
+			t.Fatalf("%s, shard bytes %d: %d spill groups, want %d", name, most, n, groups)
+		}
 		if len(out.Tables) == 0 || out.Tables[0].ShardBits != wantBits {
 			t.Fatalf("%s, shard bytes %d: %d tables of %d bits, want %d bits", name, most, len(out.Tables), out.Tables[0].ShardBits, wantBits)
 		}
@@ -131,14 +135,13 @@ func TestCompactRunsStreaming(t *testing.T) {
 	}
 	want := Fold(f, all)
 	for _, most := range []uint64{1 << 30, 64 << 10, 4 << 10} {
-		check("every run", v.Manifest.RunsOf(TreeLinks), want, most)
+		check("every run", v.Manifest.RunsOf(TreeLinks), want, most, 1) // a delta run among the inputs: one group
 	}
 	// Only the compacted runs (1 to 3 shard bits): with many output
 	// shards, two groups, each reading only its own input tables.
 	wantCompacted := Fold(f, compacted)
-	for _, most := range []uint64{1 << 30, 4 << 10} {
-		check("compacted runs", compactedRuns, wantCompacted, most)
-	}
+	check("compacted runs", compactedRuns, wantCompacted, 1<<30, 1) // one output shard: one group
+	check("compacted runs", compactedRuns, wantCompacted, 4<<10, 2) // the coarsest input has 1 shard bit
 }
 
 // RemoveSpills removes what a crashed compaction left, and nothing else.

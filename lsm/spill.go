@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/s2"
@@ -26,6 +27,8 @@ type spill struct {
 	pend     [][]byte     // per shard, records not yet in a block
 	open     []bool       // per shard, a sequence is open (the current table has records of it)
 	shards   [][]spillSeq // per shard, its sequences
+	records  []int        // per shard, the records spilled
+	largest  int          // the most records of any shard
 	off      int64        // bytes written
 	comp     []byte       // a block's compressed bytes
 	tmp      []byte       // a block's transformed records
@@ -33,8 +36,7 @@ type spill struct {
 
 // spillSeq is a sorted sequence of blocks.
 type spillSeq struct {
-	blocks  []spillBlock
-	records int
+	blocks []spillBlock
 }
 
 // spillBlock is one block of the spill file.
@@ -53,13 +55,14 @@ func newSpill(dir string, w, shards int) (*spill, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("compaction spill: %w", err)
 	}
+	spillsCreated.Add(1)
 	file, err := os.CreateTemp(dir, "compaction-*.spill")
 	if err != nil {
 		return nil, fmt.Errorf("compaction spill: %w", err)
 	}
 	return &spill{
 		file: file, bw: bufio.NewWriterSize(file, 1<<20), w: w, perBlock: FrameBytesMax / w,
-		pend: make([][]byte, shards), open: make([]bool, shards), shards: make([][]spillSeq, shards),
+		pend: make([][]byte, shards), open: make([]bool, shards), shards: make([][]spillSeq, shards), records: make([]int, shards),
 	}, nil
 }
 
@@ -125,7 +128,8 @@ func (sp *spill) writeBlock(s int) error {
 	seq := &sp.shards[s][len(sp.shards[s])-1]
 	n := len(recs) / sp.w
 	seq.blocks = append(seq.blocks, spillBlock{off: sp.off, clen: int32(len(sp.comp)), n: int32(n)})
-	seq.records += n
+	sp.records[s] += n
+	sp.largest = max(sp.largest, sp.records[s])
 	sp.off += int64(len(sp.comp))
 	sp.pend[s] = recs[:0]
 	return nil
@@ -148,11 +152,7 @@ func (sp *spill) finish() error {
 // hold them) and returns it. Records equal in every byte come out once
 // each time they were spilled (Fold keeps one).
 func (sp *spill) merge(s int, dst []byte) ([]byte, error) {
-	seqs := sp.shards[s]
-	n := 0
-	for _, q := range seqs {
-		n += q.records
-	}
+	seqs, n := sp.shards[s], sp.records[s]
 	if cap(dst) < n*sp.w {
 		dst = make([]byte, 0, n*sp.w)
 	}
@@ -284,6 +284,10 @@ func RemoveSpills(dir string) (int, error) {
 	return len(names), nil
 }
 
+// spillsCreated counts the spill files made (one per group of a
+// compaction); the tests read it.
+var spillsCreated atomic.Int64
+
 // mergeBufCache keeps the last compaction's merge buffer (its largest
 // output shard's records) for the next one, and lets it go after
 // sortCacheIdle without a compaction: as for sort scratch (sortCache),
@@ -323,17 +327,4 @@ func putMergeBuf(b []byte) {
 	} else {
 		mergeBufCache.timer.Reset(sortCacheIdle)
 	}
-}
-
-// largestShard returns the records of the spill's largest shard.
-func (sp *spill) largestShard() int {
-	most := 0
-	for _, seqs := range sp.shards {
-		n := 0
-		for _, q := range seqs {
-			n += q.records
-		}
-		most = max(most, n)
-	}
-	return most
 }
