@@ -38,6 +38,9 @@ type ServeResult struct {
 	MetaCacheMisses   uint64  `json:"meta_cache_misses"`
 	FrameCacheBytes   int64   `json:"frame_cache_bytes"`
 	RSSBytes          int64   `json:"rss_bytes"`
+	RSSAnonBytes      int64   `json:"rss_anon_bytes"`
+	RSSFileBytes      int64   `json:"rss_file_bytes"`
+	MetaMapped        bool    `json:"meta_mapped"`
 	PeakRSSBytes      int64   `json:"peak_rss_bytes"`
 	GoHeapInuseBytes  uint64  `json:"go_heap_inuse_bytes"`
 	LocalMetaDirBytes int64   `json:"local_meta_dir_bytes"`
@@ -60,7 +63,7 @@ func serveMain(ctx context.Context, name string, args []string, stdout, stderr i
 	shape := fs.String("shape", "backfill", "the run's --shape (backfill or live)")
 	mega := fs.Int("mega-links", 0, "the run's --mega-links")
 	queries := fs.Int("queries", 4000, "timed queries")
-	metaCache := fs.Int64("meta-cache-bytes", 0, "decoded metadata kept in memory (0: lsm.DefaultMetaCacheBytes)")
+	metaCache := fs.Int64("meta-cache-bytes", 0, "0: table metadata mapped and read in place (the default); > 0: a cache of decoded metadata of that size; < 0: all decoded")
 	cache := fs.Int64("cache-bytes", 0, "decoded-frame cache (0: lsm.DefaultCacheBytes)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -151,9 +154,10 @@ func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, qu
 	runtime.ReadMemStats(&ms)
 	res.GoHeapInuseBytes = ms.HeapInuse
 	res.RSSBytes, res.PeakRSSBytes = rssBytes(), peakRSSBytes()
+	res.RSSAnonBytes, res.RSSFileBytes, res.MetaMapped = rssAnonBytes(), rssFileBytes(), mc.Mapped
 	res.LocalMetaDirBytes, _, _ = dirBytes(filepath.Join(dir, "db"))
-	fmt.Fprintf(log, "serve: %d runs, %d tables, opened in %.1fs; %d queries of %d targets (mean %.0f links): p50 %.0fµs p99 %.0fµs; RSS %.2f GB (peak %.2f GB), Go heap %.2f GB, meta cache %.1f MB (%d misses), frame cache %.1f MB\n",
+	fmt.Fprintf(log, "serve: %d runs, %d tables, opened in %.1fs; %d queries of %d targets (mean %.0f links): p50 %.0fµs p99 %.0fµs; RSS %.2f GB (anon %.2f, mapped files %.2f; peak %.2f GB), Go heap %.2f GB, meta cache %.1f MB (%d misses), frame cache %.1f MB\n",
 		res.Runs, res.Tables, res.OpenS, queries, len(pool), res.QueryLinksMean, res.QueryP50us, res.QueryP99us,
-		float64(res.RSSBytes)/1e9, float64(res.PeakRSSBytes)/1e9, float64(ms.HeapInuse)/1e9, float64(mc.Bytes)/1e6, mc.Misses, float64(res.FrameCacheBytes)/1e6)
+		float64(res.RSSBytes)/1e9, float64(res.RSSAnonBytes)/1e9, float64(res.RSSFileBytes)/1e9, float64(res.PeakRSSBytes)/1e9, float64(ms.HeapInuse)/1e9, float64(mc.Bytes)/1e6, mc.Misses, float64(res.FrameCacheBytes)/1e6)
 	return res, nil
 }

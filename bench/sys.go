@@ -63,3 +63,9 @@ func peakRSSBytes() int64 { return procStatusBytes("VmHWM") }
 
 // rssBytes is the process's resident set now (VmRSS).
 func rssBytes() int64 { return procStatusBytes("VmRSS") }
+
+// rssAnonBytes and rssFileBytes split it: anonymous memory (the heap,
+// stacks) and the pages of mapped files (mapped table metadata: page
+// cache the kernel can take back at any time).
+func rssAnonBytes() int64 { return procStatusBytes("RssAnon") }
+func rssFileBytes() int64 { return procStatusBytes("RssFile") }

@@ -64,7 +64,7 @@ func TestMeasureColumns(t *testing.T) {
 				sizes["meta: filter"] += int(binary.LittleEndian.Uint32(mb[60:]))
 				sizes["meta: rest"] += len(mb) - int(binary.LittleEndian.Uint32(mb[64:])) - int(binary.LittleEndian.Uint32(mb[60:]))
 				var recs, buf []byte
-				for i := range m.Frames {
+				for i := range m.NumFrames() {
 					off, n := m.ByteRange(i, i)
 					fr := data[off : off+n]
 					if err := columnStreamSizes(fr, sizes); err != nil {

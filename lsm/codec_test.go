@@ -24,7 +24,7 @@ func colTable(t testing.TB, f Format, recs []byte, frameMax int) (*TableMeta, []
 		t.Fatalf("transform %v, want columns", m.transform)
 	}
 	var frames [][]byte
-	for i := range m.Frames {
+	for i := range m.NumFrames() {
 		off, n := m.ByteRange(i, i)
 		frames = append(frames, data[off:off+n])
 	}

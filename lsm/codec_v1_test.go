@@ -90,11 +90,11 @@ func TestV1Fixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.transform != fx.transform || m.Format != fx.format || len(m.Frames) < 3 {
+			if m.transform != fx.transform || m.Format != fx.format || m.NumFrames() < 3 {
 				t.Fatalf("fixture meta: %v", m)
 			}
 			var recs, buf []byte
-			for i := range m.Frames {
+			for i := range m.NumFrames() {
 				off, n := m.ByteRange(i, i)
 				buf, err = m.DecodeFrame(i, data[off:off+n], buf)
 				if err != nil {
@@ -118,7 +118,7 @@ func TestV1Fixtures(t *testing.T) {
 				}
 			}
 			// Every flipped byte of a frame is corruption.
-			for i := range m.Frames {
+			for i := range m.NumFrames() {
 				off, n := m.ByteRange(i, i)
 				for k := off; k < off+n; k += 7 {
 					cp := bytes.Clone(data[off : off+n])

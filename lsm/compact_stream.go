@@ -221,7 +221,7 @@ func (in *compactionInput) read(ctx context.Context, id string, meta *TableMeta)
 	}
 	f := in.f
 	var dst []byte
-	for i := range meta.Frames {
+	for i := range meta.NumFrames() {
 		off, n := meta.ByteRange(i, i)
 		dst, err = meta.DecodeFrame(i, data[off:off+n], dst[:0])
 		if err != nil {

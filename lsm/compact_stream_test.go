@@ -111,7 +111,7 @@ func TestCompactRunsStreaming(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := range meta.Frames {
+			for i := range meta.NumFrames() {
 				off, n := meta.ByteRange(i, i)
 				recs, err := meta.DecodeFrame(i, data[off:off+n], nil)
 				if err != nil {

@@ -43,8 +43,8 @@ func dumpRuns(t *testing.T, db *DB, tree Tree) string {
 				continue
 			}
 			meta := mustMeta(t, vt)
-			fmt.Fprintf(&b, "\n  table shard=%d/%d records=%d frames=%d", vt.ref.Shard, 1<<vt.ref.ShardBits, vt.ref.Records, len(meta.Frames))
-			g := &fetchGroup{t: vt, meta: meta, first: 0, last: len(meta.Frames) - 1}
+			fmt.Fprintf(&b, "\n  table shard=%d/%d records=%d frames=%d", vt.ref.Shard, 1<<vt.ref.ShardBits, vt.ref.Records, meta.NumFrames())
+			g := &fetchGroup{t: vt, meta: meta, first: 0, last: meta.NumFrames() - 1}
 			if _, err := db.reader.fetch(ctx, g); err != nil {
 				t.Fatal(err)
 			}

@@ -96,7 +96,7 @@ func TestCountScanMatchesFilters(t *testing.T) {
 			compacted = true
 		}
 		for _, tb := range vr.tables {
-			if tb != nil && len(mustMeta(t, tb).Frames) > 1 {
+			if tb != nil && mustMeta(t, tb).NumFrames() > 1 {
 				multiFrame = true
 			}
 		}
@@ -125,7 +125,7 @@ func TestCountScanMatchesFilters(t *testing.T) {
 				continue
 			}
 			meta := mustMeta(t, tb)
-			g := []fetchGroup{{t: tb, meta: meta, first: 0, last: len(meta.Frames) - 1}}
+			g := []fetchGroup{{t: tb, meta: meta, first: 0, last: meta.NumFrames() - 1}}
 			if err := db.reader.fetchAll(ctx, g); err != nil {
 				t.Fatal(err)
 			}

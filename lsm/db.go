@@ -35,9 +35,11 @@ type Options struct {
 	Dir           string // local directory for table metadata and the manifest copy
 	MemtableBytes int    // per tree; DefaultMemtableBytes when 0
 	CacheBytes    int64  // decoded-frame cache; DefaultCacheBytes when 0
-	// MetaCacheBytes bounds the decoded table metadata kept in memory
-	// (the rest is read again from Dir when a query needs it);
-	// DefaultMetaCacheBytes when 0, unbounded when negative.
+	// MetaCacheBytes chooses how table metadata is held: 0 (the default)
+	// maps the local files and reads them in place (NewCatalogMapped); a
+	// positive value bounds a cache of decoded metas (the rest decoded
+	// again from Dir when a query needs it); negative keeps every meta
+	// decoded.
 	MetaCacheBytes   int64
 	CompactionFanIn  int    // runs merged at once; DefaultCompactionFanIn when 0
 	ShardTargetBytes uint64 // DefaultShardTargetBytes when 0
@@ -108,7 +110,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	db := &DB{
 		opts:   opts,
 		store:  opts.Store,
-		cat:    NewCatalogBounded(opts.Dir, opts.Store, metaBudget(opts.MetaCacheBytes)),
+		cat:    newCatalog(opts.Dir, opts.Store, opts.MetaCacheBytes),
 		reader: NewReader(opts.Store, NewFrameCache(opts.CacheBytes)),
 		links:  NewMemtable(BacklinkFormat, opts.MemtableBytes),
 		revs:   NewMemtable(RevocationFormat, opts.MemtableBytes),
@@ -408,15 +410,15 @@ func writeTable(ctx context.Context, store objstore.Store, cat *Catalog, tree Tr
 	}, nil
 }
 
-// metaBudget is the catalog budget of an Options.MetaCacheBytes.
-func metaBudget(n int64) int64 {
+// newCatalog is the catalog of an Options.MetaCacheBytes.
+func newCatalog(dir string, store objstore.Store, n int64) *Catalog {
 	switch {
 	case n == 0:
-		return DefaultMetaCacheBytes
+		return NewCatalogMapped(dir, store)
 	case n < 0:
-		return 0
+		return NewCatalog(dir, store)
 	}
-	return n
+	return NewCatalogBounded(dir, store, n)
 }
 
 // CatalogStats returns the figures of the DB's table metadata cache.

@@ -3,6 +3,7 @@ package lsm
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 
 	"github.com/FastFilter/xorfilter"
 	"github.com/zeebo/xxh3"
@@ -70,26 +71,56 @@ const (
 // those occasional extra round-one GETs.
 const DefaultFilterBits = FilterBits16
 
-// filter is a decoded binary fuse filter (8- or 16-bit fingerprints).
+// filter is a binary fuse filter (8- or 16-bit fingerprints): decoded (f8
+// or f16), or read in place from a mapped local meta (f8 over the mapping,
+// or m16 for 16-bit fingerprints, which a mapping may hold at an odd
+// offset).
 type filter struct {
 	seed uint64 // xxh3 seed of the keys
 	f8   *xorfilter.BinaryFuse[uint8]
 	f16  *xorfilter.BinaryFuse[uint16]
+	m16  *fuse16
 }
 
 func (f *filter) contains(prefix []byte) bool {
-	k := filterKey(prefix, f.seed)
-	if f.f8 != nil {
-		return f.f8.Contains(k)
-	}
-	return f.f16.Contains(k)
+	return f.containsKey(filterKey(prefix, f.seed))
 }
 
 func (f *filter) containsKey(k uint64) bool {
-	if f.f8 != nil {
+	switch {
+	case f.f8 != nil:
 		return f.f8.Contains(k)
+	case f.f16 != nil:
+		return f.f16.Contains(k)
 	}
-	return f.f16.Contains(k)
+	return f.m16.contains(k)
+}
+
+// fuse16 is a 16-bit binary fuse filter whose fingerprints stay in their
+// encoded little-endian bytes (a mapped file): the probe is the binary fuse
+// construction's (3-wise, segments of a power-of-two length), read from fps.
+type fuse16 struct {
+	seed                         uint64
+	segLen, segMask, segCountLen uint32
+	fps                          []byte // (segment count + 2) * segment length fingerprints, 2 bytes each
+}
+
+func (f *fuse16) contains(key uint64) bool {
+	h := key + f.seed // the fuse filter's mix of the key with its seed
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	fp := uint16(h ^ h>>32)
+	hi, _ := bits.Mul64(h, uint64(f.segCountLen))
+	h0 := uint32(hi)
+	h1 := h0 + f.segLen
+	h2 := h1 + f.segLen
+	h1 ^= uint32(h>>18) & f.segMask
+	h2 ^= uint32(h) & f.segMask
+	fp ^= binary.LittleEndian.Uint16(f.fps[2*h0:]) ^ binary.LittleEndian.Uint16(f.fps[2*h1:]) ^ binary.LittleEndian.Uint16(f.fps[2*h2:])
+	return fp == 0
 }
 
 // Filter section layout (all little-endian), see the format in doc.go:
@@ -159,6 +190,21 @@ func filterSectionSize(h []byte, bits int) (uint64, error) {
 	}
 	n := (uint64(segCount) + 2) * uint64(segLen)
 	return filterHeaderSize + n*uint64(bits/8), nil
+}
+
+// mapFilter returns the filter of a section (whose size filterSectionSize
+// has checked) that reads b in place: b must outlive the filter.
+func mapFilter(b []byte, fbits int, keySeed uint64) *filter {
+	if fbits == FilterBits8 {
+		return decodeFilter(b, fbits, keySeed) // its fingerprints are b's bytes
+	}
+	return &filter{seed: keySeed, m16: &fuse16{
+		seed:        binary.LittleEndian.Uint64(b[0:]),
+		segLen:      binary.LittleEndian.Uint32(b[8:]),
+		segMask:     binary.LittleEndian.Uint32(b[12:]),
+		segCountLen: binary.LittleEndian.Uint32(b[20:]),
+		fps:         b[filterHeaderSize:],
+	}}
 }
 
 // decodeFilter decodes a filter section (whose size filterSectionSize has

@@ -398,7 +398,7 @@ func TestMeasureFrameCodecs(t *testing.T) {
 		var buf []byte
 		for range 3 {
 			start := time.Now()
-			for i := range m.Frames {
+			for i := range m.NumFrames() {
 				off, l := m.ByteRange(i, i)
 				if buf, err = m.DecodeFrame(i, data[off:off+l], buf); err != nil {
 					t.Fatal(err)
@@ -409,7 +409,7 @@ func TestMeasureFrameCodecs(t *testing.T) {
 		dict := binary.LittleEndian.Uint32(meta[64:])
 		t.Logf("%-14s %5s %10.2f %10.2f %12.0f %12.1f  (+ dictionary %.2f B/record in the meta, %d accounts)", transformColumns, "-",
 			float64(len(data))/float64(n), float64(len(tc.recs))/float64(len(data)), float64(len(tc.recs))/encSecs/1e6,
-			float64(best.Microseconds())/float64(len(m.Frames)), float64(dict)/float64(n), m.dict.len())
+			float64(best.Microseconds())/float64(m.NumFrames()), float64(dict)/float64(n), m.dict.len())
 	}
 }
 
@@ -454,9 +454,9 @@ func TestMeasureFilters(t *testing.T) {
 			}
 			records := float64(m.Records)
 			t.Logf("%s filter=%d: %d records, %d prefixes, %d frames; data %.2f B/record; meta %d B = %.3f B/record (filter %d B = %.2f bits/prefix, fences %.3f B/record); false positives %d/%d = %.4f%%",
-				tc.name, bits, m.Records, m.Prefixes, len(m.Frames), float64(len(data))/records,
+				tc.name, bits, m.Records, m.Prefixes, m.NumFrames(), float64(len(data))/records,
 				len(meta), float64(len(meta))/records, m.FilterBytes(), float64(m.FilterBytes()*8)/float64(m.Prefixes),
-				float64(len(m.Frames)*(frameEntryFixed+w))/records, fp, tries, 100*float64(fp)/float64(tries))
+				float64(m.NumFrames()*(frameEntryFixed+w))/records, fp, tries, 100*float64(fp)/float64(tries))
 		}
 	}
 }

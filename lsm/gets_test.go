@@ -196,7 +196,7 @@ func TestQueryCorruptFrame(t *testing.T) {
 	}
 	// Every frame of the table, read whole, with one byte flipped in it.
 	meta := mustMeta(t, db.View().trees[TreeLinks][0].tables[0])
-	for fi := range meta.Frames {
+	for fi := range meta.NumFrames() {
 		off, n := meta.ByteRange(fi, fi)
 		for _, at := range []int64{off, off + n/2, off + n - 1} {
 			b := append([]byte(nil), orig...)

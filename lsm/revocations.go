@@ -339,7 +339,7 @@ func (p *revProbe) mayContain(m *TableMeta, i int) bool {
 			// Another seed than the cached hashes' (tables written with
 			// other options): hash this key alone.
 			kb := p.keyAt(i).Bytes()
-			return m.filter.containsKey(filterKey(kb[:], m.filter.seed))
+			return m.mayContainKey(filterKey(kb[:], m.filter.seed))
 		}
 		p.hashed, p.fseed = true, m.filter.seed
 		p.s.fhash = reuseSlice(p.s.fhash, p.nKeys)
@@ -348,7 +348,7 @@ func (p *revProbe) mayContain(m *TableMeta, i int) bool {
 			p.s.fhash[k] = filterKey(kb[:], p.fseed)
 		}
 	}
-	return m.filter.containsKey(p.s.fhash[i])
+	return m.mayContainKey(p.s.fhash[i])
 }
 
 // shard is ShardOf(key i, bits), the key hashed once for every run.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"unsafe"
 
@@ -123,6 +124,46 @@ type TableMeta struct {
 	version    int
 	dict       *accountDict // transformColumns: the account dictionary
 	layout     colLayout    // transformColumns: the record layout
+	// mapped, when set, is the local file this meta reads its fences,
+	// filter and dictionary from in place (Frames is then nil): see
+	// meta_local.go.
+	mapped *metaMapping
+}
+
+// NumFrames returns the number of frames of the table.
+func (m *TableMeta) NumFrames() int {
+	if m.mapped != nil {
+		return m.mapped.nFrames
+	}
+	return len(m.Frames)
+}
+
+// Frame returns frame i's entry (its First is the caller's to keep).
+func (m *TableMeta) Frame(i int) FrameMeta {
+	fr := m.frame(i)
+	if m.mapped != nil {
+		fr.First = bytes.Clone(fr.First)
+		runtime.KeepAlive(m)
+	}
+	return fr
+}
+
+// frame returns frame i's entry; for a mapped meta its First points into
+// the mapping, valid while m is reachable (callers keep m alive).
+func (m *TableMeta) frame(i int) FrameMeta {
+	if mp := m.mapped; mp != nil {
+		return mp.frame(i)
+	}
+	return m.Frames[i]
+}
+
+// fence returns frame i's first record (for a mapped meta, in the mapping:
+// valid while m is reachable).
+func (m *TableMeta) fence(i int) []byte {
+	if mp := m.mapped; mp != nil {
+		return mp.fence(i)
+	}
+	return m.Frames[i].First
 }
 
 // FrameMeta describes one frame of a table.
@@ -143,7 +184,17 @@ func (m *TableMeta) MayContain(prefix []byte) bool {
 	if len(prefix) != m.Format.PrefixLen {
 		return true
 	}
-	return m.filter.contains(prefix)
+	ok := m.filter.contains(prefix)
+	runtime.KeepAlive(m) // a mapped filter reads the mapping m owns
+	return ok
+}
+
+// mayContainKey is MayContain for a prefix already hashed with the
+// table's filter seed.
+func (m *TableMeta) mayContainKey(k uint64) bool {
+	ok := m.filter.containsKey(k)
+	runtime.KeepAlive(m)
+	return ok
 }
 
 // FramesFor returns the inclusive range of frames [first, last] that may hold
@@ -153,17 +204,19 @@ func (m *TableMeta) MayContain(prefix []byte) bool {
 // length from 1 to Width works, but only a PrefixLen-byte prefix can use the
 // frames' "continues" flags to skip the frame before its first fence match.
 func (m *TableMeta) FramesFor(prefix []byte) (first, last int, ok bool) {
+	defer runtime.KeepAlive(m) // the fences of a mapped meta are in its mapping
 	l := len(prefix)
-	if l == 0 || l > m.Format.Width || len(m.Frames) == 0 {
+	n := m.NumFrames()
+	if l == 0 || l > m.Format.Width || n == 0 {
 		return 0, 0, false
 	}
 	if bytes.Compare(prefix, m.MaxKey[:l]) > 0 || bytes.Compare(prefix, m.MinKey[:l]) < 0 {
 		return 0, 0, false
 	}
 	// Frames whose fence prefix is <= prefix: [0, hi).
-	hi := sort.Search(len(m.Frames), func(i int) bool { return bytes.Compare(m.Frames[i].First[:l], prefix) > 0 })
+	hi := sort.Search(n, func(i int) bool { return bytes.Compare(m.fence(i)[:l], prefix) > 0 })
 	// The first frame whose fence prefix is >= prefix.
-	lo := sort.Search(hi, func(i int) bool { return bytes.Compare(m.Frames[i].First[:l], prefix) >= 0 })
+	lo := sort.Search(hi, func(i int) bool { return bytes.Compare(m.fence(i)[:l], prefix) >= 0 })
 	last = hi - 1
 	if lo > last {
 		// No fence starts with prefix: its records, if any, are inside the
@@ -171,7 +224,7 @@ func (m *TableMeta) FramesFor(prefix []byte) (first, last int, ok bool) {
 		return last, last, true
 	}
 	first = lo
-	if lo > 0 && (l != m.Format.PrefixLen || m.Frames[lo].Continues) {
+	if lo > 0 && (l != m.Format.PrefixLen || m.frame(lo).Continues) {
 		first = lo - 1
 	}
 	return first, last, true
@@ -181,15 +234,17 @@ func (m *TableMeta) FramesFor(prefix []byte) (first, last int, ok bool) {
 // records whose first len(lo) bytes are in [lo, hi] (lo and hi of the same
 // length, 1..Width), ok=false if none can. Fences only.
 func (m *TableMeta) FramesForRange(lo, hi []byte) (first, last int, ok bool) {
+	defer runtime.KeepAlive(m)
 	l := len(lo)
-	if l == 0 || l != len(hi) || l > m.Format.Width || len(m.Frames) == 0 || bytes.Compare(lo, hi) > 0 {
+	n := m.NumFrames()
+	if l == 0 || l != len(hi) || l > m.Format.Width || n == 0 || bytes.Compare(lo, hi) > 0 {
 		return 0, 0, false
 	}
 	if bytes.Compare(lo, m.MaxKey[:l]) > 0 || bytes.Compare(hi, m.MinKey[:l]) < 0 {
 		return 0, 0, false
 	}
 	// Last: the last frame whose fence prefix is <= hi.
-	last = sort.Search(len(m.Frames), func(i int) bool { return bytes.Compare(m.Frames[i].First[:l], hi) > 0 }) - 1
+	last = sort.Search(n, func(i int) bool { return bytes.Compare(m.fence(i)[:l], hi) > 0 }) - 1
 	if bytes.Compare(lo, m.MinKey[:l]) <= 0 {
 		return 0, last, true
 	}
@@ -203,10 +258,11 @@ func (m *TableMeta) FramesForRange(lo, hi []byte) (first, last int, ok bool) {
 // ByteRange returns the byte range of the data object holding frames
 // first..last (adjacent: one ranged GET), or (0, 0) if the range is invalid.
 func (m *TableMeta) ByteRange(first, last int) (off, n int64) {
-	if first < 0 || last >= len(m.Frames) || first > last {
+	if first < 0 || last >= m.NumFrames() || first > last {
 		return 0, 0
 	}
-	a, z := &m.Frames[first], &m.Frames[last]
+	a, z := m.frame(first), m.frame(last)
+	runtime.KeepAlive(m)
 	return int64(a.Offset), int64(z.Offset + uint64(z.Length) - a.Offset)
 }
 
@@ -218,10 +274,13 @@ func (m *TableMeta) ByteRange(first, last int) (off, n int64) {
 // the next frame's "continues" flag; any failure is ErrCorrupt. dst must
 // not overlap compressed. Safe for concurrent use.
 func (m *TableMeta) DecodeFrame(i int, compressed []byte, dst []byte) ([]byte, error) {
-	if i < 0 || i >= len(m.Frames) {
-		return nil, fmt.Errorf("lsm: %sframe %d out of range [0, %d)", m.namePrefix(), i, len(m.Frames))
+	if i < 0 || i >= m.NumFrames() {
+		return nil, fmt.Errorf("lsm: %sframe %d out of range [0, %d)", m.namePrefix(), i, m.NumFrames())
 	}
-	fr := &m.Frames[i]
+	// A mapped meta's fences and dictionary are read in place: m stays
+	// reachable until the frame is decoded and checked.
+	defer runtime.KeepAlive(m)
+	fr := m.frame(i)
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("lsm: %sframe %d: "+format+": %w", append(append([]any{m.namePrefix(), i}, args...), ErrCorrupt)...)
 	}
@@ -317,15 +376,15 @@ func (m *TableMeta) decodeColumnsFrame(dst, b []byte, dec *zstd.Decoder) error {
 // checkFrame checks decoded records against the meta.
 func (m *TableMeta) checkFrame(i int, recs []byte) error {
 	w, p := m.Format.Width, m.Format.PrefixLen
-	if !bytes.Equal(recs[:w], m.Frames[i].First) {
-		return fmt.Errorf("first record %x is not the fence %x", recs[:w], m.Frames[i].First)
+	if f := m.fence(i); !bytes.Equal(recs[:w], f) {
+		return fmt.Errorf("first record %x is not the fence %x", recs[:w], f)
 	}
 	if !strictlySorted(recs, w) {
 		return errors.New("records out of order")
 	}
 	lastRec := recs[len(recs)-w:]
-	if i+1 < len(m.Frames) {
-		next := &m.Frames[i+1]
+	if i+1 < m.NumFrames() {
+		next := m.frame(i + 1)
 		if compareRecords(lastRec, next.First) >= 0 {
 			return fmt.Errorf("last record %x not below the next fence", lastRec)
 		}
@@ -350,10 +409,13 @@ func (m *TableMeta) FilterBytes() int {
 	if m.filter == nil {
 		return 0
 	}
-	if m.filter.f8 != nil {
+	switch {
+	case m.filter.f8 != nil:
 		return len(m.filter.f8.Fingerprints)
+	case m.filter.f16 != nil:
+		return 2 * len(m.filter.f16.Fingerprints)
 	}
-	return 2 * len(m.filter.f16.Fingerprints)
+	return len(m.filter.m16.fps)
 }
 
 // String summarizes the table.
@@ -362,7 +424,7 @@ func (m *TableMeta) String() string {
 		return "<nil>"
 	}
 	return fmt.Sprintf("table %s width=%d prefix=%d records=%d prefixes=%d frames=%d data=%dB meta=%dB shard=%d/%d transform=%s filter=%dbit min=%s max=%s",
-		m.Name, m.Format.Width, m.Format.PrefixLen, m.Records, m.Prefixes, len(m.Frames), m.DataBytes, m.MetaBytes,
+		m.Name, m.Format.Width, m.Format.PrefixLen, m.Records, m.Prefixes, m.NumFrames(), m.DataBytes, m.MetaBytes,
 		m.Shard, m.ShardBits, m.transform, m.filterBits, hex.EncodeToString(m.MinKey), hex.EncodeToString(m.MaxKey))
 }
 
@@ -417,6 +479,9 @@ func strictlySorted(recs []byte, w int) bool {
 // (fences and filter point into them or copy them), the frame entries and
 // the decoded account dictionary.
 func (m *TableMeta) memBytes() int64 {
+	if m.mapped != nil {
+		return m.mapped.heapBytes()
+	}
 	n := int64(m.MetaBytes) + int64(len(m.Frames))*int64(unsafe.Sizeof(FrameMeta{}))
 	if m.dict != nil {
 		n += int64(len(m.dict.dids))*8 + int64(len(m.dict.clocks))*2

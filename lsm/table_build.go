@@ -209,7 +209,7 @@ func verifyTable(f Format, recs, data, meta []byte, opt TableOptions, transform 
 	}
 	var buf []byte
 	at := 0
-	for i := range m.Frames {
+	for i := range m.NumFrames() {
 		off, l := m.ByteRange(i, i)
 		buf, err = m.DecodeFrame(i, data[off:off+l], buf)
 		if err != nil {

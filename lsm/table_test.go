@@ -148,7 +148,7 @@ func tblBuild(t *testing.T, st *tblState, c *ddCase) string {
 		t.Fatalf("%s: %v", c.pos, err)
 	}
 	*st = tblState{f: f, recs: recs, data: data, meta: meta, m: m}
-	return fmt.Sprintf("records=%d frames=%d data=%dB meta=%dB\n", m.Records, len(m.Frames), len(data), len(meta))
+	return fmt.Sprintf("records=%d frames=%d data=%dB meta=%dB\n", m.Records, m.NumFrames(), len(data), len(meta))
 }
 
 // tblMetaDump: "meta" prints the current table's meta.
@@ -461,7 +461,7 @@ func TestTableFramesForMinimal(t *testing.T) {
 			straddle++
 		}
 	}
-	t.Logf("%d links, %d prefixes, %d frames, %d continue a prefix", len(recs)/w, prefixes, len(m.Frames), straddle)
+	t.Logf("%d links, %d prefixes, %d frames, %d continue a prefix", len(recs)/w, prefixes, m.NumFrames(), straddle)
 }
 
 // --- Corruption --------------------------------------------------------------
@@ -703,7 +703,7 @@ func TestDecodeFrameConcurrent(t *testing.T) {
 		go func() {
 			var buf []byte
 			for r := range 20 {
-				i := (g + r) % len(m.Frames)
+				i := (g + r) % m.NumFrames()
 				off, n := m.ByteRange(i, i)
 				var err error
 				if buf, err = m.DecodeFrame(i, data[off:off+n], buf); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -12,17 +13,21 @@ import (
 	"github.com/eddy-backlinks/eddy/objstore"
 )
 
-// Catalog holds table metadata: as files on local disk
+// Catalog holds table metadata as files on local disk
 // (dir/tables/<tree>/<id>.meta, fetched from the object store the first
-// time a node sees a table) and, decoded, in a cache of bounded size (the
-// metas a query needs are decoded again from local disk when the cache let
-// them go). Safe for concurrent use.
+// time a node sees a table). A mapped catalog (NewCatalogMapped, what a
+// node and DB use by default) maps each file and reads it in place
+// (meta_local.go); the others decode each meta whole and keep the decoded
+// metas in a cache, of bounded size or not (the metas a query needs are
+// decoded again from local disk when the cache let them go). Safe for
+// concurrent use.
 type Catalog struct {
 	dir   string
 	store objstore.Store
 	// budget bounds the decoded metas kept in memory (<= 0: every meta
-	// stays decoded).
+	// stays decoded, or mapped).
 	budget int64
+	mapped bool // local files in the mapped layout, read in place
 
 	mu struct {
 		sync.RWMutex
@@ -48,15 +53,25 @@ type metaEntry struct {
 	used atomic.Bool
 }
 
-// DefaultMetaCacheBytes is the decoded table metadata a node keeps in
-// memory by default: at ~0.35-0.75 local meta bytes a link, decoded about
-// 1.5 times that, the metas of about 300M links.
+// DefaultMetaCacheBytes is a size for a bounded cache of decoded table
+// metadata (NewCatalogBounded; nodes map their metas by default instead):
+// at ~0.35-0.75 local meta bytes a link, decoded about 1.5 times that, the
+// metas of about 300M links.
 const DefaultMetaCacheBytes = 256 << 20
 
 // NewCatalog returns a catalog keeping meta files under dir and every
 // meta decoded in memory.
 func NewCatalog(dir string, store objstore.Store) *Catalog {
 	return NewCatalogBounded(dir, store, 0)
+}
+
+// NewCatalogMapped returns a catalog keeping meta files under dir in the
+// mapped layout and reading them in place: the heap holds a few hundred
+// bytes a table, the page cache what queries touch.
+func NewCatalogMapped(dir string, store objstore.Store) *Catalog {
+	c := NewCatalogBounded(dir, store, 0)
+	c.mapped = hostLittleEndian
+	return c
 }
 
 // NewCatalogBounded returns a catalog keeping meta files under dir and at
@@ -75,9 +90,10 @@ const droppedMax = 1 << 16
 // CatalogStats are a catalog's cache figures.
 type CatalogStats struct {
 	Hits, Misses, Evictions uint64
-	Bytes                   int64 // decoded metas held
-	Metas                   int   // decoded metas held
+	Bytes                   int64 // decoded metas held (mapped: their heap bytes)
+	Metas                   int   // decoded (or mapped) metas held
 	Budget                  int64 // <= 0: unbounded
+	Mapped                  bool  // metas read in place from mapped files
 }
 
 // Stats returns the cache's figures.
@@ -85,7 +101,7 @@ func (c *Catalog) Stats() CatalogStats {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return CatalogStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load(),
-		Bytes: c.mu.bytes, Metas: len(c.mu.metas), Budget: c.budget}
+		Bytes: c.mu.bytes, Metas: len(c.mu.metas), Budget: c.budget, Mapped: c.mapped}
 }
 
 func (c *Catalog) localPath(t Tree, id string) string {
@@ -109,10 +125,26 @@ func (c *Catalog) Add(t Tree, id string, meta []byte) (*TableMeta, error) {
 	}
 	c.mu.onDisk[id] = true // before the file appears: DropStale leaves it
 	c.mu.Unlock()
-	if err := writeFileAtomic(c.localPath(t, id), meta); err != nil {
+	if !c.mapped {
+		if err := writeFileAtomic(c.localPath(t, id), meta); err != nil {
+			return nil, err
+		}
+		return c.keep(id, m, true), nil
+	}
+	local, err := encodeLocalMeta(m, meta)
+	if err != nil {
+		return nil, &CorruptError{Tree: t, Table: id, Err: err}
+	}
+	path := c.localPath(t, id)
+	if err := writeFileAtomic(path, local); err != nil {
 		return nil, err
 	}
-	return c.keep(id, m, true), nil
+	mm, err := mapLocalMeta(path)
+	if err != nil {
+		return nil, fmt.Errorf("table %s: %w", id, err)
+	}
+	mm.Name = m.Name
+	return c.keep(id, mm, true), nil
 }
 
 // Load returns a table's meta: from memory, else local disk, else the
@@ -136,11 +168,25 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 		return c.fetchDropped(ctx, t, ref)
 	}
 	path := c.localPath(t, ref.ID)
-	if b, err := os.ReadFile(path); err == nil {
-		if m, err := DecodeMeta(b); err == nil {
+	if c.mapped {
+		m, err := mapLocalMeta(path)
+		if err == nil {
 			return c.keep(ref.ID, m, true), nil
 		}
-		_ = os.Remove(path) // corrupt local copy: refetch
+		if errors.Is(err, fs.ErrNotExist) {
+			return c.fetch(ctx, t, ref)
+		}
+		// A meta file an earlier binary wrote (the bucket's bytes) is
+		// converted; a corrupt one is fetched again.
+	}
+	if b, err := os.ReadFile(path); err == nil {
+		if m, err := DecodeMeta(b); err == nil {
+			if c.mapped {
+				return c.Add(t, ref.ID, b)
+			}
+			return c.keep(ref.ID, m, true), nil
+		}
+		_ = os.Remove(path) // corrupt local copy (or another layout's): refetch
 	}
 	return c.fetch(ctx, t, ref)
 }
@@ -175,7 +221,7 @@ func (c *Catalog) fetchDropped(ctx context.Context, t Tree, ref TableRef) (*Tabl
 // memory), fetching it from the store if not: what a view needs before it
 // serves the table. With an unbounded cache it loads the meta.
 func (c *Catalog) ensure(ctx context.Context, t Tree, ref TableRef) error {
-	if c.budget <= 0 {
+	if c.budget <= 0 || c.mapped {
 		_, err := c.Load(ctx, t, ref)
 		return err
 	}

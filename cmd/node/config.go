@@ -98,7 +98,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.IntVar(&c.compactionFanIn, "compaction-fan-in", lsm.DefaultCompactionFanIn, "runs of a size tier merged by one compaction (2..64)")
 	fs.DurationVar(&c.compactionInterval, "compaction-interval", 5*time.Second, "how often the leader looks for a full tier to compact (100ms..1h)")
 	fs.Int64Var(&c.cacheBytes, "cache-bytes", lsm.DefaultCacheBytes, "bound of the decoded-frame cache, bytes (1 MiB..1 TiB)")
-	fs.Int64Var(&c.metaCacheBytes, "meta-cache-bytes", lsm.DefaultMetaCacheBytes, "bound of the decoded table metadata kept in memory, bytes (1 MiB..1 TiB; the rest is read again from the data directory)")
+	fs.Int64Var(&c.metaCacheBytes, "meta-cache-bytes", 0, "0: table metadata is read in place from its files in the data directory (mapped; the page cache holds what is hot); else the bound of a cache of decoded metadata, bytes (1 MiB..1 TiB; the rest decoded again from the data directory)")
 	fs.DurationVar(&c.readyLagMax, "ready-lag-max", 30*time.Second, "/readyz answers 503 when this node has not heard from the leader, or has not served a manifest generation the leader had, for longer than this (500ms..1h)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
@@ -342,7 +342,7 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 	if c.cacheBytes < 1<<20 || c.cacheBytes > 1<<40 {
 		return fmt.Errorf("--cache-bytes %d: out of range 1 MiB..1 TiB", c.cacheBytes)
 	}
-	if c.metaCacheBytes < 1<<20 || c.metaCacheBytes > 1<<40 {
+	if c.metaCacheBytes != 0 && (c.metaCacheBytes < 1<<20 || c.metaCacheBytes > 1<<40) {
 		return fmt.Errorf("--meta-cache-bytes %d: out of range 1 MiB..1 TiB", c.metaCacheBytes)
 	}
 	switch c.logLevel {

@@ -110,7 +110,10 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 		return err
 	}
 	log = log.With("node", node.ID())
-	cat := lsm.NewCatalogBounded(filepath.Join(c.dataDir, "meta"), store, c.metaCacheBytes)
+	cat := lsm.NewCatalogMapped(filepath.Join(c.dataDir, "meta"), store)
+	if c.metaCacheBytes != 0 {
+		cat = lsm.NewCatalogBounded(filepath.Join(c.dataDir, "meta"), store, c.metaCacheBytes)
+	}
 	views := query.NewViews(node.FSM, cat, log)
 	cache := lsm.NewFrameCache(c.cacheBytes)
 	views.Cache = cache // a table compaction replaced leaves the cache with its metadata

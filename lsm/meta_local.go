@@ -1,0 +1,262 @@
+package lsm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"runtime"
+	"syscall"
+	"unsafe"
+
+	"github.com/zeebo/xxh3"
+)
+
+// Mapped metas. A node's catalog (NewCatalogMapped, the default) keeps
+// each table's meta on local disk in a layout made to be read in place,
+// and maps the file instead of decoding it: a query reads the few filter
+// fingerprints, the fences its binary search visits and the dictionary
+// entries its frames name, straight from the file. The operating system's
+// page cache holds what is hot and drops the rest; the process's heap holds
+// a few hundred bytes a table (the header fields, the first and last keys,
+// one frame offset in 64). So the metadata of an index of any size costs
+// local disk, not memory (measured in docs/scale.md).
+//
+// The local layout (little-endian), one file a table:
+//
+//	0        P       the bucket meta's bytes up to its dictionary section:
+//	                 header, last key, frame entries, filter (doc.go)
+//	D        8E      the dictionary's DIDs, uint64 (D a multiple of 8)
+//	D+8E     2E      the dictionary's clock ids, uint16
+//	O        8K      the data offset of frames 0, 64, 128, ... (K =
+//	                 ceil(frames/64); O a multiple of 8)
+//	end-56   56      trailer: magic "EDDYLMT1", P, E, D, O, the bucket
+//	                 meta's size, xxh3 of every byte before its own 8
+//
+// The whole file is checked (its checksum, the header, every size) when it
+// is mapped; the meta it came from was checked whole (DecodeMeta) before
+// the file was written.
+
+const (
+	localMetaMagic   = "EDDYLMT1"
+	localTrailerSize = 56
+	offsetEvery      = 64 // frames between two stored data offsets
+)
+
+// hostLittleEndian: a mapped dictionary is read as native uint64s.
+var hostLittleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
+
+// isLocalMeta reports whether b is a local meta file (encodeLocalMeta's).
+func isLocalMeta(b []byte) bool {
+	return len(b) >= localTrailerSize && string(b[len(b)-localTrailerSize:len(b)-localTrailerSize+8]) == localMetaMagic
+}
+
+// encodeLocalMeta returns the local file of a meta: meta is the bucket
+// object, m its decoding (DecodeMeta's).
+func encodeLocalMeta(m *TableMeta, meta []byte) ([]byte, error) {
+	version, err := checkMetaEnvelope(meta)
+	if err != nil {
+		return nil, err
+	}
+	_, sec, err := decodeMetaHeader(meta, version)
+	if err != nil {
+		return nil, err
+	}
+	p := sec.hdr + m.Format.Width + int(sec.nFrames)*(frameEntryFixed+m.Format.Width) + int(sec.filterBytes)
+	e := m.dict.len()
+	nf := len(m.Frames)
+	k := (nf + offsetEvery - 1) / offsetEvery
+	d := align8(p)
+	o := align8(d + 10*e)
+	out := make([]byte, o+8*k+localTrailerSize)
+	copy(out, meta[:p])
+	for i := range e {
+		binary.LittleEndian.PutUint64(out[d+8*i:], m.dict.dids[i])
+		binary.LittleEndian.PutUint16(out[d+8*e+2*i:], m.dict.clocks[i])
+	}
+	for j := range k {
+		binary.LittleEndian.PutUint64(out[o+8*j:], m.Frames[j*offsetEvery].Offset)
+	}
+	t := out[len(out)-localTrailerSize:]
+	copy(t, localMetaMagic)
+	binary.LittleEndian.PutUint64(t[8:], uint64(p))
+	binary.LittleEndian.PutUint64(t[16:], uint64(e))
+	binary.LittleEndian.PutUint64(t[24:], uint64(d))
+	binary.LittleEndian.PutUint64(t[32:], uint64(o))
+	binary.LittleEndian.PutUint64(t[40:], uint64(len(meta)))
+	binary.LittleEndian.PutUint64(t[48:], xxh3.Hash(out[:len(out)-8]))
+	return out, nil
+}
+
+func align8(n int) int { return (n + 7) &^ 7 }
+
+// metaMapping is a mapped local meta file: where the fences are, and the
+// data offsets of every 64th frame.
+type metaMapping struct {
+	region  *mapRegion
+	entries []byte // the frame entries (in the mapping)
+	entry   int    // bytes per entry
+	nFrames int
+	offsets []uint64 // data offset of frame 64*j (in the mapping)
+}
+
+// mapRegion is one mmap; unmapped once the meta owning it is unreachable.
+type mapRegion struct{ b []byte }
+
+func (mp *metaMapping) fence(i int) []byte {
+	at := i*mp.entry + frameEntryFixed
+	return mp.entries[at : at+mp.entry-frameEntryFixed : at+mp.entry-frameEntryFixed]
+}
+
+func (mp *metaMapping) frame(i int) FrameMeta {
+	e := mp.entries[i*mp.entry:]
+	fr := FrameMeta{
+		Length:    binary.LittleEndian.Uint32(e[0:]),
+		Records:   binary.LittleEndian.Uint32(e[4:]),
+		Checksum:  binary.LittleEndian.Uint64(e[8:]),
+		Continues: e[16]&flagContinues != 0,
+		First:     mp.fence(i),
+	}
+	j := i / offsetEvery
+	off := mp.offsets[j]
+	for k := j * offsetEvery; k < i; k++ {
+		off += uint64(binary.LittleEndian.Uint32(mp.entries[k*mp.entry:]))
+	}
+	fr.Offset = off
+	return fr
+}
+
+// heapBytes is what a mapped meta holds on the heap (the mapping is the
+// page cache's).
+func (mp *metaMapping) heapBytes() int64 {
+	return int64(unsafe.Sizeof(TableMeta{})+unsafe.Sizeof(metaMapping{})) + 2*int64(mp.entry)
+}
+
+// mapLocalMeta maps a local meta file and checks it whole. The result reads
+// the file in place and unmaps it when it becomes unreachable.
+func mapLocalMeta(path string) (*TableMeta, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := st.Size()
+	if size < localTrailerSize || size > 2*MaxMetaBytes {
+		return nil, corruptf("local meta of %d bytes", size)
+	}
+	b, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("lsm: mapping %s: %w", path, err)
+	}
+	region := &mapRegion{b: b}
+	m, err := openMapped(region)
+	if err != nil {
+		_ = syscall.Munmap(b)
+		return nil, err
+	}
+	// The checksum read every page: let them go from this process (the
+	// page cache keeps them) so that it holds only what queries touch.
+	_ = syscall.Madvise(b, syscall.MADV_DONTNEED)
+	runtime.AddCleanup(m, func(r *mapRegion) { _ = syscall.Munmap(r.b) }, region)
+	return m, nil
+}
+
+// openMapped checks a local meta's bytes and returns the meta reading them.
+func openMapped(region *mapRegion) (*TableMeta, error) {
+	b := region.b
+	if !isLocalMeta(b) {
+		return nil, corruptf("not a local meta file")
+	}
+	t := b[len(b)-localTrailerSize:]
+	if got, want := xxh3.Hash(b[:len(b)-8]), binary.LittleEndian.Uint64(t[48:]); got != want {
+		return nil, corruptf("local meta checksum mismatch (%016x, stored %016x)", got, want)
+	}
+	p := binary.LittleEndian.Uint64(t[8:])
+	e := binary.LittleEndian.Uint64(t[16:])
+	d := binary.LittleEndian.Uint64(t[24:])
+	o := binary.LittleEndian.Uint64(t[32:])
+	bucketBytes := binary.LittleEndian.Uint64(t[40:])
+	end := uint64(len(b) - localTrailerSize)
+	if p < 10 || p > end || string(b[:8]) != metaMagic {
+		return nil, corruptf("local meta: prefix of %d bytes", p)
+	}
+	version := int(binary.LittleEndian.Uint16(b[8:]))
+	if version == 0 || version > TableFormatVersion {
+		return nil, corruptf("local meta: version %d", version)
+	}
+	hdr := metaHeaderSize
+	if version >= 2 {
+		hdr = metaHeader2Size
+	}
+	if p < uint64(hdr) {
+		return nil, corruptf("local meta: prefix of %d bytes", p)
+	}
+	m, sec, err := decodeMetaHeader(b[:p], version)
+	if err != nil {
+		return nil, err
+	}
+	w := m.Format.Width
+	entry := uint64(frameEntryFixed + w)
+	filterAt := uint64(hdr) + uint64(w) + sec.nFrames*entry
+	k := (sec.nFrames + offsetEvery - 1) / offsetEvery
+	switch {
+	case filterAt+sec.filterBytes != p:
+		return nil, corruptf("local meta: prefix %d bytes, its header says %d", p, filterAt+sec.filterBytes)
+	case e > MaxDictEntries, e > m.Records/2:
+		return nil, corruptf("local meta: dictionary of %d entries", e)
+	case d%8 != 0 || o%8 != 0 || d < p || d+10*e > o || o+8*k != end:
+		return nil, corruptf("local meta: sections at %d, %d, %d bytes", d, o, end)
+	case bucketBytes > MaxMetaBytes:
+		return nil, corruptf("local meta: bucket meta of %d bytes", bucketBytes)
+	case e > 0 && m.transform != transformColumns:
+		return nil, corruptf("local meta: a dictionary without the columnar transform")
+	}
+	if m.transform == transformColumns {
+		l, ok := columnsLayout(m.Format)
+		if !ok {
+			return nil, corruptf("columnar transform for width %d prefix %d", w, m.Format.PrefixLen)
+		}
+		m.layout = l
+		if !hostLittleEndian {
+			return nil, fmt.Errorf("lsm: mapped metas need a little-endian host")
+		}
+		dict := &accountDict{}
+		if e > 0 {
+			dict.dids = unsafe.Slice((*uint64)(unsafe.Pointer(&b[d])), e)
+			dict.clocks = unsafe.Slice((*uint16)(unsafe.Pointer(&b[d+8*e])), e)
+		}
+		m.dict = dict
+	}
+	fb := b[filterAt:p]
+	if sz, err := filterSectionSize(fb, m.filterBits); err != nil {
+		return nil, err
+	} else if sz != sec.filterBytes {
+		return nil, corruptf("filter section %d bytes, its header says %d", sec.filterBytes, sz)
+	}
+	m.filter = mapFilter(fb, m.filterBits, sec.keySeed)
+	mp := &metaMapping{
+		region:  region,
+		entries: b[uint64(hdr)+uint64(w) : filterAt : filterAt],
+		entry:   int(entry),
+		nFrames: int(sec.nFrames),
+	}
+	if k > 0 {
+		mp.offsets = unsafe.Slice((*uint64)(unsafe.Pointer(&b[o])), k)
+	}
+	m.mapped = mp
+	m.MetaBytes = int(bucketBytes)
+	m.MaxKey = append([]byte(nil), b[hdr:hdr+w]...)
+	m.MinKey = append([]byte(nil), mp.fence(0)...)
+	// The last frame's data must end where the header says the data does.
+	last := mp.frame(mp.nFrames - 1)
+	if last.Offset+uint64(last.Length) != m.DataBytes {
+		return nil, corruptf("local meta: frames end at %d, the header says %d", last.Offset+uint64(last.Length), m.DataBytes)
+	}
+	return m, nil
+}

@@ -1,0 +1,230 @@
+package lsm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/zeebo/xxh3"
+)
+
+// mappedLinks returns n sorted backlinks shaped like the network's: a few
+// thousand targets, sources from a few hundred accounts (so the table has
+// an account dictionary), TIDs.
+func mappedLinks(rng *rand.Rand, n int) []byte {
+	recs := make([]byte, 0, n*link.BacklinkSize)
+	for range n {
+		l := link.Backlink{
+			Target:    link.RecordID{RKey: uint64(rng.IntN(3000)) << 10, Collection: 3, DID: uint64(1 + rng.IntN(50))},
+			Source:    link.RecordID{RKey: uint64(1700000000000000+rng.IntN(1e12))<<10 | uint64(rng.IntN(4)), Collection: 5, DID: uint64(100 + rng.IntN(400))},
+			Location:  1,
+			SourceRev: uint64(rng.IntN(1 << 40)),
+		}
+		var b [link.BacklinkSize]byte
+		l.Put(b[:])
+		recs = append(recs, b[:]...)
+	}
+	SortRecords(recs, link.BacklinkSize)
+	return synthDedup(recs, link.BacklinkSize)
+}
+
+// A mapped meta answers every question as the decoded one does: frame
+// entries, filter, fences, ranges, dictionary and decoded frames, for
+// backlinks and revocations, 8- and 16-bit filters, frame counts on both
+// sides of the stored-offset interval.
+func TestMappedMetaMatchesDecoded(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	cases := []struct {
+		name string
+		f    Format
+		recs []byte
+		opt  TableOptions
+	}{
+		{"links-16", BacklinkFormat, mappedLinks(rng, 20000), TableOptions{frameMax: 97}},
+		{"links-8", BacklinkFormat, mappedLinks(rng, 9000), TableOptions{frameMax: 50, FilterBits: FilterBits8}},
+		{"links-one-frame", BacklinkFormat, mappedLinks(rng, 300), TableOptions{}},
+		{"links-64-frames", BacklinkFormat, mappedLinks(rng, 64*40), TableOptions{frameMax: 40}},
+		{"revocations", RevocationFormat, tblRandomRecords(rng, RevocationFormat, 5000), TableOptions{frameMax: 33}},
+		{"random-links", BacklinkFormat, tblRandomRecords(rng, BacklinkFormat, 3000), TableOptions{frameMax: 31}},
+	}
+	store := newLocalStore(t)
+	cat := NewCatalogMapped(t.TempDir(), store)
+	ctx := context.Background()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			data, meta, err := BuildTable(tc.f, tc.recs, tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := DecodeMeta(meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := NewID()
+			if _, err := cat.Add(TreeLinks, id, meta); err != nil {
+				t.Fatal(err)
+			}
+			m, err := cat.Load(ctx, TreeLinks, TableRef{ID: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.mapped == nil || m.Frames != nil {
+				t.Fatal("the catalog's meta is not mapped")
+			}
+			compareMapped(t, rng, tc.f, tc.recs, data, d, m, tc.f == BacklinkFormat && !strings.HasPrefix(tc.name, "random"))
+		})
+	}
+	if st := cat.Stats(); !st.Mapped || st.Metas != len(cases) || st.Bytes > int64(len(cases))*1024 {
+		t.Fatalf("catalog %+v: want %d mapped metas of at most 1 KiB of heap each", st, len(cases))
+	}
+}
+
+func compareMapped(t *testing.T, rng *rand.Rand, f Format, recs, data []byte, d, m *TableMeta, wantDict bool) {
+	t.Helper()
+	w, p := f.Width, f.PrefixLen
+	if m.Records != d.Records || m.DataBytes != d.DataBytes || m.MetaBytes != d.MetaBytes || m.Prefixes != d.Prefixes ||
+		m.ShardBits != d.ShardBits || m.Shard != d.Shard || m.transform != d.transform || m.filterBits != d.filterBits ||
+		!bytes.Equal(m.MinKey, d.MinKey) || !bytes.Equal(m.MaxKey, d.MaxKey) || m.NumFrames() != d.NumFrames() || m.layout != d.layout {
+		t.Fatalf("mapped %v, decoded %v", m, d)
+	}
+	if d.NumFrames() < 2 && len(recs)/w > 1000 {
+		t.Fatalf("%d frames: the case does not test the fences", d.NumFrames())
+	}
+	for i := range d.NumFrames() {
+		a, b := d.Frame(i), m.Frame(i)
+		if a.Offset != b.Offset || a.Length != b.Length || a.Records != b.Records || a.Checksum != b.Checksum ||
+			a.Continues != b.Continues || !bytes.Equal(a.First, b.First) {
+			t.Fatalf("frame %d: mapped %+v, decoded %+v", i, b, a)
+		}
+		off, n := m.ByteRange(i, i)
+		x, err := d.DecodeFrame(i, data[off:off+n], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := m.DecodeFrame(i, data[off:off+n], nil)
+		if err != nil || !bytes.Equal(x, y) {
+			t.Fatalf("frame %d decodes differently mapped (%v)", i, err)
+		}
+	}
+	if d.dict.len() != m.dict.len() {
+		t.Fatalf("dictionary of %d entries mapped, %d decoded", m.dict.len(), d.dict.len())
+	}
+	for i := range d.dict.len() {
+		if d.dict.dids[i] != m.dict.dids[i] || d.dict.clocks[i] != m.dict.clocks[i] {
+			t.Fatalf("dictionary entry %d differs", i)
+		}
+	}
+	if wantDict && d.dict.len() == 0 {
+		t.Fatal("no dictionary: the case does not test it")
+	}
+	// Every present prefix, and random ones (absent, or near present ones).
+	prefixes := [][]byte{}
+	for o := 0; o < len(recs); o += w {
+		prefixes = append(prefixes, recs[o:o+p])
+	}
+	for range 20000 {
+		q := make([]byte, p)
+		if rng.IntN(2) == 0 {
+			copy(q, recs[rng.IntN(len(recs)/w)*w:])
+			q[p-1-rng.IntN(4)] ^= byte(1 + rng.IntN(255))
+		} else {
+			for j := range q {
+				q[j] = byte(rng.Uint32())
+			}
+		}
+		prefixes = append(prefixes, q)
+	}
+	fp := 0
+	for _, q := range prefixes {
+		if a, b := d.MayContain(q), m.MayContain(q); a != b {
+			t.Fatalf("filter on %x: mapped %v, decoded %v", q, b, a)
+		} else if a {
+			fp++
+		}
+		a1, a2, aok := d.FramesFor(q)
+		b1, b2, bok := m.FramesFor(q)
+		if a1 != b1 || a2 != b2 || aok != bok {
+			t.Fatalf("FramesFor %x: mapped %d..%d %v, decoded %d..%d %v", q, b1, b2, bok, a1, a2, aok)
+		}
+		short := q[:1+rng.IntN(p)]
+		hi := bytes.Clone(short)
+		hi[len(hi)-1] |= 0x0f
+		a1, a2, aok = d.FramesForRange(short, hi)
+		b1, b2, bok = m.FramesForRange(short, hi)
+		if a1 != b1 || a2 != b2 || aok != bok {
+			t.Fatalf("FramesForRange %x..%x differs", short, hi)
+		}
+	}
+	if fp < len(recs)/w/2 {
+		t.Fatalf("the filter let %d of %d prefixes through: the present ones are missing", fp, len(prefixes))
+	}
+}
+
+// A damaged local file is never served: the catalog fetches the meta again
+// and rewrites the file; a file an earlier binary wrote (the bucket's
+// bytes) is converted to the mapped layout.
+func TestMappedMetaCorruptAndOld(t *testing.T) {
+	store := newLocalStore(t)
+	ctx := context.Background()
+	ref, meta := catalogTable(t, store, 3000)
+	dir := t.TempDir()
+	cat := NewCatalogMapped(dir, store)
+	path := cat.localPath(TreeLinks, ref.ID)
+	// Old layout: the bucket's bytes.
+	if err := writeFileAtomic(path, meta); err != nil {
+		t.Fatal(err)
+	}
+	m, err := cat.Load(ctx, TreeLinks, ref)
+	if err != nil || m.mapped == nil || m.Records != 3000 {
+		t.Fatalf("old file: %v, %v", m, err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || !isLocalMeta(b) {
+		t.Fatalf("old file not converted (%v)", err)
+	}
+	// Every byte flipped in turn: the file fails its checks.
+	for i := 0; i < len(b); i += 1 + len(b)/500 {
+		c := bytes.Clone(b)
+		c[i] ^= 0x40
+		if _, err := openMapped(&mapRegion{b: c}); err == nil {
+			t.Fatalf("byte %d flipped: the local meta opens", i)
+		}
+	}
+	// Resealed after a change, the structure checks still hold: no panic;
+	// what opens answers without panicking.
+	for i := 0; i < len(b)-8; i++ {
+		c := bytes.Clone(b)
+		c[i] ^= byte(1 + i%255)
+		binary.LittleEndian.PutUint64(c[len(c)-8:], xxh3.Hash(c[:len(c)-8]))
+		if m, err := openMapped(&mapRegion{b: c}); err == nil {
+			_ = m.MayContain(m.MinKey[:m.Format.PrefixLen])
+			f, l, _ := m.FramesFor(m.MaxKey[:m.Format.PrefixLen])
+			_, _ = m.ByteRange(f, l)
+		}
+	}
+	// A corrupt file on disk: a new catalog fetches the meta again.
+	c := bytes.Clone(b)
+	c[len(c)/2] ^= 1
+	if err := os.WriteFile(path, c, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cat2 := NewCatalogMapped(dir, store)
+	m, err = cat2.Load(ctx, TreeLinks, ref)
+	if err != nil || m.Records != 3000 {
+		t.Fatalf("corrupt file: %v, %v", m, err)
+	}
+	if b2, err := os.ReadFile(path); err != nil || !bytes.Equal(b2, b) {
+		t.Fatalf("the corrupt local file was not rewritten (%v)", err)
+	}
+	// A decoding catalog on the same directory reads the mapped layout as
+	// another binary's: it fetches again and keeps the bucket's bytes.
+	cat3 := NewCatalog(dir, store)
+	if m, err := cat3.Load(ctx, TreeLinks, ref); err != nil || m.mapped != nil || m.Records != 3000 {
+		t.Fatalf("decoding catalog: %v, %v", m, err)
+	}
+}
