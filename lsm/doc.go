@@ -34,7 +34,8 @@
 //	memtable.go       the memtable (records buffered until a flush); Fold
 //	sort.go           SortRecords
 //	manifest.go       runs, manifests and their edits
-//	view.go           the catalog of metas (on disk, a bounded decoded cache) and views
+//	view.go           the catalog of metas (on disk: mapped, or a decoded cache) and views
+//	meta_local.go     the local layout of a meta, mapped and read in place
 //	query.go          the query API: Backlinks, All, Count; query scratch
 //	fetch.go          fetch groups: ranged GETs through the frame cache
 //	merge.go          round one: a target's candidates, the merge heap
