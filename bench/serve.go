@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -65,6 +67,7 @@ func serveMain(ctx context.Context, name string, args []string, stdout, stderr i
 	queries := fs.Int("queries", 4000, "timed queries")
 	metaCache := fs.Int64("meta-cache-bytes", 0, "0: table metadata mapped and read in place (the default); > 0: a cache of decoded metadata of that size; < 0: all decoded")
 	cache := fs.Int64("cache-bytes", 0, "decoded-frame cache (0: lsm.DefaultCacheBytes)")
+	profile := fs.String("cpuprofile", "", "write a CPU profile of the timed pass to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -79,7 +82,7 @@ func serveMain(ctx context.Context, name string, args []string, stdout, stderr i
 	if err != nil {
 		return err
 	}
-	res, err := serve(ctx, *dir, st, *seed, *queries, *cache, *metaCache, stderr)
+	res, err := serve(ctx, *dir, st, *seed, *queries, *cache, *metaCache, *profile, stderr)
 	if err != nil {
 		return err
 	}
@@ -88,7 +91,7 @@ func serveMain(ctx context.Context, name string, args []string, stdout, stderr i
 }
 
 // serve opens the index in dir and measures it (serveMain).
-func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, queries int, cache, metaCache int64, log io.Writer) (*ServeResult, error) {
+func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, queries int, cache, metaCache int64, profile string, log io.Writer) (*ServeResult, error) {
 	store, err := local.New(filepath.Join(dir, "store"))
 	if err != nil {
 		return nil, err
@@ -131,6 +134,18 @@ func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, qu
 	res.QueryTargets, res.Queries, res.QueryLinksMean = len(pool), queries, sum/float64(queries)
 	lat := make([]time.Duration, 0, queries)
 	for pass := range 2 {
+		if pass == 1 && profile != "" {
+			f, err := os.Create(profile)
+			if err != nil {
+				return nil, err
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				f.Close()
+				return nil, err
+			}
+			defer f.Close()
+			defer pprof.StopCPUProfile()
+		}
 		for _, t := range targets {
 			t0 := time.Now()
 			out, err := db.Backlinks(ctx, lsm.Query{Target: t.id, Limit: queryLimit})

@@ -12,6 +12,9 @@ import (
 type colDecoder struct {
 	buf  []byte
 	huff huff0.Scratch
+	// The planes gathered into words (rebuild's scratch): time
+	// differences, account ranks, pair indexes.
+	dt, rank, pidx []uint64
 }
 
 var colDecoders = sync.Pool{New: func() any { return new(colDecoder) }}
@@ -29,6 +32,11 @@ type colReader struct {
 }
 
 func (r *colReader) uvarint() uint64 {
+	if len(r.b) > 0 && r.b[0] < 0x80 { // most values: one byte
+		v := uint64(r.b[0])
+		r.b = r.b[1:]
+		return v
+	}
 	v, k := binary.Uvarint(r.b)
 	if k <= 0 {
 		r.bad = true
@@ -60,7 +68,37 @@ func decodeColumns(dst, src []byte, n int, l colLayout, d *accountDict) error {
 	if err != nil {
 		return err
 	}
-	return f.rebuild(dst, l, d, pairs)
+	c.dt = gatherPlanes(c.dt, f.n-f.nFirst, f.streams[stFixed:stFixed+f.kt])
+	c.rank = gatherPlanes(c.rank, f.n, f.streams[stFixed+f.kt:stFixed+f.kt+f.kd])
+	c.pidx = gatherPlanes(c.pidx, f.n, f.streams[stFixed+f.kt+f.kd:stFixed+f.kt+f.kd+f.kp])
+	return f.rebuild(dst, l, d, pairs, c.dt, c.rank, c.pidx)
+}
+
+// gatherPlanes returns the n words whose little-endian bytes are the
+// planes (byte k of word i is planes[k][i]; checkPlanes checked that
+// each holds n), in w's memory if it is large enough. One plane at a time:
+// a tight loop for each, rather than a loop over the planes per record.
+func gatherPlanes(w []uint64, n int, planes [][]byte) []uint64 {
+	if cap(w) < n {
+		w = make([]uint64, n)
+	}
+	w = w[:n]
+	if len(planes) == 0 {
+		clear(w)
+		return w
+	}
+	p0 := planes[0][:n]
+	for i, b := range p0 {
+		w[i] = uint64(b)
+	}
+	for k := 1; k < len(planes); k++ {
+		p := planes[k][:n]
+		sh := uint(8 * k)
+		for i, b := range p {
+			w[i] |= uint64(b) << sh
+		}
+	}
+	return w
 }
 
 // colFrame is a columnar frame being decoded: its header and streams.
@@ -251,11 +289,11 @@ func (f *colFrame) readPairs(pairs [][2]uint64, l colLayout) ([][2]uint64, error
 // rebuild writes the frame's records into dst from its streams, the
 // account dictionary d and the pairs; every stream must be consumed
 // exactly.
-func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]uint64) error {
+func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]uint64, dts, ranks, pidxs []uint64) error {
 	n, nFirst, rate := f.n, f.nFirst, f.rate
 	np := uint64(len(pairs))
-	tPlanes, dPlanes, pPlanes := f.planes()
 	streams := &f.streams
+	ranks, pidxs = ranks[:n], pidxs[:n]
 	w, s := l.w, l.src()
 	targets := colReader{b: streams[stTargets]}
 	lengths := colReader{b: streams[stLengths]}
@@ -287,20 +325,13 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 		if first {
 			hi = prevHi + unzigzag(firsts.uvarint())
 		} else {
-			if ti >= n-nFirst {
+			if ti >= len(dts) {
 				return colErr("more records continue a group than the time planes hold")
 			}
-			var dlt uint64
-			for k, p := range tPlanes {
-				dlt |= uint64(p[ti]) << (8 * k)
-			}
+			hi = prevHi + dts[ti]
 			ti++
-			hi = prevHi + dlt
 		}
-		var rank uint64
-		for k, p := range dPlanes {
-			rank |= uint64(p[i]) << (8 * k)
-		}
+		rank := ranks[i]
 		var did, clock uint64
 		if rank == 0 {
 			did, clock = lits.uvarint(), lits.uvarint()
@@ -312,10 +343,7 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 		} else {
 			return colErr("account rank %d of %d", rank, nd)
 		}
-		var pi uint64
-		for k, p := range pPlanes {
-			pi |= uint64(p[i]) << (8 * k)
-		}
+		pi := pidxs[i]
 		if pi >= np {
 			return colErr("pair index %d of %d", pi, np)
 		}
