@@ -110,15 +110,21 @@ func (mp *metaMapping) fence(i int) []byte {
 	return mp.entries[at : at+mp.entry-frameEntryFixed : at+mp.entry-frameEntryFixed]
 }
 
-func (mp *metaMapping) frame(i int) FrameMeta {
+// frameEntry is frame i's entry but its offset (which costs up to 63
+// additions).
+func (mp *metaMapping) frameEntry(i int) FrameMeta {
 	e := mp.entries[i*mp.entry:]
-	fr := FrameMeta{
+	return FrameMeta{
 		Length:    binary.LittleEndian.Uint32(e[0:]),
 		Records:   binary.LittleEndian.Uint32(e[4:]),
 		Checksum:  binary.LittleEndian.Uint64(e[8:]),
 		Continues: e[16]&flagContinues != 0,
 		First:     mp.fence(i),
 	}
+}
+
+func (mp *metaMapping) frame(i int) FrameMeta {
+	fr := mp.frameEntry(i)
 	j := i / offsetEvery
 	off := mp.offsets[j]
 	for k := j * offsetEvery; k < i; k++ {

@@ -157,6 +157,15 @@ func (m *TableMeta) frame(i int) FrameMeta {
 	return m.Frames[i]
 }
 
+// frameEntry is frame(i) whose Offset may be left 0 (a mapped meta
+// computes offsets only when asked).
+func (m *TableMeta) frameEntry(i int) FrameMeta {
+	if mp := m.mapped; mp != nil {
+		return mp.frameEntry(i)
+	}
+	return m.Frames[i]
+}
+
 // fence returns frame i's first record (for a mapped meta, in the mapping:
 // valid while m is reachable).
 func (m *TableMeta) fence(i int) []byte {
@@ -224,7 +233,7 @@ func (m *TableMeta) FramesFor(prefix []byte) (first, last int, ok bool) {
 		return last, last, true
 	}
 	first = lo
-	if lo > 0 && (l != m.Format.PrefixLen || m.frame(lo).Continues) {
+	if lo > 0 && (l != m.Format.PrefixLen || m.frameEntry(lo).Continues) {
 		first = lo - 1
 	}
 	return first, last, true
@@ -280,7 +289,7 @@ func (m *TableMeta) DecodeFrame(i int, compressed []byte, dst []byte) ([]byte, e
 	// A mapped meta's fences and dictionary are read in place: m stays
 	// reachable until the frame is decoded and checked.
 	defer runtime.KeepAlive(m)
-	fr := m.frame(i)
+	fr := m.frameEntry(i)
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("lsm: %sframe %d: "+format+": %w", append(append([]any{m.namePrefix(), i}, args...), ErrCorrupt)...)
 	}
@@ -384,7 +393,7 @@ func (m *TableMeta) checkFrame(i int, recs []byte) error {
 	}
 	lastRec := recs[len(recs)-w:]
 	if i+1 < m.NumFrames() {
-		next := m.frame(i + 1)
+		next := m.frameEntry(i + 1)
 		if compareRecords(lastRec, next.First) >= 0 {
 			return fmt.Errorf("last record %x not below the next fence", lastRec)
 		}
