@@ -145,7 +145,28 @@ func (e *colEncoder) fields(recs []byte, l colLayout, ranks []uint32) (groups in
 // pairIndexes writes the pairs stream (the distinct pairs, sorted) and
 // each record's index into it (e.pidx); it returns the number of pairs.
 func (e *colEncoder) pairIndexes(n int) int {
-	e.sorted = append(e.sorted[:0], e.pairs...)
+	// A frame has few distinct pairs (often one) in runs: collect the
+	// distinct ones (a record with its predecessor's pair, or one of the
+	// few seen, adds nothing), then sort those alone.
+	e.sorted = e.sorted[:0]
+	for i := range n {
+		p := e.pairs[i]
+		if i > 0 && p == e.pairs[i-1] {
+			continue
+		}
+		seen := false
+		if len(e.sorted) <= 8 {
+			for _, q := range e.sorted {
+				if q == p {
+					seen = true
+					break
+				}
+			}
+		}
+		if !seen {
+			e.sorted = append(e.sorted, p)
+		}
+	}
 	slices.SortFunc(e.sorted, comparePairs)
 	uniq := slices.Compact(e.sorted)
 	np := len(uniq)
@@ -154,9 +175,9 @@ func (e *colEncoder) pairIndexes(n int) int {
 		e.streams[stPairs] = binary.AppendUvarint(e.streams[stPairs], p[0])
 		e.streams[stPairs] = binary.AppendUvarint(e.streams[stPairs], p[1])
 	}
+	k := 0
 	for i := range n {
-		k := 0
-		if np > 1 {
+		if np > 1 && (i == 0 || e.pairs[i] != e.pairs[i-1]) {
 			k, _ = slices.BinarySearchFunc(uniq, e.pairs[i], comparePairs)
 		}
 		e.pidx[i] = uint16(k)
