@@ -14,6 +14,7 @@ import (
 // live are live), warm (median of five) and cold.
 func (b *bench) count(ctx context.Context, id link.RecordID, written, live int) error {
 	db, res := b.db, b.res
+	quiesceGC()
 	if err := b.profileStart("count"); err != nil {
 		return err
 	}

@@ -61,10 +61,12 @@ func (b *bench) warmQueries(ctx context.Context, targets []qtarget) error {
 	lat := make([]time.Duration, len(targets))
 	cpu := make([]time.Duration, len(targets))
 	var total time.Duration
+	quiesceGC()
 	if err := b.profileStart("query"); err != nil {
 		return err
 	}
 	warm0 := b.counting.Snapshot()
+	min0, maj0 := pageFaults()
 	for i, t := range targets {
 		c0, t0 := cpuTime(), time.Now()
 		r, err := run(t)
@@ -78,6 +80,8 @@ func (b *bench) warmQueries(ctx context.Context, targets []qtarget) error {
 		}
 	}
 	b.profileStop("query")
+	min1, maj1 := pageFaults()
+	res.QueryMinorFaults, res.QueryMajorFaults = min1-min0, maj1-maj0
 	warm := b.counting.Snapshot().Sub(warm0)
 	res.WarmGETs = warm.Get.Requests + warm.GetRange.Requests
 	slices.Sort(lat)
@@ -86,8 +90,8 @@ func (b *bench) warmQueries(ctx context.Context, targets []qtarget) error {
 	res.QueryP50us, res.QueryP90us, res.QueryP99us = percentile(lat, 0.5), percentile(lat, 0.9), percentile(lat, 0.99)
 	res.QueryMaxUs = percentile(lat, 1)
 	res.QueryMeanUs = float64(total) / float64(len(lat)) / float64(time.Microsecond)
-	b.logf("warm queries: p50 %.0fµs p99 %.0fµs (CPU time: p50 %.0fµs p99 %.0fµs) over %d queries of %d targets (mean %.0f links)",
-		res.QueryP50us, res.QueryP99us, res.QueryCPUP50us, res.QueryCPUP99us, len(targets), res.QueryTargets, res.QueryLinksMean)
+	b.logf("warm queries: p50 %.0fµs p99 %.0fµs (CPU time: p50 %.0fµs p99 %.0fµs) over %d queries of %d targets (mean %.0f links); page faults %d minor, %d major",
+		res.QueryP50us, res.QueryP99us, res.QueryCPUP50us, res.QueryCPUP99us, len(targets), res.QueryTargets, res.QueryLinksMean, res.QueryMinorFaults, res.QueryMajorFaults)
 	return nil
 }
 
@@ -95,6 +99,7 @@ func (b *bench) warmQueries(ctx context.Context, targets []qtarget) error {
 // an empty frame cache (table metas are local, as on a node).
 func (b *bench) coldQueries(ctx context.Context, distinct map[qtarget]bool, mega qtarget) error {
 	db, res := b.db, b.res
+	quiesceGC()
 	if err := b.profileStart("cold"); err != nil {
 		return err
 	}

@@ -105,6 +105,8 @@ type Result struct {
 	// The process's CPU time (getrusage) per warm query: what a query
 	// costs whatever else runs on the machine.
 	QueryCPUP50us    float64 `json:"query_cpu_p50_us"`
+	QueryMinorFaults int64   `json:"query_minor_faults"` // page faults over the timed warm queries
+	QueryMajorFaults int64   `json:"query_major_faults"`
 	QueryCPUP99us    float64 `json:"query_cpu_p99_us"`
 	WarmGETs         int64   `json:"warm_query_gets"` // GETs during the timed warm pass (0: all from the frame cache)
 	GetsPerQueryMax  int64   `json:"gets_per_query_max"`

@@ -40,6 +40,8 @@ type ServeResult struct {
 	MetaCacheMisses   uint64  `json:"meta_cache_misses"`
 	FrameCacheBytes   int64   `json:"frame_cache_bytes"`
 	RSSBytes          int64   `json:"rss_bytes"`
+	MinorFaults       int64   `json:"minor_faults"` // over the timed pass
+	MajorFaults       int64   `json:"major_faults"`
 	RSSAnonBytes      int64   `json:"rss_anon_bytes"`
 	RSSFileBytes      int64   `json:"rss_file_bytes"`
 	MetaMapped        bool    `json:"meta_mapped"`
@@ -134,6 +136,10 @@ func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, qu
 	res.QueryTargets, res.Queries, res.QueryLinksMean = len(pool), queries, sum/float64(queries)
 	lat := make([]time.Duration, 0, queries)
 	for pass := range 2 {
+		if pass == 1 {
+			quiesceGC()
+			res.MinorFaults, res.MajorFaults = pageFaults()
+		}
 		if pass == 1 && profile != "" {
 			f, err := os.Create(profile)
 			if err != nil {
@@ -160,6 +166,8 @@ func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, qu
 			}
 		}
 	}
+	min1, maj1 := pageFaults()
+	res.MinorFaults, res.MajorFaults = min1-res.MinorFaults, maj1-res.MajorFaults
 	slices.Sort(lat)
 	res.QueryP50us, res.QueryP99us = percentile(lat, 0.5), percentile(lat, 0.99)
 	mc := db.CatalogStats()
@@ -171,8 +179,8 @@ func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, qu
 	res.RSSBytes, res.PeakRSSBytes = rssBytes(), peakRSSBytes()
 	res.RSSAnonBytes, res.RSSFileBytes, res.MetaMapped = rssAnonBytes(), rssFileBytes(), mc.Mapped
 	res.LocalMetaDirBytes, _, _ = dirBytes(filepath.Join(dir, "db"))
-	fmt.Fprintf(log, "serve: %d runs, %d tables, opened in %.1fs; %d queries of %d targets (mean %.0f links): p50 %.0fµs p99 %.0fµs; RSS %.2f GB (anon %.2f, mapped files %.2f; peak %.2f GB), Go heap %.2f GB, meta cache %.1f MB (%d misses), frame cache %.1f MB\n",
-		res.Runs, res.Tables, res.OpenS, queries, len(pool), res.QueryLinksMean, res.QueryP50us, res.QueryP99us,
+	fmt.Fprintf(log, "serve: %d runs, %d tables, opened in %.1fs; %d queries of %d targets (mean %.0f links): p50 %.0fµs p99 %.0fµs (page faults %d minor, %d major); RSS %.2f GB (anon %.2f, mapped files %.2f; peak %.2f GB), Go heap %.2f GB, meta cache %.1f MB (%d misses), frame cache %.1f MB\n",
+		res.Runs, res.Tables, res.OpenS, queries, len(pool), res.QueryLinksMean, res.QueryP50us, res.QueryP99us, res.MinorFaults, res.MajorFaults,
 		float64(res.RSSBytes)/1e9, float64(res.RSSAnonBytes)/1e9, float64(res.RSSFileBytes)/1e9, float64(res.PeakRSSBytes)/1e9, float64(ms.HeapInuse)/1e9, float64(mc.Bytes)/1e6, mc.Misses, float64(res.FrameCacheBytes)/1e6)
 	return res, nil
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +18,24 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// pageFaults returns the process's minor and major page faults so far (a
+// major fault read a page from disk: a mapped meta's page the page cache
+// had let go).
+func pageFaults() (minor, major int64) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0
+	}
+	return ru.Minflt, ru.Majflt
+}
+
+// quiesceGC runs a whole collection before a timed phase, so that no
+// collection the phases before started (the model check's expectations
+// are gigabytes of maps) is still marking during it: its background
+// workers would count in the process's CPU time per query and its write
+// barriers in the latencies, and a node has no such state.
+func quiesceGC() { runtime.GC() }
 
 // loadAvg returns the 1-minute load average (0 where unknown).
 func loadAvg() float64 {

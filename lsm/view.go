@@ -65,14 +65,23 @@ func NewCatalog(dir string, store objstore.Store) *Catalog {
 	return NewCatalogBounded(dir, store, 0)
 }
 
-// NewCatalogMapped returns a catalog keeping meta files under dir in the
-// mapped layout and reading them in place: the heap holds a few hundred
-// bytes a table, the page cache what queries touch.
+// NewCatalogMapped returns a catalog keeping the links tree's meta files
+// under dir in the mapped layout and reading them in place (the heap holds
+// a few hundred bytes a table, the page cache what queries touch), and the
+// other trees' decoded (maps).
 func NewCatalogMapped(dir string, store objstore.Store) *Catalog {
 	c := NewCatalogBounded(dir, store, 0)
 	c.mapped = hostLittleEndian
 	return c
 }
+
+// maps reports whether the catalog maps the metas of tree t: a mapped
+// catalog maps the links tree's, which grow with the links (about one byte
+// a link), and keeps the other trees' decoded: revocations' and the PLC
+// map's are small (about 2% of the whole), and each query asks their
+// filters and fences once per source or DID it renders, hundreds of times,
+// where a lookup in memory costs less than one in a mapped file's pages.
+func (c *Catalog) maps(t Tree) bool { return c.mapped && t == TreeLinks }
 
 // NewCatalogBounded returns a catalog keeping meta files under dir and at
 // most about budget bytes of decoded metas in memory (<= 0: all).
@@ -125,7 +134,7 @@ func (c *Catalog) Add(t Tree, id string, meta []byte) (*TableMeta, error) {
 	}
 	c.mu.onDisk[id] = true // before the file appears: DropStale leaves it
 	c.mu.Unlock()
-	if !c.mapped {
+	if !c.maps(t) {
 		if err := writeFileAtomic(c.localPath(t, id), meta); err != nil {
 			return nil, err
 		}
@@ -168,7 +177,7 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 		return c.fetchDropped(ctx, t, ref)
 	}
 	path := c.localPath(t, ref.ID)
-	if c.mapped {
+	if c.maps(t) {
 		m, err := mapLocalMeta(path)
 		if err == nil {
 			return c.keep(ref.ID, m, true), nil
@@ -181,7 +190,7 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 	}
 	if b, err := os.ReadFile(path); err == nil {
 		if m, err := DecodeMeta(b); err == nil {
-			if c.mapped {
+			if c.maps(t) {
 				return c.Add(t, ref.ID, b)
 			}
 			return c.keep(ref.ID, m, true), nil
