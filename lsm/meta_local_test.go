@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/zeebo/xxh3"
@@ -226,5 +228,48 @@ func TestMappedMetaCorruptAndOld(t *testing.T) {
 	cat3 := NewCatalog(dir, store)
 	if m, err := cat3.Load(ctx, TreeLinks, ref); err != nil || m.mapped != nil || m.Records != 3000 {
 		t.Fatalf("decoding catalog: %v, %v", m, err)
+	}
+}
+
+// A dropped table's mapping is released once nothing holds its meta: a
+// node that compacts for months must not accumulate mappings (the kernel
+// bounds them per process, vm.max_map_count).
+func TestMappedMetaUnmappedAfterDrop(t *testing.T) {
+	store := newLocalStore(t)
+	ctx := context.Background()
+	cat := NewCatalogMapped(t.TempDir(), store)
+	ref, meta := catalogTable(t, store, 2000)
+	if _, err := cat.Add(TreeLinks, ref.ID, meta); err != nil {
+		t.Fatal(err)
+	}
+	path := cat.localPath(TreeLinks, ref.ID)
+	mapped := func() int {
+		b, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(b), path)
+	}
+	if n := mapped(); n != 1 {
+		t.Fatalf("%d mappings of the table's meta after Add, want 1", n)
+	}
+	m, err := cat.Load(ctx, TreeLinks, ref)
+	if err != nil || m.mapped == nil {
+		t.Fatalf("load: %v, %v", m, err)
+	}
+	cat.Drop(TreeLinks, ref.ID)
+	// Still held: still mapped (and readable).
+	runtime.GC()
+	if !m.MayContain(m.MinKey[:m.Format.PrefixLen]) || mapped() != 1 {
+		t.Fatal("a held meta lost its mapping")
+	}
+	runtime.KeepAlive(m)
+	m = nil
+	for i := 0; i < 50 && mapped() > 0; i++ {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := mapped(); n != 0 {
+		t.Fatalf("%d mappings of a dropped table's meta after its last reference went", n)
 	}
 }
