@@ -100,6 +100,7 @@ type metaMapping struct {
 	entry   int    // bytes per entry
 	nFrames int
 	offsets []uint64 // data offset of frame 64*j (in the mapping)
+	samples []byte   // the fences of frames 0, 64, 128, ... (on the heap)
 }
 
 // mapRegion is one mmap; unmapped once the meta owning it is unreachable.
@@ -137,7 +138,7 @@ func (mp *metaMapping) frame(i int) FrameMeta {
 // heapBytes is what a mapped meta holds on the heap (the mapping is the
 // page cache's).
 func (mp *metaMapping) heapBytes() int64 {
-	return int64(unsafe.Sizeof(TableMeta{})+unsafe.Sizeof(metaMapping{})) + 2*int64(mp.entry)
+	return int64(unsafe.Sizeof(TableMeta{})+unsafe.Sizeof(metaMapping{})) + 2*int64(mp.entry) + int64(len(mp.samples))
 }
 
 // mapLocalMeta maps a local meta file and checks it whole. The result reads
@@ -254,6 +255,9 @@ func openMapped(region *mapRegion) (*TableMeta, error) {
 	}
 	if k > 0 {
 		mp.offsets = unsafe.Slice((*uint64)(unsafe.Pointer(&b[o])), k)
+	}
+	for j := 0; j < mp.nFrames; j += offsetEvery {
+		mp.samples = append(mp.samples, mp.fence(j)...)
 	}
 	m.mapped = mp
 	m.MetaBytes = int(bucketBytes)

@@ -166,6 +166,26 @@ func (m *TableMeta) frameEntry(i int) FrameMeta {
 	return m.Frames[i]
 }
 
+// searchFences is sort.Search over the fences of frames [0, n): the first
+// frame whose fence satisfies pred (monotone), or n. A mapped meta first
+// searches its heap copy of every 64th fence, then at most 64 fences in
+// the mapping (a few pages, not one per step of a search over the whole
+// file).
+func (m *TableMeta) searchFences(n int, pred func(fence []byte) bool) int {
+	mp := m.mapped
+	if mp == nil || len(mp.samples) == 0 {
+		return sort.Search(n, func(i int) bool { return pred(m.fence(i)) })
+	}
+	w := m.Format.Width
+	ns := (n + offsetEvery - 1) / offsetEvery // samples of frames below n
+	j := sort.Search(ns, func(j int) bool { return pred(mp.samples[j*w : (j+1)*w]) })
+	if j == 0 {
+		return 0 // frame 0 satisfies pred
+	}
+	lo, hi := (j-1)*offsetEvery+1, min(j*offsetEvery, n)
+	return lo + sort.Search(hi-lo, func(i int) bool { return pred(mp.fence(lo + i)) })
+}
+
 // fence returns frame i's first record (for a mapped meta, in the mapping:
 // valid while m is reachable).
 func (m *TableMeta) fence(i int) []byte {
@@ -223,9 +243,9 @@ func (m *TableMeta) FramesFor(prefix []byte) (first, last int, ok bool) {
 		return 0, 0, false
 	}
 	// Frames whose fence prefix is <= prefix: [0, hi).
-	hi := sort.Search(n, func(i int) bool { return bytes.Compare(m.fence(i)[:l], prefix) > 0 })
+	hi := m.searchFences(n, func(f []byte) bool { return bytes.Compare(f[:l], prefix) > 0 })
 	// The first frame whose fence prefix is >= prefix.
-	lo := sort.Search(hi, func(i int) bool { return bytes.Compare(m.fence(i)[:l], prefix) >= 0 })
+	lo := m.searchFences(hi, func(f []byte) bool { return bytes.Compare(f[:l], prefix) >= 0 })
 	last = hi - 1
 	if lo > last {
 		// No fence starts with prefix: its records, if any, are inside the
@@ -253,7 +273,7 @@ func (m *TableMeta) FramesForRange(lo, hi []byte) (first, last int, ok bool) {
 		return 0, 0, false
 	}
 	// Last: the last frame whose fence prefix is <= hi.
-	last = sort.Search(n, func(i int) bool { return bytes.Compare(m.fence(i)[:l], hi) > 0 }) - 1
+	last = m.searchFences(n, func(f []byte) bool { return bytes.Compare(f[:l], hi) > 0 }) - 1
 	if bytes.Compare(lo, m.MinKey[:l]) <= 0 {
 		return 0, last, true
 	}
