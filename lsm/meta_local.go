@@ -17,9 +17,11 @@ import (
 // fingerprints, the fences its binary search visits and the dictionary
 // entries its frames name, straight from the file. The operating system's
 // page cache holds what is hot and drops the rest; the process's heap holds
-// a few hundred bytes a table (the header fields, the first and last keys,
-// one frame offset in 64). So the metadata of an index of any size costs
-// local disk, not memory (measured in docs/scale.md).
+// a few hundred bytes a table (the header fields, the first and last keys)
+// and a copy of every 64th fence, which a binary search over the fences
+// visits first so that it reads at most 64 fences (a few pages) of the
+// mapping. So the metadata of an index of any size costs local disk, not
+// memory (measured in docs/scale.md).
 //
 // The local layout (little-endian), one file a table:
 //
