@@ -273,3 +273,46 @@ func TestMappedMetaUnmappedAfterDrop(t *testing.T) {
 		t.Fatalf("%d mappings of a dropped table's meta after its last reference went", n)
 	}
 }
+
+// A mapped catalog keeps a small meta of another tree than the links
+// decoded (it is asked per source) and maps a large one (the heap stays
+// bounded); a restart finds each in the layout it was written in.
+func TestMappedCatalogOtherTrees(t *testing.T) {
+	store := newLocalStore(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(3, 5))
+	recs := tblRandomRecords(rng, RevocationFormat, 4000)
+	_, meta, err := BuildTable(RevocationFormat, recs, TableOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, large := NewID(), NewID()
+	for _, id := range []string{small, large} {
+		if err := store.Put(ctx, metaKey(TreeRevocations, id), meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cat := NewCatalogMapped(dir, store)
+	m, err := cat.Add(TreeRevocations, small, meta)
+	if err != nil || m.mapped != nil {
+		t.Fatalf("a small revocation meta: %v, mapped %v", err, m != nil && m.mapped != nil)
+	}
+	was := mapMinBytes
+	mapMinBytes = len(meta)
+	m, err = cat.Add(TreeRevocations, large, meta)
+	mapMinBytes = was
+	if err != nil || m.mapped == nil {
+		t.Fatalf("a large revocation meta: %v, not mapped", err)
+	}
+	cat2 := NewCatalogMapped(dir, store)
+	for _, c := range []struct {
+		id     string
+		mapped bool
+	}{{small, false}, {large, true}} {
+		m, err := cat2.Load(ctx, TreeRevocations, TableRef{ID: c.id})
+		if err != nil || (m.mapped != nil) != c.mapped || m.Records != uint64(len(recs)/RevocationFormat.Width) {
+			t.Fatalf("reloaded %s: %v, mapped %v, want %v", c.id, err, m != nil && m.mapped != nil, c.mapped)
+		}
+	}
+}

@@ -75,13 +75,21 @@ func NewCatalogMapped(dir string, store objstore.Store) *Catalog {
 	return c
 }
 
-// maps reports whether the catalog maps the metas of tree t: a mapped
-// catalog maps the links tree's, which grow with the links (about one byte
-// a link), and keeps the other trees' decoded: revocations' and the PLC
-// map's are small (about 2% of the whole), and each query asks their
-// filters and fences once per source or DID it renders, hundreds of times,
-// where a lookup in memory costs less than one in a mapped file's pages.
-func (c *Catalog) maps(t Tree) bool { return c.mapped && t == TreeLinks }
+// maps reports whether the catalog maps a meta of metaBytes of tree t: a
+// mapped catalog maps the links tree's, which grow with the links (about
+// one byte a link), and keeps the other trees' decoded unless they are
+// large: revocations' and the PLC map's are small (about 2% of the whole),
+// and each query asks their filters and fences once per source or DID it
+// renders, hundreds of times, where a lookup in memory costs less than one
+// in a mapped file's pages; but a large one (a big compacted run of a
+// whole-network index) is mapped too, so that the heap stays bounded.
+func (c *Catalog) maps(t Tree, metaBytes int) bool {
+	return c.mapped && (t == TreeLinks || metaBytes >= mapMinBytes)
+}
+
+// mapMinBytes is the size from which a mapped catalog maps the meta of a
+// tree other than the links tree (a variable for the tests).
+var mapMinBytes = 16 << 20
 
 // NewCatalogBounded returns a catalog keeping meta files under dir and at
 // most about budget bytes of decoded metas in memory (<= 0: all).
@@ -134,7 +142,7 @@ func (c *Catalog) Add(t Tree, id string, meta []byte) (*TableMeta, error) {
 	}
 	c.mu.onDisk[id] = true // before the file appears: DropStale leaves it
 	c.mu.Unlock()
-	if !c.maps(t) {
+	if !c.maps(t, len(meta)) {
 		if err := writeFileAtomic(c.localPath(t, id), meta); err != nil {
 			return nil, err
 		}
@@ -177,7 +185,8 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 		return c.fetchDropped(ctx, t, ref)
 	}
 	path := c.localPath(t, ref.ID)
-	if c.maps(t) {
+	if c.mapped {
+		// The file's layout says whether it is mapped (Add chose).
 		m, err := mapLocalMeta(path)
 		if err == nil {
 			return c.keep(ref.ID, m, true), nil
@@ -185,12 +194,13 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 		if errors.Is(err, fs.ErrNotExist) {
 			return c.fetch(ctx, t, ref)
 		}
-		// A meta file an earlier binary wrote (the bucket's bytes) is
-		// converted; a corrupt one is fetched again.
+		// The bucket's bytes (a meta kept decoded, or one an earlier
+		// binary wrote, converted if it is to be mapped); a corrupt one is
+		// fetched again.
 	}
 	if b, err := os.ReadFile(path); err == nil {
 		if m, err := DecodeMeta(b); err == nil {
-			if c.maps(t) {
+			if c.maps(t, len(b)) {
 				return c.Add(t, ref.ID, b)
 			}
 			return c.keep(ref.ID, m, true), nil
