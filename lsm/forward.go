@@ -130,7 +130,7 @@ func (r *Reader) Forward(ctx context.Context, v *View, sources []link.RecordID) 
 	return out, st, nil
 }
 
-// addStats adds the costs in b to a.
+// addStats adds the costs in b to a (the most GETs of a run: the larger).
 func addStats(a, b *Stats) {
 	a.TablesConsidered += b.TablesConsidered
 	a.TablesFiltered += b.TablesFiltered
@@ -141,4 +141,5 @@ func addStats(a, b *Stats) {
 	a.Round1MaxPerRun = max(a.Round1MaxPerRun, b.Round1MaxPerRun)
 	a.Candidates += b.Candidates
 	a.Revoked += b.Revoked
+	a.CountWindows += b.CountWindows
 }

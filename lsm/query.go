@@ -292,7 +292,7 @@ func (r *Reader) Count(ctx context.Context, v *View, target link.RecordID, filte
 			}
 		}
 		res := <-done
-		st.add(&res.st)
+		addStats(&st, &res.st)
 		if res.err != nil {
 			return 0, st, res.err
 		}
@@ -305,20 +305,6 @@ func (r *Reader) Count(ctx context.Context, v *View, target link.RecordID, filte
 		}
 		cands, horizon = next, nextHorizon
 	}
-}
-
-// add adds o's counts to st (the most GETs of a run: the larger).
-func (st *Stats) add(o *Stats) {
-	st.TablesConsidered += o.TablesConsidered
-	st.TablesFiltered += o.TablesFiltered
-	st.Round1GETs += o.Round1GETs
-	st.Round2GETs += o.Round2GETs
-	st.Round2Passes += o.Round2Passes
-	st.Round2Scans += o.Round2Scans
-	st.Round1MaxPerRun = max(st.Round1MaxPerRun, o.Round1MaxPerRun)
-	st.Candidates += o.Candidates
-	st.Revoked += o.Revoked
-	st.CountWindows += o.CountWindows
 }
 
 // countWindowLinks is about how many links one window of a count reads
