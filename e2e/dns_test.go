@@ -60,15 +60,23 @@ func startDNS(t *testing.T) *rrDNS {
 		}
 		w.WriteMsg(m)
 	})
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.addr = pc.LocalAddr().String()
-	ln, err := net.Listen("tcp", d.addr)
-	if err != nil {
+	// UDP and TCP on one port: the kernel picks a free UDP port, whose TCP
+	// twin another process may hold; then pick again.
+	var pc net.PacketConn
+	var ln net.Listener
+	for try := 0; ; try++ {
+		var err error
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		d.addr = pc.LocalAddr().String()
+		if ln, err = net.Listen("tcp", d.addr); err == nil {
+			break
+		}
 		pc.Close()
-		t.Fatalf("DNS over TCP on %s: %v", d.addr, err)
+		if try == 50 {
+			t.Fatalf("DNS over TCP on %s (try %d): %v", d.addr, try, err)
+		}
 	}
 	for _, s := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
 		started := make(chan struct{})
