@@ -219,7 +219,7 @@ func openMapped(region *mapRegion) (*TableMeta, error) {
 		return nil, corruptf("local meta: prefix %d bytes, its header says %d", p, filterAt+sec.filterBytes)
 	case e > MaxDictEntries, e > m.Records/2:
 		return nil, corruptf("local meta: dictionary of %d entries", e)
-	case d%8 != 0 || o%8 != 0 || d < p || d+10*e > o || o+8*k != end:
+	case d%8 != 0 || o%8 != 0 || d < p || d > end || o > end || d+10*e > o || o+8*k != end:
 		return nil, corruptf("local meta: sections at %d, %d, %d bytes", d, o, end)
 	case bucketBytes > MaxMetaBytes:
 		return nil, corruptf("local meta: bucket meta of %d bytes", bucketBytes)

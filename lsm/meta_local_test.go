@@ -209,6 +209,18 @@ func TestMappedMetaCorruptAndOld(t *testing.T) {
 			_, _ = m.ByteRange(f, l)
 		}
 	}
+	// Trailer offsets past the file (resealed): refused, never an index
+	// out of range.
+	for _, at := range []int{24, 32} { // D, O
+		for _, v := range []uint64{1<<64 - 8, 1 << 40, uint64(len(b))} {
+			c := bytes.Clone(b)
+			binary.LittleEndian.PutUint64(c[len(c)-localTrailerSize+at:], v)
+			binary.LittleEndian.PutUint64(c[len(c)-8:], xxh3.Hash(c[:len(c)-8]))
+			if _, err := openMapped(&mapRegion{b: c}); err == nil {
+				t.Fatalf("trailer field at %d set to %#x: the local meta opens", at, v)
+			}
+		}
+	}
 	// A corrupt file on disk: a new catalog fetches the meta again.
 	c := bytes.Clone(b)
 	c[len(c)/2] ^= 1
