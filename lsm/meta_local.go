@@ -58,11 +58,9 @@ func isLocalMeta(b []byte) bool {
 // encodeLocalMeta returns the local file of a meta: meta is the bucket
 // object, m its decoding (DecodeMeta's).
 func encodeLocalMeta(m *TableMeta, meta []byte) ([]byte, error) {
-	version, err := checkMetaEnvelope(meta)
-	if err != nil {
-		return nil, err
-	}
-	_, sec, err := decodeMetaHeader(meta, version)
+	// DecodeMeta checked the envelope and the checksum: only the header's
+	// section sizes are needed here.
+	_, sec, err := decodeMetaHeader(meta, m.version)
 	if err != nil {
 		return nil, err
 	}
