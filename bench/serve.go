@@ -48,6 +48,9 @@ type ServeResult struct {
 	PeakRSSBytes      int64   `json:"peak_rss_bytes"`
 	GoHeapInuseBytes  uint64  `json:"go_heap_inuse_bytes"`
 	LocalMetaDirBytes int64   `json:"local_meta_dir_bytes"`
+	RevocationRuns    int     `json:"revocation_runs"`
+	Compactions       int     `json:"compactions,omitempty"` // --compact: merges made before the queries
+	CompactS          float64 `json:"compact_s,omitempty"`
 }
 
 // serveMain is `eddy-bench serve --dir DIR`: DIR is the temporary
@@ -70,6 +73,7 @@ func serveMain(ctx context.Context, name string, args []string, stdout, stderr i
 	metaCache := fs.Int64("meta-cache-bytes", 0, "0: table metadata mapped and read in place (the default); > 0: a cache of decoded metadata of that size; < 0: all decoded")
 	cache := fs.Int64("cache-bytes", 0, "decoded-frame cache (0: lsm.DefaultCacheBytes)")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the timed pass to this file")
+	compact := fs.Bool("compact", false, "first make every compaction this engine's policy picks on the index (as a node of this version would after an upgrade), then measure")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -84,7 +88,7 @@ func serveMain(ctx context.Context, name string, args []string, stdout, stderr i
 	if err != nil {
 		return err
 	}
-	res, err := serve(ctx, *dir, st, *seed, *queries, *cache, *metaCache, *profile, stderr)
+	res, err := serve(ctx, *dir, st, *seed, *queries, *cache, *metaCache, *profile, *compact, stderr)
 	if err != nil {
 		return err
 	}
@@ -93,7 +97,7 @@ func serveMain(ctx context.Context, name string, args []string, stdout, stderr i
 }
 
 // serve opens the index in dir and measures it (serveMain).
-func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, queries int, cache, metaCache int64, profile string, log io.Writer) (*ServeResult, error) {
+func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, queries int, cache, metaCache int64, profile string, compact bool, log io.Writer) (*ServeResult, error) {
 	store, err := local.New(filepath.Join(dir, "store"))
 	if err != nil {
 		return nil, err
@@ -105,8 +109,24 @@ func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, qu
 	}
 	defer db.Close()
 	res := &ServeResult{Dir: dir, OpenS: time.Since(t0).Seconds(), CacheBytes: cache}
+	if compact {
+		t1 := time.Now()
+		for {
+			did, err := db.Compact(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if !did {
+				break
+			}
+			res.Compactions++
+		}
+		res.CompactS = time.Since(t1).Seconds()
+		fmt.Fprintf(log, "serve: %d compactions in %.1fs\n", res.Compactions, res.CompactS)
+	}
 	m := db.View().Manifest
 	res.Runs = len(m.Runs)
+	res.RevocationRuns = len(m.RunsOf(lsm.TreeRevocations))
 	for _, r := range m.Runs {
 		res.Tables += len(r.Tables)
 	}
@@ -179,8 +199,8 @@ func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, qu
 	res.RSSBytes, res.PeakRSSBytes = rssBytes(), peakRSSBytes()
 	res.RSSAnonBytes, res.RSSFileBytes, res.MetaMapped = rssAnonBytes(), rssFileBytes(), mc.Mapped
 	res.LocalMetaDirBytes, _, _ = dirBytes(filepath.Join(dir, "db"))
-	fmt.Fprintf(log, "serve: %d runs, %d tables, opened in %.1fs; %d queries of %d targets (mean %.0f links): p50 %.0fµs p99 %.0fµs (page faults %d minor, %d major); RSS %.2f GB (anon %.2f, mapped files %.2f; peak %.2f GB), Go heap %.2f GB, meta cache %.1f MB (%d misses), frame cache %.1f MB\n",
-		res.Runs, res.Tables, res.OpenS, queries, len(pool), res.QueryLinksMean, res.QueryP50us, res.QueryP99us, res.MinorFaults, res.MajorFaults,
+	fmt.Fprintf(log, "serve: %d runs (%d of revocations), %d tables, opened in %.1fs; %d queries of %d targets (mean %.0f links): p50 %.0fµs p99 %.0fµs (page faults %d minor, %d major); RSS %.2f GB (anon %.2f, mapped files %.2f; peak %.2f GB), Go heap %.2f GB, meta cache %.1f MB (%d misses), frame cache %.1f MB\n",
+		res.Runs, res.RevocationRuns, res.Tables, res.OpenS, queries, len(pool), res.QueryLinksMean, res.QueryP50us, res.QueryP99us, res.MinorFaults, res.MajorFaults,
 		float64(res.RSSBytes)/1e9, float64(res.RSSAnonBytes)/1e9, float64(res.RSSFileBytes)/1e9, float64(res.PeakRSSBytes)/1e9, float64(ms.HeapInuse)/1e9, float64(mc.Bytes)/1e6, mc.Misses, float64(res.FrameCacheBytes)/1e6)
 	return res, nil
 }

@@ -160,3 +160,82 @@ func compactionRunDD(t *testing.T, db **DB, c *ddCase) string {
 	}
 	return ""
 }
+
+// TestPickRatioKeepsRevocationRunsFew: the revocation tree merges its
+// newest runs into an older one by size ratio, so however many flushes
+// it took, its runs grow by more than revocationMergeRatio from newest
+// to oldest and stay about log2(bytes / flush) in number, where
+// size-tiered compaction (the links tree's) keeps up to fan-in minus one
+// runs in every tier.
+func TestPickRatioKeepsRevocationRunsFew(t *testing.T) {
+	mkRun := func(id int, tree Tree, bytes uint64) Run {
+		return Run{ID: strconv.Itoa(id), Tree: tree, Seq: uint64(id), Tables: []TableRef{{ID: strconv.Itoa(id), DataBytes: bytes}}}
+	}
+	for _, flush := range []uint64{4 << 10, 1600 << 10} {
+		m := &Manifest{}
+		id := 0
+		var total, merged uint64
+		maxRuns := 0
+		for range 3000 {
+			id++
+			m.Runs = append(m.Runs, mkRun(id, TreeRevocations, flush))
+			total += flush
+			for {
+				in := PickCompaction(m, TreeRevocations, DefaultCompactionFanIn)
+				if in == nil {
+					break
+				}
+				if len(in) < 2 {
+					t.Fatalf("a merge of %d run", len(in))
+				}
+				drop := map[string]bool{}
+				var sum uint64
+				for _, r := range in {
+					drop[r.ID] = true
+					sum += r.Bytes()
+				}
+				var keep []Run
+				for _, r := range m.Runs {
+					if !drop[r.ID] {
+						keep = append(keep, r)
+					}
+				}
+				id++
+				m.Runs = append(keep, mkRun(id, TreeRevocations, sum))
+				merged += sum
+			}
+			runs := m.RunsOf(TreeRevocations)
+			maxRuns = max(maxRuns, len(runs))
+			for i := 0; i < len(runs); i++ {
+				var newer uint64
+				for _, r := range runs[i:] {
+					newer += r.Bytes()
+				}
+				newer -= runs[i].Bytes()
+				if i < len(runs)-1 && newer*revocationMergeRatio >= runs[i].Bytes() {
+					t.Fatalf("flush %d: run %d of %d (%d bytes) has %d bytes newer than it and was not merged", flush, i, len(runs), runs[i].Bytes(), newer)
+				}
+			}
+		}
+		// log2(3000) ~ 11.6: the bound of the ratio rule is about that plus one.
+		if maxRuns > 13 {
+			t.Errorf("flush %d: %d runs at most, want <= 13", flush, maxRuns)
+		}
+		if amp := float64(merged+total) / float64(total); amp > 16 {
+			t.Errorf("flush %d: write amplification %.1f, want <= 16", flush, amp)
+		}
+		t.Logf("flush %d B: at most %d runs, %d at the end, write amplification %.1f", flush, maxRuns, len(m.RunsOf(TreeRevocations)), float64(merged+total)/float64(total))
+	}
+	// The links tree is still size-tiered: eight runs of one tier merge.
+	m := &Manifest{}
+	for i := range 7 {
+		m.Runs = append(m.Runs, mkRun(i+1, TreeLinks, 4<<10))
+	}
+	if in := PickCompaction(m, TreeLinks, 8); in != nil {
+		t.Fatalf("links: picked %d of 7 runs of one tier", len(in))
+	}
+	m.Runs = append(m.Runs, mkRun(8, TreeLinks, 4<<10))
+	if in := PickCompaction(m, TreeLinks, 8); len(in) != 8 {
+		t.Fatalf("links: picked %d of 8 runs of one tier, want 8", len(in))
+	}
+}

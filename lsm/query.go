@@ -344,7 +344,7 @@ type queryScratch struct {
 	repoThr, srcThr []uint64
 	repoRevs        []didRev
 	fhash, shash    []uint64     // filter and shard hashes of the keys
-	probeShard      []bool       // the tables of a run asked through filters
+	probeShard      []probeKinds // the keys each table of a run is asked about through its filter
 	tableMetas      []*TableMeta // the metas of a run's tables (planRevocationRun)
 	scanFrames      [][]byte
 	rgroups         []fetchGroup

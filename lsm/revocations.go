@@ -1,6 +1,7 @@
 package lsm
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -157,8 +158,10 @@ func (r *Reader) planRevocationRun(ctx context.Context, vr *viewRun, p *revProbe
 	s.tableMetas = reuseSlice(s.tableMetas, len(vr.tables))
 	defer clear(s.tableMetas) // the cache may let them go after this
 	probe := false
+	rlo, rhi := link.RepoID(minDID).Bytes(), link.RepoID(maxDID).Bytes()
+	klo, khi := s.srcKeys[0].Bytes(), s.srcKeys[len(s.srcKeys)-1].Bytes()
 	for ti, t := range vr.tables {
-		s.probeShard[ti], s.tableMetas[ti] = false, nil
+		s.probeShard[ti], s.tableMetas[ti] = 0, nil
 		if t == nil {
 			continue
 		}
@@ -171,7 +174,19 @@ func (r *Reader) planRevocationRun(ctx context.Context, vr *viewRun, p *revProbe
 		case scanned:
 			st.Round2Scans++
 		case notScanned:
-			s.probeShard[ti], probe = true, true
+			// Ask the filter only about the kinds of key the table's
+			// range can hold: most tables hold no repository
+			// revocations (an account's deletion), and asking about
+			// each source's repository doubled the probes.
+			var kinds probeKinds
+			if keyRangeMeets(m, rlo[:], rhi[:]) {
+				kinds |= probeRepos
+			}
+			if keyRangeMeets(m, klo[:], khi[:]) {
+				kinds |= probeRecords
+			}
+			s.probeShard[ti] = kinds
+			probe = probe || kinds != 0
 		}
 	}
 	if !probe {
@@ -190,11 +205,14 @@ func (r *Reader) planRevocationRun(ctx context.Context, vr *viewRun, p *revProbe
 		var m *TableMeta
 		if compacted {
 			sh := p.shard(i, vr.shardBits)
-			if int(sh) >= len(vr.tables) || !s.probeShard[sh] {
+			if int(sh) >= len(vr.tables) || !s.probeShard[sh].has(p.kindAt(i)) {
 				continue
 			}
 			t, m = vr.tables[sh], s.tableMetas[sh]
 		} else {
+			if !s.probeShard[0].has(p.kindAt(i)) {
+				continue
+			}
 			t, m = vr.tables[0], s.tableMetas[0]
 		}
 		if !p.mayContain(m, i) {
@@ -311,6 +329,32 @@ func (p *revProbe) prepare() {
 	s.repoThr = reuseSlice(s.repoThr, len(dids))
 	clear(s.repoThr)
 	p.nKeys = len(dids) + len(s.srcKeys)
+}
+
+// probeKinds says which keys of the sequence round two asks a table's
+// filter about: its repositories, its source records, both or none.
+type probeKinds uint8
+
+const (
+	probeRepos probeKinds = 1 << iota
+	probeRecords
+)
+
+func (k probeKinds) has(kind probeKinds) bool { return k&kind != 0 }
+
+// keyRangeMeets reports whether [lo, hi] (24-byte keys) meets m's key
+// range [MinKey, MaxKey].
+func keyRangeMeets(m *TableMeta, lo, hi []byte) bool {
+	l := len(lo)
+	return len(m.MinKey) >= l && bytes.Compare(hi, m.MinKey[:l]) >= 0 && bytes.Compare(lo, m.MaxKey[:l]) <= 0
+}
+
+// kindAt is the kind of key i: a repository or a source record.
+func (p *revProbe) kindAt(i int) probeKinds {
+	if i < len(p.s.dids) {
+		return probeRepos
+	}
+	return probeRecords
 }
 
 func (p *revProbe) keyAt(i int) link.RecordID {
