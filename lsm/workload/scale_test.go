@@ -26,7 +26,9 @@ func replay(t *testing.T, cfg StreamConfig) (*Stream, []Op, [32]byte) {
 	var b [link.BacklinkSize]byte
 	var lastRev uint64
 	if err := s.Run(func(op *Op) error {
-		ops = append(ops, *op)
+		o := *op
+		o.Revoked = slices.Clone(op.Revoked)
+		ops = append(ops, o)
 		rev := op.Link.SourceRev
 		if op.Revoke {
 			rev = op.Revocation.Rev
@@ -85,6 +87,30 @@ func TestStreamModel(t *testing.T) {
 				if rev >= revoked[k.s] {
 					nLive++
 					live[k.t] = append(live[k.t], link.Backlink{Target: k.t, Source: k.s, Location: k.l, SourceRev: rev})
+				}
+			}
+			// A store that deletes by key (Pebble, PostgreSQL in bench
+			// peers) deletes each revocation's Revoked links: it must end
+			// with the same live links as the fold by rev.
+			byKey := map[truthKey]bool{}
+			for _, op := range ops {
+				if !op.Revoke {
+					byKey[truthKey{op.Link.Target, op.Link.Source, op.Link.Location}] = true
+					continue
+				}
+				for _, l := range op.Revoked {
+					if l.Source != op.Revocation.Source {
+						t.Fatalf("revocation of %v lists a link from %v", op.Revocation.Source, l.Source)
+					}
+					delete(byKey, truthKey{l.Target, l.Source, l.Location})
+				}
+			}
+			if len(byKey) != s.LiveLinks() {
+				t.Fatalf("deleting the revocations' links by key leaves %d links, want %d", len(byKey), s.LiveLinks())
+			}
+			for k := range byKey {
+				if newest[k] < revoked[k.s] {
+					t.Fatalf("link %v <- %v survives its revocation when deleted by key", k.t, k.s)
 				}
 			}
 			if nLive != s.LiveLinks() || links != s.Written || revs != s.Revocations {

@@ -85,6 +85,11 @@ type Op struct {
 	Revoke     bool
 	Link       link.Backlink
 	Revocation link.Revocation
+	// Revoked, with a revocation: the links its record was written with
+	// (target, source and location; SourceRev is the revocation's), for
+	// stores that delete links by key rather than by source (the peers
+	// of bench peers). Valid until emit returns.
+	Revoked []link.Backlink
 }
 
 type sacc struct {
@@ -536,9 +541,13 @@ func (s *Stream) Run(emit func(op *Op) error) error {
 		s.Records++
 		return nil
 	}
-	revoke := func(src link.RecordID, rev uint64) error {
+	revoke := func(src link.RecordID, rev uint64, ls []outLink) error {
 		op.Revoke = true
 		op.Revocation = link.Revocation{Source: src, Rev: rev}
+		op.Revoked = op.Revoked[:0]
+		for _, l := range ls {
+			op.Revoked = append(op.Revoked, link.Backlink{Target: l.target, Source: src, Location: l.loc, SourceRev: rev})
+		}
 		s.trackRevoke(&op.Revocation)
 		s.Revocations++
 		return emit(&op)
