@@ -90,26 +90,26 @@ func TestStreamModel(t *testing.T) {
 				}
 			}
 			// A store that deletes by key (Pebble, PostgreSQL in bench
-			// peers) deletes each revocation's Revoked links: it must end
-			// with the same live links as the fold by rev.
-			byKey := map[truthKey]bool{}
+			// peers) deletes each revocation's Revoked links, each with the
+			// rev it was written at: it must end with the fold's live links.
+			byKey := map[link.Backlink]bool{}
 			for _, op := range ops {
 				if !op.Revoke {
-					byKey[truthKey{op.Link.Target, op.Link.Source, op.Link.Location}] = true
+					byKey[op.Link] = true
 					continue
 				}
 				for _, l := range op.Revoked {
 					if l.Source != op.Revocation.Source {
 						t.Fatalf("revocation of %v lists a link from %v", op.Revocation.Source, l.Source)
 					}
-					delete(byKey, truthKey{l.Target, l.Source, l.Location})
+					delete(byKey, l)
 				}
 			}
 			if len(byKey) != s.LiveLinks() {
 				t.Fatalf("deleting the revocations' links by key leaves %d links, want %d", len(byKey), s.LiveLinks())
 			}
-			for k := range byKey {
-				if newest[k] < revoked[k.s] {
+			for l := range byKey {
+				if k := (truthKey{l.Target, l.Source, l.Location}); newest[k] < revoked[k.s] {
 					t.Fatalf("link %v <- %v survives its revocation when deleted by key", k.t, k.s)
 				}
 			}

@@ -60,7 +60,7 @@ func (s *Stream) liveKind(st uint64) liveKind {
 
 // runLive writes the live tail after stamp: one event per stamp until
 // Links are written, then the deletes still due.
-func (s *Stream) runLive(stamp uint64, add func(link.RecordID, uint64, []outLink) error, revoke func(link.RecordID, uint64, []outLink) error, out []outLink) error {
+func (s *Stream) runLive(stamp uint64, add func(link.RecordID, uint64, []outLink) error, revoke func(src link.RecordID, rev, written uint64, links []outLink) error, out []outLink) error {
 	var due pendingHeap
 	var bfDel uint64
 	var bfPerm perm
@@ -73,7 +73,7 @@ func (s *Stream) runLive(stamp uint64, add func(link.RecordID, uint64, []outLink
 			p := heap.Pop(&due).(pending)
 			src, ci, orig, _ := s.liveRecord(p.seq, out)
 			out = orig
-			if err := revoke(src, stamp, orig); err != nil {
+			if err := revoke(src, stamp, p.seq, orig); err != nil {
 				return err
 			}
 			s.Revoked += p.count
@@ -106,7 +106,7 @@ func (s *Stream) runLive(stamp uint64, add func(link.RecordID, uint64, []outLink
 			}
 			var src link.RecordID
 			src, out = s.backfillRecord(a, uint64(k), out)
-			if err := revoke(src, stamp, out); err != nil {
+			if err := revoke(src, stamp, uint64(a)+1, out); err != nil { // account a's repository was written at stamp a+1
 				return err
 			}
 			s.Revoked += len(out)
@@ -135,7 +135,7 @@ func (s *Stream) runLive(stamp uint64, add func(link.RecordID, uint64, []outLink
 		stamp++
 		src, _, orig, _ := s.liveRecord(p.seq, out)
 		out = orig
-		if err := revoke(src, stamp, orig); err != nil {
+		if err := revoke(src, stamp, p.seq, orig); err != nil {
 			return err
 		}
 		s.Revoked += p.count

@@ -86,9 +86,9 @@ type Op struct {
 	Link       link.Backlink
 	Revocation link.Revocation
 	// Revoked, with a revocation: the links its record was written with
-	// (target, source and location; SourceRev is the revocation's), for
-	// stores that delete links by key rather than by source (the peers
-	// of bench peers). Valid until emit returns.
+	// (SourceRev the rev they were written at), for stores that delete
+	// links by key rather than by source (the peers of bench peers).
+	// Valid until emit returns.
 	Revoked []link.Backlink
 }
 
@@ -541,12 +541,12 @@ func (s *Stream) Run(emit func(op *Op) error) error {
 		s.Records++
 		return nil
 	}
-	revoke := func(src link.RecordID, rev uint64, ls []outLink) error {
+	revoke := func(src link.RecordID, rev, written uint64, ls []outLink) error {
 		op.Revoke = true
 		op.Revocation = link.Revocation{Source: src, Rev: rev}
 		op.Revoked = op.Revoked[:0]
 		for _, l := range ls {
-			op.Revoked = append(op.Revoked, link.Backlink{Target: l.target, Source: src, Location: l.loc, SourceRev: rev})
+			op.Revoked = append(op.Revoked, link.Backlink{Target: l.target, Source: src, Location: l.loc, SourceRev: written})
 		}
 		s.trackRevoke(&op.Revocation)
 		s.Revocations++
