@@ -38,6 +38,9 @@ func Main(ctx context.Context, name string, args []string, stdout, stderr io.Wri
 	if len(args) > 0 && args[0] == "serve" {
 		return serveMain(ctx, name, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "peers" {
+		return peersMain(ctx, name, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "lsm" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 			fmt.Fprintf(stdout, usageText, name)

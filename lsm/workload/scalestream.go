@@ -605,3 +605,12 @@ func (s *Stream) Targets() int {
 	}
 	return int(n)
 }
+
+// URLs calls fn with every URL of the pool, its target ID and its text
+// (for stores keyed by text; the links carry the ID only).
+func (s *Stream) URLs(fn func(id link.RecordID, text string)) {
+	for i := range s.nURLs {
+		t := s.urlText(i)
+		fn(link.HashTarget(t), t)
+	}
+}
