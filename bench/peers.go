@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -116,6 +117,7 @@ type peersConfig struct {
 	links, mega, reps int
 	seed              uint64
 	dir, system, dsn  string
+	profile           string
 	systems           []string
 	pgBin             string
 }
@@ -132,6 +134,7 @@ func peersMain(ctx context.Context, name string, args []string, stdout, stderr i
 	systems := fs.String("systems", strings.Join(peerSystems, ","), "systems to run, in order")
 	fs.StringVar(&c.system, "system", "", "run one system in this process (the parent's children)")
 	fs.StringVar(&c.dsn, "pg-dsn", "", "PostgreSQL connection string (children; the parent starts a server)")
+	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of each system's queries to this file, suffixed with the system's name")
 	fs.StringVar(&c.pgBin, "pg-bin", "", "directory of initdb, pg_ctl and postgres (default: PATH, then /usr/lib/postgresql/15/bin)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -197,6 +200,9 @@ func peersParent(ctx context.Context, c *peersConfig, log io.Writer) (*PeersRepo
 	for _, sys := range c.systems {
 		args := []string{"peers", "--system", sys, "--links", fmt.Sprint(c.links), "--mega-links", fmt.Sprint(c.mega),
 			"--reps", fmt.Sprint(c.reps), "--seed", fmt.Sprint(c.seed), "--tmp", filepath.Join(dir, sys)}
+		if c.profile != "" {
+			args = append(args, "--cpuprofile", c.profile+"."+sys)
+		}
 		if strings.HasPrefix(sys, "pg-") {
 			if pg == nil {
 				if pg, err = startPG(ctx, filepath.Join(dir, "pg"), c.pgBin, log); err != nil {
@@ -311,6 +317,17 @@ func peerChild(ctx context.Context, c *peersConfig, log io.Writer) (*PeerResult,
 	fmt.Fprintf(log, "peers: %s: wrote %d links in %.1fs (%.0f links/CPU-s, %.1fs to finish), %.2f B/live link\n",
 		c.system, st.Written, res.IngestWallS, res.LinksPerCPUS, res.FinishS, res.BytesPerLink)
 
+	if c.profile != "" {
+		f, err := os.Create(c.profile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	// Every sample target's count must be the workload's.
 	for _, t := range st.Sample {
 		n, err := ps.count(ctx, t.ID)

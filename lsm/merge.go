@@ -68,7 +68,7 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 		return nil, nil, err
 	}
 	horizon := roundOneHorizon(groups, s.cut, prefix[:], w.reverse)
-	out, err := mergeCandidates(target, f, w, horizon, s)
+	out, horizon, err := mergeCandidates(target, f, w, horizon, s)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -203,7 +203,7 @@ func roundOneHorizon(groups []fetchGroup, cut []bool, prefix []byte, reverse boo
 // mergeCandidates merges the target's records of every group read (in
 // s.groups) into s.out: those that pass f, after the window's cursor and
 // not beyond horizon, in order, identical links folded to the newest rev.
-func mergeCandidates(target link.RecordID, f *Filter, w window, horizon *Cursor, s *queryScratch) ([]link.Backlink, error) {
+func mergeCandidates(target link.RecordID, f *Filter, w window, horizon *Cursor, s *queryScratch) ([]link.Backlink, *Cursor, error) {
 	prefix := target.Bytes()
 	groups := s.groups
 	inWindow := func(l *link.Backlink) bool {
@@ -221,27 +221,55 @@ func mergeCandidates(target link.RecordID, f *Filter, w window, horizon *Cursor,
 		}
 		return true
 	}
-	// The target's records in each frame, then the result sized once.
+	// The target's records in each frame, narrowed to the window (a
+	// binary search for the cursor and the horizon: a page deep in a
+	// popular target merges its window, not every record before it in
+	// the frames read), then the result sized once.
+	var afterKey, horizonKey [posKeySize]byte
+	if w.after != nil {
+		afterKey = posKey(prefix[:], w.after)
+	}
+	if horizon != nil {
+		horizonKey = posKey(prefix[:], horizon)
+	}
 	n := 0
 	s.spans = s.spans[:0]
 	for gi := range groups {
 		for _, recs := range groups[gi].frames {
 			lo, hi := prefixRange(recs, link.BacklinkSize, prefix[:])
+			switch {
+			case w.reverse:
+				if horizon != nil {
+					lo = boundIn(recs, lo, hi, horizonKey[:], false)
+				}
+				if w.after != nil {
+					hi = boundIn(recs, lo, hi, afterKey[:], false)
+				}
+			default:
+				if w.after != nil {
+					lo = boundIn(recs, lo, hi, afterKey[:], true)
+				}
+				if horizon != nil {
+					hi = boundIn(recs, lo, hi, horizonKey[:], true)
+				}
+			}
 			s.spans = append(s.spans, lo, hi)
 			n += (hi - lo) / link.BacklinkSize
 		}
 	}
 	if n > CandidatesMax {
-		return nil, fmt.Errorf("target %v: more than %d links: %w", target, CandidatesMax, ErrTooBig)
+		return nil, nil, fmt.Errorf("target %v: more than %d links: %w", target, CandidatesMax, ErrTooBig)
 	}
 	out := s.out[:0]
 	if cap(out) < n {
 		out = make([]link.Backlink, 0, n)
 	}
+	// The spans hold the window only; inWindow stays as a check that
+	// costs a comparison or two a link when a filter is asked anyway.
 	all, windowed := f.empty(), w.after != nil || horizon != nil
 	var keep func(*link.Backlink) bool
-	if !all || windowed {
-		keep = func(l *link.Backlink) bool { return (all || f.match(l)) && (!windowed || inWindow(l)) }
+	if !all {
+		keep = func(l *link.Backlink) bool { return f.match(l) && (!windowed || inWindow(l)) }
 	}
 	// Each group's links are sorted (a table is): one group is copied,
 	// several are merged as they are read (one pass, no second buffer).
@@ -252,9 +280,21 @@ func mergeCandidates(target link.RecordID, f *Filter, w window, horizon *Cursor,
 		s.segs = append(s.segs, mergeSeg{frames: fs, spans: s.spans[k : k+2*len(fs)]})
 		k += 2 * len(fs)
 	}
-	out = mergeSegs(out, s.segs, keep)
+	// A forward page stops merging once it has its window's links (the
+	// runs' frames read hold up to windowFramesMin frames each, eight
+	// thousand links, where a page wants a hundred and fifty): what was
+	// merged ends at the position of its last link, the new horizon.
+	stop := 0
+	if w.want > 0 && !w.spread && !w.reverse {
+		stop = w.want
+	}
+	out, stopped := mergeSegs(out, s.segs, keep, stop)
 	clear(s.segs)
 	s.out = out
+	if stopped {
+		last := out[len(out)-1]
+		horizon = &Cursor{Source: last.Source, Location: last.Location}
+	}
 	// Fold identical links (same source and location), keeping the newest.
 	k = 0
 	for i := range out {
@@ -265,7 +305,7 @@ func mergeCandidates(target link.RecordID, f *Filter, w window, horizon *Cursor,
 		out[k] = out[i]
 		k++
 	}
-	return out[:k], nil
+	return out[:k], horizon, nil
 }
 
 // mergeSeg is one group's links in round one: the target's records of
@@ -302,7 +342,13 @@ func (m *mergeSeg) next(keep func(*link.Backlink) bool) bool {
 // mergeSegs appends the links of the sorted segments that keep accepts to
 // out, in order (linkLess): a single segment is copied; several are merged
 // through a binary heap of their indexes, ordered by their heads.
-func mergeSegs(out []link.Backlink, segs []mergeSeg, keep func(*link.Backlink) bool) []link.Backlink {
+// With stop > 0 it returns once out has stop links more and the next
+// link is at another position (identical links of several runs are
+// folded together later, so they are never split), reporting stopped.
+func mergeSegs(out []link.Backlink, segs []mergeSeg, keep func(*link.Backlink) bool, stop int) (_ []link.Backlink, stopped bool) {
+	if stop > 0 {
+		stop += len(out)
+	}
 	var hbuf [64]int32
 	h := hbuf[:0]
 	for i := range segs {
@@ -320,7 +366,12 @@ func mergeSegs(out []link.Backlink, segs []mergeSeg, keep func(*link.Backlink) b
 		for {
 			out = append(out, m.head)
 			if !m.next(keep) {
-				return out
+				return out, false
+			}
+			if stop > 0 && len(out) >= stop {
+				if last := &out[len(out)-1]; cmpPos(last.Source, last.Location, m.head.Source, m.head.Location) != 0 {
+					return out, true
+				}
 			}
 		}
 	}
@@ -335,8 +386,14 @@ func mergeSegs(out []link.Backlink, segs []mergeSeg, keep func(*link.Backlink) b
 			h = h[:len(h)-1]
 		}
 		siftDown(segs, h, 0)
+		if stop > 0 && len(out) >= stop && len(h) > 0 {
+			last, next := &out[len(out)-1], &segs[h[0]].head
+			if cmpPos(last.Source, last.Location, next.Source, next.Location) != 0 {
+				return out, true
+			}
+		}
 	}
-	return out
+	return out, false
 }
 
 // siftDown restores the order of the heap h (of indexes into segs, by
@@ -373,6 +430,32 @@ func prefixRange(recs []byte, width int, prefix []byte) (int, int) {
 	i := searchRecs(n, func(i int) bool { return bytes.Compare(recs[i*width:i*width+len(prefix)], prefix) >= 0 })
 	j := searchRecs(n, func(i int) bool { return bytes.Compare(recs[i*width:i*width+len(prefix)], prefix) > 0 })
 	return i * width, j * width
+}
+
+// posKeySize: a position in a target's links as a record prefix:
+// target, source, location.
+const posKeySize = 2*link.RecordIDSize + 8
+
+// posKey is the record prefix of position c in target's links.
+func posKey(target []byte, c *Cursor) [posKeySize]byte {
+	var k [posKeySize]byte
+	copy(k[:], target)
+	c.Source.Put(k[link.RecordIDSize:])
+	binary.BigEndian.PutUint64(k[2*link.RecordIDSize:], uint64(c.Location))
+	return k
+}
+
+// boundIn returns the byte offset of the first record in recs[lo:hi)
+// (records of link.BacklinkSize bytes, sorted) whose prefix is above key
+// (strict) or not below it, or hi.
+func boundIn(recs []byte, lo, hi int, key []byte, strict bool) int {
+	const w = link.BacklinkSize
+	l := len(key)
+	i := searchRecs((hi-lo)/w, func(i int) bool {
+		c := bytes.Compare(recs[lo+i*w:lo+i*w+l], key)
+		return c > 0 || !strict && c == 0
+	})
+	return lo + i*w
 }
 
 func searchRecs(n int, f func(int) bool) int {

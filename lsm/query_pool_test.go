@@ -205,13 +205,27 @@ func TestMergeLinks(t *testing.T) {
 		}
 		want := slices.Clone(all)
 		slices.SortFunc(want, func(a, b link.Backlink) int { return a.Compare(&b) })
-		got := mergeSegs(nil, slices.Clone(segs), nil)
-		if !slices.Equal(got, want) {
-			t.Fatalf("%d runs: merge gave %v, want %v", runs, got, want)
+		got, stopped := mergeSegs(nil, slices.Clone(segs), nil, 0)
+		if !slices.Equal(got, want) || stopped {
+			t.Fatalf("%d runs: merge gave %v (stopped %v), want %v", runs, got, stopped, want)
+		}
+		// Stopped early: a prefix of the merge, at least stop links,
+		// never ending inside a group of links at one position.
+		for _, stop := range []int{1, 2, 5, len(want) - 1} {
+			if stop < 1 {
+				continue
+			}
+			got, stopped := mergeSegs(nil, slices.Clone(segs), nil, stop)
+			if len(got) < min(stop, len(want)) || !slices.Equal(got, want[:len(got)]) || stopped != (len(got) < len(want)) {
+				t.Fatalf("%d runs, stop %d: merge gave %d links (stopped %v) of %d, not a prefix of the merge", runs, stop, len(got), stopped, len(want))
+			}
+			if n := len(got); stopped && cmpPos(got[n-1].Source, got[n-1].Location, want[n].Source, want[n].Location) == 0 {
+				t.Fatalf("%d runs, stop %d: stopped between two links at one position", runs, stop)
+			}
 		}
 		odd := func(l *link.Backlink) bool { return l.Source.RKey%2 == 1 }
 		want = slices.DeleteFunc(want, func(l link.Backlink) bool { return !odd(&l) })
-		got = mergeSegs(got[:0], segs, odd)
+		got, _ = mergeSegs(got[:0], segs, odd, 0)
 		if !slices.Equal(got, want) {
 			t.Fatalf("%d runs, odd sources: merge gave %v, want %v", runs, got, want)
 		}
