@@ -179,13 +179,7 @@ func peersParent(ctx context.Context, c *peersConfig, log io.Writer) (*PeersRepo
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	if os.Geteuid() == 0 {
-		// PostgreSQL's tools run as the postgres user: it must reach its
-		// directory inside this one.
-		if err := os.Chmod(dir, 0o755); err != nil {
-			return nil, err
-		}
-	}
+
 	rep := &PeersReport{Links: c.links, Seed: c.seed, Shape: "backfill", MegaLinks: c.mega, Machine: machine(), Started: time.Now().UTC().Format(time.RFC3339)}
 	var pg *pgServer
 	defer func() {

@@ -25,6 +25,7 @@ import (
 type pgServer struct {
 	data, bin string
 	asUser    bool // run the tools as the postgres user (initdb refuses root)
+	tmp       string // a directory stop removes
 	dsn       string
 }
 
@@ -67,8 +68,23 @@ func startPG(ctx context.Context, dir, bin string, log io.Writer) (*pgServer, er
 	if err != nil {
 		return nil, err
 	}
-	s := &pgServer{data: filepath.Join(dir, "data"), bin: bin, asUser: os.Geteuid() == 0}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	s := &pgServer{bin: bin, asUser: os.Geteuid() == 0}
+	if s.asUser {
+		// The tools run as the postgres user, who must reach the data
+		// directory: a directory of its own under the system's
+		// temporary directory (dir's parents may be private to root),
+		// removed by stop.
+		d, err := os.MkdirTemp("", "eddy-pg-")
+		if err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
+			return nil, err
+		}
+		dir, s.tmp = d, d
+	}
+	s.data = filepath.Join(dir, "data")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	if s.asUser {
@@ -121,6 +137,9 @@ func (s *pgServer) run(ctx context.Context, tool string, args ...string) error {
 
 func (s *pgServer) stop() {
 	_ = s.run(context.Background(), "pg_ctl", "-D", s.data, "-m", "fast", "-w", "stop")
+	if s.tmp != "" {
+		os.RemoveAll(s.tmp)
+	}
 }
 
 // pgPeer is PostgreSQL with one of two schemas.

@@ -2,7 +2,8 @@
 # Installs what Eddy's tests use besides MinIO (see install-minio.sh):
 #   - systemd-analyze, which checks the shipped unit (deploy/systemd), and
 #     chromium, the browser e2e/page_test.go drives, through apt-get when
-#     missing;
+#     missing; so is PostgreSQL (initdb), which the peers bench's test
+#     starts;
 #   - the npm packages of e2e/jsclient (the real atproto client and lexicon
 #     validator e2e/dropin_test.go drives the cluster with), by `npm ci` from
 #     its package-lock.json when node_modules is missing or differs from the
@@ -15,9 +16,11 @@ cd "$(dirname "$0")/.."
 # e2e/page_test.go drives), each installed only when its command is missing.
 missing=()
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+# PostgreSQL (bench/peers_test.go starts a server of its own with initdb).
+command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 if ((${#missing[@]} == 0)); then
-	echo "test deps: systemd-analyze and chromium present"
+	echo "test deps: systemd-analyze, chromium and PostgreSQL present"
 else
 	echo "test deps: installing ${missing[*]} through apt-get"
 	SUDO=

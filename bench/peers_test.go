@@ -1,0 +1,73 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The whole comparison of bench peers, small: every system writes the
+// same 40k-link stream, every sample target's count matches the
+// workload's in each (peerChild fails otherwise), every class's pages
+// add up to its targets' links, and the report names every system. The
+// PostgreSQL server is started here (initdb); without PostgreSQL the test
+// fails under make test (EDDY_REQUIRE_PG=1) and is skipped elsewhere.
+func TestPeersSmall(t *testing.T) {
+	if _, err := findPGBin(""); err != nil {
+		if os.Getenv("EDDY_REQUIRE_PG") != "" {
+			t.Fatalf("PostgreSQL is required (EDDY_REQUIRE_PG): %v", err)
+		}
+		t.Skipf("no PostgreSQL: %v", err)
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	pg, err := startPG(ctx, filepath.Join(dir, "pg"), "", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.stop()
+	rep := &PeersReport{Links: 40_000, Seed: 3, MegaLinks: 4_000}
+	for _, sys := range peerSystems {
+		c := &peersConfig{links: rep.Links, mega: rep.MegaLinks, reps: 20, seed: rep.Seed, dir: filepath.Join(dir, sys), system: sys, dsn: pg.dsn}
+		if err := os.MkdirAll(c.dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		r, err := peerChild(ctx, c, io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", sys, err)
+		}
+		if r.CheckedTargets == 0 || r.Bytes <= 0 || r.LinksPerCPUS <= 0 || len(r.Classes) != len(peerClasses) {
+			t.Fatalf("%s: %+v", sys, r)
+		}
+		for _, cl := range r.Classes {
+			if cl.Targets == 0 || cl.FirstPageP50us <= 0 || cl.AllPagesP50ms <= 0 {
+				t.Fatalf("%s %s: %+v", sys, cl.Class, cl)
+			}
+		}
+		if strings.HasPrefix(sys, "pg-") && r.ServerRSSBytes <= 0 {
+			t.Errorf("%s: no server memory measured", sys)
+		}
+		rep.Results = append(rep.Results, *r)
+	}
+	by := map[string]PeerResult{}
+	for _, r := range rep.Results {
+		by[r.System] = r
+	}
+	// Eddy's one claim that holds at any size: fewer bytes a link than
+	// every peer.
+	for _, sys := range peerSystems[1:] {
+		if e, p := by["eddy"].BytesPerLink, by[sys].BytesPerLink; e >= p {
+			t.Errorf("eddy %.2f B/link, %s %.2f", e, sys, p)
+		}
+	}
+	table := peersTable(rep)
+	for _, sys := range peerSystems {
+		if !strings.Contains(table, "| "+sys+" |") {
+			t.Errorf("the report has no row for %s:\n%s", sys, table)
+		}
+	}
+	t.Log(table)
+}
