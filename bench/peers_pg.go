@@ -24,7 +24,7 @@ import (
 // a directory of its own, on 127.0.0.1 and a free port.
 type pgServer struct {
 	data, bin string
-	asUser    bool // run the tools as the postgres user (initdb refuses root)
+	asUser    bool   // run the tools as the postgres user (initdb refuses root)
 	tmp       string // a directory stop removes
 	dsn       string
 }
