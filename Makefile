@@ -5,6 +5,7 @@
 #   make race    the race detector on the packages with shared state (.ci/run runs it after make test)
 #   make bench   runs the Go benchmarks (figures go to docs/bench.md by hand, with the command)
 #   make fuzz    runs every fuzz target for FUZZTIME each
+#   make bench-peers  Eddy, Pebble and PostgreSQL on one workload (docs/bench.md, "Peers"); make bench-scale: docs/scale.md
 
 GO        ?= go
 GOBIN     := $(shell $(GO) env GOPATH)/bin
@@ -12,7 +13,7 @@ FUZZTIME  ?= 30s
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/eddy-backlinks/eddy/version.Version=$(VERSION)
 
-.PHONY: all build test race vet bench fuzz minio testdeps demo demo-down run e2e-full clean
+.PHONY: all build test race vet bench bench-peers fuzz minio testdeps demo demo-down run e2e-full clean
 
 all: build
 
@@ -72,6 +73,23 @@ e2e-full: build
 # as eddy-ctl bench lsm; docs/bench.md).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./...
+
+# Eddy side by side with Pebble (string keys; the expert's binary keys) and
+# PostgreSQL (seed 002's schema; an expert's) on one streaming workload at
+# each N of PEERS_NS (docs/bench.md, "Peers"): the bench starts and stops
+# its own PostgreSQL server (initdb in a temporary directory); one JSON
+# report a run in PEERS_DIR, the table on stderr and in the log.
+PEERS_NS  ?= 10000000
+PEERS_DIR ?= docs/peers
+bench-peers:
+	@mkdir -p bin $(PEERS_DIR)
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/eddy-bench ./cmd/bench
+	@set -e; for n in $(PEERS_NS); do \
+		echo "bench-peers: $$n links (log in $(PEERS_DIR)/peers-$$n.log)"; \
+		bin/eddy-bench peers --links $$n > $(PEERS_DIR)/peers-$$n.json.tmp 2> $(PEERS_DIR)/peers-$$n.log; \
+		mv $(PEERS_DIR)/peers-$$n.json.tmp $(PEERS_DIR)/peers-$$n.json; \
+		sed -n '/^| system/,$$p' $(PEERS_DIR)/peers-$$n.log; \
+	done
 
 # The storage benchmark at scale (docs/scale.md): bin/eddy-bench lsm
 # --shape backfill (streamed: the network's history, then a live tail) at
