@@ -208,9 +208,9 @@ func openPGPeer(ctx context.Context, dsn string, expert bool, names *peerNames) 
 func (p *pgPeer) config() string {
 	c := "PostgreSQL (" + strings.Join(pgConf, ", ") + "); "
 	if p.expert {
-		return c + "expert schema: links(target bytea, src_did, src_collection, src_rkey, path, rev bigint), one b-tree, the primary key (target, source, path, rev), fillfactor 100; COPY in batches of 10,000, deletes by the whole key in batches of 2,000 (DELETE USING unnest); VACUUM after the deletes; bytes: pg_total_relation_size"
+		return c + "expert schema: links(target bytea, src_did, src_collection, src_rkey, path, rev bigint), one b-tree, the primary key (target, source, path, rev), fillfactor 100; COPY in batches of 10,000, deletes by the whole key, one DELETE a link pipelined in batches of 2,000 revocations; VACUUM after the deletes; bytes: pg_total_relation_size"
 	}
-	return c + "seed 002's schema: backlinks(id bigserial, url, source_uri, author_did, path text, created_at timestamptz, inserted_at, updated_at), a b-tree on url; COPY in batches of 10,000, deletes by (url, source_uri, path, created_at before the delete) in batches of 2,000; ANALYZE at the end; bytes: pg_total_relation_size"
+	return c + "seed 002's schema: backlinks(id bigserial, url, source_uri, author_did, path text, created_at timestamptz, inserted_at, updated_at), a b-tree on url; COPY in batches of 10,000, deletes by (url, source_uri, path, created_at before the delete), one DELETE a link pipelined in batches of 2,000 revocations; ANALYZE at the end; bytes: pg_total_relation_size"
 }
 
 // stampTime is a stamp as a time (1 ms a stamp).
@@ -262,38 +262,28 @@ func (p *pgPeer) flush(ctx context.Context) error {
 	if len(p.dels) == 0 {
 		return nil
 	}
-	var err error
-	if p.expert {
-		var t [][]byte
-		var did, col, rkey, path, rev []int64
-		for _, op := range p.dels {
-			for i := range op.Revoked {
-				l := &op.Revoked[i]
-				b := l.Target.Bytes()
-				t = append(t, b[:])
-				did, col, rkey = append(did, int64(l.Source.DID)), append(col, int64(l.Source.Collection)), append(rkey, int64(l.Source.RKey))
-				path, rev = append(path, int64(l.Location)), append(rev, int64(l.SourceRev))
+	// One DELETE a link, pipelined in one batch: each finds its row
+	// through the index (a DELETE ... USING unnest of thousands of keys
+	// was planned as a join over the whole table).
+	b := &pgx.Batch{}
+	for _, op := range p.dels {
+		for i := range op.Revoked {
+			l := &op.Revoked[i]
+			if p.expert {
+				t := l.Target.Bytes()
+				b.Queue(`DELETE FROM links WHERE target = $1 AND src_did = $2 AND src_collection = $3 AND src_rkey = $4 AND path = $5 AND rev = $6`,
+					t[:], int64(l.Source.DID), int64(l.Source.Collection), int64(l.Source.RKey), int64(l.Location), int64(l.SourceRev))
+				continue
 			}
-		}
-		_, err = p.conn.Exec(ctx, `DELETE FROM links l USING unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[]) AS d(target, did, col, rkey, path, rev)
-			WHERE l.target = d.target AND l.src_did = d.did AND l.src_collection = d.col AND l.src_rkey = d.rkey AND l.path = d.path AND l.rev = d.rev`,
-			t, did, col, rkey, path, rev)
-	} else {
-		var url, src, path []string
-		var at []time.Time
-		for _, op := range p.dels {
-			for i := range op.Revoked {
-				tl, err := p.names.link(&op.Revoked[i])
-				if err != nil {
-					return err
-				}
-				url, src, path, at = append(url, tl.target), append(src, tl.sourceURI()), append(path, tl.path), append(at, stampTime(op.Revocation.Rev))
+			tl, err := p.names.link(l)
+			if err != nil {
+				return err
 			}
+			b.Queue(`DELETE FROM backlinks WHERE url = $1 AND source_uri = $2 AND path = $3 AND created_at < $4`,
+				tl.target, tl.sourceURI(), tl.path, stampTime(op.Revocation.Rev))
 		}
-		_, err = p.conn.Exec(ctx, `DELETE FROM backlinks b USING unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS d(url, src, path, at)
-			WHERE b.url = d.url AND b.source_uri = d.src AND b.path = d.path AND b.created_at < d.at`,
-			url, src, path, at)
 	}
+	err := p.conn.SendBatch(ctx, b).Close()
 	if err != nil {
 		return fmt.Errorf("delete: %w", err)
 	}
