@@ -13,7 +13,7 @@ FUZZTIME  ?= 30s
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/eddy-backlinks/eddy/version.Version=$(VERSION)
 
-.PHONY: all build test race vet bench bench-peers fuzz minio testdeps demo demo-down run e2e-full clean
+.PHONY: all build test race vet bench bench-peers fuzz minio toxiproxy testdeps demo demo-down run e2e-full clean
 
 all: build
 
@@ -42,6 +42,11 @@ run: build
 minio:
 	@bash scripts/install-minio.sh
 
+# toxiproxy (the peers bench's bucket far away), the same way: a test
+# service built outside the repository, never linked.
+toxiproxy:
+	@bash scripts/install-toxiproxy.sh
+
 # Other tools the tests need, installed if absent: systemd-analyze and
 # chromium (apt-get), and e2e/jsclient's npm packages (npm ci from its lock file; Node.js and npm
 # must be on the machine).
@@ -52,7 +57,7 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 	$(GO) vet ./...
 
-test: minio testdeps vet build
+test: minio toxiproxy testdeps vet build
 	EDDY_REQUIRE_MINIO=1 EDDY_REQUIRE_PG=1 EDDY_MINIO_BIN=$(GOBIN)/minio $(GO) test -count=1 -timeout 14m ./...
 
 # The race detector on the packages whose state goroutines share (the
@@ -81,7 +86,7 @@ bench:
 # report a run in PEERS_DIR, the table on stderr and in the log.
 PEERS_NS  ?= 10000000
 PEERS_DIR ?= docs/peers
-bench-peers:
+bench-peers: minio toxiproxy
 	@mkdir -p bin $(PEERS_DIR)
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/eddy-bench ./cmd/bench
 	@set -e; for n in $(PEERS_NS); do \

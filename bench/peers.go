@@ -46,7 +46,7 @@ import (
 // report.
 
 // peerSystems in report order.
-var peerSystems = []string{"eddy", "pebble-strings", "pebble-expert", "pg-seed", "pg-expert"}
+var peerSystems = []string{"eddy", "eddy-s3", "pebble-strings", "pebble-expert", "pg-seed", "pg-expert"}
 
 // Query classes: the targets of the sample whose live links are nearest
 // each size, and the mega target sized to the large class.
@@ -85,6 +85,7 @@ type PeerResult struct {
 	CheckedTargets int         `json:"checked_targets"`            // sample targets whose count matched the workload
 	PeakRSSBytes   int64       `json:"peak_rss_bytes"`             // the child process (for PostgreSQL: the client)
 	ServerRSSBytes int64       `json:"server_rss_bytes,omitempty"` // PostgreSQL: the server's processes' PSS after the queries
+	Cold           []PeerCold  `json:"cold,omitempty"`             // eddy-s3: cold queries with the bucket far away
 }
 
 // PeersReport is the whole run.
@@ -244,8 +245,8 @@ func peerChild(ctx context.Context, c *peersConfig, log io.Writer) (*PeerResult,
 	}
 	var ps peerStore
 	switch c.system {
-	case "eddy":
-		ps, err = openEddyPeer(ctx, c.dir)
+	case "eddy", "eddy-s3":
+		ps, err = openEddyPeer(ctx, c.dir, c.system == "eddy-s3")
 	case "pebble-strings":
 		ps, err = openPebblePeer(c.dir, false, newPeerNames(st))
 	case "pebble-expert":
@@ -343,6 +344,19 @@ func peerChild(ctx context.Context, c *peersConfig, log io.Writer) (*PeerResult,
 			c.system, cl.name, pc.Targets, pc.LinksMean, pc.FirstPageP50us, pc.FirstPageP99us, pc.AllPagesP50ms, pc.CountP50ms)
 	}
 	res.PeakRSSBytes, res.ServerRSSBytes = peakRSSBytes(), ps.serverRSS()
+	if ep, ok := ps.(*eddyPeer); ok {
+		ts := classTargets(st, 150) // the ~150-link targets of docs/scale.md's cold queries
+		if len(ts) > 100 {
+			ts = ts[:100]
+		}
+		if res.Cold, err = ep.cold(ctx, ts); err != nil {
+			return nil, fmt.Errorf("cold queries far away: %w", err)
+		}
+		for _, c := range res.Cold {
+			fmt.Fprintf(log, "peers: eddy-s3: cold queries with the bucket %.0f ms away (%d targets, %.0f links): p50 %.1f ms p99 %.1f ms (bound 2 RTT + 10 ms: %.0f ms), GETs %.1f mean %d max, round trips %d max\n",
+				c.RTTms, c.Queries, c.LinksMean, c.P50us/1e3, c.P99us/1e3, c.Bound2RTTus/1e3, c.GETsMean, c.GETsMax, c.RoundTripsMax)
+		}
+	}
 	return res, nil
 }
 
@@ -462,6 +476,15 @@ func peersTable(rep *PeersReport) string {
 			r.System, r.BytesPerLink, r.LinksPerCPUS, r.IngestWallS,
 			cl["small"].FirstPageP50us, cl["small"].FirstPageP99us, cl["medium"].FirstPageP50us, cl["medium"].FirstPageP99us,
 			cl["large"].FirstPageP50us, cl["large"].FirstPageP99us, cl["medium"].AllPagesP50ms, cl["large"].AllPagesP50ms, cl["large"].CountP50ms, rssS)
+	}
+	for _, r := range rep.Results {
+		if len(r.Cold) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n%s, cold queries (empty frame cache, metadata local) with the bucket far away:\n\n| round trip to the bucket | targets (mean links) | p50 ms | p99 ms | bound 2 RTT + 10 ms | GETs mean / max | round trips max |\n|---|---|---|---|---|---|---|\n", r.System)
+		for _, c := range r.Cold {
+			fmt.Fprintf(&b, "| %.0f ms | %d (%.0f) | %.2f | %.2f | %.0f | %.1f / %d | %d |\n", c.RTTms, c.Queries, c.LinksMean, c.P50us/1e3, c.P99us/1e3, c.Bound2RTTus/1e3, c.GETsMean, c.GETsMax, c.RoundTripsMax)
+		}
 	}
 	return b.String()
 }

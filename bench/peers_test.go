@@ -7,20 +7,35 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/eddy-backlinks/eddy/objstore/miniotest"
 )
 
 // The whole comparison of bench peers, small: every system writes the
 // same 40k-link stream, every sample target's count matches the
 // workload's in each (peerChild fails otherwise), every class's pages
 // add up to its targets' links, and the report names every system. The
-// PostgreSQL server is started here (initdb); without PostgreSQL the test
-// fails under make test (EDDY_REQUIRE_PG=1) and is skipped elsewhere.
+// PostgreSQL server is started here (initdb), and MinIO and toxiproxy for
+// eddy-s3; without them the test fails under make test (EDDY_REQUIRE_PG=1,
+// EDDY_REQUIRE_MINIO=1) and is skipped elsewhere.
 func TestPeersSmall(t *testing.T) {
 	if _, err := findPGBin(""); err != nil {
 		if os.Getenv("EDDY_REQUIRE_PG") != "" {
 			t.Fatalf("PostgreSQL is required (EDDY_REQUIRE_PG): %v", err)
 		}
 		t.Skipf("no PostgreSQL: %v", err)
+	}
+	if _, err := findToxiproxy(); err != nil {
+		if os.Getenv("EDDY_REQUIRE_PG") != "" {
+			t.Fatalf("toxiproxy is required with PostgreSQL (EDDY_REQUIRE_PG): %v", err)
+		}
+		t.Skipf("no toxiproxy: %v", err)
+	}
+	if _, err := miniotest.FindBinary(); err != nil {
+		if os.Getenv("EDDY_REQUIRE_MINIO") != "" || os.Getenv("CI") != "" {
+			t.Fatalf("MinIO is required: %v", err)
+		}
+		t.Skipf("no MinIO: %v", err)
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -50,6 +65,18 @@ func TestPeersSmall(t *testing.T) {
 		if strings.HasPrefix(sys, "pg-") && r.ServerRSSBytes <= 0 {
 			t.Errorf("%s: no server memory measured", sys)
 		}
+		if sys == "eddy-s3" {
+			// Far away, a cold query takes at least one round trip and,
+			// by the design, at most two.
+			if len(r.Cold) != len(farRTTs) {
+				t.Fatalf("eddy-s3: %d cold measures, want %d", len(r.Cold), len(farRTTs))
+			}
+			for _, c := range r.Cold {
+				if c.RoundTripsMax < 1 || c.RoundTripsMax > 2 || c.P50us < c.RTTms*1e3 {
+					t.Errorf("eddy-s3 cold at %.0f ms: %+v", c.RTTms, c)
+				}
+			}
+		}
 		rep.Results = append(rep.Results, *r)
 	}
 	by := map[string]PeerResult{}
@@ -58,7 +85,10 @@ func TestPeersSmall(t *testing.T) {
 	}
 	// Eddy's one claim that holds at any size: fewer bytes a link than
 	// every peer.
-	for _, sys := range peerSystems[1:] {
+	for _, sys := range peerSystems {
+		if strings.HasPrefix(sys, "eddy") {
+			continue
+		}
 		if e, p := by["eddy"].BytesPerLink, by[sys].BytesPerLink; e >= p {
 			t.Errorf("eddy %.2f B/link, %s %.2f", e, sys, p)
 		}
