@@ -91,7 +91,7 @@ bench-peers: minio toxiproxy
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/eddy-bench ./cmd/bench
 	@set -e; for n in $(PEERS_NS); do \
 		echo "bench-peers: $$n links (log in $(PEERS_DIR)/peers-$$n.log)"; \
-		bin/eddy-bench peers --links $$n > $(PEERS_DIR)/peers-$$n.json.tmp 2> $(PEERS_DIR)/peers-$$n.log; \
+		bin/eddy-bench peers --links $$n --charts $(PEERS_DIR) > $(PEERS_DIR)/peers-$$n.json.tmp 2> $(PEERS_DIR)/peers-$$n.log; \
 		mv $(PEERS_DIR)/peers-$$n.json.tmp $(PEERS_DIR)/peers-$$n.json; \
 		sed -n '/^| system/,$$p' $(PEERS_DIR)/peers-$$n.log; \
 	done

@@ -99,5 +99,9 @@ func TestPeersSmall(t *testing.T) {
 			t.Errorf("the report has no row for %s:\n%s", sys, table)
 		}
 	}
+	files, err := drawPeersCharts(t.TempDir(), rep)
+	if err != nil || len(files) != 2+len(peerClasses) {
+		t.Fatalf("charts: %v, %v", files, err)
+	}
 	t.Log(table)
 }
