@@ -485,10 +485,96 @@ func peerQueries(ctx context.Context, ps peerStore, st *workload.Stream, class s
 	return pc, nil
 }
 
-// peersTable renders the report as Markdown: Eddy's ratio to each peer
-// first, then each system's figures.
+// peerMetric is one figure of the comparison.
+type peerMetric struct {
+	name   string
+	lower  bool // lower is better
+	unit   string
+	get    func(r *PeerResult) float64
+	format string
+}
+
+func classMetric(class, what string, get func(c *PeerClass) float64, unit, format string) peerMetric {
+	return peerMetric{name: class + " targets, " + what, lower: true, unit: unit, format: format, get: func(r *PeerResult) float64 {
+		for i := range r.Classes {
+			if r.Classes[i].Class == class {
+				return get(&r.Classes[i])
+			}
+		}
+		return 0
+	}}
+}
+
+func peerMetrics() []peerMetric {
+	ms := []peerMetric{
+		{name: "bytes per live link", lower: true, format: "%.2f", get: func(r *PeerResult) float64 { return r.BytesPerLink }},
+		{name: "links written per CPU-second", format: "%.0f", get: func(r *PeerResult) float64 { return r.LinksPerCPUS }},
+	}
+	for _, cl := range peerClasses {
+		ms = append(ms,
+			classMetric(cl.name, "first page p50", func(c *PeerClass) float64 { return c.FirstPageP50us }, "µs", "%.0f"),
+			classMetric(cl.name, "first page p99", func(c *PeerClass) float64 { return c.FirstPageP99us }, "µs", "%.0f"))
+	}
+	ms = append(ms,
+		classMetric("large", "every page", func(c *PeerClass) float64 { return c.AllPagesP50ms }, "ms", "%.1f"),
+		classMetric("large", "count", func(c *PeerClass) float64 { return c.CountP50ms }, "ms", "%.2f"))
+	return ms
+}
+
+// peersVerdict is the report's first screen: Eddy (the engine on local
+// disk) against each peer, and every figure where it loses, by how much.
+func peersVerdict(rep *PeersReport) string {
+	var eddy *PeerResult
+	for i := range rep.Results {
+		if rep.Results[i].System == "eddy" {
+			eddy = &rep.Results[i]
+		}
+	}
+	if eddy == nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nEddy against its peers at %d links: bytes per live link %.2f", rep.Links, eddy.BytesPerLink)
+	for _, r := range rep.Results {
+		if strings.HasPrefix(r.System, "eddy") {
+			continue
+		}
+		fmt.Fprintf(&b, "; %.2fx %s's (%.2f)", eddy.BytesPerLink/r.BytesPerLink, r.System, r.BytesPerLink)
+	}
+	b.WriteString("\n")
+	losses := 0
+	for _, r := range rep.Results {
+		if strings.HasPrefix(r.System, "eddy") {
+			continue
+		}
+		for _, m := range peerMetrics() {
+			e, p := m.get(eddy), m.get(&r)
+			if e <= 0 || p <= 0 {
+				continue
+			}
+			worse := (m.lower && e > p) || (!m.lower && e < p)
+			if !worse {
+				continue
+			}
+			losses++
+			by := e/p - 1
+			if !m.lower {
+				by = p/e - 1
+			}
+			fmt.Fprintf(&b, "- Eddy LOSES to %s on %s: "+m.format+" against "+m.format+" %s (%.0f%% worse)\n", r.System, m.name, e, p, m.unit, 100*by)
+		}
+	}
+	if losses == 0 {
+		b.WriteString("- Eddy loses on no figure of the table.\n")
+	}
+	return b.String()
+}
+
+// peersTable renders the report as Markdown: the verdict first (where
+// Eddy loses, by how much), then each system's figures.
 func peersTable(rep *PeersReport) string {
 	var b strings.Builder
+	b.WriteString(peersVerdict(rep))
 	fmt.Fprintf(&b, "\n%d links written (backfill shape, seed %d, mega target %d links), %s\n\n", rep.Links, rep.Seed, rep.MegaLinks, rep.Machine)
 	b.WriteString("| system | B/live link | links/CPU-s | ingest wall s | small p50/p99 µs | medium p50/p99 µs | large p50/p99 µs | medium all pages ms | large all pages ms | large count ms | peak RSS MB |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Results {

@@ -94,6 +94,9 @@ func TestPeersSmall(t *testing.T) {
 		}
 	}
 	table := peersTable(rep)
+	if !strings.Contains(table, "Eddy against its peers") {
+		t.Errorf("the report does not open with the verdict:\n%s", table)
+	}
 	for _, sys := range peerSystems {
 		if !strings.Contains(table, "| "+sys+" |") {
 			t.Errorf("the report has no row for %s:\n%s", sys, table)
