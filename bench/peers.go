@@ -137,7 +137,7 @@ func peersMain(ctx context.Context, name string, args []string, stdout, stderr i
 	fs.StringVar(&c.system, "system", "", "run one system in this process (the parent's children)")
 	fs.StringVar(&c.dsn, "pg-dsn", "", "PostgreSQL connection string (children; the parent starts a server)")
 	fs.StringVar(&c.charts, "charts", "", "draw the report's charts (PNG) into this directory")
-	fs.StringVar(&c.from, "from", "", "print the table and draw the charts of this report (a peers JSON) instead of running")
+	fs.StringVar(&c.from, "from", "", "print (and with --charts draw) the report of these peers JSON files (comma-separated runs of one workload, merged) instead of running")
 	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of each system's queries to this file, suffixed with the system's name")
 	fs.StringVar(&c.pgBin, "pg-bin", "", "directory of initdb, pg_ctl and postgres (default: PATH, then /usr/lib/postgresql/15/bin)")
 	if err := parseFlags(fs, args); err != nil {
@@ -161,13 +161,29 @@ func peersMain(ctx context.Context, name string, args []string, stdout, stderr i
 	}
 	var rep *PeersReport
 	if c.from != "" {
-		b, err := os.ReadFile(c.from)
-		if err != nil {
-			return err
+		// Reports of one workload (runs of some systems each) merge into one.
+		for _, f := range strings.Split(c.from, ",") {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return err
+			}
+			var r PeersReport
+			if err := json.Unmarshal(b, &r); err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			if rep == nil {
+				rep = &r
+				continue
+			}
+			if r.Links != rep.Links || r.Seed != rep.Seed || r.MegaLinks != rep.MegaLinks {
+				return fmt.Errorf("%s: another workload (%d links, seed %d) than %d links, seed %d", f, r.Links, r.Seed, rep.Links, rep.Seed)
+			}
+			rep.Results = append(rep.Results, r.Results...)
 		}
-		rep = &PeersReport{}
-		if err := json.Unmarshal(b, rep); err != nil {
-			return fmt.Errorf("%s: %w", c.from, err)
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
 		}
 	} else {
 		var err error
