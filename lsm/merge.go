@@ -427,8 +427,14 @@ func linkLess(a, b *link.Backlink) bool {
 // frame that start with prefix.
 func prefixRange(recs []byte, width int, prefix []byte) (int, int) {
 	n := len(recs) / width
-	i := searchRecs(n, func(i int) bool { return bytes.Compare(recs[i*width:i*width+len(prefix)], prefix) >= 0 })
-	j := searchRecs(n, func(i int) bool { return bytes.Compare(recs[i*width:i*width+len(prefix)], prefix) > 0 })
+	l := len(prefix)
+	if l%8 == 0 {
+		i := searchRecs(n, func(i int) bool { return compareWords(recs[i*width:i*width+l], prefix) >= 0 })
+		j := i + searchRecs(n-i, func(k int) bool { return compareWords(recs[(i+k)*width:(i+k)*width+l], prefix) > 0 })
+		return i * width, j * width
+	}
+	i := searchRecs(n, func(i int) bool { return bytes.Compare(recs[i*width:i*width+l], prefix) >= 0 })
+	j := i + searchRecs(n-i, func(k int) bool { return bytes.Compare(recs[(i+k)*width:(i+k)*width+l], prefix) > 0 })
 	return i * width, j * width
 }
 
@@ -452,10 +458,27 @@ func boundIn(recs []byte, lo, hi int, key []byte, strict bool) int {
 	const w = link.BacklinkSize
 	l := len(key)
 	i := searchRecs((hi-lo)/w, func(i int) bool {
-		c := bytes.Compare(recs[lo+i*w:lo+i*w+l], key)
+		c := compareWords(recs[lo+i*w:lo+i*w+l], key)
 		return c > 0 || !strict && c == 0
 	})
 	return lo + i*w
+}
+
+// compareWords is bytes.Compare for slices of the same length, a
+// multiple of 8: big-endian words compared in order (inlined loads, no
+// call), which is what a record's key fields are.
+func compareWords(a, b []byte) int {
+	for len(a) >= 8 {
+		x, y := binary.BigEndian.Uint64(a), binary.BigEndian.Uint64(b)
+		if x != y {
+			if x < y {
+				return -1
+			}
+			return 1
+		}
+		a, b = a[8:], b[8:]
+	}
+	return 0
 }
 
 func searchRecs(n int, f func(int) bool) int {

@@ -1,8 +1,10 @@
 package lsm
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -228,6 +230,25 @@ func TestMergeLinks(t *testing.T) {
 		got, _ = mergeSegs(got[:0], segs, odd, 0)
 		if !slices.Equal(got, want) {
 			t.Fatalf("%d runs, odd sources: merge gave %v, want %v", runs, got, want)
+		}
+	}
+}
+
+// compareWords orders like bytes.Compare on slices of 8-byte words.
+func TestCompareWords(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		n := 8 * (1 + r.IntN(7))
+		a, b := make([]byte, n), make([]byte, n)
+		for i := range a {
+			a[i] = byte(r.IntN(3))
+			b[i] = byte(r.IntN(3))
+		}
+		if r.IntN(4) == 0 {
+			copy(b, a)
+		}
+		if got, want := compareWords(a, b), bytes.Compare(a, b); got != want {
+			t.Fatalf("compareWords(%x, %x) = %d, want %d", a, b, got, want)
 		}
 	}
 }
