@@ -429,8 +429,18 @@ func prefixRange(recs []byte, width int, prefix []byte) (int, int) {
 	n := len(recs) / width
 	l := len(prefix)
 	if l%8 == 0 {
-		i := searchRecs(n, func(i int) bool { return compareWords(recs[i*width:i*width+l], prefix) >= 0 })
-		j := i + searchRecs(n-i, func(k int) bool { return compareWords(recs[(i+k)*width:(i+k)*width+l], prefix) > 0 })
+		if n == 0 {
+			return 0, 0
+		}
+		// A popular target's frames are mostly its own: the first and
+		// the last record say so without a search.
+		i, j := 0, n
+		if compareWords(recs[:l], prefix) < 0 {
+			i = searchRecs(n, func(i int) bool { return compareWords(recs[i*width:i*width+l], prefix) >= 0 })
+		}
+		if compareWords(recs[(n-1)*width:(n-1)*width+l], prefix) > 0 {
+			j = i + searchRecs(n-i, func(k int) bool { return compareWords(recs[(i+k)*width:(i+k)*width+l], prefix) > 0 })
+		}
 		return i * width, j * width
 	}
 	i := searchRecs(n, func(i int) bool { return bytes.Compare(recs[i*width:i*width+l], prefix) >= 0 })
@@ -457,10 +467,17 @@ func posKey(target []byte, c *Cursor) [posKeySize]byte {
 func boundIn(recs []byte, lo, hi int, key []byte, strict bool) int {
 	const w = link.BacklinkSize
 	l := len(key)
-	i := searchRecs((hi-lo)/w, func(i int) bool {
-		c := compareWords(recs[lo+i*w:lo+i*w+l], key)
+	ok := func(off int) bool {
+		c := compareWords(recs[off:off+l], key)
 		return c > 0 || !strict && c == 0
-	})
+	}
+	switch {
+	case lo >= hi || ok(lo):
+		return lo // the whole span is past the bound (or empty)
+	case !ok(hi - w):
+		return hi // none of it is
+	}
+	i := searchRecs((hi-lo)/w, func(i int) bool { return ok(lo + i*w) })
 	return lo + i*w
 }
 

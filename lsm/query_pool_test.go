@@ -252,3 +252,59 @@ func TestCompareWords(t *testing.T) {
 		}
 	}
 }
+
+// prefixRange and boundIn (their shortcuts at a frame's ends included)
+// agree with a scan of the records.
+func TestPrefixRangeAndBounds(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 3000 {
+		n := r.IntN(12)
+		ls := make([]link.Backlink, n)
+		for i := range ls {
+			ls[i] = link.Backlink{Target: link.RecordID{RKey: uint64(r.IntN(3)), Collection: 5, DID: 1},
+				Source: link.RecordID{RKey: uint64(r.IntN(6)), Collection: 3, DID: 2}, Location: link.Location(r.IntN(2))}
+		}
+		slices.SortFunc(ls, func(a, b link.Backlink) int { return a.Compare(&b) })
+		recs := make([]byte, n*link.BacklinkSize)
+		for i := range ls {
+			ls[i].Put(recs[i*link.BacklinkSize:])
+		}
+		target := link.RecordID{RKey: uint64(r.IntN(3)), Collection: 5, DID: 1}
+		p := target.Bytes()
+		lo, hi := prefixRange(recs, link.BacklinkSize, p[:])
+		wlo, whi := n, n
+		for i := range ls {
+			if ls[i].Target == target {
+				wlo = min(wlo, i)
+				whi = i + 1
+			}
+		}
+		if wlo == n {
+			// Absent: an empty range where the target would be.
+			wlo = slices.IndexFunc(ls, func(l link.Backlink) bool { return l.Target.Compare(target) > 0 })
+			if wlo < 0 {
+				wlo = n
+			}
+			whi = wlo
+		}
+		if lo != wlo*link.BacklinkSize || hi != whi*link.BacklinkSize {
+			t.Fatalf("prefixRange of %v in %v: [%d, %d), want [%d, %d)", target, ls, lo/64, hi/64, wlo, whi)
+		}
+		c := Cursor{Source: link.RecordID{RKey: uint64(r.IntN(6)), Collection: 3, DID: 2}, Location: link.Location(r.IntN(2))}
+		key := posKey(p[:], &c)
+		for _, strict := range []bool{false, true} {
+			got := boundIn(recs, lo, hi, key[:], strict)
+			want := hi
+			for off := lo; off < hi; off += link.BacklinkSize {
+				cmp := bytes.Compare(recs[off:off+posKeySize], key[:])
+				if cmp > 0 || !strict && cmp == 0 {
+					want = off
+					break
+				}
+			}
+			if got != want {
+				t.Fatalf("boundIn(strict %v) of %v in %v: %d, want %d", strict, c, ls[lo/64:hi/64], got/64, want/64)
+			}
+		}
+	}
+}
