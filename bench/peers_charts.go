@@ -25,7 +25,7 @@ func drawPeersCharts(dir string, rep *PeersReport) ([]string, error) {
 	for i, r := range rep.Results {
 		names[i] = r.System
 	}
-	bars := func(title, unit, file string, series []string, get func(r PeerResult, s int) float64) error {
+	bars := func(title, unit, file string, series []string, get func(r PeerResult, s int) float64) error { // linear, from zero
 		p := plot.New()
 		p.Title.Text = title + " (" + n + " links)"
 		p.Y.Label.Text = unit
@@ -62,22 +62,45 @@ func drawPeersCharts(dir string, rep *PeersReport) ([]string, error) {
 		func(r PeerResult, _ int) float64 { return r.BytesPerLink }); err != nil {
 		return nil, err
 	}
+	// Latencies span three decades (Eddy and Pebble in µs, PostgreSQL in
+	// ms): points on a log scale, p50 and p99 of each system.
 	for _, cl := range peerClasses {
 		c := cl.name
-		if err := bars("first page (limit 100), "+c+" targets", "µs", fmt.Sprintf("first_page_%s-%s.png", c, n), []string{"p50", "p99"},
-			func(r PeerResult, s int) float64 {
+		p := plot.New()
+		p.Title.Text = "first page (limit 100), " + c + " targets (" + n + " links)"
+		p.Y.Label.Text = "µs (log scale)"
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		for si, name := range []string{"p50", "p99"} {
+			var xys plotter.XYs
+			for i, r := range rep.Results {
 				for _, x := range r.Classes {
-					if x.Class == c {
-						if s == 0 {
-							return x.FirstPageP50us
-						}
-						return x.FirstPageP99us
+					v := x.FirstPageP50us
+					if si == 1 {
+						v = x.FirstPageP99us
+					}
+					if x.Class == c && v > 0 {
+						xys = append(xys, plotter.XY{X: float64(i), Y: v})
 					}
 				}
-				return 0
-			}); err != nil {
+			}
+			sc, err := plotter.NewScatter(xys)
+			if err != nil {
+				return nil, err
+			}
+			sc.Color = plotutil.Color(si)
+			sc.Shape = plotutil.Shape(si)
+			sc.Radius = vg.Points(4)
+			p.Add(sc)
+			p.Legend.Add(name, sc)
+		}
+		p.Legend.Top = true
+		p.NominalX(names...)
+		path := filepath.Join(dir, fmt.Sprintf("first_page_%s-%s.png", c, n))
+		if err := p.Save(8*vg.Inch, 4*vg.Inch, path); err != nil {
 			return nil, err
 		}
+		files = append(files, path)
 	}
 	for _, r := range rep.Results {
 		if len(r.Cold) == 0 {
