@@ -66,6 +66,18 @@ func (s *Stream) makeSample() {
 		i := newPerm(s.pools[pl], s.cfg.Seed^uint64(pl)).at(0)
 		s.addSample(s.poolRecord(pl, i), "record", "the most popular record of pool "+strconv.Itoa(int(pl)))
 	}
+	// Posts of about ten links (the peers bench's small class), drawn
+	// last from their own sequence so that the targets above stay those
+	// of earlier runs.
+	h = hash3(s.cfg.Seed, 0x5b, 0)
+	for _, rank := range []uint64{100, 100, 100, 150, 150, 150} {
+		b := bucket()
+		if rank >= min(postBucket, s.nPosts-b*postBucket) {
+			continue
+		}
+		p, id := s.postIn(b, rank)
+		s.addSample(id, "small", "post "+strconv.FormatUint(p, 10)+" (rank "+strconv.FormatUint(rank, 10)+" of its bucket)")
+	}
 }
 
 func (s *Stream) track(l *link.Backlink) {
