@@ -44,14 +44,30 @@ var expertComparer = func() *pebble.Comparer {
 	return &c
 }()
 
+// expertCacheBytes is the expert's block cache: Eddy's frame cache's size
+// (lsm.DefaultCacheBytes), where Pebble's default is 8 MB.
+const expertCacheBytes = 256 << 20
+
 func openPebblePeer(dir string, expert bool, names *peerNames) (*pebblePeer, error) {
-	db, err := pebble.Open(dir, pebblePeerOptions(expert))
+	db, err := openPebble(dir, expert)
 	if err != nil {
 		return nil, err
 	}
 	p := &pebblePeer{db: db, dir: dir, expert: expert, names: names}
 	p.batch = db.NewBatch()
 	return p, nil
+}
+
+// openPebble opens dir with the configuration's options (the expert's
+// with its own block cache, released by the DB when it closes).
+func openPebble(dir string, expert bool) (*pebble.DB, error) {
+	o := pebblePeerOptions(expert)
+	if expert {
+		c := pebble.NewCache(expertCacheBytes)
+		defer c.Unref()
+		o.Cache = c
+	}
+	return pebble.Open(dir, o)
 }
 
 func pebblePeerOptions(expert bool) *pebble.Options {
@@ -72,7 +88,7 @@ func pebblePeerOptions(expert bool) *pebble.Options {
 func (p *pebblePeer) config() string {
 	v := pebbleVersion()
 	if p.expert {
-		return "pebble " + v + ": keys are Eddy's 64-byte records (target, source, location, rev), empty values; zstd (level 3) on every level, 64 KiB blocks, bloom filters (10 bits/key) on the 24-byte target prefix, queries by SeekPrefixGE; batches of 1,000 ops, not synced; flushed and compacted whole at the end"
+		return "pebble " + v + ": keys are Eddy's 64-byte records (target, source, location, rev), empty values; zstd (level 3) on every level, 64 KiB blocks, bloom filters (10 bits/key) on the 24-byte target prefix, queries by SeekPrefixGE, a 256 MiB block cache (Eddy's frame cache's size); batches of 1,000 ops, not synced; flushed and compacted whole at the end"
 	}
 	return "pebble " + v + ": Constellation-style keys target|collection|path|did|rkey as strings (0x00 between), empty values, default options; batches of 1,000 ops, not synced; flushed and compacted whole at the end"
 }
@@ -157,7 +173,7 @@ func (p *pebblePeer) size(context.Context) (int64, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	if p.db, err = pebble.Open(p.dir, pebblePeerOptions(p.expert)); err != nil {
+	if p.db, err = openPebble(p.dir, p.expert); err != nil {
 		return 0, "", err
 	}
 	p.batch = p.db.NewBatch()
