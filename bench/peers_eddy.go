@@ -216,14 +216,7 @@ func (p *eddyPeer) cold(ctx context.Context, ts []qtarget) ([]PeerCold, error) {
 			g := st.Get.Requests + st.GetRange.Requests
 			gets += g
 			c.GETsMax = max(c.GETsMax, g)
-			trips := 0
-			if qr.Stats.Round1GETs > 0 {
-				trips++
-			}
-			if qr.Stats.Round2GETs > 0 {
-				trips += qr.Stats.Round2Passes
-			}
-			c.RoundTripsMax = max(c.RoundTripsMax, trips)
+			c.RoundTripsMax = max(c.RoundTripsMax, roundTrips(&qr.Stats))
 			c.LinksMean += float64(t.live) / float64(len(ts))
 		}
 		far.Close()

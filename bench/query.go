@@ -123,14 +123,7 @@ func (b *bench) coldQueries(ctx context.Context, distinct map[qtarget]bool, mega
 		}
 		res.Round1GETsMax = max(res.Round1GETsMax, qr.Stats.Round1GETs)
 		res.Round2GETsMax = max(res.Round2GETsMax, qr.Stats.Round2GETs)
-		trips := 0
-		if qr.Stats.Round1GETs > 0 {
-			trips++
-		}
-		if qr.Stats.Round2GETs > 0 {
-			trips += qr.Stats.Round2Passes
-		}
-		res.RoundTripsMax = max(res.RoundTripsMax, trips)
+		res.RoundTripsMax = max(res.RoundTripsMax, roundTrips(&qr.Stats))
 		s := b.counting.Snapshot().Sub(s0)
 		g := s.Get.Requests + s.GetRange.Requests
 		gets += g
@@ -150,4 +143,18 @@ func (b *bench) coldQueries(ctx context.Context, distinct map[qtarget]bool, mega
 	res.ColdQueryP50us, res.ColdQueryP99us = percentile(coldLat, 0.5), percentile(coldLat, 0.99)
 	b.logf("cold queries: at most %d GETs (mean %.2f), p50 %.0fµs p99 %.0fµs", res.GetsPerQueryMax, res.GetsPerQueryMean, res.ColdQueryP50us, res.ColdQueryP99us)
 	return nil
+}
+
+// roundTrips is how many serial waves of requests to the store a query
+// made: round one if it read frames, then each pass of round two that
+// did.
+func roundTrips(st *lsm.Stats) int {
+	trips := 0
+	if st.Round1GETs > 0 {
+		trips++
+	}
+	if st.Round2GETs > 0 {
+		trips += st.Round2Passes
+	}
+	return trips
 }
