@@ -191,3 +191,69 @@ func TestWindowedPagingMatchesAll(t *testing.T) {
 		t.Logf("limit %d reverse %v: %d links, round-one GETs per run per page at most %d", c.limit, c.reverse, len(got), maxGets)
 	}
 }
+
+// A page's merge stops once it has its window's links, but never between
+// two runs' copies of one link: a link written, revoked and written again
+// is live in the newer run only, at the newer rev, and a stop between the
+// copies would keep the older, revoked one and lose the link. Two thirds
+// of the links here are revoked for good, so a page needs more candidates
+// than one window and its stops fall inside what it returns; every third
+// link is in both runs.
+func TestPagesNeverSplitIdenticalLinks(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, Options{Store: newLocalStore(t), Dir: t.TempDir(), NoGCGrace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := link.RecordID{RKey: 9, Collection: link.CollectionFirst, DID: 3}
+	const n = 300
+	src := func(i int) link.RecordID {
+		return link.RecordID{RKey: uint64(100 + i), Collection: link.CollectionFirst, DID: 1}
+	}
+	for _, rev := range []uint64{1, 3} {
+		for i := range n {
+			if rev == 3 && i%3 != 0 {
+				continue
+			}
+			l := link.Backlink{Target: target, Source: src(i), Location: 1, SourceRev: rev}
+			if err := db.AddBacklink(&l); err != nil {
+				t.Fatal(err)
+			}
+			if rev == 1 {
+				v := link.Revocation{Source: src(i), Rev: 2}
+				if err := db.AddRevocation(&v); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := db.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if runs := len(db.View().Manifest.RunsOf(TreeLinks)); runs != 2 {
+		t.Fatalf("%d runs of links, want 2", runs)
+	}
+	for limit := 1; limit <= 60; limit++ {
+		var got int
+		var after *Cursor
+		for {
+			res, err := db.Backlinks(ctx, Query{Target: target, After: after, Limit: limit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range res.Links {
+				if l.SourceRev != 3 {
+					t.Fatalf("limit %d: %v at rev %d, want the rewritten rev 3", limit, l.Source, l.SourceRev)
+				}
+			}
+			got += len(res.Links)
+			if res.Next == nil {
+				break
+			}
+			after = res.Next
+		}
+		if got != n/3 {
+			t.Fatalf("limit %d: %d links over every page, want %d", limit, got, n/3)
+		}
+	}
+}
