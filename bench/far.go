@@ -7,13 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/eddy-backlinks/eddy/objstore/miniotest"
 )
 
 // A bucket far away: toxiproxy (Shopify/toxiproxy v2.5.0, a test service
@@ -22,6 +23,11 @@ import (
 // so that each request to the bucket costs at least one round trip of
 // the delay asked. Connections are kept alive by the S3 client, as to a
 // real bucket; the proxy's own hop is loopback.
+
+// toxiproxyAPITimeout bounds each request to toxiproxy's HTTP API.
+const toxiproxyAPITimeout = 10 * time.Second
+
+var toxiproxyClient = &http.Client{Timeout: toxiproxyAPITimeout}
 
 // toxiproxy is a running toxiproxy-server.
 type toxiproxy struct {
@@ -35,7 +41,7 @@ func findToxiproxy() (string, error) {
 	if p := os.Getenv("EDDY_TOXIPROXY_BIN"); p != "" {
 		return p, nil
 	}
-	if gp := goPathDir(); gp != "" {
+	if gp := miniotest.GoPath(); gp != "" {
 		p := filepath.Join(gp, "bin", "toxiproxy-server")
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
@@ -47,32 +53,13 @@ func findToxiproxy() (string, error) {
 	return "", errors.New("toxiproxy-server not found in $EDDY_TOXIPROXY_BIN, GOPATH/bin or PATH (bash scripts/install-toxiproxy.sh installs it)")
 }
 
-func goPathDir() string {
-	if gp := os.Getenv("GOPATH"); gp != "" {
-		return filepath.SplitList(gp)[0]
-	}
-	if h, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(h, "go")
-	}
-	return ""
-}
-
-func freeTCPPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // startToxiproxy runs a toxiproxy server on a free loopback port.
 func startToxiproxy(ctx context.Context) (*toxiproxy, error) {
 	bin, err := findToxiproxy()
 	if err != nil {
 		return nil, err
 	}
-	port, err := freeTCPPort()
+	port, err := miniotest.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +70,7 @@ func startToxiproxy(ctx context.Context) (*toxiproxy, error) {
 	}
 	t := &toxiproxy{cmd: cmd, api: fmt.Sprintf("http://127.0.0.1:%d", port)}
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		resp, err := http.Get(t.api + "/version")
+		resp, err := toxiproxyClient.Get(t.api + "/version")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -107,7 +94,7 @@ func (t *toxiproxy) post(path string, body any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := http.Post(t.api+path, "application/json", bytes.NewReader(b))
+	resp, err := toxiproxyClient.Post(t.api+path, "application/json", bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
@@ -122,7 +109,7 @@ func (t *toxiproxy) post(path string, body any) error {
 // proxy makes a proxy to upstream (host:port) whose responses are
 // delayed by rtt, and returns its address.
 func (t *toxiproxy) proxy(name, upstream string, rtt time.Duration) (string, error) {
-	port, err := freeTCPPort()
+	port, err := miniotest.FreePort()
 	if err != nil {
 		return "", err
 	}

@@ -232,18 +232,22 @@ func (b *bench) pebbleQueries(db *pebble.DB, queries, modelTargets []int32) erro
 // pebbleOptions are Pebble's defaults, with its informational log lines
 // (WAL recovery) left out of the bench's output.
 func pebbleOptions(b *bench) *pebble.Options {
-	return &pebble.Options{Logger: pebbleLogger{b}}
+	return &pebble.Options{Logger: pebbleLogger{b.logf}}
 }
 
-type pebbleLogger struct{ b *bench }
+// pebbleLogger drops Pebble's informational lines and writes its errors
+// through logf (the bench's log, or a peers child's stderr).
+type pebbleLogger struct {
+	logf func(format string, args ...any)
+}
 
 func (pebbleLogger) Infof(string, ...any) {}
 func (l pebbleLogger) Errorf(format string, args ...any) {
-	l.b.logf("pebble: "+format, args...)
+	l.logf("pebble: "+format, args...)
 }
 
 func (l pebbleLogger) Fatalf(format string, args ...any) {
-	l.b.logf("pebble: fatal: "+format, args...)
+	l.logf("pebble: fatal: "+format, args...)
 	os.Exit(1)
 }
 

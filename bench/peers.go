@@ -55,6 +55,10 @@ var peerClasses = []struct {
 	want int
 }{{"small", 10}, {"medium", 1000}, {"large", 100_000}}
 
+// peerColdTargets bounds the targets of eddy-s3's cold queries, each
+// asked once at each round-trip delay.
+const peerColdTargets = 100
+
 // PeerClass is what one system measured for one class of targets.
 type PeerClass struct {
 	Class          string  `json:"class"`
@@ -160,41 +164,19 @@ func peersMain(ctx context.Context, name string, args []string, stdout, stderr i
 		return json.NewEncoder(stdout).Encode(res)
 	}
 	var rep *PeersReport
+	var err error
 	if c.from != "" {
-		// Reports of one workload (runs of some systems each) merge into one.
-		for _, f := range strings.Split(c.from, ",") {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return err
-			}
-			var r PeersReport
-			if err := json.Unmarshal(b, &r); err != nil {
-				return fmt.Errorf("%s: %w", f, err)
-			}
-			if rep == nil {
-				rep = &r
-				continue
-			}
-			if r.Links != rep.Links || r.Seed != rep.Seed || r.MegaLinks != rep.MegaLinks {
-				return fmt.Errorf("%s: another workload (%d links, seed %d) than %d links, seed %d", f, r.Links, r.Seed, rep.Links, rep.Seed)
-			}
-			rep.Results = append(rep.Results, r.Results...)
-		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
+		rep, err = mergePeersReports(strings.Split(c.from, ","))
 	} else {
-		var err error
-		if rep, err = peersParent(ctx, &c, stderr); err != nil {
-			return err
-		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
+		rep, err = peersParent(ctx, &c, stderr)
+	}
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rep); err != nil {
+		return err
 	}
 	fmt.Fprint(stderr, peersTable(rep))
 	if c.charts != "" {
@@ -205,6 +187,31 @@ func peersMain(ctx context.Context, name string, args []string, stdout, stderr i
 		fmt.Fprintf(stderr, "charts: %s\n", strings.Join(files, ", "))
 	}
 	return nil
+}
+
+// mergePeersReports reads reports of one workload (runs of some systems
+// each) and merges them into one.
+func mergePeersReports(files []string) (*PeersReport, error) {
+	var rep *PeersReport
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var r PeersReport
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		if rep == nil {
+			rep = &r
+			continue
+		}
+		if r.Links != rep.Links || r.Seed != rep.Seed || r.MegaLinks != rep.MegaLinks {
+			return nil, fmt.Errorf("%s: another workload (%d links, seed %d) than %d links, seed %d", f, r.Links, r.Seed, rep.Links, rep.Seed)
+		}
+		rep.Results = append(rep.Results, r.Results...)
+	}
+	return rep, nil
 }
 
 // peersParent runs each system in a child process.
@@ -383,10 +390,10 @@ func peerChild(ctx context.Context, c *peersConfig, log io.Writer) (*PeerResult,
 	}
 	res.PeakRSSBytes, res.ServerRSSBytes = peakRSSBytes(), ps.serverRSS()
 	if ep, ok := ps.(*eddyPeer); ok {
-		ts := classTargets(st, 150) // the ~150-link targets of docs/scale.md's cold queries
-		if len(ts) > 100 {
-			ts = ts[:100]
-		}
+		// Sample targets of ~150 links (75-300; docs/scale.md's cold
+		// queries take 100-250), at most peerColdTargets of them.
+		ts := classTargets(st, 150)
+		ts = ts[:min(len(ts), peerColdTargets)]
 		if res.Cold, err = ep.cold(ctx, ts); err != nil {
 			return nil, fmt.Errorf("cold queries far away: %w", err)
 		}
@@ -620,5 +627,6 @@ func peersTable(rep *PeersReport) string {
 	return b.String()
 }
 
-// stderrLog is where library log lines of the peers go.
-var stderrLog io.Writer = os.Stderr
+// stderrLogf writes a line of a library's log (Pebble's errors) to a
+// peers child's stderr.
+func stderrLogf(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }

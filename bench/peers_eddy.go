@@ -147,6 +147,49 @@ func (p *eddyPeer) close() error {
 	return err
 }
 
+// coldAt runs the cold queries of ts through the bucket at addr, rtt
+// away.
+func (p *eddyPeer) coldAt(ctx context.Context, addr string, rtt time.Duration, ts []qtarget) (*PeerCold, error) {
+	far, err := s3Store(addr)
+	if err != nil {
+		return nil, err
+	}
+	defer far.Close()
+	counting := objstore.Counting(far)
+	// One untimed request opens the client's connection, as a node's is
+	// open long before a query.
+	if _, err := far.Size(ctx, "does-not-exist"); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+		return nil, err
+	}
+	c := &PeerCold{RTTms: float64(rtt.Milliseconds()), Queries: len(ts), Bound2RTTus: float64(2*rtt+10*time.Millisecond) / 1e3}
+	lat := make([]time.Duration, 0, len(ts))
+	var gets int64
+	for _, t := range ts {
+		r := lsm.NewReader(counting, lsm.NewFrameCache(0))
+		s0 := counting.Snapshot()
+		t0 := time.Now()
+		qr, err := r.Backlinks(ctx, p.db.View(), lsm.Query{Target: t.id, Limit: queryLimit})
+		d := time.Since(t0)
+		if err != nil {
+			return nil, err
+		}
+		if len(qr.Links) != min(queryLimit, t.live) {
+			return nil, fmt.Errorf("cold query of %v: %d links, want %d", t.id, len(qr.Links), min(queryLimit, t.live))
+		}
+		lat = append(lat, d)
+		st := counting.Snapshot().Sub(s0)
+		g := st.Get.Requests + st.GetRange.Requests
+		gets += g
+		c.GETsMax = max(c.GETsMax, g)
+		c.RoundTripsMax = max(c.RoundTripsMax, roundTrips(&qr.Stats))
+		c.LinksMean += float64(t.live) / float64(len(ts))
+	}
+	slices.Sort(lat)
+	c.P50us, c.P99us = percentile(lat, 0.5), percentile(lat, 0.99)
+	c.GETsMean = float64(gets) / float64(len(ts))
+	return c, nil
+}
+
 // farRTTs are the round-trip delays cold queries are measured at
 // (eddy-s3): none (MinIO on loopback), and a bucket 20 ms and 50 ms away.
 var farRTTs = []time.Duration{0, 20 * time.Millisecond, 50 * time.Millisecond}
@@ -183,47 +226,11 @@ func (p *eddyPeer) cold(ctx context.Context, ts []qtarget) ([]PeerCold, error) {
 		if err != nil {
 			return nil, err
 		}
-		far, err := s3Store(addr)
+		c, err := p.coldAt(ctx, addr, rtt, ts)
 		if err != nil {
 			return nil, err
 		}
-		counting := objstore.Counting(far)
-		// One untimed GET opens the client's connection, as a node's is
-		// open long before a query.
-		if _, err := far.Size(ctx, "does-not-exist"); err != nil && !errors.Is(err, objstore.ErrNotFound) {
-			far.Close()
-			return nil, err
-		}
-		c := PeerCold{RTTms: float64(rtt.Milliseconds()), Queries: len(ts), Bound2RTTus: float64(2*rtt+10*time.Millisecond) / 1e3}
-		lat := make([]time.Duration, 0, len(ts))
-		var gets int64
-		for _, t := range ts {
-			r := lsm.NewReader(counting, lsm.NewFrameCache(0))
-			s0 := counting.Snapshot()
-			t0 := time.Now()
-			qr, err := r.Backlinks(ctx, p.db.View(), lsm.Query{Target: t.id, Limit: queryLimit})
-			d := time.Since(t0)
-			if err != nil {
-				far.Close()
-				return nil, err
-			}
-			if len(qr.Links) != min(queryLimit, t.live) {
-				far.Close()
-				return nil, fmt.Errorf("cold query of %v: %d links, want %d", t.id, len(qr.Links), min(queryLimit, t.live))
-			}
-			lat = append(lat, d)
-			st := counting.Snapshot().Sub(s0)
-			g := st.Get.Requests + st.GetRange.Requests
-			gets += g
-			c.GETsMax = max(c.GETsMax, g)
-			c.RoundTripsMax = max(c.RoundTripsMax, roundTrips(&qr.Stats))
-			c.LinksMean += float64(t.live) / float64(len(ts))
-		}
-		far.Close()
-		slices.Sort(lat)
-		c.P50us, c.P99us = percentile(lat, 0.5), percentile(lat, 0.99)
-		c.GETsMean = float64(gets) / float64(len(ts))
-		out = append(out, c)
+		out = append(out, *c)
 	}
 	return out, nil
 }

@@ -3,8 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -71,7 +69,7 @@ func openPebble(dir string, expert bool) (*pebble.DB, error) {
 }
 
 func pebblePeerOptions(expert bool) *pebble.Options {
-	o := &pebble.Options{Logger: quietPebbleLogger{}}
+	o := &pebble.Options{Logger: pebbleLogger{stderrLogf}}
 	if expert {
 		o.Comparer = expertComparer
 		o.ApplyCompressionSettings(func() pebble.DBCompressionSettings {
@@ -265,15 +263,4 @@ func (p *pebblePeer) serverRSS() int64         { return 0 }
 func (p *pebblePeer) close() error {
 	p.batch.Close()
 	return p.db.Close()
-}
-
-type quietPebbleLogger struct{}
-
-func (quietPebbleLogger) Infof(string, ...any) {}
-func (quietPebbleLogger) Errorf(format string, args ...any) {
-	fmt.Fprintf(stderrLog, "pebble: "+format+"\n", args...)
-}
-func (quietPebbleLogger) Fatalf(format string, args ...any) {
-	fmt.Fprintf(stderrLog, "pebble: fatal: "+format+"\n", args...)
-	os.Exit(1)
 }

@@ -3,10 +3,10 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm/workload"
+	"github.com/eddy-backlinks/eddy/objstore/miniotest"
 )
 
 // pgServer is a PostgreSQL server the bench started (initdb, pg_ctl) in
@@ -95,12 +96,10 @@ func startPG(ctx context.Context, dir, bin string, log io.Writer) (*pgServer, er
 	if err := s.run(ctx, "initdb", "-D", s.data, "-U", "eddy", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync"); err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := miniotest.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	conf := append([]string{"listen_addresses = '127.0.0.1'", fmt.Sprintf("port = %d", port), fmt.Sprintf("unix_socket_directories = '%s'", dir)}, pgConf...)
 	f, err := os.OpenFile(filepath.Join(s.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
@@ -343,7 +342,7 @@ func (p *pgPeer) page(ctx context.Context, target link.RecordID, after []byte, l
 	case p.expert:
 		var c [5]int64
 		for i := range c {
-			c[i] = int64(beUint64(after[8*i:]))
+			c[i] = int64(binary.BigEndian.Uint64(after[8*i:]))
 		}
 		rows, err = p.conn.Query(ctx, `SELECT src_did, src_collection, src_rkey, path, rev FROM links WHERE target = $1
 			AND (src_did, src_collection, src_rkey, path, rev) > ($2, $3, $4, $5, $6)
@@ -352,7 +351,7 @@ func (p *pgPeer) page(ctx context.Context, target link.RecordID, after []byte, l
 		rows, err = p.conn.Query(ctx, `SELECT id, source_uri, author_did, path, created_at FROM backlinks WHERE url = $1 ORDER BY id LIMIT $2`, t, limit+1)
 	default:
 		rows, err = p.conn.Query(ctx, `SELECT id, source_uri, author_did, path, created_at FROM backlinks WHERE url = $1 AND id > $2 ORDER BY id LIMIT $3`,
-			t, int64(beUint64(after)), limit+1)
+			t, int64(binary.BigEndian.Uint64(after)), limit+1)
 	}
 	if err != nil {
 		return 0, nil, err
@@ -373,7 +372,7 @@ func (p *pgPeer) page(ctx context.Context, target link.RecordID, after []byte, l
 			}
 			last = last[:0]
 			for _, v := range c {
-				last = appendBE(last, uint64(v))
+				last = binary.BigEndian.AppendUint64(last, uint64(v))
 			}
 		} else {
 			var id int64
@@ -382,7 +381,7 @@ func (p *pgPeer) page(ctx context.Context, target link.RecordID, after []byte, l
 			if err := rows.Scan(&id, &src, &did, &path, &at); err != nil {
 				return 0, nil, err
 			}
-			last = appendBE(last[:0], uint64(id))
+			last = binary.BigEndian.AppendUint64(last[:0], uint64(id))
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -392,15 +391,6 @@ func (p *pgPeer) page(ctx context.Context, target link.RecordID, after []byte, l
 		return limit, last, nil
 	}
 	return n, nil, nil
-}
-
-func beUint64(b []byte) uint64 {
-	_ = b[7]
-	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 | uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
-}
-
-func appendBE(b []byte, v uint64) []byte {
-	return append(b, byte(v>>56), byte(v>>48), byte(v>>40), byte(v>>32), byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
 }
 
 func (p *pgPeer) count(ctx context.Context, target link.RecordID) (int, error) {

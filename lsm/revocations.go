@@ -54,13 +54,14 @@ func (r *Reader) live(ctx context.Context, v *View, links []link.Backlink, s *qu
 		return out, nil
 	}
 	order, minDID, maxDID := sourceKeys(links, s)
+	kr := newKeyRanges(minDID, maxDID, s.srcKeys)
 	s.repoRevs = s.repoRevs[:0]
 	p := revProbe{links: links, s: s}
 
 	s.rgroups = s.rgroups[:0]
 	s.hits = s.hits[:0]
 	for _, vr := range v.trees[TreeRevocations] {
-		if err := r.planRevocationRun(ctx, vr, &p, minDID, maxDID, st); err != nil {
+		if err := r.planRevocationRun(ctx, vr, &p, &kr, st); err != nil {
 			return nil, err
 		}
 	}
@@ -146,7 +147,7 @@ func sourceKeys(links []link.Backlink, s *queryScratch) (order keyOrder, minDID,
 // (scanRevocations); for the others, every key their filter may hold gets
 // a hit in s.hits, on frames of a group of s.rgroups (one group per run of
 // adjacent frames of a table).
-func (r *Reader) planRevocationRun(ctx context.Context, vr *viewRun, p *revProbe, minDID, maxDID uint64, st *Stats) error {
+func (r *Reader) planRevocationRun(ctx context.Context, vr *viewRun, p *revProbe, kr *keyRanges, st *Stats) error {
 	s := p.s
 	compacted := vr.run.Kind == RunCompacted
 	// Scan what the cache holds; the rest is asked key by key.
@@ -158,8 +159,6 @@ func (r *Reader) planRevocationRun(ctx context.Context, vr *viewRun, p *revProbe
 	s.tableMetas = reuseSlice(s.tableMetas, len(vr.tables))
 	defer clear(s.tableMetas) // the cache may let them go after this
 	probe := false
-	rlo, rhi := link.RepoID(minDID).Bytes(), link.RepoID(maxDID).Bytes()
-	klo, khi := s.srcKeys[0].Bytes(), s.srcKeys[len(s.srcKeys)-1].Bytes()
 	for ti, t := range vr.tables {
 		s.probeShard[ti], s.tableMetas[ti] = 0, nil
 		if t == nil {
@@ -170,7 +169,7 @@ func (r *Reader) planRevocationRun(ctx context.Context, vr *viewRun, p *revProbe
 			return err
 		}
 		s.tableMetas[ti] = m
-		switch r.scanRevocations(t, m, s, minDID, maxDID, keysPer) {
+		switch r.scanRevocations(t, m, s, kr, keysPer) {
 		case scanned:
 			st.Round2Scans++
 		case notScanned:
@@ -179,10 +178,10 @@ func (r *Reader) planRevocationRun(ctx context.Context, vr *viewRun, p *revProbe
 			// revocations (an account's deletion), and asking about
 			// each source's repository doubled the probes.
 			var kinds probeKinds
-			if keyRangeMeets(m, rlo[:], rhi[:]) {
+			if keyRangeMeets(m, kr.rlo[:], kr.rhi[:]) {
 				kinds |= probeRepos
 			}
-			if keyRangeMeets(m, klo[:], khi[:]) {
+			if keyRangeMeets(m, kr.klo[:], kr.khi[:]) {
 				kinds |= probeRecords
 			}
 			s.probeShard[ti] = kinds
@@ -331,6 +330,20 @@ func (p *revProbe) prepare() {
 	p.nKeys = len(dids) + len(s.srcKeys)
 }
 
+// keyRanges are the two ranges of keys one pass of round two asks about,
+// encoded once for every revocation table: the repositories of the
+// sources' DIDs, and the source records.
+type keyRanges struct {
+	minDID, maxDID     uint64
+	rlo, rhi, klo, khi [link.RecordIDSize]byte
+}
+
+func newKeyRanges(minDID, maxDID uint64, srcKeys []link.RecordID) keyRanges {
+	return keyRanges{minDID: minDID, maxDID: maxDID,
+		rlo: link.RepoID(minDID).Bytes(), rhi: link.RepoID(maxDID).Bytes(),
+		klo: srcKeys[0].Bytes(), khi: srcKeys[len(srcKeys)-1].Bytes()}
+}
+
 // probeKinds says which keys of the sequence round two asks a table's
 // filter about: its repositories, its source records, both or none.
 type probeKinds uint8
@@ -434,12 +447,11 @@ const (
 // the keys' range and the sorted source keys together, when the cache
 // holds all those frames and they are few against keys (the keys of t's
 // shard).
-func (r *Reader) scanRevocations(t *viewTable, m *TableMeta, s *queryScratch, minDID, maxDID uint64, keys int) scanResult {
+func (r *Reader) scanRevocations(t *viewTable, m *TableMeta, s *queryScratch, kr *keyRanges, keys int) scanResult {
 	srcKeys, srcThr := s.srcKeys, s.srcThr
-	rlo, rhi := link.RepoID(minDID).Bytes(), link.RepoID(maxDID).Bytes()
-	klo, khi := srcKeys[0].Bytes(), srcKeys[len(srcKeys)-1].Bytes()
-	a1, b1, ok1 := m.FramesForRange(rlo[:], rhi[:])
-	a2, b2, ok2 := m.FramesForRange(klo[:], khi[:])
+	minDID, maxDID := kr.minDID, kr.maxDID
+	a1, b1, ok1 := m.FramesForRange(kr.rlo[:], kr.rhi[:])
+	a2, b2, ok2 := m.FramesForRange(kr.klo[:], kr.khi[:])
 	switch {
 	case !ok1 && !ok2:
 		return outOfRange

@@ -57,7 +57,7 @@ func FindBinary() (string, error) {
 		return p, nil
 	}
 	tried := []string{}
-	if gp := goPath(); gp != "" {
+	if gp := GoPath(); gp != "" {
 		// GOPATH may be a list; go install writes to the first entry.
 		first := filepath.SplitList(gp)[0]
 		p := filepath.Join(first, "bin", "minio")
@@ -73,7 +73,9 @@ func FindBinary() (string, error) {
 	return "", fmt.Errorf("no MinIO binary (tried $%s, %s)", EnvBin, strings.Join(tried, ", "))
 }
 
-func goPath() string {
+// GoPath is the first directory of `go env GOPATH` (where the project's
+// scripts install the test services: MinIO, toxiproxy).
+func GoPath() string {
 	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
 		if s := strings.TrimSpace(string(out)); s != "" {
 			return s
@@ -184,7 +186,8 @@ func startWith(ctx context.Context, bin, dir string, logf func(format string, ar
 	return nil, lastErr
 }
 
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -196,11 +199,11 @@ func freePort() (int, error) {
 // start runs one server with its files under base and waits until it is
 // live.
 func start(ctx context.Context, bin, base string) (*Server, error) {
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	consolePort, err := freePort()
+	consolePort, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
