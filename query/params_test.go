@@ -356,6 +356,9 @@ func didOf(uri string) string {
 // the queries holding the slots are answered, and the slots come back.
 func TestConcurrencyBound(t *testing.T) {
 	f := newFixture(t)
+	// The holders must outlast a loaded machine's slowest arrival: the
+	// test waits for all of them to hold a slot, not for a deadline.
+	f.qs.MinGenerationWait = time.Minute
 	f.write(like(1))
 	gen := f.flush()
 	path := "/xrpc/blue.cerulea.backlinks.listBacklinks"
@@ -384,16 +387,14 @@ func TestConcurrencyBound(t *testing.T) {
 		}()
 	}
 	// Once every slot is held, a query is refused at once.
-	var code int
-	var h http.Header
-	var body []byte
-	deadline := time.Now().Add(MinGenerationWaitMax / 2)
-	for time.Now().Before(deadline) {
-		if code, h, body = f.raw(path, plain); code == http.StatusTooManyRequests {
-			break
+	deadline := time.Now().Add(45 * time.Second)
+	for len(f.qs.sem) < ConcurrentQueriesMax {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d holders hold a slot after 45 s", len(f.qs.sem), ConcurrentQueriesMax)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	code, h, body := f.raw(path, plain)
 	var e map[string]string
 	json.Unmarshal(body, &e)
 	if code != http.StatusTooManyRequests || e["error"] != "RateLimitExceeded" || e["message"] == "" || h.Get("Retry-After") == "" {

@@ -72,8 +72,11 @@ type Server struct {
 	// MissingTable, when set, counts the queries that met a table object
 	// missing from the store (Metrics.MissingTable); each is logged.
 	MissingTable prometheus.Counter
-	sem          chan struct{}
-	totals       countCache // getBacklinks' totals of popular targets, per view
+	// MinGenerationWait bounds a query's wait for the generation its
+	// minGeneration asks for (default MinGenerationWaitMax).
+	MinGenerationWait time.Duration
+	sem               chan struct{}
+	totals            countCache // getBacklinks' totals of popular targets, per view
 }
 
 // NewServer returns a query server.
@@ -227,7 +230,11 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 				writeErr(w, badRequest("minGeneration must be a non-negative integer"))
 				return
 			}
-			wctx, wcancel := context.WithTimeout(ctx, MinGenerationWaitMax)
+			wait := s.MinGenerationWait
+			if wait <= 0 {
+				wait = MinGenerationWaitMax
+			}
+			wctx, wcancel := context.WithTimeout(ctx, wait)
 			v, err = s.Views.WaitFor(wctx, gen)
 			wcancel()
 			if err != nil {
