@@ -51,6 +51,14 @@ type ServeResult struct {
 	RevocationRuns    int     `json:"revocation_runs"`
 	Compactions       int     `json:"compactions,omitempty"` // --compact: merges made before the queries
 	CompactS          float64 `json:"compact_s,omitempty"`
+	// --counts: Count of the mega target, warm (after one count to warm
+	// the cache), the median of the timed ones, measured after the memory
+	// figures above.
+	MegaLive     uint64  `json:"mega_live,omitempty"`
+	CountWarmMs  float64 `json:"count_warm_ms,omitempty"`
+	CountMinMs   float64 `json:"count_min_ms,omitempty"`
+	CountCPUMs   float64 `json:"count_cpu_ms,omitempty"`
+	CountPeakRSS int64   `json:"count_peak_rss_bytes,omitempty"`
 }
 
 // serveMain is `eddy-bench serve --dir DIR`: DIR is the temporary
@@ -72,7 +80,8 @@ func serveMain(ctx context.Context, name string, args []string, stdout, stderr i
 	queries := fs.Int("queries", 4000, "timed queries")
 	metaCache := fs.Int64("meta-cache-bytes", 0, "0: table metadata mapped and read in place (the default); > 0: a cache of decoded metadata of that size; < 0: all decoded")
 	cache := fs.Int64("cache-bytes", 0, "decoded-frame cache (0: lsm.DefaultCacheBytes)")
-	profile := fs.String("cpuprofile", "", "write a CPU profile of the timed pass to this file")
+	profile := fs.String("cpuprofile", "", "write a CPU profile of the timed pass to this file (and of the counts to FILE.count)")
+	counts := fs.Int("counts", 0, "then time this many counts of the mega target (after one that warms the cache; the median is reported)")
 	compact := fs.Bool("compact", false, "first make every compaction this engine's policy picks on the index (as a node of this version would after an upgrade), then measure")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -93,6 +102,11 @@ func serveMain(ctx context.Context, name string, args []string, stdout, stderr i
 		return err
 	}
 	res.Links = *links
+	if *counts > 0 {
+		if err := serveCounts(ctx, *dir, st, res, *counts, *cache, *metaCache, *profile, stderr); err != nil {
+			return err
+		}
+	}
 	return json.NewEncoder(stdout).Encode(res)
 }
 
@@ -203,4 +217,57 @@ func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, qu
 		res.Runs, res.RevocationRuns, res.Tables, res.OpenS, queries, len(pool), res.QueryLinksMean, res.QueryP50us, res.QueryP99us, res.MinorFaults, res.MajorFaults,
 		float64(res.RSSBytes)/1e9, float64(res.RSSAnonBytes)/1e9, float64(res.RSSFileBytes)/1e9, float64(res.PeakRSSBytes)/1e9, float64(ms.HeapInuse)/1e9, float64(mc.Bytes)/1e6, mc.Misses, float64(res.FrameCacheBytes)/1e6)
 	return res, nil
+}
+
+// serveCounts times Count of the stream's mega target in a fresh DB on
+// dir (as a node would answer getBacklinksCount: no model in the heap):
+// one count to warm the cache, then n timed.
+func serveCounts(ctx context.Context, dir string, st *workload.Stream, res *ServeResult, n int, cache, metaCache int64, profile string, log io.Writer) error {
+	store, err := local.New(filepath.Join(dir, "store"))
+	if err != nil {
+		return err
+	}
+	db, err := lsm.Open(ctx, lsm.Options{Store: store, Dir: filepath.Join(dir, "db"), CacheBytes: cache, MetaCacheBytes: metaCache, NoGCGrace: true})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	id := st.Sample[workload.Mega].ID
+	want, _, err := db.Count(ctx, id, lsm.Filter{})
+	if err != nil {
+		return err
+	}
+	if profile != "" {
+		f, err := os.Create(profile + ".count")
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var lat, cpu []time.Duration
+	for range n {
+		quiesceGC()
+		c0, t0 := cpuTime(), time.Now()
+		got, _, err := db.Count(ctx, id, lsm.Filter{})
+		lat, cpu = append(lat, time.Since(t0)), append(cpu, cpuTime()-c0)
+		if err != nil {
+			return err
+		}
+		if got != want {
+			return fmt.Errorf("count of the mega target: %d, then %d", want, got)
+		}
+	}
+	slices.Sort(lat)
+	slices.Sort(cpu)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	res.MegaLive = want
+	res.CountWarmMs, res.CountMinMs, res.CountCPUMs = ms(lat[len(lat)/2]), ms(lat[0]), ms(cpu[len(cpu)/2])
+	res.CountPeakRSS = peakRSSBytes()
+	fmt.Fprintf(log, "serve: count of the mega target (%d live links): %.0f ms warm (median of %d; min %.0f; %.0f ms CPU); peak RSS %.2f GB\n",
+		want, res.CountWarmMs, n, res.CountMinMs, res.CountCPUMs, float64(res.CountPeakRSS)/1e9)
+	return nil
 }

@@ -4,15 +4,20 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"math/bits"
+	"path/filepath"
 	"sort"
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/lsm/workload"
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
 )
+
+var lsmMeasureDir = flag.String("lsm.measure-dir", "", "TestMeasureColumns: measure a kept bench run's index (its temporary directory) instead")
 
 // TestMeasureColumns writes the bench's workload (lsm/workload, 2M links,
 // seed 1: what `eddy-ctl bench lsm` writes) through a DB as the bench does,
@@ -22,26 +27,45 @@ import (
 // the model; see columnFloors). Reproduce:
 //
 //	go test ./lsm -run TestMeasureColumns -v -lsm.measure
+//	go test ./lsm -run TestMeasureColumns -v -lsm.measure-dir DIR   # a kept bench run (per stored link)
 func TestMeasureColumns(t *testing.T) {
-	if !*lsmMeasure {
+	if !*lsmMeasure && *lsmMeasureDir == "" {
 		t.Skip("-lsm.measure not set")
 	}
 	ctx := context.Background()
-	wl, err := workload.Generate(workload.Config{Links: 2_000_000, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := local.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := Open(ctx, Options{Store: store, Dir: t.TempDir(), NoGCGrace: true})
-	if err != nil {
-		t.Fatal(err)
+	var db *DB
+	var store objstore.Store
+	var live float64
+	if dir := *lsmMeasureDir; dir != "" {
+		// A kept bench run's index (bench lsm --keep): its tables as
+		// they are; bytes per stored record of the links tree.
+		var err error
+		if store, err = local.New(filepath.Join(dir, "store")); err != nil {
+			t.Fatal(err)
+		}
+		if db, err = Open(ctx, Options{Store: store, Dir: filepath.Join(dir, "db"), NoGCGrace: true}); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range db.View().Manifest.RunsOf(TreeLinks) {
+			for _, tb := range r.Tables {
+				live += float64(tb.Records)
+			}
+		}
+	} else {
+		wl, err := workload.Generate(workload.Config{Links: 2_000_000, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if store, err = local.New(t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+		if db, err = Open(ctx, Options{Store: store, Dir: t.TempDir(), NoGCGrace: true}); err != nil {
+			t.Fatal(err)
+		}
+		measureLoad(t, db, wl)
+		live = float64(wl.LiveLinks())
 	}
 	defer db.Close()
-	measureLoad(t, db, wl)
-	live := float64(wl.LiveLinks())
 	for _, tree := range []Tree{TreeLinks, TreeRevocations} {
 		sizes := map[string]int{}
 		floors := map[string]float64{}

@@ -257,8 +257,13 @@ func TestCountWindows(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := countWorkloadDB(t, wl, 5, 0)
-	defer func(n int) { countWindowLinks = n }(countWindowLinks)
-	for _, w := range []int{1 << 20, 3000, 200} {
+	defer func(n, h int) { countWindowLinks, mergeHalvesMin = n, h }(countWindowLinks, mergeHalvesMin)
+	for _, w := range []int{1 << 20, 3000, 200, -200} {
+		// -200: windows of 200 merged in halves (mergeHalves) however small.
+		mergeHalvesMin = 1 << 16
+		if w < 0 {
+			w, mergeHalvesMin = -w, 1
+		}
 		countWindowLinks = w
 		mega := wl.Targets[wl.Mega].ID
 		n, st, err := db.Count(ctx, mega, Filter{})

@@ -17,9 +17,15 @@ type fetchGroup struct {
 	noCache     bool       // frames fetched are not put in the cache (a big count's later windows)
 	first, last int
 	frames      [][]byte // decoded, by frame - first
-	lo, hi      int      // the frames the cache lacked (lo < 0: none)
-	gets        int
-	err         error
+	// own holds the buffers a noCache group decoded its frames into, by
+	// frame - first: the slot's next noCache plan decodes into them again
+	// (a count's windows: without it each window allocated and faulted in
+	// ~64 MiB of fresh memory, and the collector ran for it). Nothing
+	// else refers to them once the plan's merge is done.
+	own    [][]byte
+	lo, hi int // the frames the cache lacked (lo < 0: none)
+	gets   int
+	err    error
 }
 
 // addGroup appends a group for frames first..last of t, reusing the frame
@@ -28,7 +34,7 @@ func addGroup(gs []fetchGroup, t *viewTable, m *TableMeta, first, last int) []fe
 	if len(gs) < cap(gs) {
 		gs = gs[:len(gs)+1]
 		g := &gs[len(gs)-1]
-		*g = fetchGroup{t: t, meta: m, first: first, last: last, frames: g.frames[:0]}
+		*g = fetchGroup{t: t, meta: m, first: first, last: last, frames: g.frames[:0], own: g.own}
 		return gs
 	}
 	return append(gs, fetchGroup{t: t, meta: m, first: first, last: last})
@@ -85,7 +91,12 @@ func (r *Reader) get(ctx context.Context, g *fetchGroup, lo, hi int) (gets int, 
 			continue
 		}
 		foff, fn := g.meta.ByteRange(i, i)
-		recs, err := g.meta.DecodeFrame(i, buf[foff-off:foff-off+fn], nil)
+		var dst []byte
+		j := i - g.first
+		if g.noCache && j < len(g.own) {
+			dst = g.own[j]
+		}
+		recs, err := g.meta.DecodeFrame(i, buf[foff-off:foff-off+fn], dst)
 		if errors.Is(err, ErrCorrupt) {
 			return 1, &CorruptError{Tree: g.t.tree, Table: g.t.ref.ID, Err: err} // err names the frame
 		}
@@ -94,6 +105,11 @@ func (r *Reader) get(ctx context.Context, g *fetchGroup, lo, hi int) (gets int, 
 		}
 		if !g.noCache {
 			r.cache.Put(g.t.ref.ID, i, recs)
+		} else {
+			for len(g.own) <= j {
+				g.own = append(g.own, nil)
+			}
+			g.own[j] = recs
 		}
 		g.frames[i-g.first] = recs
 	}

@@ -335,6 +335,8 @@ type queryScratch struct {
 	runOf  []int  // the run of each group
 	spans  []int  // the target's byte range [lo, hi) in each frame read, in order
 	segs   []mergeSeg
+	segs2  []mergeSeg // the upper half of a count's window (mergeHalves)
+	spans2 []int
 	out    []link.Backlink
 	plan   []planEntry
 
@@ -401,7 +403,7 @@ func putQueryScratch(s *queryScratch) {
 		bigQueryScratch.Store(s) // the one it replaces, if any, is dropped
 		return
 	default:
-		s.out, s.spans = nil, nil
+		s.out, s.spans, s.spans2 = nil, nil, nil
 		s.srcKeys, s.dids, s.repoThr, s.srcThr, s.hits, s.live = nil, nil, nil, nil, nil, nil
 		s.repoRevs, s.fhash, s.shash = nil, nil, nil
 	}
@@ -413,6 +415,7 @@ func clearGroups(gs []fetchGroup) {
 	for i := range gs {
 		clear(gs[i].frames[:cap(gs[i].frames)])
 		gs[i].t, gs[i].err = nil, nil
+		gs[i].own = nil // a count's window of decoded frames: tens of MiB
 	}
 }
 
