@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eddy-backlinks/eddy/link"
+
 	"github.com/zeebo/xxh3"
 )
 
@@ -25,6 +27,7 @@ import (
 // xxh3 of all records in order, and the records of a few prefixes.
 
 type v1Fixture struct {
+	version   int // the format version of the code that wrote it (testdata/v<version>)
 	name      string
 	format    Format
 	transform frameTransform
@@ -33,13 +36,19 @@ type v1Fixture struct {
 }
 
 var v1Fixtures = []v1Fixture{
-	{"links-xor", BacklinkFormat, transformXORShuffle, func() []byte { return synthSortedBacklinks(11, 1200) }, 128},
-	{"links-delta", BacklinkFormat, transformDeltaShuffle, func() []byte { return synthSortedBacklinks(12, 600) }, 100},
-	{"revocations-delta", RevocationFormat, transformDeltaShuffle, func() []byte { return synthRevocations(13, 1000) }, 200},
+	{1, "links-xor", BacklinkFormat, transformXORShuffle, func() []byte { return synthSortedBacklinks(11, 1200) }, 128},
+	{1, "links-delta", BacklinkFormat, transformDeltaShuffle, func() []byte { return synthSortedBacklinks(12, 600) }, 100},
+	{1, "revocations-delta", RevocationFormat, transformDeltaShuffle, func() []byte { return synthRevocations(13, 1000) }, 200},
+	// Version 2: the columnar codec, its revs predicted from time only
+	// (written by the version 2 code with EDDY_REWRITE_V2_FIXTURES=1).
+	{2, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(14, 3000) }, 700},
+	{2, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(15, 2000) }, 500},
 }
 
-// rewriteV1 regenerates the fixtures (see above).
-var rewriteV1 = os.Getenv("EDDY_REWRITE_V1_FIXTURES") == "1"
+// rewriteFixtures regenerates the fixtures of one version (see above).
+func rewriteFixtures(version int) bool {
+	return os.Getenv(fmt.Sprintf("EDDY_REWRITE_V%d_FIXTURES", version)) == "1"
+}
 
 // v1Expect renders what a fixture must decode to.
 func v1Expect(f Format, recs []byte) string {
@@ -58,8 +67,11 @@ func v1Expect(f Format, recs []byte) string {
 func TestV1Fixtures(t *testing.T) {
 	for _, fx := range v1Fixtures {
 		t.Run(fx.name, func(t *testing.T) {
-			base := filepath.Join("testdata", "v1", fx.name)
-			if rewriteV1 {
+			base := filepath.Join("testdata", fmt.Sprintf("v%d", fx.version), fx.name)
+			if rewriteFixtures(fx.version) {
+				if fx.version != TableFormatVersion {
+					t.Fatalf("fixtures of version %d can only be written by that version's code", fx.version)
+				}
 				recs := fx.recs()
 				data, meta, err := BuildTable(fx.format, recs, TableOptions{transform: fx.transform, transSet: true, frameMax: fx.frameMax, FilterSeed: 99})
 				if err != nil {
@@ -83,8 +95,8 @@ func TestV1Fixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if v := int(metaB[8]) | int(metaB[9])<<8; v != 1 {
-				t.Fatalf("fixture meta has version %d, want 1", v)
+			if v := int(metaB[8]) | int(metaB[9])<<8; v != fx.version {
+				t.Fatalf("fixture meta has version %d, want %d", v, fx.version)
 			}
 			m, err := DecodeMeta(metaB)
 			if err != nil {
@@ -130,4 +142,23 @@ func TestV1Fixtures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// synthBackfillBacklinks returns about n distinct backlinks, sorted, most
+// of them stamped as a backfill stamps them: every record of an account
+// at one rev (its repository's), the rest (one in five) at revs that
+// follow time, as live events are.
+func synthBackfillBacklinks(seed uint64, n int) []byte {
+	recs := synthBacklinks(seed, n)
+	w := link.BacklinkSize
+	for i := 0; i < len(recs)/w; i++ {
+		if i%5 == 0 {
+			continue
+		}
+		l := link.GetBacklink(recs[i*w:])
+		l.SourceRev = 1 + (l.Source.DID*0x9e3779b97f4a7c15)>>44
+		l.Put(recs[i*w:])
+	}
+	SortRecords(recs, w)
+	return synthDedup(recs, w)
 }
