@@ -146,6 +146,12 @@ type account struct {
 type accountDict struct {
 	dids   []uint64
 	clocks []uint16
+	// revs (format version 3; nil in older tables): 1 + the rev more than
+	// half of the account's records in the table have (a backfill writes a
+	// whole repository at one stamp), from which those records' revs are
+	// predicted; 0 when no rev has a majority (live events each have
+	// their own stamp) or the rev is the largest uint64.
+	revs []uint64
 }
 
 func (d *accountDict) len() int {
@@ -156,8 +162,9 @@ func (d *accountDict) len() int {
 }
 
 // buildAccountDict counts the accounts of recs and returns the dictionary
-// (the accounts seen at least twice, most frequent first, ties by value)
-// and each record's rank (0 for accounts outside it).
+// (the accounts seen at least twice, most frequent first, ties by value,
+// each with the rev most of its records have) and each record's rank (0
+// for accounts outside it).
 func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 	n := len(recs) / l.w
 	s := l.src()
@@ -170,6 +177,34 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 		o := i * l.w
 		a := account{did: binary.BigEndian.Uint64(recs[o+s+16:]), clock: uint16(binary.BigEndian.Uint64(recs[o+s:]) & (1<<clockBits - 1))}
 		ids[i] = t.add(a)
+	}
+	// Each account's majority rev: Boyer-Moore's vote in record order
+	// gives the only candidate, a second pass counts it.
+	vote := make([]uint64, len(t.accts))
+	votes := make([]uint32, len(t.accts))
+	revAt := func(i int) uint64 { return binary.BigEndian.Uint64(recs[i*l.w+l.w-8:]) }
+	for i, id := range ids {
+		switch rev := revAt(i); {
+		case votes[id] == 0:
+			vote[id], votes[id] = rev, 1
+		case vote[id] == rev:
+			votes[id]++
+		default:
+			votes[id]--
+		}
+	}
+	clear(votes)
+	for i, id := range ids {
+		if revAt(i) == vote[id] {
+			votes[id]++
+		}
+	}
+	for id, c := range t.counts {
+		if 2*votes[id] > c {
+			vote[id]++ // 1 + the rev (0 for the largest: no rev)
+		} else {
+			vote[id] = 0
+		}
 	}
 	order := make([]uint32, 0, len(t.accts)/2+1)
 	for id, c := range t.counts {
@@ -190,10 +225,10 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 	if len(order) > MaxDictEntries {
 		order = order[:MaxDictEntries]
 	}
-	d := &accountDict{dids: make([]uint64, len(order)), clocks: make([]uint16, len(order))}
+	d := &accountDict{dids: make([]uint64, len(order)), clocks: make([]uint16, len(order)), revs: make([]uint64, len(order))}
 	rankOf := make([]uint32, len(t.accts))
 	for r, id := range order {
-		d.dids[r], d.clocks[r] = t.accts[id].did, t.accts[id].clock
+		d.dids[r], d.clocks[r], d.revs[r] = t.accts[id].did, t.accts[id].clock, vote[id]
 		rankOf[id] = uint32(r + 1)
 	}
 	for i, id := range ids {
@@ -257,17 +292,20 @@ func (t *acctTable) place(a account, id uint32) {
 	t.slots[h] = id + 1
 }
 
-// appendDict appends the dictionary section of a version 2 meta:
+// appendDict appends the dictionary section of a version 2 or 3 meta:
 //
 //	0  4  entries E (0..MaxDictEntries)
 //	4  4  raw length R
 //	8  4  compressed length C
 //	12 C  a zstd frame of R bytes: E varint dids, then E bytes (clock ids'
-//	      low bytes), then E bytes (their high bytes, < 4); 3E <= R <=
-//	      12E and R <= 64C + 64
+//	      low bytes), then E bytes (their high bytes, < 4), then (version
+//	      3) E varints: 1 + the account's rev, or 0 (accountDict.revs);
+//	      3E <= R <= 12E (version 3: 4E <= R <= 22E) and R <= 64C + 64
+//
+// A version 3 dictionary has revs (d.revs non-nil), a version 2 one none.
 func appendDict(dst []byte, d *accountDict, enc *zstd.Encoder) []byte {
 	e := d.len()
-	raw := make([]byte, 0, e*7)
+	raw := make([]byte, 0, e*10)
 	for i := range e {
 		raw = binary.AppendUvarint(raw, d.dids[i])
 	}
@@ -276,6 +314,11 @@ func appendDict(dst []byte, d *accountDict, enc *zstd.Encoder) []byte {
 	}
 	for i := range e {
 		raw = append(raw, byte(d.clocks[i]>>8))
+	}
+	if d != nil && d.revs != nil {
+		for i := range e {
+			raw = binary.AppendUvarint(raw, d.revs[i])
+		}
 	}
 	var z []byte
 	if e > 0 {
@@ -289,8 +332,8 @@ func appendDict(dst []byte, d *accountDict, enc *zstd.Encoder) []byte {
 
 const dictHeaderSize = 12
 
-// dictRawMax bounds a dictionary's decompressed bytes (12 per entry).
-const dictRawMax = 12 * MaxDictEntries
+// dictRawMax bounds a dictionary's decompressed bytes (22 per entry).
+const dictRawMax = 22 * MaxDictEntries
 
 // dictDecoder decompresses dictionaries: at most the raw length the
 // section declares (WithDecodeAllCapLimit), which is at most dictRawMax.
@@ -303,8 +346,9 @@ var dictDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
 	)
 })
 
-// decodeDict decodes a dictionary section (exactly b).
-func decodeDict(b []byte) (*accountDict, error) {
+// decodeDict decodes a dictionary section (exactly b), with revs for
+// format version 3.
+func decodeDict(b []byte, withRevs bool) (*accountDict, error) {
 	if len(b) < dictHeaderSize {
 		return nil, corruptf("dictionary section of %d bytes", len(b))
 	}
@@ -316,7 +360,7 @@ func decodeDict(b []byte) (*accountDict, error) {
 		return nil, corruptf("dictionary of %d entries", e)
 	case c != uint64(len(b)-dictHeaderSize):
 		return nil, corruptf("dictionary section %d bytes, its header says %d", len(b)-dictHeaderSize, c)
-	case r < 3*e || r > 12*e:
+	case !withRevs && (r < 3*e || r > 12*e), withRevs && (r < 4*e || r > 22*e):
 		return nil, corruptf("dictionary of %d entries in %d bytes", e, r)
 	case e == 0 && c != 0:
 		return nil, corruptf("empty dictionary of %d bytes", c)
@@ -326,6 +370,9 @@ func decodeDict(b []byte) (*accountDict, error) {
 		return nil, corruptf("dictionary of %d bytes claims %d decompressed", c, r)
 	}
 	d := &accountDict{}
+	if withRevs {
+		d.revs = make([]uint64, e)
+	}
 	if e == 0 {
 		return d, nil
 	}
@@ -348,10 +395,22 @@ func decodeDict(b []byte) (*accountDict, error) {
 		d.dids[i] = v
 		at += k
 	}
-	if uint64(len(raw)-at) != 2*e {
+	if uint64(len(raw)-at) < 2*e || !withRevs && uint64(len(raw)-at) != 2*e {
 		return nil, corruptf("dictionary clock ids: %d bytes for %d entries", len(raw)-at, e)
 	}
-	lo, hi := raw[at:at+int(e)], raw[at+int(e):]
+	lo, hi := raw[at:at+int(e)], raw[at+int(e):at+2*int(e)]
+	at += 2 * int(e)
+	for i := range d.revs {
+		v, k := binary.Uvarint(raw[at:])
+		if k <= 0 {
+			return nil, corruptf("dictionary rev %d", i)
+		}
+		d.revs[i] = v
+		at += k
+	}
+	if at != len(raw) {
+		return nil, corruptf("dictionary: %d bytes left over", len(raw)-at)
+	}
 	for i := range d.clocks {
 		c := uint16(lo[i]) | uint16(hi[i])<<8
 		if c >= 1<<clockBits {

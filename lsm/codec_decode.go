@@ -351,7 +351,15 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 		if i > 0 {
 			pred = prevRev + scaleRate(hi-prevHi, rate)
 		}
-		rev := pred + unzigzag(revs.uvarint())
+		var rev uint64
+		switch v := revs.uvarint(); {
+		case rank == 0 || d.revs == nil || d.revs[rank-1] == 0:
+			rev = pred + unzigzag(v)
+		case v == 0: // version 3: the account's rev
+			rev = d.revs[rank-1] - 1
+		default:
+			rev = pred + unzigzag(v-1)
+		}
 		r := dst[i*w : (i+1)*w : (i+1)*w]
 		if l.target {
 			binary.BigEndian.PutUint64(r[0:], t[0])

@@ -26,8 +26,9 @@ type colEncoder struct {
 var colEncoders = sync.Pool{New: func() any { return new(colEncoder) }}
 
 // encodeColumns appends the columnar encoding of recs (sorted, whole
-// records of layout l) to dst. ranks are the records' account ranks.
-func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32) []byte {
+// records of layout l) to dst. ranks are the records' account ranks;
+// dictRevs (format version 3; nil before) the dictionary's revs, by rank - 1.
+func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uint64) []byte {
 	e := colEncoders.Get().(*colEncoder)
 	defer colEncoders.Put(e)
 	n := len(recs) / l.w
@@ -42,7 +43,7 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32) []byte {
 
 	groups, maxD, maxRank := e.fields(recs, l, ranks)
 	np := e.pairIndexes(n)
-	rate := e.revStream(recs, l.w)
+	rate := e.revStream(recs, l.w, dictRevs)
 
 	// Planes.
 	kt, kd, kp := bytesFor(maxD), bytesFor(uint64(maxRank)), bytesFor(uint64(np-1))
@@ -187,8 +188,10 @@ func (e *colEncoder) pairIndexes(n int) int {
 
 // revStream writes the revs stream of records of width w, predicted at
 // the rate (0: plain delta) that gives the fewer bytes, and returns the
-// rate.
-func (e *colEncoder) revStream(recs []byte, w int) uint64 {
+// rate. With dictRevs (version 3), a record of a dictionary account with
+// a rev (dictRevs[rank-1] = 1 + that rev) stores 0 if its rev is the
+// account's, else 1 + its residual; every other record its residual.
+func (e *colEncoder) revStream(recs []byte, w int, dictRevs []uint64) uint64 {
 	n := len(recs) / w
 	u := func(i, off int) uint64 { return binary.BigEndian.Uint64(recs[i*w+off:]) }
 	var sumD, sumRev float64
@@ -210,6 +213,14 @@ func (e *colEncoder) revStream(recs []byte, w int) uint64 {
 			var pred uint64
 			if i > 0 {
 				pred = u(i-1, w-8) + scaleRate(e.hi[i]-e.hi[i-1], rate)
+			}
+			if r := e.ranks[i]; dictRevs != nil && r > 0 && dictRevs[r-1] != 0 {
+				if rev+1 == dictRevs[r-1] {
+					dst = append(dst, 0)
+					continue
+				}
+				dst = binary.AppendUvarint(dst, 1+zigzag(rev-pred))
+				continue
 			}
 			dst = binary.AppendUvarint(dst, zigzag(rev-pred))
 		}

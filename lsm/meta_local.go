@@ -28,7 +28,8 @@ import (
 //	0        P       the bucket meta's bytes up to its dictionary section:
 //	                 header, last key, frame entries, filter (doc.go)
 //	D        8E      the dictionary's DIDs, uint64 (D a multiple of 8)
-//	D+8E     2E      the dictionary's clock ids, uint16
+//	D+8E     8E      table format version 3: the dictionary's revs, uint64
+//	D+8E(+8E) 2E     the dictionary's clock ids, uint16
 //	O        8K      the data offset of frames 0, 64, 128, ... (K =
 //	                 ceil(frames/64); O a multiple of 8)
 //	end-56   56      trailer: magic "EDDYLMT1", P, E, D, O, the bucket
@@ -69,12 +70,16 @@ func encodeLocalMeta(m *TableMeta, meta []byte) ([]byte, error) {
 	nf := len(m.Frames)
 	k := (nf + offsetEvery - 1) / offsetEvery
 	d := align8(p)
-	o := align8(d + 10*e)
+	rw := dictRevsWidth(m.version)
+	o := align8(d + (10+rw)*e)
 	out := make([]byte, o+8*k+localTrailerSize)
 	copy(out, meta[:p])
 	for i := range e {
 		binary.LittleEndian.PutUint64(out[d+8*i:], m.dict.dids[i])
-		binary.LittleEndian.PutUint16(out[d+8*e+2*i:], m.dict.clocks[i])
+		if rw > 0 {
+			binary.LittleEndian.PutUint64(out[d+8*e+8*i:], m.dict.revs[i])
+		}
+		binary.LittleEndian.PutUint16(out[d+(8+rw)*e+2*i:], m.dict.clocks[i])
 	}
 	for j := range k {
 		binary.LittleEndian.PutUint64(out[o+8*j:], m.Frames[j*offsetEvery].Offset)
@@ -91,6 +96,15 @@ func encodeLocalMeta(m *TableMeta, meta []byte) ([]byte, error) {
 }
 
 func align8(n int) int { return (n + 7) &^ 7 }
+
+// dictRevsWidth is the bytes a mapped dictionary entry's rev takes in a
+// table of format version (none before version 3).
+func dictRevsWidth(version int) int {
+	if version >= 3 {
+		return 8
+	}
+	return 0
+}
 
 // metaMapping is a mapped local meta file: where the fences are, and the
 // data offsets of every 64th frame.
@@ -217,7 +231,7 @@ func openMapped(region *mapRegion) (*TableMeta, error) {
 		return nil, corruptf("local meta: prefix %d bytes, its header says %d", p, filterAt+sec.filterBytes)
 	case e > MaxDictEntries, e > m.Records/2:
 		return nil, corruptf("local meta: dictionary of %d entries", e)
-	case d%8 != 0 || o%8 != 0 || d < p || d > end || o > end || d+10*e > o || o+8*k != end:
+	case d%8 != 0 || o%8 != 0 || d < p || d > end || o > end || d+uint64(10+dictRevsWidth(version))*e > o || o+8*k != end:
 		return nil, corruptf("local meta: sections at %d, %d, %d bytes", d, o, end)
 	case bucketBytes > MaxMetaBytes:
 		return nil, corruptf("local meta: bucket meta of %d bytes", bucketBytes)
@@ -234,9 +248,16 @@ func openMapped(region *mapRegion) (*TableMeta, error) {
 			return nil, fmt.Errorf("lsm: mapped metas need a little-endian host")
 		}
 		dict := &accountDict{}
+		rw := uint64(dictRevsWidth(version))
+		if rw > 0 {
+			dict.revs = []uint64{}
+		}
 		if e > 0 {
 			dict.dids = unsafe.Slice((*uint64)(unsafe.Pointer(&b[d])), e)
-			dict.clocks = unsafe.Slice((*uint16)(unsafe.Pointer(&b[d+8*e])), e)
+			if rw > 0 {
+				dict.revs = unsafe.Slice((*uint64)(unsafe.Pointer(&b[d+8*e])), e)
+			}
+			dict.clocks = unsafe.Slice((*uint16)(unsafe.Pointer(&b[d+(8+rw)*e])), e)
 		}
 		m.dict = dict
 	}

@@ -53,6 +53,9 @@ func TestMappedMetaMatchesDecoded(t *testing.T) {
 		{"links-64-frames", BacklinkFormat, mappedLinks(rng, 64*40), TableOptions{frameMax: 40}},
 		{"revocations", RevocationFormat, tblRandomRecords(rng, RevocationFormat, 5000), TableOptions{frameMax: 33}},
 		{"random-links", BacklinkFormat, tblRandomRecords(rng, BacklinkFormat, 3000), TableOptions{frameMax: 31}},
+		{"links-backfill", BacklinkFormat, synthBackfillBacklinks(31, 20000), TableOptions{frameMax: 211}},
+		{"links-version-2", BacklinkFormat, synthBackfillBacklinks(32, 9000), TableOptions{frameMax: 97, version2: true}},
+		{"revocations-version-2", RevocationFormat, tblRandomRecords(rng, RevocationFormat, 5000), TableOptions{frameMax: 33, version2: true}},
 	}
 	store := newLocalStore(t)
 	cat := NewCatalogMapped(t.TempDir(), store)
@@ -116,10 +119,25 @@ func compareMapped(t *testing.T, rng *rand.Rand, f Format, recs, data []byte, d,
 	if d.dict.len() != m.dict.len() {
 		t.Fatalf("dictionary of %d entries mapped, %d decoded", m.dict.len(), d.dict.len())
 	}
+	if (d.dict.revs == nil) != (m.dict.revs == nil) || (d.dict.revs == nil) != (d.version < 3) {
+		t.Fatalf("dictionary revs: mapped %v, decoded %v, version %d", m.dict.revs != nil, d.dict.revs != nil, d.version)
+	}
+	withRevs := 0
 	for i := range d.dict.len() {
 		if d.dict.dids[i] != m.dict.dids[i] || d.dict.clocks[i] != m.dict.clocks[i] {
 			t.Fatalf("dictionary entry %d differs", i)
 		}
+		if d.dict.revs != nil {
+			if d.dict.revs[i] != m.dict.revs[i] {
+				t.Fatalf("dictionary entry %d's rev differs", i)
+			}
+			if d.dict.revs[i] != 0 {
+				withRevs++
+			}
+		}
+	}
+	if wantDict && d.version >= 3 && withRevs == 0 && bytes.Contains([]byte(t.Name()), []byte("backfill")) {
+		t.Fatal("no dictionary entry with a rev: the case does not test them")
 	}
 	if wantDict && d.dict.len() == 0 {
 		t.Fatal("no dictionary: the case does not test it")

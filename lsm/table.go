@@ -37,9 +37,10 @@ const FrameBytesMax = 64 << 10
 // (the package documentation, in doc.go, gives it): version 1 has frame
 // transforms 0-3, zstd frames and 8- or 16-bit binary fuse filters;
 // version 2 adds 8 header bytes, the dictionary section and the columnar
-// frame transform 4 (codec.go). DecodeMeta reads versions
-// 1..TableFormatVersion.
-const TableFormatVersion = 2
+// frame transform 4 (codec.go); version 3 adds each dictionary account's
+// rev, from which the columnar frames predict the revs of its records.
+// DecodeMeta reads versions 1..TableFormatVersion.
+const TableFormatVersion = 3
 
 // Limits. Everything read from a meta is checked against these (and against
 // the meta's own size) before it is trusted.
@@ -91,7 +92,8 @@ type TableOptions struct {
 
 	transform frameTransform // test hook: the frame transform (if transSet; else chooseTransform)
 	transSet  bool
-	frameMax  int // test hook: records per frame (0: FrameBytesMax/Width)
+	frameMax  int  // test hook: records per frame (0: FrameBytesMax/Width)
+	version2  bool // test hook: write format version 2 (no revs in the dictionary)
 }
 
 func (f Format) check() error {
@@ -513,7 +515,7 @@ func (m *TableMeta) memBytes() int64 {
 	}
 	n := int64(m.MetaBytes) + int64(len(m.Frames))*int64(unsafe.Sizeof(FrameMeta{}))
 	if m.dict != nil {
-		n += int64(len(m.dict.dids))*8 + int64(len(m.dict.clocks))*2
+		n += int64(len(m.dict.dids))*8 + int64(len(m.dict.clocks))*2 + int64(len(m.dict.revs))*8
 	}
 	return n
 }

@@ -135,6 +135,9 @@ func (b *tableBuild) pickTransform() error {
 	}
 	if b.transform == transformColumns {
 		b.dict, b.ranks = buildAccountDict(b.recs, b.layout)
+		if b.opt.version2 {
+			b.dict.revs = nil
+		}
 	}
 	return nil
 }
@@ -165,7 +168,7 @@ func (b *tableBuild) buildFrames() ([]byte, error) {
 			// Columns (frame byte 0 = 0), or, for records the columns
 			// do not shrink, delta+shuffle and zstd (byte 0 = 1).
 			data = append(data, frameColumns)
-			data = encodeColumns(data, raw, b.layout, b.ranks[s:e])
+			data = encodeColumns(data, raw, b.layout, b.ranks[s:e], b.dict.revs)
 			if len(data)-off > len(raw) {
 				data = data[:off]
 				data = append(data, frameDeltaZstd)

@@ -19,7 +19,11 @@ func (b *tableBuild) encodeMeta(dataBytes int) ([]byte, error) {
 	size := metaHeader2Size + w + len(frames)*(frameEntryFixed+w) + metaTrailerSize
 	meta := make([]byte, metaHeader2Size, size+filterHeaderSize+len(b.keys)*5/2+b.dict.len()*6+64)
 	copy(meta, metaMagic)
-	binary.LittleEndian.PutUint16(meta[8:], TableFormatVersion)
+	version := uint16(TableFormatVersion)
+	if opt.version2 {
+		version = 2
+	}
+	binary.LittleEndian.PutUint16(meta[8:], version)
 	binary.LittleEndian.PutUint16(meta[10:], uint16(w))
 	binary.LittleEndian.PutUint16(meta[12:], uint16(p))
 	meta[14] = byte(b.transform)
@@ -224,7 +228,7 @@ func (m *TableMeta) decodeDictSection(d []byte) error {
 		return corruptf("columnar transform for width %d prefix %d", m.Format.Width, m.Format.PrefixLen)
 	}
 	m.layout = l
-	dict, err := decodeDict(d)
+	dict, err := decodeDict(d, m.version >= 3)
 	if err != nil {
 		return err
 	}
