@@ -52,8 +52,10 @@
 //
 // # Table format
 //
-// Tables are format version 2 (TableFormatVersion); version 1 tables still
-// read (the differences are marked "v2" below).
+// Tables are format version 3 (TableFormatVersion); versions 1 and 2 still
+// read (the differences are marked "v2" below; version 3 differs from 2
+// only inside the dictionary section, which holds each account's rev, and
+// in how a columnar frame stores revs: codec.go).
 //
 // A table is an immutable sorted run of distinct fixed-width records, stored
 // as two objects: a data object (tables/<tree>/<id>.data, in object storage,

@@ -290,7 +290,7 @@ func mergeCandidates(target link.RecordID, f *Filter, w window, horizon *Cursor,
 		stop = w.want
 	}
 	var stopped bool
-	if w.spread && n >= mergeHalvesMin && runtime.GOMAXPROCS(0) > 1 {
+	if w.spread && w.after != nil && n >= mergeHalvesMin && runtime.GOMAXPROCS(0) > 1 { // a count's later windows (mergeHalves)
 		out = mergeHalves(out, s, keep, n)
 	} else {
 		out, stopped = mergeSegs(out, s.segs, keep, stop)
@@ -325,8 +325,14 @@ var mergeHalvesMin = 1 << 16 // a variable for the tests
 // the upper half, so every lower link sorts before every upper one and
 // identical links stay together for the fold), each half is merged into
 // its own part of out, and the upper part is moved down after the lower
-// one. A count's merge was the longest serial step of a window (a 10M-link
-// target's warm count 968 -> 637 ms, docs/scale.md).
+// one. A count's merge was the longest serial step of a window: a 10M-link
+// target's warm count went from 968 to 604-675 ms (docs/scale.md). It is
+// used on the windows past a count's first, whose frames the window
+// decoded itself: on frames from the shared cache (the first window) the
+// two halves took twice the CPU and more wall time than one merge
+// (BenchmarkCountMega: 4.7 -> 8.4 ms a warm 110k-link count; the same
+// merge alone, BenchmarkMergeHalves, halves its time). Why is not
+// understood; measured, not guessed at.
 func mergeHalves(out []link.Backlink, s *queryScratch, keep func(*link.Backlink) bool, n int) []link.Backlink {
 	const w = link.BacklinkSize
 	var key []byte
