@@ -392,27 +392,16 @@ func decodeDict(b []byte, withRevs bool) (*accountDict, error) {
 	}
 	d.dids = make([]uint64, e)
 	d.clocks = make([]uint16, e)
-	at := 0
-	for i := range d.dids {
-		v, k := binary.Uvarint(raw[at:])
-		if k <= 0 {
-			return nil, corruptf("dictionary entry %d", i)
-		}
-		d.dids[i] = v
-		at += k
+	at, err := readUvarints(raw, 0, d.dids, "entry")
+	if err != nil {
+		return nil, err
 	}
 	if uint64(len(raw)-at) < 2*e || !withRevs && uint64(len(raw)-at) != 2*e {
 		return nil, corruptf("dictionary clock ids: %d bytes for %d entries", len(raw)-at, e)
 	}
 	lo, hi := raw[at:at+int(e)], raw[at+int(e):at+2*int(e)]
-	at += 2 * int(e)
-	for i := range d.revs {
-		v, k := binary.Uvarint(raw[at:])
-		if k <= 0 {
-			return nil, corruptf("dictionary rev %d", i)
-		}
-		d.revs[i] = v
-		at += k
+	if at, err = readUvarints(raw, at+2*int(e), d.revs, "rev"); err != nil {
+		return nil, err
 	}
 	if at != len(raw) {
 		return nil, corruptf("dictionary: %d bytes left over", len(raw)-at)
@@ -425,6 +414,20 @@ func decodeDict(b []byte, withRevs bool) (*accountDict, error) {
 		d.clocks[i] = c
 	}
 	return d, nil
+}
+
+// readUvarints fills dst with the varints of raw from at on and returns
+// where they end.
+func readUvarints(raw []byte, at int, dst []uint64, what string) (int, error) {
+	for i := range dst {
+		v, k := binary.Uvarint(raw[at:])
+		if k <= 0 {
+			return 0, corruptf("dictionary %s %d", what, i)
+		}
+		dst[i] = v
+		at += k
+	}
+	return at, nil
 }
 
 // Stream ids (fixed order; the planes follow).
