@@ -2,11 +2,13 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/cluster"
 	"github.com/eddy-backlinks/eddy/internal/backoff"
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -39,7 +41,9 @@ var DefaultRestartBackoff = backoff.Policy{Min: time.Second, Max: 30 * time.Seco
 // writes, a table failing its check) starts again from the committed
 // state after a backoff; after FailuresMax failures in a row the node
 // hands leadership to another, which may fare better, rather than lead
-// with no ingest. A run longer than HealthyRun resets the count.
+// with no ingest, unless the failure is the object store's not answering
+// (objstore.ErrUnavailable), which no other node can fare better with. A
+// run longer than HealthyRun resets the count.
 //
 // With no sources nothing runs (not even compaction).
 type Supervisor struct {
@@ -137,7 +141,12 @@ func (s *Supervisor) lead(ctx context.Context) {
 		failures++
 		wait = policy.Next(wait)
 		log.Error("write path ended while leading; starting it again from the committed state", "error", err, "failures_in_a_row", failures, "retry_in", wait)
-		if failures >= failuresMax {
+		if failures >= failuresMax && errors.Is(err, objstore.ErrUnavailable) {
+			// Every node writes to the same store: another leader would
+			// fail the same way, and moving leadership round the cluster
+			// only adds elections to the outage.
+			log.Error("write path keeps failing because the object store does not answer: keeping leadership (every node shares the store)", "failures_in_a_row", failures)
+		} else if failures >= failuresMax {
 			log.Error("write path keeps failing on this node: handing leadership over", "failures_in_a_row", failures)
 			tctx, tcancel := context.WithTimeout(ctx, orDefault(s.TransferTimeout, DefaultTransferTimeout))
 			if err := s.Node.TransferLeadership(tctx); err != nil {

@@ -14,7 +14,9 @@ import (
 	"github.com/eddy-backlinks/eddy/fsm"
 	"github.com/eddy-backlinks/eddy/internal/backoff"
 	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
+	"github.com/eddy-backlinks/eddy/objstore/s3"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -120,7 +122,7 @@ func capture(t *testing.T) *Replay {
 
 // supervised is a supervisor of node's write path over store, replaying
 // src, with short restart waits.
-func supervised(t *testing.T, node *cluster.Node, store *local.Store, src Source, log *logLines) *Supervisor {
+func supervised(t *testing.T, node *cluster.Node, store objstore.Store, src Source, log *logLines) *Supervisor {
 	return &Supervisor{
 		Node: node,
 		Runner: Runner{Config: Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), FlushInterval: 50 * time.Millisecond,
@@ -194,6 +196,42 @@ func TestSupervisorOneNode(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if n := log.count("write path started"); n != started {
 		t.Fatalf("a write path started after Stop")
+	}
+}
+
+// A store that does not answer (an S3 client to a port nothing listens
+// on: the bucket down) fails the write path again and again, and the
+// leader keeps leading: every node shares the store, so a handover would
+// only add elections to the outage. Nothing is committed meanwhile.
+func TestSupervisorKeepsLeadershipWhenStoreIsDown(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := s3.New(s3.Config{Endpoint: freeAddr(t), Region: "us-east-1", Bucket: "eddy", Insecure: true, PathStyle: true,
+		AccessKey: "key", SecretKey: "secret", MaxRetries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	log := &logLines{t: t}
+	node := startNode(t, newCA(t), "n1", true)
+	src := capture(t)
+	s := supervised(t, node, store, src, log)
+	s.Start(ctx)
+	defer s.Stop()
+	waitFor(t, "failures past FailuresMax, leadership kept", 60*time.Second, func() error {
+		if n := log.count("keeping leadership"); n < 2 {
+			return fmt.Errorf("%d restarts, %d times leadership kept", log.count("write path ended while leading"), n)
+		}
+		return nil
+	})
+	if n := log.count("handing leadership over"); n != 0 {
+		t.Fatalf("leadership handed over %d times for a store no node can reach", n)
+	}
+	if !node.IsLeader() {
+		t.Fatal("n1 no longer leads")
+	}
+	if c := node.FSM.Cursor(src.Name()); c != "" {
+		t.Fatalf("cursor %q committed while the store was down", c)
 	}
 }
 

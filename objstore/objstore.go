@@ -33,6 +33,10 @@ var (
 	ErrRange = rules.ErrRange
 	// ErrExists: a Put of a key that already holds different bytes.
 	ErrExists = rules.ErrExists
+	// ErrUnavailable: the store did not answer, or answered with a server
+	// error (S3's 5xx: InternalError, ServiceUnavailable, SlowDown), after
+	// the client's own retries; the request may succeed later.
+	ErrUnavailable = rules.ErrUnavailable
 )
 
 // Key limits; see ValidateKey.

@@ -25,6 +25,9 @@ type Metrics struct {
 	// MissingTable counts queries that met a table object missing from the
 	// store (set it as Server.MissingTable).
 	MissingTable prometheus.Counter // eddy_query_missing_table_total
+	// StoreUnavailable counts queries answered 503 StoreUnavailable: the
+	// object store did not answer (set it as Server.StoreUnavailable).
+	StoreUnavailable prometheus.Counter // eddy_query_store_unavailable_total
 
 	mu        sync.Mutex
 	endpoints map[string]bool
@@ -47,13 +50,17 @@ func NewMetrics() *Metrics {
 			Name: "eddy_query_missing_table_total",
 			Help: "Queries that met a table of their view missing from the store (deleted as garbage under an old view); answered 503 TableUnavailable, to be retried.",
 		}),
+		StoreUnavailable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eddy_query_store_unavailable_total",
+			Help: "Queries that needed the object store while it did not answer (or answered a server error); answered 503 StoreUnavailable, to be retried.",
+		}),
 		endpoints: map[string]bool{},
 	}
 }
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Seconds, m.InFlight, m.Corrupt, m.MissingTable} {
+	for _, c := range []prometheus.Collector{m.Seconds, m.InFlight, m.Corrupt, m.MissingTable, m.StoreUnavailable} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

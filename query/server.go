@@ -72,6 +72,9 @@ type Server struct {
 	// MissingTable, when set, counts the queries that met a table object
 	// missing from the store (Metrics.MissingTable); each is logged.
 	MissingTable prometheus.Counter
+	// StoreUnavailable, when set, counts the queries answered 503
+	// StoreUnavailable (Metrics.StoreUnavailable).
+	StoreUnavailable prometheus.Counter
 	// MinGenerationWait bounds a query's wait for the generation its
 	// minGeneration asks for (default MinGenerationWaitMax).
 	MinGenerationWait time.Duration
@@ -257,6 +260,9 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 				case errors.Is(err, objstore.ErrNotFound):
 					w.Header().Set("Retry-After", "1")
 					ae = s.missingTable(r, v, err)
+				case errors.Is(err, objstore.ErrUnavailable):
+					w.Header().Set("Retry-After", "1")
+					ae = s.storeUnavailable(r, err)
 				default:
 					s.Log.Error("query failed", "path", r.URL.Path, "error", err)
 				}
@@ -297,6 +303,17 @@ func (s *Server) missingTable(r *http.Request, v *lsm.View, err error) *apiError
 	}
 	s.Log.Warn("query met a table missing from the store", "path", r.URL.Path, "generation", v.Generation(), "error", err)
 	return &apiError{http.StatusServiceUnavailable, "TableUnavailable", "a table of generation " + strconv.FormatUint(v.Generation(), 10) + " is no longer in the store; retry (this node is moving to a newer manifest)"}
+}
+
+// storeUnavailable counts and logs a query the object store could not
+// serve: the answer is 503, to be retried here later or on another node
+// (whose cache may hold the frames).
+func (s *Server) storeUnavailable(r *http.Request, err error) *apiError {
+	if s.StoreUnavailable != nil {
+		s.StoreUnavailable.Inc()
+	}
+	s.Log.Warn("query needed the object store, which did not answer", "path", r.URL.Path, "error", err)
+	return &apiError{http.StatusServiceUnavailable, "StoreUnavailable", "the object store holding the index did not answer this node; retry"}
 }
 
 func writeErr(w http.ResponseWriter, e *apiError) {

@@ -4,18 +4,23 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atdata"
 	"github.com/eddy-backlinks/eddy/extract"
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
+	"github.com/eddy-backlinks/eddy/objstore/miniotest"
+	"github.com/eddy-backlinks/eddy/objstore/s3"
 )
 
 // dbSource adapts an lsm.DB to ManifestSource.
@@ -59,17 +64,24 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture {
-	ctx := context.Background()
 	storeDir := t.TempDir()
 	store, err := local.New(storeDir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := newFixtureOn(t, store)
+	f.storeDir = storeDir
+	return f
+}
+
+// newFixtureOn is newFixture on another object store (storeDir empty).
+func newFixtureOn(t *testing.T, store objstore.Store) *fixture {
+	ctx := context.Background()
 	db, err := lsm.Open(ctx, lsm.Options{Store: store, Dir: t.TempDir(), NoGCGrace: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, db: db, src: &dbSource{db: db}, codec: &link.Codec{Outlines: link.NewMemOutlines()}, storeDir: storeDir}
+	f := &fixture{t: t, db: db, src: &dbSource{db: db}, codec: &link.Codec{Outlines: link.NewMemOutlines()}}
 	f.catDir = t.TempDir()
 	cat := lsm.NewCatalog(f.catDir, store) // the serving side keeps its own metadata, as a follower does
 	f.views = NewViews(f.src, cat, nil)
@@ -342,5 +354,67 @@ func TestAPIErrors(t *testing.T) {
 	var out map[string]string
 	if code, _ := f.get("/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}, "reverse": {"true"}, "cursor": {*page.Cursor}}, &out); code != 400 {
 		t.Fatalf("cross-direction cursor: %d", code)
+	}
+}
+
+// A bucket that stops answering (a real MinIO behind a TCP proxy that is
+// cut): a query that needs it answers 503 StoreUnavailable with
+// Retry-After, counted, never 500 and never a shorter list; once the
+// node's guard has called the store down (its probes) the answer comes
+// at once instead of after the client's retries; when the bucket comes
+// back the same query answers in full.
+func TestStoreUnavailable(t *testing.T) {
+	endpoint, _, _ := miniotest.StartMinIO(t)
+	fw := miniotest.NewForwarder(t, endpoint)
+	bucket, err := s3.New(s3.Config{Endpoint: fw.Addr(), Region: "us-east-1", Bucket: miniotest.Bucket, Prefix: "store-unavailable",
+		Insecure: true, PathStyle: true, AccessKey: miniotest.AccessKey, SecretKey: miniotest.SecretKey, MaxRetries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bucket.Close()
+	guard := objstore.NewGuard(bucket)
+	f := newFixtureOn(t, guard)
+	m := NewMetrics()
+	f.qs.StoreUnavailable = m.StoreUnavailable
+	for i := range 40 {
+		f.write(like(i))
+	}
+	f.flush()
+	path, q := "/xrpc/blue.cerulea.backlinks.listBacklinks", url.Values{"target": {post}}.Encode()
+	unavailable := func(what string) time.Duration {
+		t.Helper()
+		t0 := time.Now()
+		code, h, body := f.raw(path, q)
+		d := time.Since(t0)
+		var e map[string]string
+		json.Unmarshal(body, &e)
+		if code != http.StatusServiceUnavailable || e["error"] != "StoreUnavailable" || e["message"] == "" || h.Get("Retry-After") != "1" {
+			t.Fatalf("%s: %d %s (Retry-After %q)", what, code, body, h.Get("Retry-After"))
+		}
+		return d
+	}
+
+	fw.Cut()
+	unavailable("the bucket cut, before the guard knows")
+	ctx := context.Background()
+	for range objstore.GuardFailures {
+		guard.Probe(ctx, 300*time.Millisecond)
+	}
+	if d := unavailable("the bucket down"); d > 500*time.Millisecond {
+		t.Fatalf("a query took %v with the bucket known down: it was sent", d)
+	}
+	if n := testutil.ToFloat64(m.StoreUnavailable); n != 2 {
+		t.Fatalf("eddy_query_store_unavailable_total %v, want 2", n)
+	}
+
+	fw.Restore()
+	if err := guard.Probe(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Backlinks map[string][]string `json:"backlinks"`
+	}
+	if code, _ := f.get(path, url.Values{"target": {post}, "limit": {"100"}}, &out); code != 200 || len(out.Backlinks["$.subject"]) != 40 {
+		t.Fatalf("after the bucket came back: %d, %d links", code, len(out.Backlinks["$.subject"]))
 	}
 }

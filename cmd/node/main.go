@@ -97,10 +97,16 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	store, err := openStore(c.store, reg)
+	bucket, err := openStore(c.store, reg)
 	if err != nil {
 		return err
 	}
+	// Every read goes through the guard: while its probe (readiness,
+	// every poll) finds the store unreachable, reads fail at once with
+	// ErrUnavailable (queries answer 503 StoreUnavailable) and /readyz
+	// says so, instead of every cold query waiting out the client's
+	// retries to fail.
+	store := objstore.NewGuard(bucket)
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, Dir: filepath.Join(c.dataDir, "raft"), RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise,
 		HTTPAddr: c.httpAddr, AdminAddr: c.adminAddr, Certs: cluster.Files(c.certsDir, c.id),
@@ -129,10 +135,12 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	}
 	qs.Corrupt, views.Corrupt = queryMetrics.Corrupt, queryMetrics.Corrupt // eddy_corrupt_total{tree}
 	qs.MissingTable = queryMetrics.MissingTable                            // eddy_query_missing_table_total
+	qs.StoreUnavailable = queryMetrics.StoreUnavailable                    // eddy_query_store_unavailable_total
 	reg.MustRegister(node.Metrics())
 	reg.MustRegister(metaCacheCollectors(cat)...)
 	reg.MustRegister(nodeCollectors(node, cache, c.compactionFanIn)...)
 	ready := newReadiness(node, views, c.readyLagMax, token)
+	ready.store = store
 	reg.MustRegister(ready.collectors()...)
 	qs.Ready = ready.caughtUp // one readiness decides /readyz and the queries' NotReady
 

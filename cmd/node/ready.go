@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/query"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -43,6 +44,9 @@ import (
 type readiness struct {
 	node  *cluster.Node
 	views *query.Views
+	// store, when set, is probed every poll: a node whose object store
+	// does not answer is not ready (its cold queries would fail).
+	store *objstore.Guard
 	bound time.Duration
 	every time.Duration
 	// leaderGeneration asks the leader (its admin address) for its applied
@@ -102,6 +106,20 @@ const catchUpPoll = 50 * time.Millisecond
 func (r *readiness) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	if r.store != nil {
+		wg.Go(func() {
+			t := time.NewTicker(r.every)
+			defer t.Stop()
+			for {
+				r.store.Probe(ctx, min(r.bound, 2*time.Second))
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		})
+	}
 	wg.Go(func() {
 		t := time.NewTicker(catchUpPoll)
 		defer t.Stop()
@@ -224,6 +242,11 @@ func (r *readiness) poll(ctx context.Context) {
 }
 
 func (r *readiness) judgeLocked(now time.Time, leaderID string, isLeader bool, served, applied uint64) string {
+	if r.store != nil {
+		if down, since, err := r.store.Down(); down {
+			return fmt.Sprintf("the object store has not answered for %v: %v", now.Sub(since).Round(time.Millisecond), err)
+		}
+	}
 	if leaderID == "" {
 		return "no leader known"
 	}
@@ -313,6 +336,14 @@ func (r *readiness) collectors() []prometheus.Collector {
 				return 1
 			}
 			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_store_up", Help: "0 while the object store does not answer this node's probes (objstore.GuardFailures in a row), else 1."}, func() float64 {
+			if r.store != nil {
+				if down, _, _ := r.store.Down(); down {
+					return 0
+				}
+			}
+			return 1
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_manifest_generation", Help: "Manifest generation the replicated state applied on this node."}, func() float64 {
 			return float64(r.node.FSM.Manifest().Generation)

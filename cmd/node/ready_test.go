@@ -11,9 +11,14 @@ import (
 
 	"github.com/eddy-backlinks/eddy/cluster"
 	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
+	"github.com/eddy-backlinks/eddy/objstore/miniotest"
+	"github.com/eddy-backlinks/eddy/objstore/s3"
 	"github.com/eddy-backlinks/eddy/query"
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // One readiness decides both /readyz and the query gate. On a one-node
@@ -21,6 +26,87 @@ import (
 // a leader both say so; once it leads and serves what it applied both
 // open, and run opens the gate by itself, for good.
 func TestReadinessOneNode(t *testing.T) {
+	store, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, r, readyz := readinessOneNode(t, store, 5*time.Second)
+	if id, _ := node.Leader(); id == "" {
+		if err := r.caughtUp(); err == nil || !strings.Contains(err.Error(), "no leader known") {
+			t.Errorf("query gate before any leader: %v", err)
+		}
+		if code, body := readyz(); code != 503 || !strings.Contains(body, "no leader known") {
+			t.Errorf("/readyz before any leader: %d %q", code, body)
+		}
+	}
+	runReadiness(t, r)
+	waitReady(t, r, readyz)
+	if err := r.caughtUp(); err != nil {
+		t.Fatalf("query gate after catching up: %v", err)
+	}
+}
+
+// A node whose object store stops answering (a real MinIO behind a TCP
+// proxy that is cut) turns unready within a few probes, saying why, and
+// eddy_store_up says 0; ready again once the store answers.
+func TestReadinessStoreDown(t *testing.T) {
+	endpoint, _, _ := miniotest.StartMinIO(t)
+	fw := miniotest.NewForwarder(t, endpoint)
+	bucket, err := s3.New(s3.Config{Endpoint: fw.Addr(), Region: "us-east-1", Bucket: miniotest.Bucket, Prefix: "readiness",
+		Insecure: true, PathStyle: true, AccessKey: miniotest.AccessKey, SecretKey: miniotest.SecretKey, MaxRetries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bucket.Close()
+	guard := objstore.NewGuard(bucket)
+	_, r, readyz := readinessOneNode(t, guard, 2*time.Second)
+	r.store = guard
+	runReadiness(t, r)
+	waitReady(t, r, readyz)
+
+	fw.Cut()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body := readyz()
+		if code == 503 && strings.Contains(body, "the object store has not answered") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store cut 20 s ago: /readyz %d %q", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if up := storeUp(t, r); up != 0 {
+		t.Fatalf("eddy_store_up %v with the store down", up)
+	}
+	fw.Restore()
+	waitReady(t, r, readyz)
+	if up := storeUp(t, r); up != 1 {
+		t.Fatalf("eddy_store_up %v with the store back", up)
+	}
+}
+
+// storeUp reads the eddy_store_up gauge of r's collectors.
+func storeUp(t *testing.T, r *readiness) float64 {
+	t.Helper()
+	for _, c := range r.collectors() {
+		ch := make(chan *prometheus.Desc, 8)
+		c.Describe(ch)
+		close(ch)
+		for d := range ch {
+			if strings.Contains(d.String(), `"eddy_store_up"`) {
+				return testutil.ToFloat64(c)
+			}
+		}
+	}
+	t.Fatal("no eddy_store_up")
+	return 0
+}
+
+// readinessOneNode opens a one-node cluster (real Raft over mutual TLS on
+// loopback) and a readiness of bound over views of store; readyz asks its
+// handler.
+func readinessOneNode(t *testing.T, store objstore.Store, bound time.Duration) (*cluster.Node, *readiness, func() (int, string)) {
 	dir := t.TempDir()
 	if err := cluster.MakeCA(dir); err != nil {
 		t.Fatal(err)
@@ -39,35 +125,30 @@ func TestReadinessOneNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer node.Close(context.Background())
-	store, err := local.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { node.Close(context.Background()) })
 	views := query.NewViews(node.FSM, lsm.NewCatalog(t.TempDir(), store), hclog.NewNullLogger())
-	r := newReadiness(node, views, 5*time.Second, "token")
-
+	r := newReadiness(node, views, bound, "token")
 	readyz := func() (int, string) {
 		rec := httptest.NewRecorder()
 		r.handler(rec, httptest.NewRequest("GET", "/readyz", nil))
 		return rec.Code, rec.Body.String()
 	}
-	if id, _ := node.Leader(); id == "" {
-		if err := r.caughtUp(); err == nil || !strings.Contains(err.Error(), "no leader known") {
-			t.Errorf("query gate before any leader: %v", err)
-		}
-		if code, body := readyz(); code != 503 || !strings.Contains(body, "no leader known") {
-			t.Errorf("/readyz before any leader: %d %q", code, body)
-		}
-	}
+	return node, r, readyz
+}
 
+// runReadiness runs r and its views until the test ends.
+func runReadiness(t *testing.T, r *readiness) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { views.Run(ctx); close(done) }()
+	go func() { r.views.Run(ctx); close(done) }()
 	runDone := make(chan struct{})
 	go func() { r.run(ctx); close(runDone) }()
-	defer func() { cancel(); <-done; <-runDone }()
+	t.Cleanup(func() { cancel(); <-done; <-runDone })
+}
 
+// waitReady waits until /readyz answers 200 and the query gate is open.
+func waitReady(t *testing.T, r *readiness, readyz func() (int, string)) {
+	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		code, body := readyz()
@@ -81,8 +162,5 @@ func TestReadinessOneNode(t *testing.T) {
 			t.Fatalf("not ready: /readyz %d %q, gate open %v", code, body, r.caught.Load())
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	if err := r.caughtUp(); err != nil {
-		t.Fatalf("query gate after catching up: %v", err)
 	}
 }

@@ -22,8 +22,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
+	"syscall"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -52,6 +55,10 @@ type Config struct {
 	// PathStyle addresses the bucket as endpoint/bucket rather than
 	// bucket.endpoint. ConfigFromURL sets it for every endpoint but AWS's.
 	PathStyle bool
+	// MaxRetries bounds the client's retries of a request that failed
+	// (0: minio-go's default, 10, with backoff: seconds before a request
+	// to an unreachable server fails).
+	MaxRetries int
 	// AccessKey and SecretKey are required; SessionToken is optional.
 	AccessKey, SecretKey, SessionToken string
 	// Transport, if not nil, carries the HTTP requests; by default a new
@@ -123,6 +130,7 @@ func New(cfg Config) (*Store, error) {
 		Region:       cfg.Region,
 		BucketLookup: lookup,
 		Transport:    tr,
+		MaxRetries:   cfg.MaxRetries,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("s3: %w", err)
@@ -175,7 +183,22 @@ func (s *Store) wrap(ctx context.Context, op, key string, err error) error {
 	case minio.InvalidRange:
 		return fmt.Errorf("s3: %s %q: %w: %w", op, key, rules.ErrRange, err)
 	}
+	if unavailable(err) {
+		return fmt.Errorf("s3: %s %q: %w: %w", op, key, rules.ErrUnavailable, err)
+	}
 	return fmt.Errorf("s3: %s %q: %w", op, key, err)
+}
+
+// unavailable reports whether err is the server's not answering (a
+// network error) or answering with a server error (5xx).
+func unavailable(err error) bool {
+	var er minio.ErrorResponse
+	if errors.As(err, &er) {
+		return er.StatusCode >= 500 || er.Code == "SlowDown" || er.Code == "ServiceUnavailable" || er.Code == "InternalError"
+	}
+	var ne net.Error
+	var ue *url.Error
+	return errors.As(err, &ne) || errors.As(err, &ue) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // Put implements objstore.Store.

@@ -18,6 +18,9 @@ var (
 	ErrInvalidKey = errors.New("objstore: invalid key")
 	ErrRange      = errors.New("objstore: range not satisfiable")
 	ErrExists     = errors.New("objstore: object exists with different content")
+	// ErrUnavailable: the store did not answer (no connection, a timeout)
+	// or answered with a server error; the request may succeed later.
+	ErrUnavailable = errors.New("objstore: store unavailable")
 )
 
 const (

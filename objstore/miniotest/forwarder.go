@@ -1,0 +1,80 @@
+package miniotest
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// Forwarder is a TCP proxy to a real server (a MinIO) that a test can cut
+// (its listener and every connection closed: the bucket unreachable) and
+// restore on the same address.
+type Forwarder struct {
+	t      testing.TB
+	addr   string
+	target string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+// NewForwarder starts a Forwarder to target on a free loopback port; it is
+// cut when the test ends.
+func NewForwarder(t testing.TB, target string) *Forwarder {
+	f := &Forwarder{t: t, target: target}
+	f.up("127.0.0.1:0")
+	t.Cleanup(f.Cut)
+	return f
+}
+
+// Addr is the address clients connect to.
+func (f *Forwarder) Addr() string { return f.addr }
+
+// Restore listens again on the same address.
+func (f *Forwarder) Restore() { f.up(f.addr) }
+
+func (f *Forwarder) up(addr string) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.ln, f.addr = ln, ln.Addr().String()
+	f.mu.Unlock()
+	f.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", f.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			f.mu.Lock()
+			f.conns = append(f.conns, c, s)
+			f.mu.Unlock()
+			f.wg.Go(func() { io.Copy(s, c); s.Close() })
+			f.wg.Go(func() { io.Copy(c, s); c.Close() })
+		}
+	})
+}
+
+// Cut closes the listener and every connection: the server is unreachable
+// until Restore.
+func (f *Forwarder) Cut() {
+	f.mu.Lock()
+	if f.ln != nil {
+		f.ln.Close()
+		f.ln = nil
+	}
+	for _, c := range f.conns {
+		c.Close()
+	}
+	f.conns = nil
+	f.mu.Unlock()
+	f.wg.Wait()
+}
