@@ -186,7 +186,7 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 		if s.Ready != nil {
 			if err := s.Ready(); err != nil {
 				w.Header().Set("Retry-After", "1")
-				writeErr(w, &apiError{http.StatusServiceUnavailable, "NotReady", "this node is catching up with the cluster (" + err.Error() + "); ask another node"})
+				writeErr(w, &apiError{http.StatusServiceUnavailable, "NotReady", "this node is catching up with the cluster, or has fallen behind it (" + err.Error() + "); ask another node"})
 				return
 			}
 		}

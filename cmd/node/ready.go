@@ -144,9 +144,13 @@ func (r *readiness) run(ctx context.Context) {
 }
 
 // caughtUp is the query gate: nil once the node has caught up with the
-// cluster since it started, and from then on; else why not yet.
+// cluster since it started, and from then on while its view is not stale
+// (stale); else why not.
 func (r *readiness) caughtUp() error {
 	if r.caught.Load() {
+		if reason := r.stale(); reason != "" {
+			return errors.New(reason)
+		}
 		return nil
 	}
 	node, views := r.node, r.views
@@ -177,6 +181,31 @@ func (r *readiness) caughtUp() error {
 	}
 	r.caught.Store(true)
 	return nil
+}
+
+// stale says why the view this node serves is too old to answer from, or
+// "": a generation the leader had, or one this node's state applied, has
+// gone unserved for longer than the bound (a full disk, tables the node
+// cannot open). Such a node answers 503 NotReady, so that a client that
+// does not watch /readyz asks another node rather than get an old answer
+// with no sign of it. A node that cannot reach the leader keeps answering
+// (it cannot tell; /readyz says so).
+func (r *readiness) stale() string {
+	now := time.Now()
+	served := r.views.Current().Generation()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.mu.seen) > 0 && r.mu.seen[0].gen > served && !r.mu.seen[0].at.IsZero() {
+		if d := now.Sub(r.mu.seen[0].at); d > r.bound {
+			return fmt.Sprintf("serving generation %d; the leader had generation %d %v ago", served, r.mu.seen[0].gen, d.Round(time.Millisecond))
+		}
+	}
+	if !r.mu.behindSince.IsZero() {
+		if d := now.Sub(r.mu.behindSince); d > r.bound {
+			return fmt.Sprintf("serving generation %d, behind what this node applied for %v", served, d.Round(time.Millisecond))
+		}
+	}
+	return ""
 }
 
 func (r *readiness) poll(ctx context.Context) {

@@ -46,6 +46,55 @@ func TestReadinessOneNode(t *testing.T) {
 	}
 }
 
+// Once open, the query gate closes again while the served view is stale:
+// a generation the node applied (or the leader had) unserved for longer
+// than the bound, as when a full disk keeps the node from opening new
+// tables; it opens again as soon as the view is current.
+func TestQueryGateClosesWhenStale(t *testing.T) {
+	store, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, r, readyz := readinessOneNode(t, store, time.Second)
+	// The views run; the readiness polls only when the test says, so that
+	// no poll undoes the state set below.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.views.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r.poll(ctx)
+		if code, _ := readyz(); code == 200 && r.caughtUp() == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready: %v", r.caughtUp())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// What poll records when the view trails the applied generation.
+	r.mu.Lock()
+	r.mu.behindSince = time.Now().Add(-2 * time.Second)
+	r.mu.Unlock()
+	if err := r.caughtUp(); err == nil || !strings.Contains(err.Error(), "behind what this node applied") {
+		t.Fatalf("query gate with a view stale for 2 s (bound 1 s): %v", err)
+	}
+	r.mu.Lock()
+	r.mu.seen = append(r.mu.seen[:0], seenGen{gen: r.views.Current().Generation() + 1, at: time.Now().Add(-3 * time.Second)})
+	r.mu.behindSince = time.Time{}
+	r.mu.Unlock()
+	if err := r.caughtUp(); err == nil || !strings.Contains(err.Error(), "the leader had generation") {
+		t.Fatalf("query gate with a leader generation unserved for 3 s: %v", err)
+	}
+	r.mu.Lock()
+	r.mu.seen = r.mu.seen[:0]
+	r.mu.Unlock()
+	if err := r.caughtUp(); err != nil {
+		t.Fatalf("query gate with a current view: %v", err)
+	}
+}
+
 // A node whose object store stops answering (a real MinIO behind a TCP
 // proxy that is cut) turns unready within a few probes, saying why, and
 // eddy_store_up says 0; ready again once the store answers.
