@@ -38,8 +38,8 @@ import (
 //   - (collection, location) pairs repeat: each frame lists its distinct
 //     pairs, sorted, and a record stores an index.
 //   - A backfill writes a repository whole at one stamp: the dictionary
-//     (version 3) keeps each account's majority rev, and a record at its
-//     account's rev stores only that it is (below).
+//     (version 3) keeps each account's majority rev, and a record of such
+//     an account stores its rev's difference from it (0 for most).
 //   - sourceRev follows the source's time (records are stamped as they
 //     arrive): the codec predicts each rev from the previous record's rev
 //     plus the time difference times a per-frame rate, and stores the
@@ -81,8 +81,9 @@ import (
 //	             rev plus sign(d) * floor(|d| * R / 2^32), d the signed time
 //	             difference with the previous record, wrapping (mod 2^64).
 //	             Version 3, a record whose account (rank r >= 1) has a rev
-//	             in the dictionary (entry r-1's value v != 0): 0 if the
-//	             record's rev is v-1, else 1 + that zigzag varint
+//	             in the dictionary (entry r-1's value v != 0): varint
+//	             zigzag(rev - (v-1)) instead, wrapping (0 for most records
+//	             of a backfilled account)
 //	 6..         KT planes of the time differences of the records that do
 //	             not start a group (n - G of them; revocations n - 1): plane
 //	             k holds byte k of each difference; each difference is >= 0

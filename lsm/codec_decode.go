@@ -352,13 +352,10 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 			pred = prevRev + scaleRate(hi-prevHi, rate)
 		}
 		var rev uint64
-		switch v := revs.uvarint(); {
-		case rank == 0 || d.revs == nil || d.revs[rank-1] == 0:
+		if v := revs.uvarint(); rank == 0 || d.revs == nil || d.revs[rank-1] == 0 {
 			rev = pred + unzigzag(v)
-		case v == 0: // version 3: the account's rev
-			rev = d.revs[rank-1] - 1
-		default:
-			rev = pred + unzigzag(v-1)
+		} else { // version 3: from the account's rev
+			rev = d.revs[rank-1] - 1 + unzigzag(v)
 		}
 		r := dst[i*w : (i+1)*w : (i+1)*w]
 		if l.target {

@@ -189,8 +189,8 @@ func (e *colEncoder) pairIndexes(n int) int {
 // revStream writes the revs stream of records of width w, predicted at
 // the rate (0: plain delta) that gives the fewer bytes, and returns the
 // rate. With dictRevs (version 3), a record of a dictionary account with
-// a rev (dictRevs[rank-1] = 1 + that rev) stores 0 if its rev is the
-// account's, else 1 + its residual; every other record its residual.
+// a rev (dictRevs[rank-1] = 1 + that rev) stores its difference from the
+// account's rev instead (0 for most), every other record its residual.
 func (e *colEncoder) revStream(recs []byte, w int, dictRevs []uint64) uint64 {
 	n := len(recs) / w
 	u := func(i, off int) uint64 { return binary.BigEndian.Uint64(recs[i*w+off:]) }
@@ -215,11 +215,7 @@ func (e *colEncoder) revStream(recs []byte, w int, dictRevs []uint64) uint64 {
 				pred = u(i-1, w-8) + scaleRate(e.hi[i]-e.hi[i-1], rate)
 			}
 			if r := e.ranks[i]; dictRevs != nil && r > 0 && dictRevs[r-1] != 0 {
-				if rev+1 == dictRevs[r-1] {
-					dst = append(dst, 0)
-					continue
-				}
-				dst = binary.AppendUvarint(dst, 1+zigzag(rev-pred))
+				dst = binary.AppendUvarint(dst, zigzag(rev-(dictRevs[r-1]-1)))
 				continue
 			}
 			dst = binary.AppendUvarint(dst, zigzag(rev-pred))
