@@ -20,7 +20,6 @@ import (
 	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
 	"github.com/eddy-backlinks/eddy/objstore/miniotest"
-	"github.com/eddy-backlinks/eddy/objstore/s3"
 )
 
 // dbSource adapts an lsm.DB to ManifestSource.
@@ -364,14 +363,7 @@ func TestAPIErrors(t *testing.T) {
 // at once instead of after the client's retries; when the bucket comes
 // back the same query answers in full.
 func TestStoreUnavailable(t *testing.T) {
-	endpoint, _, _ := miniotest.StartMinIO(t)
-	fw := miniotest.NewForwarder(t, endpoint)
-	bucket, err := s3.New(s3.Config{Endpoint: fw.Addr(), Region: "us-east-1", Bucket: miniotest.Bucket, Prefix: "store-unavailable",
-		Insecure: true, PathStyle: true, AccessKey: miniotest.AccessKey, SecretKey: miniotest.SecretKey, MaxRetries: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bucket.Close()
+	bucket, fw := miniotest.StoreBehindForwarder(t, "store-unavailable", 2)
 	guard := objstore.NewGuard(bucket)
 	f := newFixtureOn(t, guard)
 	m := NewMetrics()

@@ -14,7 +14,6 @@ import (
 	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
 	"github.com/eddy-backlinks/eddy/objstore/miniotest"
-	"github.com/eddy-backlinks/eddy/objstore/s3"
 	"github.com/eddy-backlinks/eddy/query"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -99,14 +98,7 @@ func TestQueryGateClosesWhenStale(t *testing.T) {
 // proxy that is cut) turns unready within a few probes, saying why, and
 // eddy_store_up says 0; ready again once the store answers.
 func TestReadinessStoreDown(t *testing.T) {
-	endpoint, _, _ := miniotest.StartMinIO(t)
-	fw := miniotest.NewForwarder(t, endpoint)
-	bucket, err := s3.New(s3.Config{Endpoint: fw.Addr(), Region: "us-east-1", Bucket: miniotest.Bucket, Prefix: "readiness",
-		Insecure: true, PathStyle: true, AccessKey: miniotest.AccessKey, SecretKey: miniotest.SecretKey, MaxRetries: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bucket.Close()
+	bucket, fw := miniotest.StoreBehindForwarder(t, "readiness", 1)
 	guard := objstore.NewGuard(bucket)
 	_, r, readyz := readinessOneNode(t, guard, 2*time.Second)
 	r.store = guard

@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync"
 	"testing"
+
+	"github.com/eddy-backlinks/eddy/objstore/s3"
 )
 
 // Forwarder is a TCP proxy to a real server (a MinIO) that a test can cut
@@ -77,4 +79,21 @@ func (f *Forwarder) Cut() {
 	f.conns = nil
 	f.mu.Unlock()
 	f.wg.Wait()
+}
+
+// StoreBehindForwarder starts a MinIO server and returns an S3 store on
+// it, under prefix in Bucket, reached through a Forwarder the test can
+// cut; the client retries a failed request at most maxRetries times. Both
+// end with the test.
+func StoreBehindForwarder(t testing.TB, prefix string, maxRetries int) (*s3.Store, *Forwarder) {
+	t.Helper()
+	endpoint, _, _ := StartMinIO(t)
+	fw := NewForwarder(t, endpoint)
+	store, err := s3.New(s3.Config{Endpoint: fw.Addr(), Region: "us-east-1", Bucket: Bucket, Prefix: prefix,
+		Insecure: true, PathStyle: true, AccessKey: AccessKey, SecretKey: SecretKey, MaxRetries: maxRetries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return store, fw
 }
