@@ -10,6 +10,29 @@ import (
 	"github.com/eddy-backlinks/eddy/lsm"
 )
 
+// timeCounts counts target n times on db (a whole garbage collection
+// before each when quiesce), checking each answer against want, and
+// returns the latencies and CPU times, sorted.
+func timeCounts(ctx context.Context, db *lsm.DB, target link.RecordID, n int, want uint64, quiesce bool) (lat, cpu []time.Duration, err error) {
+	for range n {
+		if quiesce {
+			quiesceGC()
+		}
+		c0, t0 := cpuTime(), time.Now()
+		got, _, err := db.Count(ctx, target, lsm.Filter{})
+		lat, cpu = append(lat, time.Since(t0)), append(cpu, cpuTime()-c0)
+		if err != nil {
+			return nil, nil, err
+		}
+		if got != want {
+			return nil, nil, fmt.Errorf("count %d, want %d", got, want)
+		}
+	}
+	slices.Sort(lat)
+	slices.Sort(cpu)
+	return lat, cpu, nil
+}
+
 // count times Count of the mega target (id, with written links of which
 // live are live), warm (median of five) and cold.
 func (b *bench) count(ctx context.Context, id link.RecordID, written, live int) error {
@@ -39,20 +62,10 @@ func (b *bench) count(ctx context.Context, id link.RecordID, written, live int) 
 	if _, _, err := db.Count(ctx, id, lsm.Filter{}); err != nil { // warm
 		return err
 	}
-	var lat, cpu []time.Duration
-	for range 5 {
-		c0, t0 := cpuTime(), time.Now()
-		n, _, err := db.Count(ctx, id, lsm.Filter{})
-		lat, cpu = append(lat, time.Since(t0)), append(cpu, cpuTime()-c0)
-		if err != nil {
-			return err
-		}
-		if n != uint64(res.CountTargetLive) {
-			return fmt.Errorf("count %d, want %d", n, res.CountTargetLive)
-		}
+	lat, cpu, err := timeCounts(ctx, db, id, 5, uint64(res.CountTargetLive), false)
+	if err != nil {
+		return err
 	}
-	slices.Sort(lat)
-	slices.Sort(cpu)
 	res.Count1MCPUMs = float64(cpu[len(cpu)/2]) / float64(time.Millisecond)
 	res.Count1MMs = float64(lat[len(lat)/2]) / float64(time.Millisecond)
 	res.Count1MMinMs = float64(lat[0]) / float64(time.Millisecond)

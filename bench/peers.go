@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -358,15 +357,11 @@ func peerChild(ctx context.Context, c *peersConfig, log io.Writer) (*PeerResult,
 		c.system, st.Written, res.IngestWallS, res.LinksPerCPUS, res.FinishS, res.BytesPerLink)
 
 	if c.profile != "" {
-		f, err := os.Create(c.profile)
+		stop, err := startCPUProfile(c.profile)
 		if err != nil {
 			return nil, err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return nil, err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	// Every sample target's count must be the workload's.
 	for _, t := range st.Sample {

@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
-	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -112,12 +110,8 @@ func serveMain(ctx context.Context, name string, args []string, stdout, stderr i
 
 // serve opens the index in dir and measures it (serveMain).
 func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, queries int, cache, metaCache int64, profile string, compact bool, log io.Writer) (*ServeResult, error) {
-	store, err := local.New(filepath.Join(dir, "store"))
-	if err != nil {
-		return nil, err
-	}
 	t0 := time.Now()
-	db, err := lsm.Open(ctx, lsm.Options{Store: store, Dir: filepath.Join(dir, "db"), CacheBytes: cache, MetaCacheBytes: metaCache, NoGCGrace: true})
+	db, err := openKept(ctx, dir, cache, metaCache)
 	if err != nil {
 		return nil, err
 	}
@@ -175,16 +169,11 @@ func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, qu
 			res.MinorFaults, res.MajorFaults = pageFaults()
 		}
 		if pass == 1 && profile != "" {
-			f, err := os.Create(profile)
+			stop, err := startCPUProfile(profile)
 			if err != nil {
 				return nil, err
 			}
-			if err := pprof.StartCPUProfile(f); err != nil {
-				f.Close()
-				return nil, err
-			}
-			defer f.Close()
-			defer pprof.StopCPUProfile()
+			defer stop()
 		}
 		for _, t := range targets {
 			t0 := time.Now()
@@ -219,15 +208,21 @@ func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, qu
 	return res, nil
 }
 
+// openKept opens the index a kept run left in dir (its store and db
+// directories) as a node would, with these caches.
+func openKept(ctx context.Context, dir string, cache, metaCache int64) (*lsm.DB, error) {
+	store, err := local.New(filepath.Join(dir, "store"))
+	if err != nil {
+		return nil, err
+	}
+	return lsm.Open(ctx, lsm.Options{Store: store, Dir: filepath.Join(dir, "db"), CacheBytes: cache, MetaCacheBytes: metaCache, NoGCGrace: true})
+}
+
 // serveCounts times Count of the stream's mega target in a fresh DB on
 // dir (as a node would answer getBacklinksCount: no model in the heap):
 // one count to warm the cache, then n timed.
 func serveCounts(ctx context.Context, dir string, st *workload.Stream, res *ServeResult, n int, cache, metaCache int64, profile string, log io.Writer) error {
-	store, err := local.New(filepath.Join(dir, "store"))
-	if err != nil {
-		return err
-	}
-	db, err := lsm.Open(ctx, lsm.Options{Store: store, Dir: filepath.Join(dir, "db"), CacheBytes: cache, MetaCacheBytes: metaCache, NoGCGrace: true})
+	db, err := openKept(ctx, dir, cache, metaCache)
 	if err != nil {
 		return err
 	}
@@ -238,31 +233,16 @@ func serveCounts(ctx context.Context, dir string, st *workload.Stream, res *Serv
 		return err
 	}
 	if profile != "" {
-		f, err := os.Create(profile + ".count")
+		stop, err := startCPUProfile(profile + ".count")
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
-	var lat, cpu []time.Duration
-	for range n {
-		quiesceGC()
-		c0, t0 := cpuTime(), time.Now()
-		got, _, err := db.Count(ctx, id, lsm.Filter{})
-		lat, cpu = append(lat, time.Since(t0)), append(cpu, cpuTime()-c0)
-		if err != nil {
-			return err
-		}
-		if got != want {
-			return fmt.Errorf("count of the mega target: %d, then %d", want, got)
-		}
+	lat, cpu, err := timeCounts(ctx, db, id, n, want, true)
+	if err != nil {
+		return err
 	}
-	slices.Sort(lat)
-	slices.Sort(cpu)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	res.MegaLive = want
 	res.CountWarmMs, res.CountMinMs, res.CountCPUMs = ms(lat[len(lat)/2]), ms(lat[0]), ms(cpu[len(cpu)/2])

@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -88,3 +89,17 @@ func rssBytes() int64 { return procStatusBytes("VmRSS") }
 // cache the kernel can take back at any time).
 func rssAnonBytes() int64 { return procStatusBytes("RssAnon") }
 func rssFileBytes() int64 { return procStatusBytes("RssFile") }
+
+// startCPUProfile writes a CPU profile to path until the returned stop is
+// called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}

@@ -339,6 +339,10 @@ func appendDict(dst []byte, d *accountDict, enc *zstd.Encoder) []byte {
 
 const dictHeaderSize = 12
 
+// dictHasRevs reports whether the dictionaries of tables of format
+// version hold their accounts' revs (version 3 on).
+func dictHasRevs(version int) bool { return version >= 3 }
+
 // dictRawMax bounds a dictionary's decompressed bytes (22 per entry).
 const dictRawMax = 22 * MaxDictEntries
 

@@ -100,7 +100,7 @@ func align8(n int) int { return (n + 7) &^ 7 }
 // dictRevsWidth is the bytes a mapped dictionary entry's rev takes in a
 // table of format version (none before version 3).
 func dictRevsWidth(version int) int {
-	if version >= 3 {
+	if dictHasRevs(version) {
 		return 8
 	}
 	return 0

@@ -228,7 +228,7 @@ func (m *TableMeta) decodeDictSection(d []byte) error {
 		return corruptf("columnar transform for width %d prefix %d", m.Format.Width, m.Format.PrefixLen)
 	}
 	m.layout = l
-	dict, err := decodeDict(d, m.version >= 3)
+	dict, err := decodeDict(d, dictHasRevs(m.version))
 	if err != nil {
 		return err
 	}

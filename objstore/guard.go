@@ -28,7 +28,6 @@ const GuardFailures = 3
 // their callers retry and report on their own.
 type Guard struct {
 	Store
-	now func() time.Time
 
 	mu struct {
 		sync.Mutex
@@ -39,7 +38,7 @@ type Guard struct {
 }
 
 // NewGuard guards s; it starts up.
-func NewGuard(s Store) *Guard { return &Guard{Store: s, now: time.Now} }
+func NewGuard(s Store) *Guard { return &Guard{Store: s} }
 
 // Probe asks the store once, allowing it timeout to answer, and records
 // the answer; it returns the probe's error (nil when the store answered,
@@ -63,7 +62,7 @@ func (g *Guard) Probe(ctx context.Context, timeout time.Duration) error {
 	g.mu.failing++
 	g.mu.lastErr = err
 	if g.mu.failing >= GuardFailures && g.mu.downSince.IsZero() {
-		g.mu.downSince = g.now()
+		g.mu.downSince = time.Now()
 	}
 	return err
 }
@@ -82,7 +81,7 @@ func (g *Guard) refuse(op, key string) error {
 	if !down {
 		return nil
 	}
-	return fmt.Errorf("objstore: %s %q: %w: unreachable for %v (last probe: %v)", op, key, ErrUnavailable, g.now().Sub(since).Round(time.Millisecond), err)
+	return fmt.Errorf("objstore: %s %q: %w: unreachable for %v (last probe: %v)", op, key, ErrUnavailable, time.Since(since).Round(time.Millisecond), err)
 }
 
 // Get implements Store.

@@ -84,7 +84,7 @@ const seenMax = 4096
 func newReadiness(node *cluster.Node, views *query.Views, bound time.Duration, token string) *readiness {
 	r := &readiness{node: node, views: views, bound: bound, every: min(time.Second, max(100*time.Millisecond, bound/4)),
 		startIndex: node.Raft().LastIndex(), started: time.Now()}
-	hc := &http.Client{Timeout: min(bound, 2*time.Second)}
+	hc := &http.Client{Timeout: r.askTimeout()}
 	r.leaderGeneration = func(ctx context.Context, addr string) (uint64, error) {
 		cl := cluster.AdminClient{Addrs: []string{addr}, Token: token, HTTP: hc}
 		var st cluster.NodeStatus
@@ -111,7 +111,7 @@ func (r *readiness) run(ctx context.Context) {
 			t := time.NewTicker(r.every)
 			defer t.Stop()
 			for {
-				r.store.Probe(ctx, min(r.bound, 2*time.Second))
+				r.store.Probe(ctx, r.askTimeout())
 				select {
 				case <-ctx.Done():
 					return
@@ -191,10 +191,16 @@ func (r *readiness) caughtUp() error {
 // with no sign of it. A node that cannot reach the leader keeps answering
 // (it cannot tell; /readyz says so).
 func (r *readiness) stale() string {
-	now := time.Now()
-	served := r.views.Current().Generation()
+	served, applied := r.views.Current().Generation(), r.node.FSM.Manifest().Generation
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.staleLocked(time.Now(), served, applied)
+}
+
+// staleLocked is stale's judgement, which judgeLocked makes too: the
+// oldest leader generation not served (first seen at a known time) or the
+// applied one has waited longer than the bound.
+func (r *readiness) staleLocked(now time.Time, served, applied uint64) string {
 	if len(r.mu.seen) > 0 && r.mu.seen[0].gen > served && !r.mu.seen[0].at.IsZero() {
 		if d := now.Sub(r.mu.seen[0].at); d > r.bound {
 			return fmt.Sprintf("serving generation %d; the leader had generation %d %v ago", served, r.mu.seen[0].gen, d.Round(time.Millisecond))
@@ -202,11 +208,15 @@ func (r *readiness) stale() string {
 	}
 	if !r.mu.behindSince.IsZero() {
 		if d := now.Sub(r.mu.behindSince); d > r.bound {
-			return fmt.Sprintf("serving generation %d, behind what this node applied for %v", served, d.Round(time.Millisecond))
+			return fmt.Sprintf("serving generation %d, applied %d, for %v", served, applied, d.Round(time.Millisecond))
 		}
 	}
 	return ""
 }
+
+// askTimeout bounds one ask of another party: the leader's generation,
+// a probe of the object store.
+func (r *readiness) askTimeout() time.Duration { return min(r.bound, 2*time.Second) }
 
 func (r *readiness) poll(ctx context.Context) {
 	now := time.Now()
@@ -217,7 +227,7 @@ func (r *readiness) poll(ctx context.Context) {
 	polled := false
 	if leaderID != "" && !isLeader {
 		if ni, ok := r.node.FSM.Node(leaderID); ok && ni.Admin != "" {
-			pctx, cancel := context.WithTimeout(ctx, min(r.bound, 2*time.Second))
+			pctx, cancel := context.WithTimeout(ctx, r.askTimeout())
 			gen, err = r.leaderGeneration(pctx, ni.Admin)
 			cancel()
 			polled = true
@@ -297,21 +307,11 @@ func (r *readiness) judgeLocked(now time.Time, leaderID string, isLeader bool, s
 		if d := now.Sub(last); d > r.bound {
 			return fmt.Sprintf("cannot ask the leader %s for its generation for %v: %v", leaderID, d.Round(time.Millisecond), r.mu.pollErr)
 		}
-		if len(r.mu.seen) > 0 {
-			if r.mu.seen[0].at.IsZero() {
-				return fmt.Sprintf("serving generation %d; the leader has generation %d (catching up after a start or a gap)", served, r.mu.seen[0].gen)
-			}
-			if d := now.Sub(r.mu.seen[0].at); d > r.bound {
-				return fmt.Sprintf("serving generation %d; the leader had generation %d %v ago", served, r.mu.seen[0].gen, d.Round(time.Millisecond))
-			}
+		if len(r.mu.seen) > 0 && r.mu.seen[0].at.IsZero() {
+			return fmt.Sprintf("serving generation %d; the leader has generation %d (catching up after a start or a gap)", served, r.mu.seen[0].gen)
 		}
 	}
-	if !r.mu.behindSince.IsZero() {
-		if d := now.Sub(r.mu.behindSince); d > r.bound {
-			return fmt.Sprintf("serving generation %d, applied %d, for %v", served, applied, d.Round(time.Millisecond))
-		}
-	}
-	return ""
+	return r.staleLocked(now, served, applied) // a leader's seen is empty
 }
 
 // state returns why the node is not ready ("" when ready) and the served

@@ -76,7 +76,7 @@ func TestQueryGateClosesWhenStale(t *testing.T) {
 	r.mu.Lock()
 	r.mu.behindSince = time.Now().Add(-2 * time.Second)
 	r.mu.Unlock()
-	if err := r.caughtUp(); err == nil || !strings.Contains(err.Error(), "behind what this node applied") {
+	if err := r.caughtUp(); err == nil || !strings.Contains(err.Error(), ", applied ") {
 		t.Fatalf("query gate with a view stale for 2 s (bound 1 s): %v", err)
 	}
 	r.mu.Lock()
