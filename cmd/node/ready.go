@@ -201,9 +201,9 @@ func (r *readiness) stale() string {
 // oldest leader generation not served (first seen at a known time) or the
 // applied one has waited longer than the bound.
 func (r *readiness) staleLocked(now time.Time, served, applied uint64) string {
-	if len(r.mu.seen) > 0 && r.mu.seen[0].gen > served && !r.mu.seen[0].at.IsZero() {
-		if d := now.Sub(r.mu.seen[0].at); d > r.bound {
-			return fmt.Sprintf("serving generation %d; the leader had generation %d %v ago", served, r.mu.seen[0].gen, d.Round(time.Millisecond))
+	if s, ok := r.unservedLocked(served); ok && !s.at.IsZero() {
+		if d := now.Sub(s.at); d > r.bound {
+			return fmt.Sprintf("serving generation %d; the leader had generation %d %v ago", served, s.gen, d.Round(time.Millisecond))
 		}
 	}
 	if !r.mu.behindSince.IsZero() {
@@ -212,6 +212,19 @@ func (r *readiness) staleLocked(now time.Time, served, applied uint64) string {
 		}
 	}
 	return ""
+}
+
+// unservedLocked is the oldest leader generation seen that the view
+// (generation served) does not serve yet. seen is trimmed at each poll;
+// between two polls the view may have moved past some of it, but not
+// necessarily past all of it.
+func (r *readiness) unservedLocked(served uint64) (seenGen, bool) {
+	for _, s := range r.mu.seen {
+		if s.gen > served {
+			return s, true
+		}
+	}
+	return seenGen{}, false
 }
 
 // askTimeout bounds one ask of another party: the leader's generation,
@@ -307,8 +320,8 @@ func (r *readiness) judgeLocked(now time.Time, leaderID string, isLeader bool, s
 		if d := now.Sub(last); d > r.bound {
 			return fmt.Sprintf("cannot ask the leader %s for its generation for %v: %v", leaderID, d.Round(time.Millisecond), r.mu.pollErr)
 		}
-		if len(r.mu.seen) > 0 && r.mu.seen[0].at.IsZero() {
-			return fmt.Sprintf("serving generation %d; the leader has generation %d (catching up after a start or a gap)", served, r.mu.seen[0].gen)
+		if s, ok := r.unservedLocked(served); ok && s.at.IsZero() {
+			return fmt.Sprintf("serving generation %d; the leader has generation %d (catching up after a start or a gap)", served, s.gen)
 		}
 	}
 	return r.staleLocked(now, served, applied) // a leader's seen is empty

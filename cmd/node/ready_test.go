@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http/httptest"
 	"path/filepath"
@@ -85,6 +86,21 @@ func TestQueryGateClosesWhenStale(t *testing.T) {
 	r.mu.Unlock()
 	if err := r.caughtUp(); err == nil || !strings.Contains(err.Error(), "the leader had generation") {
 		t.Fatalf("query gate with a leader generation unserved for 3 s: %v", err)
+	}
+	// Between two polls the view may serve the oldest generation seen but
+	// not a later one: still stale, from that later one's first sight.
+	r.mu.Lock()
+	g := r.views.Current().Generation()
+	r.mu.seen = append(r.mu.seen[:0], seenGen{gen: g, at: time.Now().Add(-4 * time.Second)}, seenGen{gen: g + 1, at: time.Now().Add(-3 * time.Second)})
+	r.mu.Unlock()
+	if err := r.caughtUp(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("the leader had generation %d 3", g+1)) {
+		t.Fatalf("query gate with the oldest generation seen served, a later one unserved for 3 s: %v", err)
+	}
+	r.mu.Lock()
+	r.mu.seen = append(r.mu.seen[:0], seenGen{gen: g, at: time.Now().Add(-4 * time.Second)})
+	r.mu.Unlock()
+	if err := r.caughtUp(); err != nil {
+		t.Fatalf("query gate with every generation seen served: %v", err)
 	}
 	r.mu.Lock()
 	r.mu.seen = r.mu.seen[:0]
