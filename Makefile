@@ -6,6 +6,7 @@
 #   make bench   runs the Go benchmarks (figures go to docs/bench.md by hand, with the command)
 #   make fuzz    runs every fuzz target for FUZZTIME each
 #   make bench-peers  Eddy, Pebble and PostgreSQL on one workload (docs/bench.md, "Peers"); make bench-scale: docs/scale.md
+#   make bench-clients  other clients' latency while one floods a node, per-client limits on and off (docs/bench.md)
 
 GO        ?= go
 GOBIN     := $(shell $(GO) env GOPATH)/bin
@@ -95,6 +96,16 @@ bench-peers: minio toxiproxy
 		mv $(PEERS_DIR)/peers-$$n.json.tmp $(PEERS_DIR)/peers-$$n.json; \
 		sed -n '/^| system/,$$p' $(PEERS_DIR)/peers-$$n.log; \
 	done
+
+# Per-client limits under a flood (docs/bench.md, "Per-client limits"): a
+# query server on CPU 0, normal clients at half its capacity and one
+# flooding client on CPU 1; the JSON in docs/bench/clients.json.
+.PHONY: bench-clients
+bench-clients:
+	@mkdir -p bin docs/bench
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/eddy-bench ./cmd/bench
+	bin/eddy-bench clients > docs/bench/clients.json.tmp
+	mv docs/bench/clients.json.tmp docs/bench/clients.json
 
 # The storage benchmark at scale (docs/scale.md): bin/eddy-bench lsm
 # --shape backfill (streamed: the network's history, then a live tail) at

@@ -38,6 +38,15 @@ func Main(ctx context.Context, name string, args []string, stdout, stderr io.Wri
 	if len(args) > 0 && args[0] == "serve" {
 		return serveMain(ctx, name, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "clients" {
+		return clientsMain(ctx, name, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "clients-flood" {
+		return clientsFloodMain(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "clients-serve" {
+		return clientsServeMain(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "peers" {
 		return peersMain(ctx, name, args[1:], stdout, stderr)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -78,8 +79,11 @@ type Server struct {
 	// MinGenerationWait bounds a query's wait for the generation its
 	// minGeneration asks for (default MinGenerationWaitMax).
 	MinGenerationWait time.Duration
-	sem               chan struct{}
-	totals            countCache // getBacklinks' totals of popular targets, per view
+	// Clients, when set, bounds each client's queries (its rate and its
+	// queries in flight) before anything else is done for them.
+	Clients *ClientLimiter
+	sem     chan struct{}
+	totals  countCache // getBacklinks' totals of popular targets, per view
 }
 
 // NewServer returns a query server.
@@ -179,10 +183,29 @@ func badRequest(msg string) *apiError { return &apiError{http.StatusBadRequest, 
 
 type handler func(ctx context.Context, r *http.Request, v *lsm.View) (any, error)
 
-// wrap applies the concurrency bound, the timeout, the minimum generation,
+// wrap applies the client limits, the concurrency bound, the timeout, the minimum generation,
 // the generation header and XRPC error bodies.
 func (s *Server) wrap(h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		var adm *admission
+		if s.Clients != nil {
+			var refused *limitError
+			adm, refused = s.Clients.acquire(r)
+			if refused != nil {
+				if d := s.Clients.lim.RefusalDelay; d > 0 {
+					t := time.NewTimer(d)
+					select {
+					case <-t.C:
+					case <-r.Context().Done():
+					}
+					t.Stop()
+				}
+				w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(refused.retry.Seconds())))))
+				writeErr(w, refused.ae)
+				return
+			}
+			defer adm.release()
+		}
 		if s.Ready != nil {
 			if err := s.Ready(); err != nil {
 				w.Header().Set("Retry-After", "1")
@@ -247,8 +270,19 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 			}
 		}
 		w.Header().Set(GenerationHeader, strconv.FormatUint(v.Generation(), 10))
+		if adm != nil {
+			// Waiting for a generation does not hold an execution slot;
+			// answering does, until the answer is encoded (not while a
+			// slow client reads it).
+			if err := adm.run(ctx); err != nil {
+				w.Header().Set("Retry-After", "1")
+				writeErr(w, &apiError{http.StatusTooManyRequests, "RateLimitExceeded", "this node is saturated (no execution slot within " + SlotWaitMax.String() + "); retry, or ask another node"})
+				return
+			}
+		}
 		out, err := h(ctx, r, v)
 		if err != nil {
+			adm.leaveSlot()
 			var ae *apiError
 			if !errors.As(err, &ae) {
 				ae = &apiError{http.StatusInternalServerError, "InternalServerError", "the query failed on this node"}
@@ -277,7 +311,9 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false)
-		if err := enc.Encode(out); err != nil {
+		err = enc.Encode(out)
+		adm.leaveSlot()
+		if err != nil {
 			s.Log.Error("encode answer", "path", r.URL.Path, "error", err)
 			writeErr(w, &apiError{http.StatusInternalServerError, "InternalServerError", "the query failed on this node"})
 			return

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/eddy-backlinks/eddy/ingest"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/objstore"
+	"github.com/eddy-backlinks/eddy/query"
 )
 
 // Configuration comes from four layers, highest first: command-line flags,
@@ -49,6 +51,9 @@ type config struct {
 	gcGrace, compactionInterval                               time.Duration
 	memtableBytes, compactionFanIn                            int
 	cacheBytes, metaCacheBytes                                int64
+	clientRate                                                float64
+	clientBurst, clientInFlight                               int
+	trustedProxies                                            string
 	configFile                                                string
 	showVersion                                               bool
 
@@ -100,6 +105,10 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.Int64Var(&c.cacheBytes, "cache-bytes", lsm.DefaultCacheBytes, "bound of the decoded-frame cache, bytes (1 MiB..1 TiB)")
 	fs.Int64Var(&c.metaCacheBytes, "meta-cache-bytes", 0, "0: table metadata is read in place from its files in the data directory (mapped; the page cache holds what is hot); else the bound of a cache of decoded metadata, bytes (1 MiB..1 TiB; the rest decoded again from the data directory)")
 	fs.DurationVar(&c.readyLagMax, "ready-lag-max", 30*time.Second, "/readyz answers 503 when this node has not heard from the leader, or has not served a manifest generation the leader had, for longer than this (500ms..1h)")
+	fs.Float64Var(&c.clientRate, "client-rate", query.DefaultClientRate, "queries a second one client (an IPv4 address, an IPv6 /64) may make of this node, sustained; past it 429 RateLimitExceeded with Retry-After (0: no bound; 0..1000000)")
+	fs.IntVar(&c.clientBurst, "client-burst", query.DefaultClientBurst, "queries one client idle for a while may make at once, past --client-rate (1..10000000)")
+	fs.IntVar(&c.clientInFlight, "client-in-flight", query.DefaultClientInFlight, fmt.Sprintf("queries one client may have this node answer at once (0: no bound but the node's %d; 0..%d)", query.ConcurrentQueriesMax, query.ConcurrentQueriesMax))
+	fs.StringVar(&c.trustedProxies, "trusted-proxies", "127.0.0.0/8,::1", "reverse proxies (addresses and CIDR prefixes, comma-separated) whose X-Forwarded-For names the client the limits count; any other peer is its own client")
 	fs.StringVar(&c.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
 	return fs
@@ -327,6 +336,18 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 	if c.readyLagMax < 500*time.Millisecond || c.readyLagMax > time.Hour {
 		return fmt.Errorf("--ready-lag-max %v: out of range 500ms..1h", c.readyLagMax)
 	}
+	if c.clientRate < 0 || c.clientRate > 1e6 || math.IsNaN(c.clientRate) {
+		return fmt.Errorf("--client-rate %v: out of range 0..1000000", c.clientRate)
+	}
+	if c.clientBurst < 1 || c.clientBurst > 1e7 {
+		return fmt.Errorf("--client-burst %d: out of range 1..10000000", c.clientBurst)
+	}
+	if c.clientInFlight < 0 || c.clientInFlight > query.ConcurrentQueriesMax {
+		return fmt.Errorf("--client-in-flight %d: out of range 0..%d", c.clientInFlight, query.ConcurrentQueriesMax)
+	}
+	if _, err := query.ParseTrustedProxies(c.trustedProxies); err != nil {
+		return fmt.Errorf("--trusted-proxies: %v", err)
+	}
 	if c.memtableBytes < 1<<20 || c.memtableBytes > 4<<30 {
 		return fmt.Errorf("--memtable-bytes %d: out of range 1 MiB..4 GiB", c.memtableBytes)
 	}
@@ -429,6 +450,8 @@ func (c *config) logged() []any {
 		"memtable-bytes": strconv.Itoa(c.memtableBytes), "cache-bytes": strconv.FormatInt(c.cacheBytes, 10),
 		"meta-cache-bytes": strconv.FormatInt(c.metaCacheBytes, 10),
 		"ready-lag-max":    c.readyLagMax.String(), "log-level": c.logLevel, "config": c.configFile,
+		"client-rate": strconv.FormatFloat(c.clientRate, 'f', -1, 64), "client-burst": strconv.Itoa(c.clientBurst),
+		"client-in-flight": strconv.Itoa(c.clientInFlight), "trusted-proxies": c.trustedProxies,
 		"gc-grace": c.gcGrace.String(), "compaction-fan-in": strconv.Itoa(c.compactionFanIn), "compaction-interval": c.compactionInterval.String(),
 	}
 	names := make([]string, 0, len(vals))

@@ -1,0 +1,600 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/atdata"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/eddy-backlinks/eddy/extract"
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore/local"
+	"github.com/eddy-backlinks/eddy/query"
+)
+
+// ClientsResult is what `eddy-bench clients` measures: the latency other
+// clients see while one client floods a node, with the per-client limits
+// on (the node's defaults) and off.
+type ClientsResult struct {
+	Targets        int             `json:"targets"`
+	Limit          int             `json:"limit"`
+	LinksPerTarget int             `json:"links_per_target"`
+	Pinned         bool            `json:"pinned"` // server on CPU 0, load on CPU 1 (taskset)
+	CapacityQPS    float64         `json:"capacity_qps"`
+	NormalClients  int             `json:"normal_clients"`
+	NormalQPS      float64         `json:"normal_offered_qps"`
+	FloodConns     int             `json:"flood_conns"`
+	ClientRate     float64         `json:"client_rate"`
+	ClientBurst    int             `json:"client_burst"`
+	ClientInFlight int             `json:"client_in_flight"`
+	Seconds        float64         `json:"seconds_per_phase"`
+	Phases         []ClientsPhase  `json:"phases"`
+	Medians        []ClientsMedian `json:"medians"`
+}
+
+// ClientsMedian is a phase's normal latency, the median over the rounds.
+type ClientsMedian struct {
+	Name           string  `json:"name"`
+	NormalP50us    float64 `json:"normal_p50_us"`
+	NormalP99us    float64 `json:"normal_p99_us"`
+	NormalP99usMax float64 `json:"normal_p99_us_max"`
+}
+
+// ClientsPhase is one phase's figures.
+type ClientsPhase struct {
+	Name          string  `json:"name"`
+	Round         int     `json:"round"`
+	Limits        bool    `json:"limits"`
+	Flood         bool    `json:"flood"`
+	NormalSent    int     `json:"normal_sent"`
+	NormalOK      int     `json:"normal_ok"`
+	NormalLimited int     `json:"normal_limited"`
+	NormalFailed  int     `json:"normal_failed"`
+	NormalP50us   float64 `json:"normal_p50_us"`
+	NormalP99us   float64 `json:"normal_p99_us"`
+	ServerP50us   float64 `json:"server_p50_us"` // the normal queries in the server: arrival to answer written
+	ServerP99us   float64 `json:"server_p99_us"`
+	// The server's Go scheduler latency p99 (runnable to running), an
+	// upper bound of its histogram bucket.
+	ServerSchedP99us float64 `json:"server_sched_p99_us"`
+	// How late a 1 ms timer fired in the normal clients' process (p99,
+	// max): their own CPU starvation, part of what they measure.
+	ClientLateP99us float64 `json:"client_timer_late_p99_us"`
+	ClientLateMaxus float64 `json:"client_timer_late_max_us"`
+	FloodQPS        float64 `json:"flood_qps"`    // asked
+	FloodOKQPS      float64 `json:"flood_ok_qps"` // answered 200
+	FloodLimited    int     `json:"flood_limited"`
+	ServerRSS       int64   `json:"server_rss_bytes"`
+}
+
+// clientsMain is `eddy-bench clients`: a query server (the node's, over
+// HTTP on loopback, an index of --targets posts of --likes likes each)
+// runs in a child process pinned to CPU 0 and the clients in this one,
+// pinned to CPU 1 (when there are two and taskset exists), so that the
+// load does not steal the server's CPU. It measures the server's capacity
+// (closed loop, limits off), then runs phases of --seconds each: normal
+// clients (each below the per-client rate) offering half that capacity,
+// open loop, latency from each query's scheduled time; then the same
+// with one client flooding from --flood-conns connections in a closed
+// loop; with the node's default per-client limits and without.
+func clientsMain(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(name+" clients", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	targets := fs.Int("targets", 500, "posts in the index")
+	likes := fs.Int("likes", 1000, "likes of each post")
+	limit := fs.Int("limit", 1000, "each query's limit: a page of that many links (the API's most), so that the server, not the clients, is what a query costs")
+	seconds := fs.Float64("seconds", 10, "seconds of each phase")
+	floodConns := fs.Int("flood-conns", 64, "connections of the flooding client")
+	rounds := fs.Int("rounds", 3, "rounds of the four phases (each on fresh servers); the medians are reported")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *targets < 1 || *likes < 1 || *seconds <= 0 || *floodConns < 1 || *rounds < 1 || *limit < 1 || *limit > query.LimitMax {
+		return fmt.Errorf("%w: clients needs positive --targets, --likes, --seconds, --flood-conns, and --limit of 1..%d", ErrUsage, query.LimitMax)
+	}
+	clientsLimit = strconv.Itoa(*limit)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	_, tasksetErr := exec.LookPath("taskset")
+	pinned := os.Getenv("EDDY_BENCH_PINNED") != ""
+	pin := pinned || (tasksetErr == nil && runtime.NumCPU() >= 2)
+	if pin && !pinned {
+		// Pin this process (the clients) to CPU 1 and run again.
+		cmd := exec.CommandContext(ctx, "taskset", append([]string{"-c", "1", self, "clients"}, args...)...)
+		cmd.Env = append(os.Environ(), "EDDY_BENCH_PINNED=1")
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		return cmd.Run()
+	}
+	res := &ClientsResult{Targets: *targets, Limit: *limit, LinksPerTarget: *likes, Pinned: pin, FloodConns: *floodConns, Seconds: *seconds,
+		ClientRate: query.DefaultClientRate, ClientBurst: query.DefaultClientBurst, ClientInFlight: query.DefaultClientInFlight}
+	uris := make([]string, *targets)
+	for i := range uris {
+		uris[i] = clientsPost(i)
+	}
+	start := func(limits bool) (*clientsServer, error) {
+		a := []string{"clients-serve", "--targets", strconv.Itoa(*targets), "--likes", strconv.Itoa(*likes), "--limits=" + strconv.FormatBool(limits)}
+		cmd := exec.CommandContext(ctx, self, a...)
+		if pin {
+			cmd = exec.CommandContext(ctx, "taskset", append([]string{"-c", "0", self}, a...)...)
+		}
+		srv, err := startClientsServer(cmd, stderr)
+		if err != nil {
+			return nil, err
+		}
+		return srv, nil
+	}
+
+	// Each configuration on a fresh server (warmed); the capacity is
+	// measured on the first, with its limits off.
+	res.NormalClients = 0
+	// Each configuration on a fresh server (warmed), limits on first.
+	for round := range *rounds {
+		for _, limits := range []bool{false, true} {
+			srv, err := start(limits)
+			if err != nil {
+				return err
+			}
+			if res.NormalClients == 0 {
+				// Warm (a closed loop for 3 s), then measure.
+				if clientsCapacity(ctx, srv.url, uris, 3*time.Second) == 0 {
+					srv.stop()
+					return errors.New("clients: the server answered no query")
+				}
+				res.CapacityQPS = clientsCapacity(ctx, srv.url, uris, 5*time.Second)
+				fmt.Fprintf(stderr, "clients: capacity %.0f queries/s (closed loop, 32 connections, limits off)\n", res.CapacityQPS)
+				res.NormalQPS = res.CapacityQPS * clientsNormalShare
+				// Each normal client stays at half the per-client rate (a
+				// query costs a token per 100 links of its limit).
+				cost := float64(max(1, (*limit+99)/100))
+				res.NormalClients = max(4, int(res.NormalQPS*cost/(query.DefaultClientRate/2))+1)
+			}
+			// Warm every server with the steady load for 3 s (fills the
+			// frame cache, grows the heap to its working size; within the
+			// limits by construction), so that no phase measures a cold
+			// start.
+			clientsPhase(ctx, self, pin, srv.url, uris, res.NormalClients, res.NormalQPS, false, *floodConns, 3*time.Second)
+			srv.latency() // the warm-up's queries are not a phase's
+			for _, flood := range []bool{false, true} {
+				name := map[bool]string{false: "steady", true: "flood"}[flood] + ", limits " + map[bool]string{false: "off", true: "on"}[limits]
+				p := clientsPhase(ctx, self, pin, srv.url, uris, res.NormalClients, res.NormalQPS, flood, *floodConns, time.Duration(*seconds*float64(time.Second)))
+				p.Name, p.Limits, p.Flood, p.Round = name, limits, flood, round
+				p.ServerP50us, p.ServerP99us, p.ServerSchedP99us = srv.latency()
+				p.ServerRSS = srv.rss()
+				fmt.Fprintf(stderr, "clients: %s: normal p50 %.0fµs p99 %.0fµs (in the server %.0fµs, %.0fµs, scheduler p99 %.0fµs; client timers late p99 %.0fµs; %d sent, %d ok, %d limited, %d failed); flood %.0f/s asked, %.0f/s answered; server RSS %.0f MB\n",
+					name, p.NormalP50us, p.NormalP99us, p.ServerP50us, p.ServerP99us, p.ServerSchedP99us, p.ClientLateP99us, p.NormalSent, p.NormalOK, p.NormalLimited, p.NormalFailed, p.FloodQPS, p.FloodOKQPS, float64(p.ServerRSS)/1e6)
+				res.Phases = append(res.Phases, p)
+			}
+			srv.stop()
+		}
+	}
+	// The VM's noise (another tenant's burst) lands in one phase or
+	// another: each phase's median over the rounds.
+	for _, name := range []string{"steady, limits off", "flood, limits off", "steady, limits on", "flood, limits on"} {
+		var p50, p99 []float64
+		for _, p := range res.Phases {
+			if p.Name == name {
+				p50, p99 = append(p50, p.NormalP50us), append(p99, p.NormalP99us)
+			}
+		}
+		slices.Sort(p50)
+		slices.Sort(p99)
+		m := ClientsMedian{Name: name, NormalP50us: p50[len(p50)/2], NormalP99us: p99[len(p99)/2], NormalP99usMax: p99[len(p99)-1]}
+		res.Medians = append(res.Medians, m)
+		fmt.Fprintf(stderr, "clients: %s, median of %d rounds: normal p50 %.0fµs p99 %.0fµs (worst p99 %.0fµs)\n", name, len(p99), m.NormalP50us, m.NormalP99us, m.NormalP99usMax)
+	}
+	return json.NewEncoder(stdout).Encode(res)
+}
+
+func clientsPost(i int) string {
+	return fmt.Sprintf("at://did:plc:poster%017d/app.bsky.feed.post/3mptbyplj5d2a", i)
+}
+
+type clientsServer struct {
+	cmd *exec.Cmd
+	url string
+}
+
+func (s *clientsServer) stop() {
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+}
+
+// latency is the server's p50 and p99 of the normal clients' queries
+// since the last call, and its goroutines' scheduling latency p99 (0s if
+// it cannot say).
+func (s *clientsServer) latency() (p50, p99, sched99 float64) {
+	r, err := http.Get(s.url + "/bench/latency")
+	if err != nil {
+		return 0, 0, 0
+	}
+	defer r.Body.Close()
+	var v map[string]float64
+	json.NewDecoder(r.Body).Decode(&v)
+	return v["p50_us"], v["p99_us"], v["sched_p99_us"]
+}
+
+// rss is the server process's resident memory (0 where unknown).
+func (s *clientsServer) rss() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// startClientsServer starts cmd (clients-serve) and waits for the URL it
+// serves on.
+func startClientsServer(cmd *exec.Cmd, stderr io.Writer) (*clientsServer, error) {
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("clients-serve: %v", err)
+	}
+	go io.Copy(io.Discard, out)
+	return &clientsServer{cmd: cmd, url: strings.TrimSpace(strings.TrimPrefix(line, "serving "))}, nil
+}
+
+// clientsServeMain is the child of `eddy-bench clients`: it indexes
+// --targets posts of --likes likes each (through the codec and the
+// extractor, as ingest does), serves them with the node's query server on
+// a loopback port (with the node's default per-client limits when
+// --limits), prints "serving URL" and serves until killed.
+func clientsServeMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("clients-serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	targets := fs.Int("targets", 2000, "")
+	likes := fs.Int("likes", 150, "")
+	limits := fs.Bool("limits", true, "")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "eddy-bench-clients-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	store, err := local.New(dir + "/store")
+	if err != nil {
+		return err
+	}
+	db, err := lsm.Open(ctx, lsm.Options{Store: store, Dir: dir + "/db"})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	codec := &link.Codec{Outlines: link.NewMemOutlines()}
+	var stamp uint64
+	for t := range *targets {
+		post := clientsPost(t)
+		for k := range *likes {
+			stamp++
+			rec := `{"$type":"app.bsky.feed.like","subject":{"cid":"bafyreiftot7eltsc3f6g4qktykmbv6jcmdmhcx5osscan6jpdxkpqcmcza","uri":"` + post + `"},"createdAt":"2026-07-04T14:38:08.999Z"}`
+			m, err := atdata.UnmarshalJSON([]byte(rec))
+			if err != nil {
+				return err
+			}
+			src, err := codec.Record(fmt.Sprintf("did:plc:liker%018d", k*7919+t%97), "app.bsky.feed.like", string(syntax.NewTID(int64(1_700_000_000_000_000+stamp), 0)), true)
+			if err != nil {
+				return err
+			}
+			links, _ := extract.Extract(m)
+			for _, l := range links {
+				tg, err := codec.Target(&l.Target, true)
+				if err != nil {
+					return err
+				}
+				loc, err := codec.Location(l.Path, l.StrongRef, true)
+				if err != nil {
+					return err
+				}
+				if err := db.AddBacklink(&link.Backlink{Target: tg, Source: src, Location: loc, SourceRev: stamp}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := db.Flush(ctx); err != nil {
+		return err
+	}
+	views := query.NewViews(staticManifest{db}, lsm.NewCatalog(dir+"/cat", store), nil)
+	vctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go views.Run(vctx)
+	if _, err := views.WaitFor(ctx, db.View().Generation()); err != nil {
+		return err
+	}
+	qs := query.NewServer(views, lsm.NewReader(store, nil), codec, nil)
+	if *limits {
+		qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: query.DefaultClientRate, Burst: query.DefaultClientBurst, InFlight: query.DefaultClientInFlight, RefusalDelay: query.DefaultRefusalDelay})
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "serving http://%s\n", ln.Addr())
+	// The server's own view of the normal clients' latency (from the
+	// request's arrival to its answer written), to tell the server's
+	// delay from the load generator's: GET /bench/latency returns the
+	// p50 and p99 since the last such GET.
+	var latMu sync.Mutex
+	var lat []time.Duration
+	h := qs.Handler()
+	mux := http.NewServeMux()
+	var prevSched []uint64
+	mux.HandleFunc("/bench/latency", func(w http.ResponseWriter, r *http.Request) {
+		latMu.Lock()
+		l := lat
+		lat = nil
+		latMu.Unlock()
+		slices.Sort(l)
+		// The Go scheduler's latency (runnable to running) since the last
+		// ask: time a request spends waiting for the CPU before the
+		// handler's clock starts.
+		sm := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+		metrics.Read(sm)
+		hg := sm[0].Value.Float64Histogram()
+		counts := slices.Clone(hg.Counts)
+		for i := range prevSched {
+			counts[i] -= prevSched[i]
+		}
+		prevSched = slices.Clone(hg.Counts)
+		var total, acc uint64
+		for _, c := range counts {
+			total += c
+		}
+		sched := 0.0
+		for i, c := range counts {
+			acc += c
+			if total > 0 && float64(acc) >= 0.99*float64(total) {
+				sched = hg.Buckets[i+1] * 1e6 // the bucket's upper bound
+				break
+			}
+		}
+		json.NewEncoder(w).Encode(map[string]float64{"p50_us": percentile(l, 0.5), "p99_us": percentile(l, 0.99), "n": float64(len(l)), "sched_p99_us": sched})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		t0 := time.Now()
+		h.ServeHTTP(w, r)
+		if !strings.HasPrefix(r.RemoteAddr, clientsFloodAddr+":") {
+			d := time.Since(t0)
+			latMu.Lock()
+			lat = append(lat, d)
+			latMu.Unlock()
+		}
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return srv.Serve(ln)
+}
+
+// staticManifest is a ManifestSource of a DB that no longer changes.
+type staticManifest struct{ db *lsm.DB }
+
+func (s staticManifest) Manifest() *lsm.Manifest { return s.db.View().Manifest }
+func (s staticManifest) Watch() <-chan struct{}  { return nil }
+
+// loopbackClient is an HTTP client whose connections come from addr (any
+// address of 127.0.0.0/8 is this host's), keeping up to conns idle.
+func loopbackClient(addr string, conns int) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(addr)}}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}, Timeout: 30 * time.Second}
+}
+
+// clientsFloodAddr is the flooding client's address.
+const clientsFloodAddr = "127.0.0.250"
+
+// clientsLimit is the limit every query of `eddy-bench clients` asks.
+var clientsLimit = "1000"
+
+func clientsQuery(base string, uris []string, r *mrand.Rand) string {
+	return base + "/xrpc/blue.cerulea.backlinks.listBacklinks?" + url.Values{"target": {uris[r.IntN(len(uris))]}, "limit": {clientsLimit}}.Encode()
+}
+
+// get asks u and says how it was answered: 200, 429, or anything else.
+func clientsGet(c *http.Client, u string) int {
+	r, err := c.Get(u)
+	if err != nil {
+		return -1
+	}
+	io.Copy(io.Discard, r.Body)
+	r.Body.Close()
+	return r.StatusCode
+}
+
+// clientsNormalShare is the normal clients' offered load, a share of the
+// measured capacity.
+const clientsNormalShare = 0.3
+
+// clientsCapacity is the queries a second the server answers to 32
+// connections asking in a closed loop for d.
+func clientsCapacity(ctx context.Context, base string, uris []string, d time.Duration) float64 {
+	c := loopbackClient("127.0.0.2", 32)
+	var ok atomic.Int64
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Go(func() {
+			r := mrand.New(mrand.NewPCG(uint64(w), 1))
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				if clientsGet(c, clientsQuery(base, uris, r)) == 200 {
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return float64(ok.Load()) / d.Seconds()
+}
+
+// clientsPhase runs n normal clients offering qps in all, open loop, for
+// d, and with flood one more client asking from conns connections in a
+// closed loop.
+func clientsPhase(ctx context.Context, self string, pin bool, base string, uris []string, n int, qps float64, flood bool, conns int, d time.Duration) (p ClientsPhase) {
+	var mu sync.Mutex
+	var lat []time.Duration
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	var floodOut strings.Builder
+	var floodCmd *exec.Cmd
+	if flood {
+		// The flooder is its own process (on the clients' CPU when
+		// pinned), so that the kernel, not one Go scheduler, shares the CPU
+		// between it and the normal clients, as between two machines' worth
+		// of clients it would not be shared at all.
+		args := []string{"clients-flood", "--url", base, "--conns", strconv.Itoa(conns), "--targets", strconv.Itoa(len(uris)), "--limit", clientsLimit, "--seconds", strconv.FormatFloat(d.Seconds(), 'f', -1, 64)}
+		floodCmd = exec.CommandContext(ctx, self, args...)
+		if pin {
+			floodCmd = exec.CommandContext(ctx, "taskset", append([]string{"-c", "1", self}, args...)...)
+		}
+		floodCmd.Stdout, floodCmd.Stderr = &floodOut, os.Stderr
+		if err := floodCmd.Start(); err != nil {
+			floodCmd = nil
+			p.FloodQPS = -1
+		}
+	}
+	// How late this process's timers fire: the load generator's own
+	// CPU starvation, which lands in the latencies it measures.
+	var late []time.Duration
+	wg.Go(func() {
+		for time.Now().Before(deadline) {
+			t0 := time.Now()
+			time.Sleep(time.Millisecond)
+			late = append(late, time.Since(t0)-time.Millisecond)
+		}
+	})
+	defer func() {
+		slices.Sort(late)
+		p.ClientLateP99us = percentile(late, 0.99)
+		p.ClientLateMaxus = percentile(late, 1)
+	}()
+	every := time.Duration(float64(n) / qps * float64(time.Second))
+	for i := range n {
+		c := loopbackClient(fmt.Sprintf("127.0.%d.%d", 1+i/200, 10+i%200), 64)
+		wg.Go(func() {
+			r := mrand.New(mrand.NewPCG(uint64(i), 3))
+			var inner sync.WaitGroup
+			// Open loop: each query at its scheduled time (spread over the
+			// clients), its latency counted from then.
+			at := start.Add(time.Duration(i) * every / time.Duration(n))
+			for at.Before(deadline) && ctx.Err() == nil {
+				time.Sleep(time.Until(at))
+				u := clientsQuery(base, uris, r)
+				sched := at
+				inner.Go(func() {
+					code := clientsGet(c, u)
+					took := time.Since(sched)
+					mu.Lock()
+					defer mu.Unlock()
+					p.NormalSent++
+					switch code {
+					case 200:
+						p.NormalOK++
+						lat = append(lat, took)
+					case 429:
+						p.NormalLimited++
+					default:
+						p.NormalFailed++
+					}
+				})
+				at = at.Add(every)
+			}
+			inner.Wait()
+		})
+	}
+	wg.Wait()
+	slices.Sort(lat)
+	p.NormalP50us, p.NormalP99us = percentile(lat, 0.5), percentile(lat, 0.99)
+	if floodCmd != nil {
+		var f floodResult
+		if err := floodCmd.Wait(); err == nil && json.Unmarshal([]byte(floodOut.String()), &f) == nil {
+			p.FloodQPS, p.FloodOKQPS, p.FloodLimited = float64(f.Asked)/f.Seconds, float64(f.OK)/f.Seconds, f.Limited
+		} else {
+			p.FloodQPS = -1 // the flooder failed: the phase says so
+		}
+	}
+	return p
+}
+
+type floodResult struct {
+	Asked, OK, Limited int
+	Seconds            float64
+}
+
+// clientsFloodMain is the flooding client of `eddy-bench clients`: --conns
+// connections from one address asking in a closed loop for --seconds; it
+// prints how many queries it asked and how they were answered.
+func clientsFloodMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("clients-flood", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	base := fs.String("url", "", "")
+	conns := fs.Int("conns", 64, "")
+	seconds := fs.Float64("seconds", 10, "")
+	targets := fs.Int("targets", 2000, "")
+	limit := fs.String("limit", "1000", "")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	clientsLimit = *limit
+	var uris []string
+	for i := range *targets {
+		uris = append(uris, clientsPost(i))
+	}
+	c := loopbackClient(clientsFloodAddr, *conns)
+	var asked, ok, limited atomic.Int64
+	start := time.Now()
+	deadline := start.Add(time.Duration(*seconds * float64(time.Second)))
+	var wg sync.WaitGroup
+	for w := range *conns {
+		wg.Go(func() {
+			r := mrand.New(mrand.NewPCG(uint64(w), 2))
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				asked.Add(1)
+				switch clientsGet(c, clientsQuery(*base, uris, r)) {
+				case 200:
+					ok.Add(1)
+				case 429:
+					limited.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return json.NewEncoder(stdout).Encode(floodResult{int(asked.Load()), int(ok.Load()), int(limited.Load()), time.Since(start).Seconds()})
+}
