@@ -136,8 +136,8 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	qs.Corrupt, views.Corrupt = queryMetrics.Corrupt, queryMetrics.Corrupt // eddy_corrupt_total{tree}
 	qs.MissingTable = queryMetrics.MissingTable                            // eddy_query_missing_table_total
 	qs.StoreUnavailable = queryMetrics.StoreUnavailable                    // eddy_query_store_unavailable_total
-	proxies, _ := query.ParseTrustedProxies(c.trustedProxies) // checked with the configuration
-	qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: c.clientRate, Burst: c.clientBurst, InFlight: c.clientInFlight, TrustedProxies: proxies})
+	proxies, _ := query.ParseTrustedProxies(c.trustedProxies)              // checked with the configuration
+	qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: c.clientRate, Burst: c.clientBurst, InFlight: c.clientInFlight, TrustedProxies: proxies, RefusalDelay: query.DefaultRefusalDelay})
 	if qs.Clients != nil {
 		reg.MustRegister(qs.Clients.Collectors()...)
 	}

@@ -27,6 +27,7 @@ import (
 	"net/url"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -59,6 +60,10 @@ type Config struct {
 	// (0: minio-go's default, 10, with backoff: seconds before a request
 	// to an unreachable server fails).
 	MaxRetries int
+	// HedgeAfter is how long a GET may go unanswered before the same GET
+	// is sent again, the first answer winning (0: DefaultHedgeAfter; < 0:
+	// never).
+	HedgeAfter time.Duration
 	// AccessKey and SecretKey are required; SessionToken is optional.
 	AccessKey, SecretKey, SessionToken string
 	// Transport, if not nil, carries the HTTP requests; by default a new
@@ -275,6 +280,10 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("s3: get %q: %w", key, err)
 	}
+	return s.read(ctx, func(ctx context.Context) ([]byte, error) { return s.getOnce(ctx, key) })
+}
+
+func (s *Store) getOnce(ctx context.Context, key string) ([]byte, error) {
 	body, info, _, err := s.core.GetObject(ctx, s.bucket, s.object(key), minio.GetObjectOptions{})
 	if err != nil {
 		return nil, s.wrap(ctx, "get", key, err)
@@ -285,7 +294,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	}
 	data, err := readExactly(body, info.Size)
 	if err != nil {
-		return nil, s.wrap(ctx, "get", key, err)
+		return nil, bodyLost{s.wrap(ctx, "get", key, err)}
 	}
 	return data, nil
 }
@@ -316,6 +325,10 @@ func (s *Store) GetRange(ctx context.Context, key string, off, n int64) ([]byte,
 	if err := opts.SetRange(off, off+n-1); err != nil {
 		return nil, fmt.Errorf("s3: get range %q: %w", key, err)
 	}
+	return s.read(ctx, func(ctx context.Context) ([]byte, error) { return s.getRangeOnce(ctx, key, off, n, opts) })
+}
+
+func (s *Store) getRangeOnce(ctx context.Context, key string, off, n int64, opts minio.GetObjectOptions) ([]byte, error) {
 	body, info, hdr, err := s.core.GetObject(ctx, s.bucket, s.object(key), opts)
 	if err != nil {
 		return nil, s.wrap(ctx, "get range", key, err)
@@ -335,9 +348,98 @@ func (s *Store) GetRange(ctx context.Context, key string, off, n int64) ([]byte,
 	}
 	data, err := readExactly(body, n)
 	if err != nil {
-		return nil, s.wrap(ctx, "get range", key, err)
+		return nil, bodyLost{s.wrap(ctx, "get range", key, err)}
 	}
 	return data, nil
+}
+
+// readAttempts bounds the GETs of one read: the first, and a retry or a
+// hedge each.
+const readAttempts = 3
+
+// DefaultHedgeAfter is Config.HedgeAfter's default: well past a GET's
+// usual latency (a few to a hundred milliseconds), so that few reads are
+// asked twice, and well short of the second-long stalls an object store
+// has now and then.
+const DefaultHedgeAfter = 250 * time.Millisecond
+
+func (s *Store) hedgeAfter() time.Duration {
+	if s.cfg.HedgeAfter == 0 {
+		return DefaultHedgeAfter
+	}
+	return s.cfg.HedgeAfter
+}
+
+// bodyLost is a GET's error once its answer had begun: the body cut short
+// or its connection reset, which the client does not retry.
+type bodyLost struct{ error }
+
+func (e bodyLost) Unwrap() error { return e.error }
+
+// read runs a GET (do) so that one lost answer does not fail it and one
+// stalled answer does not hold it: a GET whose body was lost (bodyLost:
+// cut short, its connection reset; the client retried whatever failed
+// before the body) is asked again at once, and one not answered within HedgeAfter is asked a second time
+// (and after twice that a third), the first good answer winning; at most
+// readAttempts GETs in all. An
+// answer that settles it (the object is missing, the range is past its
+// end) ends the read at once.
+func (s *Store) read(ctx context.Context, do func(ctx context.Context) ([]byte, error)) ([]byte, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the GETs still running lose
+	type result struct {
+		data []byte
+		err  error
+	}
+	results := make(chan result, readAttempts)
+	launched, pending := 0, 0
+	launch := func() {
+		launched++
+		pending++
+		go func() {
+			data, err := do(ctx)
+			results <- result{data, err}
+		}()
+	}
+	launch()
+	d := s.hedgeAfter()
+	var hedge <-chan time.Time
+	var t *time.Timer
+	if d > 0 {
+		t = time.NewTimer(d)
+		defer t.Stop()
+		hedge = t.C
+	}
+	var last error
+	for {
+		select {
+		case r := <-results:
+			pending--
+			if r.err == nil {
+				return r.data, nil
+			}
+			last = r.err
+			var lost bodyLost
+			if !errors.As(r.err, &lost) || !errors.Is(r.err, rules.ErrUnavailable) || ctx.Err() != nil {
+				if pending > 0 && errors.Is(r.err, rules.ErrUnavailable) && ctx.Err() == nil {
+					continue // a hedge is still out: its answer may yet come
+				}
+				return nil, r.err
+			}
+			if launched < readAttempts {
+				launch()
+			} else if pending == 0 {
+				return nil, last
+			}
+		case <-hedge:
+			if launched < readAttempts {
+				launch()
+			}
+			// The next hedge, if any is left, waits twice as long.
+			d *= 2
+			t.Reset(d)
+		}
+	}
 }
 
 // Size implements objstore.Store.
