@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -13,16 +14,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/ingest/simnet"
 	"github.com/eddy-backlinks/eddy/objstore/miniotest"
 )
 
 // A three-node cluster whose bucket (a real MinIO) is behind an HTTP
 // proxy failing one request in ten of every kind (503 SlowDown, 500,
 // connections reset, GET bodies cut half way, answers held back 100 ms to
-// 2 s; seeded): the replay of a real capture is ingested, and every
-// target, asked through eddy-ctl query across the three nodes while the
-// faults go on, answers exactly the capture's links: no failed query, no
-// short answer.
+// 2 s; seeded), flushing every 200 ms and compacting pairs of runs, so
+// that the bucket is read and written all along:
+//  1. a simulated network's firehose is ingested while the faults go on,
+//     and every node catches up;
+//  2. targets of every size, asked through eddy-ctl query with the nodes
+//     in turn first, answer exactly the model's links: no failed query,
+//     no short answer;
+//  3. more of the network is ingested under the faults, which then stop:
+//     ingest catches up within a minute.
 func TestStoreFaultsCluster(t *testing.T) {
 	endpoint, access, secret := miniotest.StartMinIO(t)
 	fp, err := miniotest.NewFaultProxy(endpoint, 15)
@@ -38,65 +45,78 @@ func TestStoreFaultsCluster(t *testing.T) {
 	}
 	store := fmt.Sprintf("s3://%s/storefaults?endpoint=%s&insecure=true&region=us-east-1&access_key_file=%s&secret_key_file=%s",
 		miniotest.Bucket, fp.Endpoint(), filepath.Join(keys, "access"), filepath.Join(keys, "secret"))
-	src, _ := filepath.Abs(corpus + "expected_v1.jsonl")
-	want := wantLinks(t, "--jetstream", src)
+	world := simnet.NewWorld(simnet.Config{Seed: 15, Accounts: 300})
+	sim, err := simnet.Serve(world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
 
+	// 1. Ingest under faults.
 	fp.SetRate("", 0.1)
 	start := time.Now()
-	lc := up(t, "--flush-interval", "200ms", "--source", "replay+file://"+src, "--store", store)
-	lc.waitFor(t, "every node serves the replay with the store failing", 3*time.Minute, func() error {
-		for _, n := range lc.Nodes {
-			st, err := lc.status(n)
-			if err != nil {
-				return err
-			}
-			done := false
-			for _, c := range st.Cursors {
-				done = done || strings.HasPrefix(c, "eof:")
-			}
-			if !done || st.ViewGeneration != st.Generation {
-				return fmt.Errorf("%s: cursors %v, serving %d of %d", n.ID, st.Cursors, st.ViewGeneration, st.Generation)
-			}
-		}
-		return nil
-	})
-	t.Logf("replay ingested with 10%% of store requests failing in %v", time.Since(start).Round(time.Millisecond))
+	backfill := "backfill+" + sim.RelayURL() + "?plc=" + url.QueryEscape(sim.PLCURL()) + "&didweb=" + url.QueryEscape(sim.PLCURL())
+	lc := up(t, "--flush-interval", "200ms", "--source", "firehose+"+sim.FirehoseURL(), "--source", backfill, "--store", store,
+		"--node-arg=--compaction-interval=500ms", "--node-arg=--compaction-fan-in=2")
+	for range 20 {
+		world.Step(1500)
+		time.Sleep(150 * time.Millisecond)
+	}
+	caughtUp := func(what string, timeout time.Duration) {
+		lc.waitCaughtUp(t, what, timeout, ingestProgress{stream: fmt.Sprint(world.LastSeq())}, nil)
+	}
+	caughtUp("every node caught up with the store failing", 3*time.Minute)
+	t.Logf("30,000 steps ingested with 10%% of store requests failing: caught up %v after the start", time.Since(start).Round(time.Millisecond))
 
+	// 2. Queries under faults.
+	model := world.LiveLinks()
+	var targets []string
+	for tg, refs := range model {
+		if len(refs) > 0 {
+			targets = append(targets, tg)
+		}
+	}
+	sort.Strings(targets)
+	if len(targets) > 240 {
+		step := len(targets) / 240
+		var pick []string
+		for i := 0; i < len(targets); i += step {
+			pick = append(pick, targets[i])
+		}
+		targets = pick
+	}
 	var addrs []string
 	for _, n := range lc.Nodes {
 		addrs = append(addrs, "http://"+n.HTTP)
 	}
-	targets := make([]string, 0, len(want))
-	for k := range want {
-		targets = append(targets, k)
-	}
-	sort.Strings(targets)
 	var mu sync.Mutex
-	failed, short := 0, 0
+	failed, short, links := 0, 0, 0
 	var firstBad string
 	answeredBy := map[string]int{}
-	jobs := make(chan string)
+	jobs := make(chan int)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			for tg := range jobs {
-				out, err := exec.Command(filepath.Join(binDir, "eddy-ctl"), "query", tg, "--json", "--all", "--limit", "1000", "--addr", strings.Join(addrs, ",")).Output()
+			for i := range jobs {
+				tg := targets[i]
+				// The nodes in turn first: every node reads the bucket.
+				order := append(slices.Clone(addrs[i%len(addrs):]), addrs[:i%len(addrs)]...)
+				out, err := exec.Command(filepath.Join(binDir, "eddy-ctl"), "query", tg, "--json", "--all", "--limit", "1000", "--addr", strings.Join(order, ",")).Output()
 				var page struct {
 					Node      string              `json:"node"`
 					Backlinks map[string][]string `json:"backlinks"`
 				}
-				var srcs, exp []string
+				var have, want []string
 				if err == nil && json.Unmarshal(out, &page) == nil {
 					for _, ss := range page.Backlinks {
-						srcs = append(srcs, ss...)
+						have = append(have, ss...)
 					}
-					for _, k := range want[tg] {
-						s, _, _ := strings.Cut(k, " ")
-						exp = append(exp, s)
-					}
-					slices.Sort(srcs)
-					slices.Sort(exp)
 				}
+				for _, r := range model[tg] {
+					want = append(want, r.Source)
+				}
+				slices.Sort(have)
+				slices.Sort(want)
 				mu.Lock()
 				switch {
 				case err != nil:
@@ -104,31 +124,46 @@ func TestStoreFaultsCluster(t *testing.T) {
 					if firstBad == "" {
 						firstBad = fmt.Sprintf("%s: %v %s", tg, err, out)
 					}
-				case !slices.Equal(srcs, exp):
+				case !slices.Equal(have, want):
 					short++
 					if firstBad == "" {
-						firstBad = fmt.Sprintf("%s: %d sources from %s, want %d", tg, len(srcs), page.Node, len(exp))
+						firstBad = fmt.Sprintf("%s: %d sources from %s, want %d", tg, len(have), page.Node, len(want))
 					}
 				default:
 					answeredBy[page.Node]++
+					links += len(want)
 				}
 				mu.Unlock()
 			}
 		})
 	}
-	for _, tg := range targets {
-		jobs <- tg
+	for i := range targets {
+		jobs <- i
 	}
 	close(jobs)
 	wg.Wait()
 	by, total, requests := fp.Injected()
-	t.Logf("%d targets through eddy-ctl query: %d failed, %d short, answered by %v; the store: %d faults in %d requests (%v)",
-		len(targets), failed, short, answeredBy, total, requests, by)
-	fmt.Printf("e2e: store failing 10%% of requests: %d targets asked, %d failed, %d short; %d faults in %d store requests\n", len(targets), failed, short, total, requests)
+	t.Logf("%d targets (%d links) through eddy-ctl query: %d failed, %d short, answered by %v; the store so far: %d faults in %d requests (%v)",
+		len(targets), links, failed, short, answeredBy, total, requests, by)
 	if failed != 0 || short != 0 {
 		t.Fatalf("with the store failing: %d failed, %d short of %d (first: %s)", failed, short, len(targets), firstBad)
 	}
-	if total == 0 {
-		t.Fatal("no fault was injected")
+	if by["truncate get_range"]+by["truncate get"] == 0 || by["reset put"]+by["slowdown put"]+by["internal put"] == 0 {
+		t.Fatalf("the schedule cut no GET body short or failed no PUT: %v", by)
 	}
+
+	// 3. More ingest under faults; the faults stop; caught up within a
+	// minute.
+	for range 10 {
+		world.Step(1500)
+		time.Sleep(100 * time.Millisecond)
+	}
+	fp.SetRate("", 0)
+	healed := time.Now()
+	caughtUp("every node caught up within a minute of the store healing", time.Minute)
+	took := time.Since(healed)
+	_, total, requests = fp.Injected()
+	t.Logf("caught up %v after the faults stopped; %d faults in %d store requests in all", took.Round(time.Millisecond), total, requests)
+	fmt.Printf("e2e: store failing 10%% of requests: %d targets asked through eddy-ctl query, 0 failed, 0 short; caught up %v after the faults stopped (%d faults in %d store requests)\n",
+		len(targets), took.Round(time.Millisecond), total, requests)
 }
