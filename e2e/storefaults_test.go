@@ -3,8 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
