@@ -70,78 +70,13 @@ func TestStoreFaultsCluster(t *testing.T) {
 
 	// 2. Queries under faults.
 	model := world.LiveLinks()
-	var targets []string
-	for tg, refs := range model {
-		if len(refs) > 0 {
-			targets = append(targets, tg)
-		}
-	}
-	sort.Strings(targets)
-	if len(targets) > 240 {
-		step := len(targets) / 240
-		var pick []string
-		for i := 0; i < len(targets); i += step {
-			pick = append(pick, targets[i])
-		}
-		targets = pick
-	}
+	targets := sampleTargets(model, 240)
 	var addrs []string
 	for _, n := range lc.Nodes {
 		addrs = append(addrs, "http://"+n.HTTP)
 	}
-	var mu sync.Mutex
-	failed, short, links := 0, 0, 0
-	var firstBad string
-	answeredBy := map[string]int{}
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for i := range jobs {
-				tg := targets[i]
-				// The nodes in turn first: every node reads the bucket.
-				order := append(slices.Clone(addrs[i%len(addrs):]), addrs[:i%len(addrs)]...)
-				out, err := exec.Command(filepath.Join(binDir, "eddy-ctl"), "query", tg, "--json", "--all", "--limit", "1000", "--addr", strings.Join(order, ",")).Output()
-				var page struct {
-					Node      string              `json:"node"`
-					Backlinks map[string][]string `json:"backlinks"`
-				}
-				var have, want []string
-				if err == nil && json.Unmarshal(out, &page) == nil {
-					for _, ss := range page.Backlinks {
-						have = append(have, ss...)
-					}
-				}
-				for _, r := range model[tg] {
-					want = append(want, r.Source)
-				}
-				slices.Sort(have)
-				slices.Sort(want)
-				mu.Lock()
-				switch {
-				case err != nil:
-					failed++
-					if firstBad == "" {
-						firstBad = fmt.Sprintf("%s: %v %s", tg, err, out)
-					}
-				case !slices.Equal(have, want):
-					short++
-					if firstBad == "" {
-						firstBad = fmt.Sprintf("%s: %d sources from %s, want %d", tg, len(have), page.Node, len(want))
-					}
-				default:
-					answeredBy[page.Node]++
-					links += len(want)
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	for i := range targets {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
+	cmp := ctlCompare(t, addrs, targets, model)
+	failed, short, links, firstBad, answeredBy := cmp.failed, cmp.short, cmp.links, cmp.firstBad, cmp.answeredBy
 	by, total, requests := fp.Injected()
 	t.Logf("%d targets (%d links) through eddy-ctl query: %d failed, %d short, answered by %v; the store so far: %d faults in %d requests (%v)",
 		len(targets), links, failed, short, answeredBy, total, requests, by)
@@ -166,4 +101,96 @@ func TestStoreFaultsCluster(t *testing.T) {
 	t.Logf("caught up %v after the faults stopped; %d faults in %d store requests in all", took.Round(time.Millisecond), total, requests)
 	fmt.Printf("e2e: store failing 10%% of requests: %d targets asked through eddy-ctl query, 0 failed, 0 short; caught up %v after the faults stopped (%d faults in %d store requests)\n",
 		len(targets), took.Round(time.Millisecond), total, requests)
+}
+
+// sampleTargets picks about n targets with live links from the model,
+// spread over their sorted order.
+func sampleTargets(model map[string][]simnet.LinkRef, n int) []string {
+	var targets []string
+	for tg, refs := range model {
+		if len(refs) > 0 {
+			targets = append(targets, tg)
+		}
+	}
+	sort.Strings(targets)
+	if len(targets) > n {
+		step := len(targets) / n
+		var pick []string
+		for i := 0; i < len(targets); i += step {
+			pick = append(pick, targets[i])
+		}
+		targets = pick
+	}
+	return targets
+}
+
+// ctlResult is what ctlCompare found.
+type ctlResult struct {
+	failed, short, links int
+	firstBad             string
+	answeredBy           map[string]int
+}
+
+// ctlCompare asks every target through eddy-ctl query (every page, 1,000
+// links a page) across addrs, a different address first for each target,
+// and compares each answer's sources with the model's.
+func ctlCompare(t *testing.T, addrs, targets []string, model map[string][]simnet.LinkRef) ctlResult {
+	t.Helper()
+	res := ctlResult{answeredBy: map[string]int{}}
+	var mu sync.Mutex
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for i := range jobs {
+				tg := targets[i]
+				order := append(slices.Clone(addrs[i%len(addrs):]), addrs[:i%len(addrs)]...)
+				out, err := ctlQuery(order, tg)
+				var page struct {
+					Node      string              `json:"node"`
+					Backlinks map[string][]string `json:"backlinks"`
+				}
+				var have, want []string
+				if err == nil && json.Unmarshal(out, &page) == nil {
+					for _, ss := range page.Backlinks {
+						have = append(have, ss...)
+					}
+				}
+				for _, r := range model[tg] {
+					want = append(want, r.Source)
+				}
+				slices.Sort(have)
+				slices.Sort(want)
+				mu.Lock()
+				switch {
+				case err != nil:
+					res.failed++
+					if res.firstBad == "" {
+						res.firstBad = fmt.Sprintf("%s: %v %s", tg, err, out)
+					}
+				case !slices.Equal(have, want):
+					res.short++
+					if res.firstBad == "" {
+						res.firstBad = fmt.Sprintf("%s: %d sources from %s, want %d", tg, len(have), page.Node, len(want))
+					}
+				default:
+					res.answeredBy[page.Node]++
+					res.links += len(want)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range targets {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	return res
+}
+
+// ctlQuery asks eddy-ctl query for every page of tg (1,000 links a page)
+// across addrs, in that order, as JSON.
+func ctlQuery(addrs []string, tg string) ([]byte, error) {
+	return exec.Command(filepath.Join(binDir, "eddy-ctl"), "query", tg, "--json", "--all", "--limit", "1000", "--addr", strings.Join(addrs, ",")).Output()
 }
