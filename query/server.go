@@ -55,6 +55,11 @@ var singleParams = []string{"target", "collection", "path", "pathToOther", "limi
 // GenerationHeader names the manifest generation that answered.
 const GenerationHeader = "X-Eddy-Generation"
 
+// StaleHeader is on an answer a node gave with allowStale=true while it
+// was not ready (catching up, or fallen behind the cluster): why it was
+// not.
+const StaleHeader = "X-Eddy-Stale"
+
 // Server serves the query API.
 type Server struct {
 	Views  *Views
@@ -161,7 +166,7 @@ func cors(next http.Handler) http.Handler {
 		w.Header().Set("Access-Control-Allow-Origin", "*")
 		w.Header().Set("Access-Control-Allow-Methods", "GET, OPTIONS")
 		w.Header().Set("Access-Control-Allow-Headers", "*")
-		w.Header().Set("Access-Control-Expose-Headers", GenerationHeader)
+		w.Header().Set("Access-Control-Expose-Headers", GenerationHeader+", "+StaleHeader)
 		if r.Method == http.MethodOptions {
 			w.WriteHeader(http.StatusNoContent)
 			return
@@ -207,10 +212,22 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 			defer adm.release()
 		}
 		if s.Ready != nil {
-			if err := s.Ready(); err != nil {
-				w.Header().Set("Retry-After", "1")
-				writeErr(w, &apiError{http.StatusServiceUnavailable, "NotReady", "this node is catching up with the cluster, or has fallen behind it (" + err.Error() + "); ask another node"})
+			allowStale := false
+			switch v := r.URL.Query().Get("allowStale"); v {
+			case "", "false":
+			case "true":
+				allowStale = true
+			default:
+				writeErr(w, badRequest("allowStale must be true or false"))
 				return
+			}
+			if err := s.Ready(); err != nil {
+				if !allowStale {
+					w.Header().Set("Retry-After", "1")
+					writeErr(w, &apiError{http.StatusServiceUnavailable, "NotReady", "this node is catching up with the cluster, or has fallen behind it (" + err.Error() + "); ask another node, or ask again with allowStale=true for this node's answer"})
+					return
+				}
+				w.Header().Set(StaleHeader, err.Error())
 			}
 		}
 		select {

@@ -3,6 +3,7 @@ package query
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"net/http"
@@ -408,5 +409,37 @@ func TestStoreUnavailable(t *testing.T) {
 	}
 	if code, _ := f.get(path, url.Values{"target": {post}, "limit": {"100"}}, &out); code != 200 || len(out.Backlinks["$.subject"]) != 40 {
 		t.Fatalf("after the bucket came back: %d, %d links", code, len(out.Backlinks["$.subject"]))
+	}
+}
+
+// A node that is not ready answers 503 NotReady, unless the client asks
+// with allowStale=true: then it answers from its view, saying why it was
+// not ready in X-Eddy-Stale; a value other than true or false is 400.
+func TestAllowStale(t *testing.T) {
+	f := newFixture(t)
+	f.write(like(1))
+	f.flush()
+	behind := errors.New("serving generation 1; the leader had generation 9 31s ago")
+	f.qs.Ready = func() error { return behind }
+	path := "/xrpc/blue.cerulea.backlinks.listBacklinks"
+	var e map[string]string
+	if code, h := f.get(path, url.Values{"target": {post}}, &e); code != 503 || e["error"] != "NotReady" || h.Get("Retry-After") == "" || !strings.Contains(e["message"], "allowStale=true") {
+		t.Fatalf("not ready, no allowStale: %d %v", code, e)
+	}
+	var page struct {
+		Backlinks map[string][]string `json:"backlinks"`
+	}
+	code, h := f.get(path, url.Values{"target": {post}, "allowStale": {"true"}}, &page)
+	if code != 200 || len(page.Backlinks["$.subject"]) != 1 || h.Get(StaleHeader) != behind.Error() || h.Get(GenerationHeader) == "" {
+		t.Fatalf("not ready, allowStale=true: %d %v (%s %q)", code, page, StaleHeader, h.Get(StaleHeader))
+	}
+	e = nil
+	if code, _ := f.get(path, url.Values{"target": {post}, "allowStale": {"yes"}}, &e); code != 400 || e["error"] != "InvalidRequest" {
+		t.Fatalf("allowStale=yes: %d %v", code, e)
+	}
+	f.qs.Ready = func() error { return nil }
+	code, h = f.get(path, url.Values{"target": {post}, "allowStale": {"true"}}, &page)
+	if code != 200 || h.Get(StaleHeader) != "" {
+		t.Fatalf("ready, allowStale=true: %d, %s %q", code, StaleHeader, h.Get(StaleHeader))
 	}
 }
