@@ -76,7 +76,13 @@ func ctl(t *testing.T, args ...string) string {
 
 func up(t *testing.T, args ...string) *localCluster {
 	t.Helper()
-	dir := t.TempDir()
+	return upIn(t, t.TempDir(), args...)
+}
+
+// upIn is up in a directory the test prepared (a node's data directory
+// mounted beforehand).
+func upIn(t *testing.T, dir string, args ...string) *localCluster {
+	t.Helper()
 	lc := &localCluster{dir: dir}
 	lc.downAtCleanup(t) // first: a cluster that does not come up healthy still runs
 	// The tests' checkers ask each node thousands of 1,000-link pages a

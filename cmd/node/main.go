@@ -144,6 +144,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	reg.MustRegister(node.Metrics())
 	reg.MustRegister(metaCacheCollectors(cat)...)
 	reg.MustRegister(nodeCollectors(node, cache, c.compactionFanIn)...)
+	reg.MustRegister(dataDirCollector(c.dataDir))
 	ready := newReadiness(node, views, c.readyLagMax, token)
 	ready.store = store
 	reg.MustRegister(ready.collectors()...)

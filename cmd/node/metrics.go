@@ -6,6 +6,7 @@ import (
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/version"
 	"github.com/prometheus/client_golang/prometheus"
+	"syscall"
 )
 
 // nodeCollectors are the node's metrics that read state at scrape time:
@@ -62,4 +63,18 @@ func gcStatus(node *cluster.Node) map[string]any {
 	}
 	pending := node.FSM.GarbageStats()
 	return map[string]any{"live_tables": tables, "live_bytes": bytes, "pending_tables": pending.Tables, "pending_bytes": pending.Bytes}
+}
+
+// dataDirCollector is eddy_data_dir_free_bytes: the space left to the
+// node's data directory (Raft log and snapshots, table metadata). Near 0
+// the node can no longer append to its Raft log: it logs "no space left
+// on device", falls behind, and /readyz turns 503 after --ready-lag-max.
+func dataDirCollector(dir string) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_data_dir_free_bytes", Help: "Bytes available to this node in its data directory's filesystem (-1 when unknown)."}, func() float64 {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err != nil {
+			return -1
+		}
+		return float64(st.Bavail) * float64(st.Bsize)
+	})
 }
