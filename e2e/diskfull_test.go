@@ -3,17 +3,13 @@ package e2e
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/eddy-backlinks/eddy/ingest/simnet"
 )
 
 // A follower whose data directory (a 48 MiB tmpfs) fills up while the
@@ -35,18 +31,9 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("mount tmpfs: %v %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", small).Run() }) // after the cluster is down (cleanups run last first)
-	world := simnet.NewWorld(simnet.Config{Seed: 17, Accounts: 300})
-	sim, err := simnet.Serve(world)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
-	backfill := "backfill+" + sim.RelayURL() + "?plc=" + url.QueryEscape(sim.PLCURL()) + "&didweb=" + url.QueryEscape(sim.PLCURL())
-	lc := upIn(t, dir, "--flush-interval", "200ms", "--source", "firehose+"+sim.FirehoseURL(), "--source", backfill)
+	lc, world := simCluster(t, dir, 17)
 	world.Step(5000)
-	caughtUp := func(what string, timeout time.Duration) {
-		lc.waitCaughtUp(t, what, timeout, ingestProgress{stream: fmt.Sprint(world.LastSeq())}, nil)
-	}
+	caughtUp := func(what string, timeout time.Duration) { lc.caughtUpWith(t, world, what, timeout) }
 	caughtUp("every node caught up", 2*time.Minute)
 	var full localNode
 	for _, n := range lc.Nodes {
@@ -76,18 +63,7 @@ func TestDiskFull(t *testing.T) {
 	f.Close()
 
 	// The network goes on; the full node turns unready; the others serve.
-	var stepping sync.WaitGroup
-	stop := make(chan struct{})
-	stepping.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			world.Step(150)
-		}
-	})
+	stopStepping := keepStepping(world)
 	var unready string
 	lc.waitFor(t, "the full node unready", 60*time.Second, func() error {
 		code, body, err := readyz(full.HTTP)
@@ -124,8 +100,7 @@ func TestDiskFull(t *testing.T) {
 	if err := syscall.Kill(full.PID, 0); err != nil {
 		t.Fatalf("%s died with its disk full: %v", full.ID, err)
 	}
-	close(stop)
-	stepping.Wait()
+	stopStepping()
 
 	// Space returns: the node catches up; the model holds everywhere.
 	if err := os.Remove(filler); err != nil {

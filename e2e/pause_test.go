@@ -2,13 +2,9 @@ package e2e
 
 import (
 	"fmt"
-	"net/url"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/eddy-backlinks/eddy/ingest/simnet"
 )
 
 // A leader paused (SIGSTOP) for 10 s while the network goes on: the other
@@ -17,33 +13,13 @@ import (
 // leader, resumed, follows the new one and catches up; at the end every
 // node answers exactly the model: nothing lost, nothing revived.
 func TestPausedLeader(t *testing.T) {
-	world := simnet.NewWorld(simnet.Config{Seed: 16, Accounts: 300})
-	sim, err := simnet.Serve(world)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
-	backfill := "backfill+" + sim.RelayURL() + "?plc=" + url.QueryEscape(sim.PLCURL()) + "&didweb=" + url.QueryEscape(sim.PLCURL())
-	lc := up(t, "--flush-interval", "200ms", "--source", "firehose+"+sim.FirehoseURL(), "--source", backfill)
+	lc, world := simCluster(t, t.TempDir(), 16)
 	world.Step(10000)
-	caughtUp := func(what string, timeout time.Duration) {
-		lc.waitCaughtUp(t, what, timeout, ingestProgress{stream: fmt.Sprint(world.LastSeq())}, nil)
-	}
+	caughtUp := func(what string, timeout time.Duration) { lc.caughtUpWith(t, world, what, timeout) }
 	caughtUp("every node caught up", 2*time.Minute)
 
 	// The world goes on while the leader is paused.
-	var stepping sync.WaitGroup
-	stop := make(chan struct{})
-	stepping.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			world.Step(150)
-		}
-	})
+	stopStepping := keepStepping(world)
 	old, err := lc.leader(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -91,8 +67,7 @@ func TestPausedLeader(t *testing.T) {
 			}
 		}
 	}
-	close(stop)
-	stepping.Wait()
+	stopStepping()
 	if err := syscall.Kill(old.PID, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}

@@ -45,26 +45,16 @@ func TestStoreFaultsCluster(t *testing.T) {
 	}
 	store := fmt.Sprintf("s3://%s/storefaults?endpoint=%s&insecure=true&region=us-east-1&access_key_file=%s&secret_key_file=%s",
 		miniotest.Bucket, fp.Endpoint(), filepath.Join(keys, "access"), filepath.Join(keys, "secret"))
-	world := simnet.NewWorld(simnet.Config{Seed: 15, Accounts: 300})
-	sim, err := simnet.Serve(world)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
 
 	// 1. Ingest under faults.
 	fp.SetRate("", 0.1)
 	start := time.Now()
-	backfill := "backfill+" + sim.RelayURL() + "?plc=" + url.QueryEscape(sim.PLCURL()) + "&didweb=" + url.QueryEscape(sim.PLCURL())
-	lc := up(t, "--flush-interval", "200ms", "--source", "firehose+"+sim.FirehoseURL(), "--source", backfill, "--store", store,
-		"--node-arg=--compaction-interval=500ms", "--node-arg=--compaction-fan-in=2")
+	lc, world := simCluster(t, t.TempDir(), 15, "--store", store, "--node-arg=--compaction-interval=500ms", "--node-arg=--compaction-fan-in=2")
 	for range 20 {
 		world.Step(1500)
 		time.Sleep(150 * time.Millisecond)
 	}
-	caughtUp := func(what string, timeout time.Duration) {
-		lc.waitCaughtUp(t, what, timeout, ingestProgress{stream: fmt.Sprint(world.LastSeq())}, nil)
-	}
+	caughtUp := func(what string, timeout time.Duration) { lc.caughtUpWith(t, world, what, timeout) }
 	caughtUp("every node caught up with the store failing", 3*time.Minute)
 	t.Logf("30,000 steps ingested with 10%% of store requests failing: caught up %v after the start", time.Since(start).Round(time.Millisecond))
 
@@ -193,4 +183,46 @@ func ctlCompare(t *testing.T, addrs, targets []string, model map[string][]simnet
 // across addrs, in that order, as JSON.
 func ctlQuery(addrs []string, tg string) ([]byte, error) {
 	return exec.Command(filepath.Join(binDir, "eddy-ctl"), "query", tg, "--json", "--all", "--limit", "1000", "--addr", strings.Join(addrs, ",")).Output()
+}
+
+// simCluster starts a simulated network of 300 accounts (seed) and a
+// three-node cluster in dir ingesting its firehose and backfill, flushing
+// every 200 ms, with more eddy-ctl local up arguments; both end with the
+// test.
+func simCluster(t *testing.T, dir string, seed int64, args ...string) (*localCluster, *simnet.World) {
+	t.Helper()
+	world := simnet.NewWorld(simnet.Config{Seed: seed, Accounts: 300})
+	sim, err := simnet.Serve(world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	backfill := "backfill+" + sim.RelayURL() + "?plc=" + url.QueryEscape(sim.PLCURL()) + "&didweb=" + url.QueryEscape(sim.PLCURL())
+	lc := upIn(t, dir, append([]string{"--flush-interval", "200ms", "--source", "firehose+" + sim.FirehoseURL(), "--source", backfill}, args...)...)
+	return lc, world
+}
+
+// caughtUpWith waits until every node has ingested the world's last event
+// and serves it.
+func (lc *localCluster) caughtUpWith(t *testing.T, world *simnet.World, what string, timeout time.Duration) {
+	t.Helper()
+	lc.waitCaughtUp(t, what, timeout, ingestProgress{stream: fmt.Sprint(world.LastSeq())}, nil)
+}
+
+// keepStepping makes the world go on (150 steps every 100 ms) until the
+// returned function is called.
+func keepStepping(world *simnet.World) (stop func()) {
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			world.Step(150)
+		}
+	})
+	return func() { close(done); wg.Wait() }
 }

@@ -45,8 +45,10 @@ type ClientLimits struct {
 	// from a few connections then asks a few times a second, not as fast
 	// as the node can refuse (refusing costs CPU too). 0: no delay.
 	RefusalDelay time.Duration
-	// Slots bounds the queries executing at once (default: four per
-	// CPU); the others wait their client's turn (admission.run).
+	// Slots bounds the queries executing at once (default
+	// DefaultSlotsPerCPU per CPU); the others wait their client's turn
+	// (admission.run). A query waiting for the bucket holds its slot: with
+	// a far bucket and cold queries, more slots.
 	Slots int
 	// Clients bounds the clients remembered (default ClientsMax); past it
 	// idle ones are forgotten, and while none is idle new clients share
@@ -62,6 +64,10 @@ const (
 	DefaultClientRate     = 500
 	DefaultClientBurst    = 1000
 	DefaultClientInFlight = 16
+	// DefaultSlotsPerCPU is ClientLimits.Slots' default, per CPU: enough
+	// for cold queries waiting on a near bucket to keep the CPUs busy, few
+	// enough that a flood's queries do not crowd the others' off them.
+	DefaultSlotsPerCPU = 8
 	// DefaultRefusalDelay is ClientLimits.RefusalDelay on a node.
 	DefaultRefusalDelay = 250 * time.Millisecond
 	// ClientsMax is the default bound of clients remembered: ~100 bytes
@@ -144,7 +150,7 @@ func NewClientLimiter(lim ClientLimits) *ClientLimiter {
 		lim.Clients = ClientsMax
 	}
 	if lim.Slots <= 0 {
-		lim.Slots = 4 * runtime.GOMAXPROCS(0)
+		lim.Slots = DefaultSlotsPerCPU * runtime.GOMAXPROCS(0)
 	}
 	l := &ClientLimiter{lim: lim, now: time.Now,
 		Limited: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -52,7 +52,7 @@ type config struct {
 	memtableBytes, compactionFanIn                            int
 	cacheBytes, metaCacheBytes                                int64
 	clientRate                                                float64
-	clientBurst, clientInFlight                               int
+	clientBurst, clientInFlight, querySlots                   int
 	trustedProxies                                            string
 	configFile                                                string
 	showVersion                                               bool
@@ -108,6 +108,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.Float64Var(&c.clientRate, "client-rate", query.DefaultClientRate, "queries a second one client (an IPv4 address, an IPv6 /64) may make of this node, sustained; past it 429 RateLimitExceeded with Retry-After (0: no bound; 0..1000000)")
 	fs.IntVar(&c.clientBurst, "client-burst", query.DefaultClientBurst, "queries one client idle for a while may make at once, past --client-rate (1..10000000)")
 	fs.IntVar(&c.clientInFlight, "client-in-flight", query.DefaultClientInFlight, fmt.Sprintf("queries one client may have this node answer at once (0: no bound but the node's %d; 0..%d)", query.ConcurrentQueriesMax, query.ConcurrentQueriesMax))
+	fs.IntVar(&c.querySlots, "query-slots", 0, fmt.Sprintf("queries executing at once, the others waiting their client's turn (0: %d per CPU; a query waiting for the bucket holds its slot, so raise it for a far bucket and cold queries; 0..%d)", query.DefaultSlotsPerCPU, query.ConcurrentQueriesMax))
 	fs.StringVar(&c.trustedProxies, "trusted-proxies", "127.0.0.0/8,::1", "reverse proxies (addresses and CIDR prefixes, comma-separated) whose X-Forwarded-For names the client the limits count; any other peer is its own client")
 	fs.StringVar(&c.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
@@ -345,6 +346,9 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 	if c.clientInFlight < 0 || c.clientInFlight > query.ConcurrentQueriesMax {
 		return fmt.Errorf("--client-in-flight %d: out of range 0..%d", c.clientInFlight, query.ConcurrentQueriesMax)
 	}
+	if c.querySlots < 0 || c.querySlots > query.ConcurrentQueriesMax {
+		return fmt.Errorf("--query-slots %d: out of range 0..%d", c.querySlots, query.ConcurrentQueriesMax)
+	}
 	if _, err := query.ParseTrustedProxies(c.trustedProxies); err != nil {
 		return fmt.Errorf("--trusted-proxies: %v", err)
 	}
@@ -451,7 +455,7 @@ func (c *config) logged() []any {
 		"meta-cache-bytes": strconv.FormatInt(c.metaCacheBytes, 10),
 		"ready-lag-max":    c.readyLagMax.String(), "log-level": c.logLevel, "config": c.configFile,
 		"client-rate": strconv.FormatFloat(c.clientRate, 'f', -1, 64), "client-burst": strconv.Itoa(c.clientBurst),
-		"client-in-flight": strconv.Itoa(c.clientInFlight), "trusted-proxies": c.trustedProxies,
+		"client-in-flight": strconv.Itoa(c.clientInFlight), "trusted-proxies": c.trustedProxies, "query-slots": strconv.Itoa(c.querySlots),
 		"gc-grace": c.gcGrace.String(), "compaction-fan-in": strconv.Itoa(c.compactionFanIn), "compaction-interval": c.compactionInterval.String(),
 	}
 	names := make([]string, 0, len(vals))
