@@ -188,8 +188,9 @@ func badRequest(msg string) *apiError { return &apiError{http.StatusBadRequest, 
 
 type handler func(ctx context.Context, r *http.Request, v *lsm.View) (any, error)
 
-// wrap applies the client limits, the concurrency bound, the timeout, the minimum generation,
-// the generation header and XRPC error bodies.
+// wrap applies the client limits, readiness (and allowStale), the
+// concurrency bound, the timeout, the minimum generation, the execution
+// slots, the generation header and XRPC error bodies.
 func (s *Server) wrap(h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var adm *admission

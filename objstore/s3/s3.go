@@ -379,11 +379,11 @@ func (e bodyLost) Unwrap() error { return e.error }
 // read runs a GET (do) so that one lost answer does not fail it and one
 // stalled answer does not hold it: a GET whose body was lost (bodyLost:
 // cut short, its connection reset; the client retried whatever failed
-// before the body) is asked again at once, and one not answered within HedgeAfter is asked a second time
-// (and after twice that a third), the first good answer winning; at most
-// readAttempts GETs in all. An
-// answer that settles it (the object is missing, the range is past its
-// end) ends the read at once.
+// before the body) is asked again at once, and one not answered within
+// HedgeAfter is asked a second time (and after twice that a third), the
+// first good answer winning; at most readAttempts GETs in all. An answer
+// that settles it (the object is missing, the range is past its end) ends
+// the read at once.
 func (s *Store) read(ctx context.Context, do func(ctx context.Context) ([]byte, error)) ([]byte, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // the GETs still running lose
