@@ -237,17 +237,7 @@ func (s *clientsServer) latency() (p50, p99, sched99 float64) {
 
 // rss is the server process's resident memory (0 where unknown).
 func (s *clientsServer) rss() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	return procStatusBytesOf(strconv.Itoa(s.cmd.Process.Pid), "VmRSS")
 }
 
 // startClientsServer starts cmd (clients-serve) and waits for the URL it

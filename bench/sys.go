@@ -64,8 +64,12 @@ func percentile(sorted []time.Duration, p float64) float64 {
 
 // procStatusBytes reads a "kB" field of /proc/self/status, in bytes (0
 // where unknown).
-func procStatusBytes(field string) int64 {
-	b, err := os.ReadFile("/proc/self/status")
+func procStatusBytes(field string) int64 { return procStatusBytesOf("self", field) }
+
+// procStatusBytesOf is procStatusBytes of another process ("self" or a
+// PID).
+func procStatusBytesOf(pid, field string) int64 {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return 0
 	}

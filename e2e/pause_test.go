@@ -76,15 +76,6 @@ func TestPausedLeader(t *testing.T) {
 
 	// The old leader follows; everyone catches up; the model holds.
 	caughtUp("every node caught up after the pause, the old leader too", 2*time.Minute)
-	st, err := lc.status(old)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.State == "Leader" && newLead != "" {
-		// It may have been elected again since; it must not have stayed
-		// leader through the pause.
-		t.Logf("%s leads again after the pause", old.ID)
-	}
 	model = world.LiveLinks()
 	targets = sampleTargets(model, 120)
 	for _, n := range lc.Nodes {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"runtime"
 	"slices"
 	"strconv"
@@ -187,9 +188,9 @@ type limitError struct {
 	retry time.Duration
 }
 
-// acquire admits a query of r's client, or says why not. The admission's
-// release must be called once the query is answered.
-func (l *ClientLimiter) acquire(r *http.Request) (*admission, *limitError) {
+// acquire admits a query of r's client (q: r's parameters), or says why
+// not. The admission's release must be called once the query is answered.
+func (l *ClientLimiter) acquire(r *http.Request, q url.Values) (*admission, *limitError) {
 	key := l.client(r)
 	now := l.now()
 	l.mu.Lock()
@@ -205,7 +206,7 @@ func (l *ClientLimiter) acquire(r *http.Request) (*admission, *limitError) {
 			st.tokens = math.Min(float64(l.lim.Burst), st.tokens+el*l.lim.Rate)
 		}
 		st.last = now
-		cost := min(queryCost(r), float64(l.lim.Burst))
+		cost := min(queryCost(q), float64(l.lim.Burst))
 		if st.tokens < cost {
 			l.Limited.WithLabelValues("rate").Inc()
 			wait := time.Duration((cost - st.tokens) / l.lim.Rate * float64(time.Second))
@@ -221,11 +222,8 @@ func (l *ClientLimiter) acquire(r *http.Request) (*admission, *limitError) {
 // queryCost is what a query takes from its client's bucket: one per 100
 // links its limit asks for, at least one (a page of 1,000 links costs the
 // node about ten pages of 100: rendering and garbage grow with it).
-func queryCost(r *http.Request) float64 {
-	if r.URL == nil {
-		return 1
-	}
-	lim, err := strconv.Atoi(r.URL.Query().Get("limit"))
+func queryCost(q url.Values) float64 {
+	lim, err := strconv.Atoi(q.Get("limit"))
 	if err != nil || lim <= 100 {
 		return 1
 	}

@@ -212,7 +212,7 @@ func TestClientTableBounded(t *testing.T) {
 		return &http.Request{RemoteAddr: fmt.Sprintf("198.51.%d.%d:1", i/256, i%256), Header: http.Header{}}
 	}
 	for i := range 5000 {
-		adm, refused := l.acquire(req(i))
+		adm, refused := l.acquire(req(i), nil)
 		if refused != nil {
 			t.Fatalf("client %d refused: %v", i, refused.ae)
 		}
@@ -230,17 +230,17 @@ func TestClientTableBounded(t *testing.T) {
 	clock.add(time.Hour)
 	var busy []*admission
 	for i := range 64 {
-		adm, refused := l.acquire(req(10000 + i))
+		adm, refused := l.acquire(req(10000+i), nil)
 		if refused != nil {
 			t.Fatalf("busy client %d refused: %v", i, refused.ae)
 		}
 		busy = append(busy, adm)
 	}
-	shared, refused := l.acquire(req(20000))
+	shared, refused := l.acquire(req(20000), nil)
 	if refused != nil {
 		t.Fatalf("a new client with the table full of busy ones: %v", refused.ae)
 	}
-	if _, again := l.acquire(req(20001)); again == nil {
+	if _, again := l.acquire(req(20001), nil); again == nil {
 		t.Fatalf("a second new client while the first holds the shared bucket's one query in flight: admitted")
 	}
 	if n := len(l.mu.clients); n != 64 {
@@ -263,7 +263,7 @@ func TestClientSlotsFair(t *testing.T) {
 	a := &http.Request{RemoteAddr: "198.51.100.1:1", Header: http.Header{}}
 	b := &http.Request{RemoteAddr: "198.51.100.2:1", Header: http.Header{}}
 	admit := func(r *http.Request) *admission {
-		adm, refused := l.acquire(r)
+		adm, refused := l.acquire(r, nil)
 		if refused != nil {
 			t.Fatal(refused.ae)
 		}

@@ -193,10 +193,13 @@ type handler func(ctx context.Context, r *http.Request, v *lsm.View) (any, error
 // slots, the generation header and XRPC error bodies.
 func (s *Server) wrap(h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		// Parsed once for every step below; a malformed query string is
+		// refused after the client limits (it costs its client a token).
+		q, qerr := url.ParseQuery(r.URL.RawQuery)
 		var adm *admission
 		if s.Clients != nil {
 			var refused *limitError
-			adm, refused = s.Clients.acquire(r)
+			adm, refused = s.Clients.acquire(r, q)
 			if refused != nil {
 				if d := s.Clients.lim.RefusalDelay; d > 0 {
 					t := time.NewTimer(d)
@@ -214,7 +217,7 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 		}
 		if s.Ready != nil {
 			allowStale := false
-			switch v := r.URL.Query().Get("allowStale"); v {
+			switch v := q.Get("allowStale"); v {
 			case "", "false":
 			case "true":
 				allowStale = true
@@ -241,9 +244,8 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), QueryTimeout)
 		defer cancel()
-		q, err := url.ParseQuery(r.URL.RawQuery)
-		if err != nil {
-			writeErr(w, badRequest("the query string is malformed: "+err.Error()))
+		if qerr != nil {
+			writeErr(w, badRequest("the query string is malformed: "+qerr.Error()))
 			return
 		}
 		for k, vs := range q {
@@ -268,7 +270,7 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 		// collector waits for it (Views.OldestServed).
 		v, release := s.Views.Acquire()
 		defer release()
-		if mg := r.URL.Query().Get("minGeneration"); mg != "" {
+		if mg := q.Get("minGeneration"); mg != "" {
 			gen, err := strconv.ParseUint(mg, 10, 64)
 			if err != nil {
 				writeErr(w, badRequest("minGeneration must be a non-negative integer"))

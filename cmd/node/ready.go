@@ -348,17 +348,19 @@ func (r *readiness) state() (reason string, served uint64) {
 }
 
 // staleness is how long the oldest leader generation not yet served has
-// been known (0 when none).
+// been known (0 when none), judged as /readyz judges (unservedLocked).
 func (r *readiness) staleness() time.Duration {
+	served := r.views.Current().Generation()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.mu.seen) == 0 {
+	s, ok := r.unservedLocked(served)
+	if !ok {
 		return 0
 	}
-	if r.mu.seen[0].at.IsZero() {
+	if s.at.IsZero() {
 		return time.Since(r.mu.leaderSince)
 	}
-	return time.Since(r.mu.seen[0].at)
+	return time.Since(s.at)
 }
 
 func (r *readiness) handler(w http.ResponseWriter, _ *http.Request) {

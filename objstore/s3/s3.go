@@ -432,10 +432,14 @@ func (s *Store) read(ctx context.Context, do func(ctx context.Context) ([]byte, 
 				return nil, last
 			}
 		case <-hedge:
-			if launched < readAttempts {
+			if launched < readAttempts { // retries may have used them up
 				launch()
 			}
-			// The next hedge, if any is left, waits twice as long.
+			if launched == readAttempts {
+				hedge = nil // none left
+				continue
+			}
+			// The next hedge waits twice as long.
 			d *= 2
 			t.Reset(d)
 		}
