@@ -89,7 +89,11 @@ func NewAdmin(n *Node, token string) (*Admin, error) {
 	if len(token) < 16 {
 		return nil, errors.New("admin token must be at least 16 characters")
 	}
-	return &Admin{node: n, token: []byte(token), http: &http.Client{Timeout: adminCallTimeout}}, nil
+	hc, err := HTTPClient(n.cfg.SourceAddr, adminCallTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return &Admin{node: n, token: []byte(token), http: hc}, nil
 }
 
 // Handler returns the HTTP handler.

@@ -63,9 +63,12 @@ type Config struct {
 	RaftAdvertise string // host:port peers dial; RaftBind when empty
 	HTTPAddr      string // advertised public query address
 	AdminAddr     string // advertised admin address
-	Certs         CertFiles
-	Bootstrap     bool // form a new cluster of this node if no state exists
-	Logger        hclog.Logger
+	// SourceAddr, when set, is the local IP this node's connections to its
+	// peers (Raft, admin calls) leave from; the system chooses when empty.
+	SourceAddr string
+	Certs      CertFiles
+	Bootstrap  bool // form a new cluster of this node if no state exists
+	Logger     hclog.Logger
 
 	// Timing; zero takes the defaults above.
 	HeartbeatTimeout  time.Duration
@@ -159,6 +162,10 @@ func Open(cfg Config) (*Node, error) {
 	stream, err := newTLSStream(cfg.RaftBind, adv, tlsCfg)
 	if err != nil {
 		return nil, fmt.Errorf("raft listen: %w", err)
+	}
+	if stream.source, err = sourceAddr(cfg.SourceAddr); err != nil {
+		stream.Close()
+		return nil, err
 	}
 	if cfg.testBlock != nil {
 		stream.block = cfg.testBlock

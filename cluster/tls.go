@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -190,6 +191,7 @@ func LoadTLS(f CertFiles, accept func(peerID string) error) (*tls.Config, error)
 type tlsStream struct {
 	net.Listener
 	advertise net.Addr
+	source    *net.TCPAddr // the local address dials leave from; nil: any
 	client    *tls.Config
 	// block, when set (tests only), cuts this node off from peers: it
 	// refuses dials to their addresses and drops their inbound connections.
@@ -268,6 +270,9 @@ func (s *tlsStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Co
 		return nil, errPartitioned
 	}
 	d := &net.Dialer{Timeout: timeout}
+	if s.source != nil {
+		d.LocalAddr = s.source
+	}
 	c := s.client.Clone()
 	host, _, err := net.SplitHostPort(string(addr))
 	if err != nil {
@@ -279,4 +284,33 @@ func (s *tlsStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Co
 		return conn, err
 	}
 	return &blockConn{Conn: conn, blocked: func() bool { return s.block("", string(addr)) }}, nil
+}
+
+// sourceAddr parses a node's source address (an IP; "" for the system's
+// choice).
+func sourceAddr(ip string) (*net.TCPAddr, error) {
+	if ip == "" {
+		return nil, nil
+	}
+	a := net.ParseIP(ip)
+	if a == nil {
+		return nil, fmt.Errorf("cluster: source address %q is not an IP", ip)
+	}
+	return &net.TCPAddr{IP: a}, nil
+}
+
+// HTTPClient returns an HTTP client for calls to peers, its connections
+// leaving from source (an IP; "" for the system's choice).
+func HTTPClient(source string, timeout time.Duration) (*http.Client, error) {
+	la, err := sourceAddr(source)
+	if err != nil {
+		return nil, err
+	}
+	if la == nil {
+		return &http.Client{Timeout: timeout}, nil
+	}
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, LocalAddr: la}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = d.DialContext
+	return &http.Client{Timeout: timeout, Transport: tr}, nil
 }

@@ -224,5 +224,6 @@ func keepStepping(world *simnet.World) (stop func()) {
 			world.Step(150)
 		}
 	})
-	return func() { close(done); wg.Wait() }
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }

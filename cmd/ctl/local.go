@@ -72,6 +72,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(&nodeArgs, "node-arg", "an eddy-node flag passed to every node, repeatable (e.g. --node-arg=--gc-grace=3s)")
 	fs.Var(&sources, "source", "ingest source URL, repeatable (replay+file:///abs/path, jetstream+wss://..., firehose+wss://...)")
 	httpHosts := fs.String("http-hosts", "", "loopback IPs, one per node (e.g. 127.0.0.1,127.0.0.2,127.0.0.3): node i serves its query API on the i-th at one port shared by all, as behind a round-robin DNS name (default: 127.0.0.1, a port each)")
+	nodeHostsFlag := fs.String("hosts", "", "loopback IPs, one per node (e.g. 127.0.0.11,127.0.0.12,127.0.0.13): node i binds its Raft, admin and (without --http-hosts) query addresses on the i-th, and its connections to peers leave from it (--source-addr), so that rules on addresses can cut nodes apart (default: 127.0.0.1)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -102,19 +103,33 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("eddy-node binary: %w (build it with make build, or pass --node-bin)", err)
 	}
-	var hosts []string
-	if *httpHosts != "" {
-		hosts = strings.Split(*httpHosts, ",")
-		if len(hosts) != *nodes+*nonvoters {
-			return fmt.Errorf("--http-hosts: %d addresses for %d nodes: %w", len(hosts), *nodes+*nonvoters, errUsage)
-		}
-		for _, h := range hosts {
-			if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
-				return fmt.Errorf("--http-hosts: %q is not a loopback IP: %w", h, errUsage)
-			}
+	hosts, err := loopbackHosts("--http-hosts", *httpHosts, *nodes+*nonvoters)
+	if err != nil {
+		return err
+	}
+	nodeHosts, err := loopbackHosts("--hosts", *nodeHostsFlag, *nodes+*nonvoters)
+	if err != nil {
+		return err
+	}
+	return localUp(ctx, abs, bin, localShape{voters: *nodes, nonvoters: *nonvoters}, *store, *plc, *flushInterval, sources, nodeArgs, hosts, nodeHosts, stdout)
+}
+
+// loopbackHosts parses a flag's comma-separated loopback IPs, one per node
+// (nil when the flag is empty).
+func loopbackHosts(name, v string, nodes int) ([]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	hosts := strings.Split(v, ",")
+	if len(hosts) != nodes {
+		return nil, fmt.Errorf("%s: %d addresses for %d nodes: %w", name, len(hosts), nodes, errUsage)
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
+			return nil, fmt.Errorf("%s: %q is not a loopback IP: %w", name, h, errUsage)
 		}
 	}
-	return localUp(ctx, abs, bin, localShape{voters: *nodes, nonvoters: *nonvoters}, *store, *plc, *flushInterval, sources, nodeArgs, hosts, stdout)
+	return hosts, nil
 }
 
 // sharedPort finds one TCP port free on every host.
@@ -147,8 +162,11 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort() (string, error) { return freePortOn("127.0.0.1") }
+
+// freePortOn returns host:port with a port free on host.
+func freePortOn(host string) (string, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return "", err
 	}
@@ -162,7 +180,7 @@ type localShape struct{ voters, nonvoters int }
 func (s localShape) total() int { return s.voters + s.nonvoters }
 
 // (Over 120 lines: one start-up sequence read in order: ports, processes, joins, health.)
-func localUp(ctx context.Context, dir, bin string, shape localShape, store, plc string, flushInterval time.Duration, sources, nodeArgs, httpHosts []string, stdout io.Writer) error {
+func localUp(ctx context.Context, dir, bin string, shape localShape, store, plc string, flushInterval time.Duration, sources, nodeArgs, httpHosts, nodeHosts []string, stdout io.Writer) error {
 	if _, err := os.Stat(filepath.Join(dir, "cluster.json")); err == nil {
 		return fmt.Errorf("%s already holds a cluster (cluster.json); run local down, or remove the directory", dir)
 	}
@@ -191,7 +209,7 @@ func localUp(ctx context.Context, dir, bin string, shape localShape, store, plc 
 		}
 		httpPort = p
 	}
-	nodes, err := localNodes(dir, certs, bin, shape)
+	nodes, err := localNodes(dir, certs, bin, shape, nodeHosts)
 	if err != nil {
 		return err
 	}
@@ -206,9 +224,13 @@ func localUp(ctx context.Context, dir, bin string, shape localShape, store, plc 
 				return err
 			}
 		}
+		host := "127.0.0.1"
+		if nodeHosts != nil {
+			host = nodeHosts[i]
+		}
 		var addrs [3]string
 		for j := range addrs {
-			a, err := freePort()
+			a, err := freePortOn(host)
 			if err != nil {
 				return err
 			}
@@ -221,6 +243,9 @@ func localUp(ctx context.Context, dir, bin string, shape localShape, store, plc 
 		ln.Args = []string{
 			"--id", ln.ID, "--data-dir", filepath.Join(dir, ln.ID), "--raft-addr", ln.Raft, "--admin-addr", ln.Admin, "--http-addr", ln.HTTP,
 			"--certs-dir", certs, "--admin-token-file", tokenFile, "--store", store, "--plc", plc,
+		}
+		if nodeHosts != nil {
+			ln.Args = append(ln.Args, "--source-addr", host)
 		}
 		if flushInterval > 0 {
 			ln.Args = append(ln.Args, "--flush-interval", flushInterval.String())
@@ -288,7 +313,7 @@ func localUp(ctx context.Context, dir, bin string, shape localShape, store, plc 
 
 // localNodes names the nodes of a local cluster, voters n1… then
 // non-voters q1…, each with a certificate.
-func localNodes(dir, certs, bin string, shape localShape) ([]LocalNode, error) {
+func localNodes(dir, certs, bin string, shape localShape, hosts []string) ([]LocalNode, error) {
 	var nodes []LocalNode
 	for i := 1; i <= shape.total(); i++ {
 		id, nonvoter := fmt.Sprintf("n%d", i), i > shape.voters
@@ -296,7 +321,11 @@ func localNodes(dir, certs, bin string, shape localShape) ([]LocalNode, error) {
 			id = fmt.Sprintf("q%d", i-shape.voters)
 		}
 		if _, err := os.Stat(filepath.Join(certs, id+".pem")); err != nil {
-			if err := cluster.MakeNodeCert(certs, id, []string{"127.0.0.1", "localhost"}); err != nil {
+			names := []string{"127.0.0.1", "localhost"}
+			if hosts != nil {
+				names = append(names, hosts[i-1])
+			}
+			if err := cluster.MakeNodeCert(certs, id, names); err != nil {
 				return nil, err
 			}
 		}

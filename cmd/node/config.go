@@ -43,6 +43,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 
 type config struct {
 	id, dataDir, raftAddr, raftAdvertise, adminAddr, httpAddr string
+	sourceAddr                                                string
 	bootstrap, nonvoter                                       bool
 	join                                                      string
 	certsDir, tokenFile, store, plc, logLevel                 string
@@ -87,6 +88,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.dataDir, "data-dir", "", "data directory: Raft log and snapshots, table metadata (required)")
 	fs.StringVar(&c.raftAddr, "raft-addr", "127.0.0.1:7000", "Raft listen address host:port (mutual TLS)")
 	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "Raft address host:port peers dial (default: --raft-addr)")
+	fs.StringVar(&c.sourceAddr, "source-addr", "", "local IP this node's connections to its peers (Raft, admin calls) leave from, e.g. to keep cluster traffic on one interface or address (default: the system's choice)")
 	fs.StringVar(&c.adminAddr, "admin-addr", "127.0.0.1:7001", "admin API listen address host:port (join, status; token required)")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "public query API listen address host:port (also /metrics, /healthz, /readyz)")
 	fs.BoolVar(&c.bootstrap, "bootstrap", false, "form a new cluster of this node if it has no state (ignored when it has)")
@@ -313,6 +315,9 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 			return fmt.Errorf("%s %q: %v", a.name, a.v, err)
 		}
 	}
+	if c.sourceAddr != "" && net.ParseIP(c.sourceAddr) == nil {
+		return fmt.Errorf("--source-addr %q: not an IP address", c.sourceAddr)
+	}
 	if c.raftAdvertise != "" {
 		if err := checkAddr(c.raftAdvertise, false); err != nil {
 			return fmt.Errorf("--raft-advertise %q: %v", c.raftAdvertise, err)
@@ -447,7 +452,7 @@ func redactStore(s string) string {
 // start-up log line; no option holds a secret, and the store is redacted.
 func (c *config) logged() []any {
 	vals := map[string]string{
-		"id": c.id, "data-dir": c.dataDir, "raft-addr": c.raftAddr, "raft-advertise": c.raftAdvertise,
+		"id": c.id, "data-dir": c.dataDir, "raft-addr": c.raftAddr, "raft-advertise": c.raftAdvertise, "source-addr": c.sourceAddr,
 		"admin-addr": c.adminAddr, "http-addr": c.httpAddr, "bootstrap": strconv.FormatBool(c.bootstrap),
 		"nonvoter": strconv.FormatBool(c.nonvoter), "join": c.join, "certs-dir": c.certsDir, "admin-token-file": c.tokenFile, "store": redactStore(c.store),
 		"source": strconv.Itoa(len(c.sources)) + " sources", "plc": c.plc, "flush-interval": c.flushInterval.String(),

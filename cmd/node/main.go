@@ -109,7 +109,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	store := objstore.NewGuard(bucket)
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, Dir: filepath.Join(c.dataDir, "raft"), RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise,
-		HTTPAddr: c.httpAddr, AdminAddr: c.adminAddr, Certs: cluster.Files(c.certsDir, c.id),
+		HTTPAddr: c.httpAddr, AdminAddr: c.adminAddr, SourceAddr: c.sourceAddr, Certs: cluster.Files(c.certsDir, c.id),
 		Bootstrap: c.bootstrap, Logger: log,
 	})
 	if err != nil {
@@ -145,7 +145,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	reg.MustRegister(metaCacheCollectors(cat)...)
 	reg.MustRegister(nodeCollectors(node, cache, c.compactionFanIn)...)
 	reg.MustRegister(dataDirCollector(c.dataDir))
-	ready := newReadiness(node, views, c.readyLagMax, token)
+	ready := newReadiness(node, views, c.readyLagMax, token, c.sourceAddr)
 	ready.store = store
 	reg.MustRegister(ready.collectors()...)
 	qs.Ready = ready.caughtUp // one readiness decides /readyz and the queries' NotReady
@@ -193,7 +193,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 			if c.nonvoter {
 				req.Suffrage = cluster.SuffrageNonvoter // a new member's; a member keeps its own
 			}
-			joinCluster(bg, log, strings.Split(c.join, ","), token, req)
+			joinCluster(bg, log, strings.Split(c.join, ","), token, c.sourceAddr, req)
 		})
 	}
 
@@ -299,13 +299,16 @@ var joinBackoff = backoff.Policy{Min: 200 * time.Millisecond, Max: 5 * time.Seco
 
 // joinCluster asks the cluster to add this node, retrying until it
 // succeeds (a no-op if already a member) or the node stops.
-func joinCluster(ctx context.Context, log hclog.Logger, addrs []string, token string, req cluster.JoinRequest) {
+func joinCluster(ctx context.Context, log hclog.Logger, addrs []string, token, source string, req cluster.JoinRequest) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		log.Error("join request", "error", err)
 		return
 	}
 	cl := cluster.AdminClient{Addrs: addrs, Token: token}
+	if hc, err := cluster.HTTPClient(source, 15*time.Second); err == nil {
+		cl.HTTP = hc
+	}
 	var wait time.Duration
 	for {
 		err := cl.Call(ctx, http.MethodPost, "/admin/join", body, nil)

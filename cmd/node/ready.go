@@ -81,10 +81,13 @@ type seenGen struct {
 // it decides staleness).
 const seenMax = 4096
 
-func newReadiness(node *cluster.Node, views *query.Views, bound time.Duration, token string) *readiness {
+func newReadiness(node *cluster.Node, views *query.Views, bound time.Duration, token, source string) *readiness {
 	r := &readiness{node: node, views: views, bound: bound, every: min(time.Second, max(100*time.Millisecond, bound/4)),
 		startIndex: node.Raft().LastIndex(), started: time.Now()}
-	hc := &http.Client{Timeout: r.askTimeout()}
+	hc, err := cluster.HTTPClient(source, r.askTimeout())
+	if err != nil { // --source-addr was checked with the flags
+		hc = &http.Client{Timeout: r.askTimeout()}
+	}
 	r.leaderGeneration = func(ctx context.Context, addr string) (uint64, error) {
 		cl := cluster.AdminClient{Addrs: []string{addr}, Token: token, HTTP: hc}
 		var st cluster.NodeStatus

@@ -184,7 +184,7 @@ func readinessOneNode(t *testing.T, store objstore.Store, bound time.Duration) (
 	}
 	t.Cleanup(func() { node.Close(context.Background()) })
 	views := query.NewViews(node.FSM, lsm.NewCatalog(t.TempDir(), store), hclog.NewNullLogger())
-	r := newReadiness(node, views, bound, "token")
+	r := newReadiness(node, views, bound, "token", "")
 	readyz := func() (int, string) {
 		rec := httptest.NewRecorder()
 		r.handler(rec, httptest.NewRequest("GET", "/readyz", nil))
