@@ -144,7 +144,9 @@ FUZZ_TARGETS := \
 	./extract:FuzzExtract \
 	./link:FuzzParseTarget \
 	./link:FuzzSyntaxMatchesIndigo \
-	./lsm:FuzzDecodeMeta
+	./lsm:FuzzDecodeMeta \
+	./query:FuzzXRPCParams \
+	./ingest:FuzzPLCExport
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

@@ -121,7 +121,7 @@ func (p *plcProxy) serve(rw http.ResponseWriter, r *http.Request) {
 }
 
 // plcWriter starts a writer with a PLC follower on a one-node cluster.
-func plcWriter(t *testing.T, ctx context.Context, dir *PLCDirectory) (*Writer, *cluster.Node, objstore.Store, *lsm.Catalog) {
+func plcWriter(t testing.TB, ctx context.Context, dir *PLCDirectory) (*Writer, *cluster.Node, objstore.Store, *lsm.Catalog) {
 	node := oneNode(t)
 	store, err := local.New(t.TempDir())
 	if err != nil {

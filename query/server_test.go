@@ -50,7 +50,7 @@ func (d *dbSource) notify() {
 }
 
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	db    *lsm.DB
 	src   *dbSource
 	codec *link.Codec
@@ -63,7 +63,7 @@ type fixture struct {
 	storeDir, catDir string
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	storeDir := t.TempDir()
 	store, err := local.New(storeDir)
 	if err != nil {
@@ -75,7 +75,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // newFixtureOn is newFixture on another object store (storeDir empty).
-func newFixtureOn(t *testing.T, store objstore.Store) *fixture {
+func newFixtureOn(t testing.TB, store objstore.Store) *fixture {
 	ctx := context.Background()
 	db, err := lsm.Open(ctx, lsm.Options{Store: store, Dir: t.TempDir(), NoGCGrace: true})
 	if err != nil {
