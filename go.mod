@@ -6,6 +6,7 @@ replace github.com/hashicorp/go-metrics => github.com/hashicorp/go-metrics v0.6.
 
 require (
 	github.com/FastFilter/xorfilter v0.4.2-0.20260120015552-4e5a4d9df65a
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/bluesky-social/indigo v0.0.0-20260605210604-af2fec94f34c
 	github.com/chromedp/chromedp v0.23.0
 	github.com/cockroachdb/pebble/v2 v2.1.7
