@@ -2,8 +2,8 @@
 # Installs what Eddy's tests use besides MinIO (see install-minio.sh):
 #   - systemd-analyze, which checks the shipped unit (deploy/systemd), and
 #     chromium, the browser e2e/page_test.go drives, through apt-get when
-#     missing; so is PostgreSQL (initdb), which the peers bench's test
-#     starts;
+#     missing; so are PostgreSQL (initdb), which the peers bench's test
+#     starts, and ip and unshare, which the chaos schedules use;
 #   - the npm packages of e2e/jsclient (the real atproto client and lexicon
 #     validator e2e/dropin_test.go drives the cluster with), by `npm ci` from
 #     its package-lock.json when node_modules is missing or differs from the
@@ -19,8 +19,12 @@ command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 # PostgreSQL (bench/peers_test.go starts a server of its own with initdb).
 command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
+# ip (iproute2) and unshare (util-linux): the chaos schedules run in their
+# own network namespace and cut nodes apart with routing rules.
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 if ((${#missing[@]} == 0)); then
-	echo "test deps: systemd-analyze, chromium and PostgreSQL present"
+	echo "test deps: systemd-analyze, chromium, PostgreSQL, ip and unshare present"
 else
 	echo "test deps: installing ${missing[*]} through apt-get"
 	SUDO=
@@ -29,6 +33,7 @@ else
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 	command -v systemd-analyze >/dev/null
 	command -v chromium >/dev/null || command -v chromium-browser >/dev/null
+	command -v ip >/dev/null && command -v unshare >/dev/null
 fi
 
 for tool in node npm; do
