@@ -47,6 +47,7 @@ type ClientsResult struct {
 	ClientRate     float64         `json:"client_rate"`
 	ClientBurst    int             `json:"client_burst"`
 	ClientInFlight int             `json:"client_in_flight"`
+	ClientSlots    int             `json:"client_slots,omitempty"` // --client-slots (0: the default, a quarter of the slots)
 	Seconds        float64         `json:"seconds_per_phase"`
 	Phases         []ClientsPhase  `json:"phases"`
 	Medians        []ClientsMedian `json:"medians"`
@@ -106,6 +107,7 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 	seconds := fs.Float64("seconds", 10, "seconds of each phase")
 	floodConns := fs.Int("flood-conns", 64, "connections of the flooding client")
 	rounds := fs.Int("rounds", 3, "rounds of the four phases (each on fresh servers); the medians are reported")
+	clientSlots := fs.Int("client-slots", 0, "the limits' execution slots per client (0: the node's default, a quarter of the slots)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -128,13 +130,13 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 		return cmd.Run()
 	}
 	res := &ClientsResult{Targets: *targets, Limit: *limit, LinksPerTarget: *likes, Pinned: pin, FloodConns: *floodConns, Seconds: *seconds,
-		ClientRate: query.DefaultClientRate, ClientBurst: query.DefaultClientBurst, ClientInFlight: query.DefaultClientInFlight}
+		ClientRate: query.DefaultClientRate, ClientBurst: query.DefaultClientBurst, ClientInFlight: query.DefaultClientInFlight, ClientSlots: *clientSlots}
 	uris := make([]string, *targets)
 	for i := range uris {
 		uris[i] = clientsPost(i)
 	}
 	start := func(limits bool) (*clientsServer, error) {
-		a := []string{"clients-serve", "--targets", strconv.Itoa(*targets), "--likes", strconv.Itoa(*likes), "--limits=" + strconv.FormatBool(limits)}
+		a := []string{"clients-serve", "--targets", strconv.Itoa(*targets), "--likes", strconv.Itoa(*likes), "--limits=" + strconv.FormatBool(limits), "--client-slots", strconv.Itoa(*clientSlots)}
 		cmd := exec.CommandContext(ctx, self, a...)
 		if pin {
 			cmd = exec.CommandContext(ctx, "taskset", append([]string{"-c", "0", self}, a...)...)
@@ -272,6 +274,7 @@ func clientsServeMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	targets := fs.Int("targets", 2000, "")
 	likes := fs.Int("likes", 150, "")
 	limits := fs.Bool("limits", true, "")
+	clientSlots := fs.Int("client-slots", 0, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -332,7 +335,7 @@ func clientsServeMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	qs := query.NewServer(views, lsm.NewReader(store, nil), codec, nil)
 	if *limits {
-		qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: query.DefaultClientRate, Burst: query.DefaultClientBurst, InFlight: query.DefaultClientInFlight, RefusalDelay: query.DefaultRefusalDelay})
+		qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: query.DefaultClientRate, Burst: query.DefaultClientBurst, InFlight: query.DefaultClientInFlight, RefusalDelay: query.DefaultRefusalDelay, SlotsPerClient: *clientSlots})
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

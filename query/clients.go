@@ -51,6 +51,11 @@ type ClientLimits struct {
 	// (admission.run). A query waiting for the bucket holds its slot: with
 	// a far bucket and cold queries, more slots.
 	Slots int
+	// SlotsPerClient bounds the slots one client's queries hold at once
+	// (default a quarter of Slots, at least one): a query that gets a
+	// slot then shares the CPUs with at most that many of a flooder's,
+	// not with every slot's.
+	SlotsPerClient int
 	// Clients bounds the clients remembered (default ClientsMax); past it
 	// idle ones are forgotten, and while none is idle new clients share
 	// one bucket (counted).
@@ -136,6 +141,7 @@ type clientState struct {
 	tokens   float64
 	last     time.Time // of the last refill
 	inFlight int
+	running  int             // its queries holding an execution slot
 	waiting  []chan struct{} // its queries waiting for a slot, in order
 }
 
@@ -152,6 +158,9 @@ func NewClientLimiter(lim ClientLimits) *ClientLimiter {
 	}
 	if lim.Slots <= 0 {
 		lim.Slots = DefaultSlotsPerCPU * runtime.GOMAXPROCS(0)
+	}
+	if lim.SlotsPerClient <= 0 {
+		lim.SlotsPerClient = max(1, lim.Slots/4)
 	}
 	l := &ClientLimiter{lim: lim, now: time.Now,
 		Limited: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -242,13 +251,15 @@ type admission struct {
 // wait for one, a query each in turn (each client's in order), so a client
 // with many queries waiting takes a slot no more often than one with a
 // single query: under a flood, the other clients wait for a few queries,
-// not behind the flooder's backlog. Waiting is bounded by ctx and
-// SlotWaitMax.
+// not behind the flooder's backlog; and no client holds more than
+// SlotsPerClient slots, so the CPUs are never all a flooder's. Waiting is
+// bounded by ctx and SlotWaitMax.
 func (a *admission) run(ctx context.Context) error {
 	l := a.l
 	l.mu.Lock()
-	if l.mu.free > 0 && len(l.mu.ring) == 0 {
+	if l.mu.free > 0 && len(l.mu.ring) == 0 && a.st.running < l.lim.SlotsPerClient {
 		l.mu.free--
+		a.st.running++
 		l.mu.Unlock()
 		a.running = true
 		return nil
@@ -258,6 +269,7 @@ func (a *admission) run(ctx context.Context) error {
 	if len(a.st.waiting) == 1 {
 		l.mu.ring = append(l.mu.ring, a.st)
 	}
+	l.grantLocked()
 	l.mu.Unlock()
 	t := time.NewTimer(SlotWaitMax)
 	defer t.Stop()
@@ -283,6 +295,28 @@ func (a *admission) run(ctx context.Context) error {
 	// Granted meanwhile: the slot is ours; give it back.
 	a.running = true
 	return err
+}
+
+// grantLocked gives the free slots to the clients waiting, in the ring's
+// order, skipping those holding SlotsPerClient already (they keep their
+// place).
+func (l *ClientLimiter) grantLocked() {
+	for l.mu.free > 0 {
+		i := slices.IndexFunc(l.mu.ring, func(c *clientState) bool { return c.running < l.lim.SlotsPerClient })
+		if i < 0 {
+			return
+		}
+		next := l.mu.ring[i]
+		ch := next.waiting[0]
+		next.waiting = next.waiting[1:]
+		l.mu.ring = slices.Delete(l.mu.ring, i, i+1)
+		if len(next.waiting) > 0 {
+			l.mu.ring = append(l.mu.ring, next)
+		}
+		l.mu.free--
+		next.running++
+		close(ch)
+	}
 }
 
 // SlotWaitMax bounds a query's wait for an execution slot; past it the
@@ -312,21 +346,11 @@ func (a *admission) release() {
 }
 
 func (a *admission) leaveSlotLocked() {
-	l := a.l
 	if a.running {
 		a.running = false
-		if len(l.mu.ring) > 0 {
-			next := l.mu.ring[0]
-			ch := next.waiting[0]
-			next.waiting = next.waiting[1:]
-			l.mu.ring = l.mu.ring[1:]
-			if len(next.waiting) > 0 {
-				l.mu.ring = append(l.mu.ring, next)
-			}
-			close(ch)
-		} else {
-			l.mu.free++
-		}
+		a.st.running--
+		a.l.mu.free++
+		a.l.grantLocked()
 	}
 }
 

@@ -331,3 +331,59 @@ func TestClientSlotsFair(t *testing.T) {
 		t.Fatalf("after every query: %d slots free, %d clients waiting; want 1 and 0", l.mu.free, len(l.mu.ring))
 	}
 }
+
+// One client holds at most SlotsPerClient execution slots: its next query
+// waits even with slots free, another client's runs at once, and the
+// waiting one runs as soon as one of its own ends.
+func TestClientSlotsPerClient(t *testing.T) {
+	l := NewClientLimiter(ClientLimits{InFlight: 8, Slots: 4, SlotsPerClient: 2})
+	a := &http.Request{RemoteAddr: "198.51.100.1:1", Header: http.Header{}}
+	b := &http.Request{RemoteAddr: "198.51.100.2:1", Header: http.Header{}}
+	admit := func(r *http.Request) *admission {
+		adm, refused := l.acquire(r, nil)
+		if refused != nil {
+			t.Fatal(refused.ae)
+		}
+		return adm
+	}
+	var held []*admission
+	for range 2 {
+		adm := admit(a)
+		if err := adm.run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, adm)
+	}
+	third := admit(a)
+	ran := make(chan error, 1)
+	go func() { ran <- third.run(context.Background()) }()
+	select {
+	case err := <-ran:
+		t.Fatalf("a third query of one client ran (%v) with SlotsPerClient 2", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	other := admit(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := other.run(ctx); err != nil {
+		t.Fatalf("another client's query did not get a free slot: %v", err)
+	}
+	held[0].release()
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the waiting query did not run once one of its client's ended")
+	}
+	l.mu.Lock()
+	free, running := l.mu.free, l.mu.clients[netip.MustParseAddr("198.51.100.1")].running
+	l.mu.Unlock()
+	if free != 1 || running != 2 {
+		t.Fatalf("free %d, a running %d; want 1 and 2", free, running)
+	}
+	if d := NewClientLimiter(ClientLimits{Rate: 1, Slots: 16}); d.lim.SlotsPerClient != 4 {
+		t.Fatalf("default SlotsPerClient of 16 slots: %d, want 4", d.lim.SlotsPerClient)
+	}
+}

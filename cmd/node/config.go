@@ -54,6 +54,7 @@ type config struct {
 	cacheBytes, metaCacheBytes                                int64
 	clientRate                                                float64
 	clientBurst, clientInFlight, querySlots                   int
+	clientSlots                                               int
 	trustedProxies                                            string
 	configFile                                                string
 	showVersion                                               bool
@@ -110,6 +111,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.Float64Var(&c.clientRate, "client-rate", query.DefaultClientRate, "queries a second one client (an IPv4 address, an IPv6 /64, or the address a --trusted-proxies proxy forwards) may make of this node, sustained, a query counting once per 100 links of its limit; past it 429 RateLimitExceeded with Retry-After (0: no bound; 0..1000000)")
 	fs.IntVar(&c.clientBurst, "client-burst", query.DefaultClientBurst, "queries one client idle for a while may make at once, past --client-rate (1..10000000)")
 	fs.IntVar(&c.clientInFlight, "client-in-flight", query.DefaultClientInFlight, fmt.Sprintf("queries one client may have this node answer at once (0: no bound but the node's %d; 0..%d)", query.ConcurrentQueriesMax, query.ConcurrentQueriesMax))
+	fs.IntVar(&c.clientSlots, "client-slots", 0, "execution slots one client's queries hold at once, so that a flooding client never has every CPU (0: a quarter of --query-slots, at least 1)")
 	fs.IntVar(&c.querySlots, "query-slots", 0, fmt.Sprintf("queries executing at once, the others waiting their client's turn (0: %d per CPU; a query waiting for the bucket holds its slot, so raise it for a far bucket and cold queries; 0..%d)", query.DefaultSlotsPerCPU, query.ConcurrentQueriesMax))
 	fs.StringVar(&c.trustedProxies, "trusted-proxies", "127.0.0.0/8,::1", "reverse proxies (addresses and CIDR prefixes, comma-separated) whose X-Forwarded-For names the client the limits count; any other peer is its own client")
 	fs.StringVar(&c.logLevel, "log-level", "info", "trace, debug, info, warn or error")
@@ -351,6 +353,9 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 	if c.clientInFlight < 0 || c.clientInFlight > query.ConcurrentQueriesMax {
 		return fmt.Errorf("--client-in-flight %d: out of range 0..%d", c.clientInFlight, query.ConcurrentQueriesMax)
 	}
+	if c.clientSlots < 0 || c.clientSlots > query.ConcurrentQueriesMax {
+		return fmt.Errorf("--client-slots %d: out of range 0..%d", c.clientSlots, query.ConcurrentQueriesMax)
+	}
 	if c.querySlots < 0 || c.querySlots > query.ConcurrentQueriesMax {
 		return fmt.Errorf("--query-slots %d: out of range 0..%d", c.querySlots, query.ConcurrentQueriesMax)
 	}
@@ -460,7 +465,7 @@ func (c *config) logged() []any {
 		"meta-cache-bytes": strconv.FormatInt(c.metaCacheBytes, 10),
 		"ready-lag-max":    c.readyLagMax.String(), "log-level": c.logLevel, "config": c.configFile,
 		"client-rate": strconv.FormatFloat(c.clientRate, 'f', -1, 64), "client-burst": strconv.Itoa(c.clientBurst),
-		"client-in-flight": strconv.Itoa(c.clientInFlight), "trusted-proxies": c.trustedProxies, "query-slots": strconv.Itoa(c.querySlots),
+		"client-in-flight": strconv.Itoa(c.clientInFlight), "trusted-proxies": c.trustedProxies, "query-slots": strconv.Itoa(c.querySlots), "client-slots": strconv.Itoa(c.clientSlots),
 		"gc-grace": c.gcGrace.String(), "compaction-fan-in": strconv.Itoa(c.compactionFanIn), "compaction-interval": c.compactionInterval.String(),
 	}
 	names := make([]string, 0, len(vals))

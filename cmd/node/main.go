@@ -137,7 +137,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	qs.MissingTable = queryMetrics.MissingTable                            // eddy_query_missing_table_total
 	qs.StoreUnavailable = queryMetrics.StoreUnavailable                    // eddy_query_store_unavailable_total
 	proxies, _ := query.ParseTrustedProxies(c.trustedProxies)              // checked with the configuration
-	qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: c.clientRate, Burst: c.clientBurst, InFlight: c.clientInFlight, TrustedProxies: proxies, RefusalDelay: query.DefaultRefusalDelay, Slots: c.querySlots})
+	qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: c.clientRate, Burst: c.clientBurst, InFlight: c.clientInFlight, TrustedProxies: proxies, RefusalDelay: query.DefaultRefusalDelay, Slots: c.querySlots, SlotsPerClient: c.clientSlots})
 	if qs.Clients != nil {
 		reg.MustRegister(qs.Clients.Collectors()...)
 	}
