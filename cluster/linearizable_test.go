@@ -162,7 +162,7 @@ func TestClockLinearizable(t *testing.T) {
 	// The faults: the leader crashed (no leadership transfer) and
 	// restarted, or cut off from its peers for a second.
 	faults := 0
-	for rng := rand.New(rand.NewPCG(9, 9)); time.Since(start) < run-time.Second; faults++ {
+	for rng := rand.New(rand.NewPCG(9, 9)); time.Since(start) < run-time.Second; {
 		time.Sleep(time.Duration(600+rng.IntN(600)) * time.Millisecond)
 		var lead *tnode
 		mu.Lock()
@@ -175,6 +175,7 @@ func TestClockLinearizable(t *testing.T) {
 			mu.Unlock()
 			continue
 		}
+		faults++
 		if rng.IntN(2) == 0 {
 			c.crash(lead)
 			mu.Unlock()

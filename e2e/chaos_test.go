@@ -299,7 +299,10 @@ func (c *chaosCluster) node(i int) (localNode, int) {
 }
 
 func (c *chaosCluster) kill(t *testing.T, i int) {
-	n, _ := c.node(i)
+	c.mu.Lock()
+	c.epochs[i]++ // an answer asked before and answered after is nobody's
+	n := c.Nodes[i]
+	c.mu.Unlock()
 	if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill %s: %v", n.ID, err)
 	}
@@ -338,6 +341,30 @@ func (c *chaosCluster) leaderIndex(timeout time.Duration) int {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// leaderAmong returns the node the nodes at idx agree leads (-1: none).
+func (c *chaosCluster) leaderAmong(idx []int) int {
+	c.mu.Lock()
+	now := &localCluster{token: c.token}
+	skip := map[string]bool{}
+	for i, n := range c.Nodes {
+		now.Nodes = append(now.Nodes, n)
+		if !slices.Contains(idx, i) {
+			skip[n.ID] = true
+		}
+	}
+	c.mu.Unlock()
+	l, err := now.leader(skip)
+	if err != nil {
+		return -1
+	}
+	for i, n := range now.Nodes {
+		if n.ID == l.ID {
+			return i
+		}
+	}
+	return -1
 }
 
 // allUp waits until every node answers its status.
@@ -403,6 +430,9 @@ func (r *chaosRecorder) ask(ctx context.Context, c *chaosCluster, i int, tg stri
 	if ctx.Err() != nil {
 		return // the run ended under it
 	}
+	if _, now := c.node(i); now != epoch {
+		return // the node was killed or restarted meanwhile: which process answered is unknown
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
@@ -457,7 +487,7 @@ func chaosFailure(err error) string {
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "refused"
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return "reset"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return "timeout"
@@ -544,6 +574,18 @@ func runChaos(t *testing.T, seed uint64, nFaults int, endpoint, keys string) cha
 	if len(rec.unclean) > 0 {
 		t.Errorf("%d queries failed other than cleanly; first: %s", len(rec.unclean), rec.unclean[0])
 	}
+	perNode := map[int]int{}
+	for _, a := range rec.answers {
+		perNode[a.node]++
+	}
+	for i, n := range c.Nodes {
+		if perNode[i] < 100 {
+			t.Errorf("%s answered %d queries in the schedule: too few to judge its history", n.ID, perNode[i])
+		}
+	}
+	if clean > len(rec.answers) {
+		t.Errorf("%d queries failed (cleanly) against %d answered: the schedule checked too little", clean, len(rec.answers))
+	}
 	if rec.paged > len(rec.answers)/10 {
 		t.Errorf("%d answers left out (their target grew past a page) against %d checked", rec.paged, len(rec.answers))
 	}
@@ -616,8 +658,23 @@ func applyFault(t *testing.T, c *chaosCluster, fp *miniotest.FaultProxy, f chaos
 		time.Sleep(f.Hold)
 		syscall.Kill(n.PID, syscall.SIGCONT)
 	case "isolate":
+		wasLeader := c.leaderIndex(0) == who
 		cut(true, others()...)
-		time.Sleep(f.Hold)
+		end := time.Now().Add(f.Hold)
+		if wasLeader {
+			// The cut is real: the other two elect one of them.
+			cutAt := time.Now()
+			l := c.leaderAmong(others())
+			for ; l < 0 && time.Now().Before(end); l = c.leaderAmong(others()) {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if l < 0 {
+				t.Errorf("n%d, the leader, cut off for %v: the other nodes elected none of them", who+1, f.Hold)
+			} else {
+				t.Logf("n%d, the leader, cut off: n%d elected in %v", who+1, l+1, time.Since(cutAt).Round(10*time.Millisecond))
+			}
+		}
+		time.Sleep(time.Until(end))
 		cut(false, others()...)
 	case "cut":
 		other := f.Other

@@ -255,20 +255,27 @@ func TestClientTableBounded(t *testing.T) {
 	}
 }
 
-// The execution slots go round the waiting clients, one query each in
-// turn: a client with a backlog does not keep another's query waiting
-// behind all of it.
-func TestClientSlotsFair(t *testing.T) {
-	l := NewClientLimiter(ClientLimits{InFlight: 8, Slots: 1})
-	a := &http.Request{RemoteAddr: "198.51.100.1:1", Header: http.Header{}}
-	b := &http.Request{RemoteAddr: "198.51.100.2:1", Header: http.Header{}}
-	admit := func(r *http.Request) *admission {
+// twoClients returns requests of two clients (198.51.100.1 and .2) and a
+// function admitting one, failing the test if it is refused.
+func twoClients(t *testing.T, l *ClientLimiter) (a, b *http.Request, admit func(*http.Request) *admission) {
+	a = &http.Request{RemoteAddr: "198.51.100.1:1", Header: http.Header{}}
+	b = &http.Request{RemoteAddr: "198.51.100.2:1", Header: http.Header{}}
+	return a, b, func(r *http.Request) *admission {
+		t.Helper()
 		adm, refused := l.acquire(r, nil)
 		if refused != nil {
 			t.Fatal(refused.ae)
 		}
 		return adm
 	}
+}
+
+// The execution slots go round the waiting clients, one query each in
+// turn: a client with a backlog does not keep another's query waiting
+// behind all of it.
+func TestClientSlotsFair(t *testing.T) {
+	l := NewClientLimiter(ClientLimits{InFlight: 8, Slots: 1})
+	a, b, admit := twoClients(t, l)
 	holder := admit(a)
 	if err := holder.run(context.Background()); err != nil {
 		t.Fatal(err)
@@ -337,15 +344,7 @@ func TestClientSlotsFair(t *testing.T) {
 // waiting one runs as soon as one of its own ends.
 func TestClientSlotsPerClient(t *testing.T) {
 	l := NewClientLimiter(ClientLimits{InFlight: 8, Slots: 4, SlotsPerClient: 2})
-	a := &http.Request{RemoteAddr: "198.51.100.1:1", Header: http.Header{}}
-	b := &http.Request{RemoteAddr: "198.51.100.2:1", Header: http.Header{}}
-	admit := func(r *http.Request) *admission {
-		adm, refused := l.acquire(r, nil)
-		if refused != nil {
-			t.Fatal(refused.ae)
-		}
-		return adm
-	}
+	a, b, admit := twoClients(t, l)
 	var held []*admission
 	for range 2 {
 		adm := admit(a)
