@@ -384,6 +384,24 @@ func (n *Node) proposeLeaderEntries(ctx context.Context) {
 	}
 }
 
+// LastCommandIndex is the index of the last command entry (one the state
+// machine applies; configuration changes and no-ops are not) at or below
+// upTo in this node's log, looking back at most 64 entries; 0 if none is
+// found there (the log before it is in the snapshot, which the state
+// machine restored at start).
+func (n *Node) LastCommandIndex(upTo uint64) uint64 {
+	var l raft.Log
+	for i := upTo; i > 0 && upTo-i < 64; i-- {
+		if err := n.store.GetLog(i, &l); err != nil {
+			return 0
+		}
+		if l.Type == raft.LogCommand {
+			return i
+		}
+	}
+	return 0
+}
+
 // Propose commits an entry through Raft (leader only) and returns its
 // Apply response; an Apply error (a stale flush) is returned as the error.
 func (n *Node) Propose(ctx context.Context, t fsm.Type, flags uint8, payload any) (any, error) {

@@ -300,6 +300,16 @@ func (s *State) Manifest() *lsm.Manifest {
 	return s.mu.manifest
 }
 
+// AppliedIndex is the index of the last log entry this state applied
+// (commands only; 0 before any since start or restore). Raft's own
+// AppliedIndex moves when an entry is handed to the state machine, before
+// it is applied.
+func (s *State) AppliedIndex() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.mu.index
+}
+
 // Clock returns the reserved clock.
 func (s *State) Clock() uint64 {
 	s.mu.RLock()

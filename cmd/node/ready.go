@@ -160,8 +160,11 @@ func (r *readiness) caughtUp() error {
 	if _, leader := node.Leader(); leader == "" {
 		return errors.New("no leader known")
 	}
-	if a := node.Raft().AppliedIndex(); a < r.startIndex && time.Since(r.started) < r.bound {
-		return fmt.Errorf("applied log index %d of %d", a, r.startIndex)
+	// Raft's applied index moves when an entry is handed to the state
+	// machine, before it is applied: the state's own index is what counts
+	// (a restarted node once answered from generation 0 in between).
+	if a, want := node.FSM.AppliedIndex(), node.LastCommandIndex(r.startIndex); a < want && time.Since(r.started) < r.bound {
+		return fmt.Errorf("applied log index %d of %d", a, want)
 	}
 	if served, applied := views.Current().Generation(), node.FSM.Manifest().Generation; served < applied {
 		return fmt.Errorf("serving generation %d, applied %d", served, applied)
@@ -175,7 +178,7 @@ func (r *readiness) caughtUp() error {
 		if raft.LastContact().Before(r.started) {
 			return errors.New("not heard from the leader since start")
 		}
-		if a, ci := raft.AppliedIndex(), raft.CommitIndex(); a < ci {
+		if a, ci := node.FSM.AppliedIndex(), node.LastCommandIndex(raft.CommitIndex()); a < ci {
 			return fmt.Errorf("applied log index %d of %d committed", a, ci)
 		}
 		if served, applied := views.Current().Generation(), node.FSM.Manifest().Generation; served < applied {
