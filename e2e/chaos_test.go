@@ -323,21 +323,11 @@ func (c *chaosCluster) start(t *testing.T, i int) {
 // leaderIndex waits (up to timeout) for a node every live node agrees
 // leads; -1 if none.
 func (c *chaosCluster) leaderIndex(timeout time.Duration) int {
+	all := []int{0, 1, 2}
 	deadline := time.Now().Add(timeout)
 	for {
-		c.mu.Lock()
-		now := &localCluster{Nodes: slices.Clone(c.Nodes), token: c.token}
-		c.mu.Unlock()
-		l, err := now.leader(nil)
-		if err == nil {
-			for i, n := range now.Nodes {
-				if n.ID == l.ID {
-					return i
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			return -1
+		if l := c.leaderAmong(all); l >= 0 || time.Now().After(deadline) {
+			return l
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -55,9 +55,12 @@ type readiness struct {
 
 	// The query gate: the log index and time at start, and whether the
 	// node has caught up since (for good).
-	startIndex uint64
-	started    time.Time
-	caught     atomic.Bool
+	// startCommand is the last command entry of the log at start: the
+	// state machine applies at least that far before queries are
+	// answered (found once: the log at start does not change).
+	startCommand uint64
+	started      time.Time
+	caught       atomic.Bool
 
 	mu struct {
 		sync.Mutex
@@ -83,7 +86,7 @@ const seenMax = 4096
 
 func newReadiness(node *cluster.Node, views *query.Views, bound time.Duration, token, source string) *readiness {
 	r := &readiness{node: node, views: views, bound: bound, every: min(time.Second, max(100*time.Millisecond, bound/4)),
-		startIndex: node.Raft().LastIndex(), started: time.Now()}
+		startCommand: node.LastCommandIndex(node.Raft().LastIndex()), started: time.Now()}
 	hc, err := cluster.HTTPClient(source, r.askTimeout())
 	if err != nil { // --source-addr was checked with the flags
 		hc = &http.Client{Timeout: r.askTimeout()}
@@ -163,7 +166,7 @@ func (r *readiness) caughtUp() error {
 	// Raft's applied index moves when an entry is handed to the state
 	// machine, before it is applied: the state's own index is what counts
 	// (a restarted node once answered from generation 0 in between).
-	if a, want := node.FSM.AppliedIndex(), node.LastCommandIndex(r.startIndex); a < want && time.Since(r.started) < r.bound {
+	if a, want := node.FSM.AppliedIndex(), r.startCommand; a < want && time.Since(r.started) < r.bound {
 		return fmt.Errorf("applied log index %d of %d", a, want)
 	}
 	if served, applied := views.Current().Generation(), node.FSM.Manifest().Generation; served < applied {
