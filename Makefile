@@ -15,7 +15,7 @@ FUZZTIME  ?= 30s
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/eddy-backlinks/eddy/version.Version=$(VERSION)
 
-.PHONY: all build test race vet bench bench-peers chaos fuzz minio toxiproxy testdeps demo demo-down run e2e-full clean
+.PHONY: all build test race vet bench bench-peers chaos fuzz minio toxiproxy jetstream testdeps demo demo-down run e2e-full clean
 
 all: build
 
@@ -49,6 +49,12 @@ minio:
 toxiproxy:
 	@bash scripts/install-toxiproxy.sh
 
+# The Jetstream v2 server (github.com/bluesky-social/jetstream v0.2.0), which
+# the e2e tests run against the simulated network: a test service built from
+# tools/jetstream (its own module) into GOPATH/bin, never linked.
+jetstream:
+	@bash scripts/install-jetstream.sh
+
 # Other tools the tests need, installed if absent: systemd-analyze and
 # chromium (apt-get), and e2e/jsclient's npm packages (npm ci from its lock file; Node.js and npm
 # must be on the machine).
@@ -59,8 +65,8 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 	$(GO) vet ./...
 
-test: minio toxiproxy testdeps vet build
-	EDDY_REQUIRE_MINIO=1 EDDY_REQUIRE_PG=1 EDDY_MINIO_BIN=$(GOBIN)/minio $(GO) test -count=1 -timeout 14m ./...
+test: minio toxiproxy jetstream testdeps vet build
+	EDDY_REQUIRE_MINIO=1 EDDY_REQUIRE_PG=1 EDDY_REQUIRE_JETSTREAM=1 EDDY_MINIO_BIN=$(GOBIN)/minio EDDY_JETSTREAM_BIN=$(GOBIN)/jetstream-v0.2.0 $(GO) test -count=1 -timeout 14m ./...
 
 # The race detector on the packages whose state goroutines share (the
 # engine, the replicated state, the cluster, the write path, the stores and

@@ -55,10 +55,9 @@ func (w *World) RepoCAR(did string) ([]byte, error) {
 	for _, r := range a.list {
 		size += len(r.ver.cbor) + 120
 	}
-	cb := commitBlock(a.did, a.data, a.rev)
 	out := carHeader(a.head)
 	out = append(make([]byte, 0, size+len(out)), out...)
-	out = appendBlock(out, a.head, cb)
+	out = appendBlock(out, a.head, a.commit)
 	var recs []*version
 	seen := make(map[dagCID]bool, len(a.list))
 	a.tree.walk(func(c dagCID, block []byte) {

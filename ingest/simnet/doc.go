@@ -48,7 +48,8 @@
 //
 // Serve(world) starts, on 127.0.0.1, a PLC directory (GET /export, GET
 // /<did>), the PDS hosts (com.atproto.sync.getRepo and friends), a relay
-// (listRepos, the subscribeRepos firehose) and a Jetstream instance
+// (listRepos, getRepo, listHosts naming the relay itself as the one host,
+// the subscribeRepos firehose) and a Jetstream instance
 // (/subscribe, with compress=true using Jetstream's zstd dictionary).
 // Streams replay the in-memory event log from a cursor and then follow
 // Step live. World.WriteFirehose and World.WriteJetstream write the same
@@ -68,12 +69,16 @@
 //
 // # Simplifications
 //
-//   - Nothing is signed for real: commit signatures are 64 bytes derived
-//     from the unsigned commit, PLC signatures and keys are random bytes of
-//     the right shape. Eddy verifies neither.
+//   - Commits are signed for real only in a Verifiable world
+//     (Config.Verifiable: K-256, the DID document's #atproto key), and
+//     only there does a firehose #commit carry the MST nodes that prove its
+//     ops (Sync 1.1); otherwise the signature is 64 bytes derived from the
+//     commit and the CAR slice holds the commit and the new record blocks.
+//     PLC operations' signatures and rotation keys are random bytes of the
+//     right shape. Eddy verifies none of these; Jetstream v2 verifies
+//     commits.
 //   - Repositories are real (repository format v3, a correct MST whose root
-//     is each commit's data), but a firehose #commit's CAR slice holds only
-//     the commit and the new record blocks, not the changed MST nodes.
+//     is each commit's data).
 //   - Accounts all exist before the first step; their creation is logged as
 //     an #identity and an #account event each, but the empty first commit
 //     of each repository is not (it has no ops). There are no #sync events:

@@ -41,6 +41,8 @@ type simEvent struct {
 	rev, since     string
 	data, prevData dagCID
 	ops            []simOp
+	commit         []byte // the signed commit block
+	proof          []byte // CAR blocks of the MST nodes that prove the ops (mstTree.appendProof)
 
 	// #identity
 	handle string
@@ -133,9 +135,9 @@ func lexLink(c dagCID) lexutil.LexLink { return lexutil.LexLink(c.Cid()) }
 
 // frame encodes ev as a com.atproto.sync.subscribeRepos frame. A #commit
 // carries the ops (with prev CIDs for updates and deletes), the previous
-// MST root (prevData), and a CAR slice of the signed commit block and the
-// new record blocks. (A real PDS also sends the changed MST nodes; Eddy
-// does not read them, and leaving them out keeps the log small.)
+// MST root (prevData), and a CAR slice of the signed commit block, the MST
+// nodes that prove the ops (inverting them over these nodes gives
+// prevData, as Sync 1.1 asks) and the new record blocks.
 func (ev *simEvent) frame() []byte {
 	var buf bytes.Buffer
 	var err error
@@ -143,10 +145,10 @@ func (ev *simEvent) frame() []byte {
 	switch ev.kind {
 	case evCommit:
 		buf.Write(frameHeader("#commit"))
-		cb := commitBlock(ev.did, ev.data, ev.rev)
-		head := sumCID(cb)
+		head := sumCID(ev.commit)
 		blocks := carHeader(head)
-		blocks = appendBlock(blocks, head, cb)
+		blocks = appendBlock(blocks, head, ev.commit)
+		blocks = append(blocks, ev.proof...)
 		ops := make([]*comatproto.SyncSubscribeRepos_RepoOp, len(ev.ops))
 		seen := make(map[dagCID]bool, len(ev.ops))
 		for i, o := range ev.ops {

@@ -8,9 +8,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
 	"github.com/bluesky-social/indigo/atproto/atdata"
 	"github.com/ipfs/go-cid"
 	"github.com/mr-tron/base58"
+	"gitlab.com/yawning/secp256k1-voi/secec"
 
 	"github.com/eddy-backlinks/eddy/ingest/event"
 )
@@ -46,8 +48,32 @@ func (w *World) ts() string {
 	return time.UnixMicro(w.clock).UTC().Format("2006-01-02T15:04:05.000Z")
 }
 
+// signingKey draws a K-256 (secp256k1) private key from rng (32 bytes;
+// drawn again in the astronomically rare case they are not a valid
+// scalar) and returns it with its did:key. Commits are signed with it
+// for real (commitBlock), so a verifier that checks signatures against
+// the DID document, as Jetstream v2 does, accepts them.
+func signingKey(rng *rand.Rand) (*secec.PrivateKey, string) {
+	for {
+		var b [32]byte
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		k, err := secec.NewPrivateKey(b[:])
+		if err != nil {
+			continue
+		}
+		pub, err := atcrypto.ParsePublicBytesK256(k.PublicKey().CompressedBytes())
+		if err != nil {
+			panic("simnet: public key does not parse: " + err.Error())
+		}
+		return k, pub.DIDKey()
+	}
+}
+
 // fakeDIDKey returns a did:key of the secp256k1 multicodec over 33 random
-// bytes: well-formed, but not a point on the curve. Nothing verifies it.
+// bytes: well-formed, but not a point on the curve (the PLC rotation
+// keys: nothing here signs PLC operations for real).
 func fakeDIDKey(rng *rand.Rand) string {
 	b := make([]byte, 35)
 	b[0], b[1], b[2] = 0xe7, 0x01, 0x02

@@ -397,3 +397,47 @@ func buildMST(kvs []mstKV) dagCID {
 	}
 	return *build(0, len(kvs), top)
 }
+
+// appendProof appends to out, as CAR blocks, the nodes of the current
+// tree (its CIDs current: Root called since the last change) that a
+// verifier needs to check ops against it and to invert them into the
+// tree before (Sync 1.1): for each op's key, the nodes on its search path
+// and, where the key is found, the nodes along the facing edges of the
+// two subtrees beside it (which a removal of the key merges). Inverting a
+// create removes the key, inverting a delete inserts it again (splitting
+// the subtree on its search path), inverting an update replaces a value
+// on the path: each reads only these nodes.
+func (t *mstTree) appendProof(out []byte, ops []simOp) []byte {
+	if t.root == nil {
+		return appendBlock(out, emptyMSTRoot, encodeMSTNode(nil, nil))
+	}
+	seen := make(map[*mstNode]bool)
+	var buf cbor
+	emit := func(n *mstNode) {
+		if seen[n] {
+			return
+		}
+		seen[n] = true
+		buf = n.appendEncoding(buf[:0])
+		out = appendBlock(out, n.cid, buf)
+	}
+	for _, op := range ops {
+		k := op.collection + "/" + op.rkey
+		for n := t.root; n != nil; {
+			emit(n)
+			i, found := n.search(k)
+			if !found {
+				n = *n.gap(i)
+				continue
+			}
+			for c := *n.gap(i); c != nil; c = *c.gap(len(c.entries)) {
+				emit(c) // the left subtree's right edge
+			}
+			for c := n.entries[i].right; c != nil; c = c.left {
+				emit(c) // the right subtree's left edge
+			}
+			break
+		}
+	}
+	return out
+}

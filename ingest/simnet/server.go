@@ -353,13 +353,32 @@ func (n *Net) serveListRepos(rw http.ResponseWriter, r *http.Request, pds int) {
 
 // ---- relay ----
 
-// serveRelay serves com.atproto.sync.listRepos and getRepoStatus over all
-// accounts, and the firehose, com.atproto.sync.subscribeRepos.
+// serveRelay serves com.atproto.sync.listRepos, getRepoStatus and getRepo
+// over all accounts, listHosts, and the firehose,
+// com.atproto.sync.subscribeRepos.
+//
+// listHosts names one host: the relay itself (its 127.0.0.1:port), which
+// serves every account's listRepos and getRepo. A crawler that walks
+// listHosts and then each host's listRepos and getRepo (Jetstream v2's)
+// reaches every repository through it: the PDS servers' own ports are
+// not host names a crawler accepts (no ports, no IP literals), while a
+// relay's own loopback host is (as in Jetstream's own simulator).
 func (n *Net) serveRelay(rw http.ResponseWriter, r *http.Request) {
 	if !getOnly(rw, r) {
 		return
 	}
 	switch r.URL.Path {
+	case "/xrpc/com.atproto.sync.listHosts":
+		n.serveListHosts(rw, r)
+	case "/xrpc/com.atproto.sync.getRepo":
+		did := r.URL.Query().Get("did")
+		car, err := n.w.RepoCAR(did)
+		if err != nil {
+			xrpcError(rw, http.StatusBadRequest, err.Error(), repoErrMessage(err, did))
+			return
+		}
+		rw.Header().Set("Content-Type", "application/vnd.ipld.car")
+		rw.Write(car)
 	case "/xrpc/com.atproto.sync.listRepos":
 		n.serveListRepos(rw, r, -1)
 	case "/xrpc/com.atproto.sync.getRepoStatus":
@@ -371,6 +390,26 @@ func (n *Net) serveRelay(rw http.ResponseWriter, r *http.Request) {
 	default:
 		xrpcError(rw, http.StatusNotImplemented, "MethodNotImplemented", "Method Not Implemented")
 	}
+}
+
+// serveListHosts answers com.atproto.sync.listHosts: one page, one host
+// (the relay's own authority; see serveRelay), with the relay's latest
+// sequence number and the accounts not deleted.
+func (n *Net) serveListHosts(rw http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("cursor") != "" {
+		writeJSON(rw, http.StatusOK, map[string]any{"hosts": []any{}})
+		return
+	}
+	accounts := 0
+	for _, a := range n.w.Accounts() {
+		if a.Status != StatusDeleted {
+			accounts++
+		}
+	}
+	host := strings.TrimPrefix(n.relay.URL, "http://")
+	writeJSON(rw, http.StatusOK, map[string]any{"hosts": []map[string]any{{
+		"hostname": host, "seq": n.w.LastSeq(), "accountCount": accounts, "status": "active",
+	}}})
 }
 
 var upgrader = websocket.Upgrader{

@@ -26,7 +26,11 @@ import (
 	"github.com/eddy-backlinks/eddy/link"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks for leaked goroutines; go-log (imported by indigo's
+// repository code, which verify_test.go uses) starts one at init.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/ipfs/go-log/writer.(*MirrorWriter).logRoutine"))
+}
 
 // smallWorld is the world most tests share: 200 accounts, 5,000 steps.
 func smallWorld(t testing.TB) *World {

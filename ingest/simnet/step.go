@@ -5,6 +5,8 @@ package simnet
 // event).
 
 import (
+	"crypto"
+	"crypto/sha256"
 	"crypto/sha512"
 	"fmt"
 	"math/rand/v2"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/bluesky-social/indigo/atproto/atdata"
 	"github.com/eddy-backlinks/eddy/ingest/event"
+	"gitlab.com/yawning/secp256k1-voi/secec"
 )
 
 // Step applies n random operations, each one event in the log: record
@@ -284,8 +287,12 @@ func (w *World) commit(a *account, ops []pendingOp) {
 	}
 	a.data = a.tree.Root()
 	a.rev = w.tid(a)
-	a.head = sumCID(commitBlock(a.did, a.data, a.rev))
-	ev.rev, ev.data = a.rev, a.data
+	a.commit = commitBlock(w.signer(a), a.did, a.data, a.rev)
+	a.head = sumCID(a.commit)
+	ev.rev, ev.data, ev.commit = a.rev, a.data, a.commit
+	if w.cfg.Verifiable {
+		ev.proof = a.tree.appendProof(nil, ev.ops)
+	}
 	w.tick()
 	w.appendEvent(ev)
 }
@@ -327,16 +334,39 @@ func (w *World) links(rec map[string]any) []mlink {
 	return out
 }
 
-// commitBlock encodes a signed repository commit (version 3). The
-// signature is 64 bytes derived from the unsigned commit (SHA-512), not a
-// real signature: nothing in Eddy verifies it.
-func commitBlock(did string, data dagCID, rev string) []byte {
+// signer is the key commits of a are signed with: its own in a
+// Verifiable world, else none.
+func (w *World) signer(a *account) *secec.PrivateKey {
+	if w.cfg.Verifiable {
+		return a.key
+	}
+	return nil
+}
+
+// commitBlock encodes a repository commit (version 3) signed with key:
+// ECDSA over SHA-256 of the unsigned commit's DAG-CBOR, compact [r|s]
+// with low S, the nonce derived from the key and the digest (RFC 6979),
+// so the same commit always has the same bytes. With no key the
+// signature is 64 bytes derived from the unsigned commit (SHA-512): the
+// right shape, verified by nothing.
+func commitBlock(key *secec.PrivateKey, did string, data dagCID, rev string) []byte {
 	// Canonical key order: did, rev, sig, data, prev, version.
 	unsigned := make(cbor, 0, 160)
 	unsigned = unsigned.mapHeader(5).text("did").text(did).text("rev").text(rev).
 		text("data").link(data).text("prev").null().text("version").uint(3)
-	sig := sha512.Sum512(unsigned)
+	var sig []byte
+	if key == nil {
+		s := sha512.Sum512(unsigned)
+		sig = s[:]
+	} else {
+		digest := sha256.Sum256(unsigned)
+		var err error
+		sig, err = key.Sign(secec.RFC6979SHA256(), digest[:], &secec.ECDSAOptions{Hash: crypto.SHA256, Encoding: secec.EncodingCompact})
+		if err != nil {
+			panic("simnet: signing a commit: " + err.Error())
+		}
+	}
 	b := make(cbor, 0, 240)
 	return b.mapHeader(6).text("did").text(did).text("rev").text(rev).
-		text("sig").bytes(sig[:]).text("data").link(data).text("prev").null().text("version").uint(3)
+		text("sig").bytes(sig).text("data").link(data).text("prev").null().text("version").uint(3)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+	"gitlab.com/yawning/secp256k1-voi/secec"
 
 	"github.com/eddy-backlinks/eddy/extract"
 	"github.com/eddy-backlinks/eddy/ingest/event"
@@ -64,6 +65,15 @@ type Config struct {
 	// 2026-01-01T00:00:00Z). Simulated time advances 1 µs to 1 ms per
 	// event, never with the wall clock.
 	Start time.Time
+	// Verifiable makes the firehose pass a Sync 1.1 verifier (Jetstream
+	// v2's, indigo's repo.VerifyCommitMessage): every commit is signed for
+	// real with its account's K-256 key (the DID document's #atproto key)
+	// and every #commit carries the MST nodes that prove its ops. Without
+	// it a commit's signature is 64 bytes derived from the commit and the
+	// CAR slice holds no MST nodes: the same world (the same records,
+	// record CIDs, MST roots, revs and keys; other commit CIDs) built four times faster in a quarter of the
+	// memory (TestScale: 7 s and 250 MiB against 30 s and 1 GiB).
+	Verifiable bool
 }
 
 func (c *Config) defaults() {
@@ -152,8 +162,9 @@ type account struct {
 	pds     int
 	plcSeq  int64
 	plcHead dagCID
-	sigKey  string // did:key of the (simulated) signing key
-	rotKey  string // did:key of the (simulated) rotation key
+	key     *secec.PrivateKey // the repository's signing key
+	sigKey  string            // its did:key (in the DID document)
+	rotKey  string            // did:key of the (simulated) rotation key
 	clockID uint
 	status  string
 	renames int
@@ -164,6 +175,7 @@ type account struct {
 	rev     string
 	data    dagCID // MST root of the latest commit
 	head    dagCID // latest commit
+	commit  []byte // latest commit's signed block
 
 	lists    []ref // own app.bsky.graph.list records (ever created)
 	lastPost int   // index in World.posts of the latest own post, -1 if none
@@ -255,7 +267,7 @@ func (w *World) createAccount(i int) {
 		records:  make(map[string]*record),
 		lastPost: -1,
 	}
-	a.sigKey = fakeDIDKey(w.rng)
+	a.key, a.sigKey = signingKey(w.rng)
 	a.rotKey = fakeDIDKey(w.rng)
 	now := w.tick()
 	if i > 0 && w.rng.IntN(100) < w.cfg.WebPercent {
@@ -272,7 +284,8 @@ func (w *World) createAccount(i int) {
 	// created; the firehose does not carry it (it has no ops).
 	a.data = emptyMSTRoot
 	a.rev = w.tid(a)
-	a.head = sumCID(commitBlock(a.did, a.data, a.rev))
+	a.commit = commitBlock(w.signer(a), a.did, a.data, a.rev)
+	a.head = sumCID(a.commit)
 	w.accounts = append(w.accounts, a)
 	w.byDID[a.did] = a
 	w.appendEvent(&simEvent{kind: evIdentity, did: a.did, handle: a.handle})

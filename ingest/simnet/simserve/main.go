@@ -55,6 +55,8 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	accounts := fs.Int("accounts", 200, "accounts (all created before the first step)")
 	pdses := fs.Int("pdses", 0, "PDS hosts (0: simnet's default)")
 	steps := fs.Int("steps", 10000, "operations applied before serving")
+	verifiable := fs.Bool("verifiable", false, "sign commits for real and send MST proofs on the firehose (simnet.Config.Verifiable)")
+	webPercent := fs.Int("web-percent", 0, "share of did:web accounts in percent (0: simnet's default; negative: none)")
 	stdinEOF := fs.Bool("exit-on-stdin-eof", false, "exit when standard input reaches its end")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -65,7 +67,7 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	if *accounts <= 0 || *steps < 0 || *pdses < 0 {
 		return fmt.Errorf("--accounts must be positive, --steps and --pdses not negative")
 	}
-	world := simnet.NewWorld(simnet.Config{Seed: *seed, Accounts: *accounts, PDSes: *pdses})
+	world := simnet.NewWorld(simnet.Config{Seed: *seed, Accounts: *accounts, PDSes: *pdses, Verifiable: *verifiable, WebPercent: *webPercent})
 	world.Step(*steps)
 	sim, err := simnet.Serve(world)
 	if err != nil {
