@@ -170,6 +170,16 @@ func progressOf(st cluster.NodeStatus) ingestProgress {
 	return p
 }
 
+// streamAt says whether a stream cursor is at want: equal to it, or for a
+// want ending in ":" (a Jetstream v2 server's seq, "<seq>:"), starting
+// with it.
+func streamAt(cursor, want string) bool {
+	if strings.HasSuffix(want, ":") {
+		return strings.HasPrefix(cursor, want)
+	}
+	return cursor == want
+}
+
 // waitCaughtUp waits until every node reports the backfill done, the
 // stream at want.stream, the PLC follower at want.plc (when not ""), no
 // resync pending, and serves the generation it applied, the same on every
@@ -185,7 +195,7 @@ func (lc *localCluster) waitCaughtUp(t *testing.T, what string, timeout time.Dur
 				return err
 			}
 			p := progressOf(st)
-			if !strings.HasPrefix(p.backfill, "eof:") || p.stream != want.stream || (want.plc != "" && p.plc != want.plc) || p.resyncs > 0 {
+			if !strings.HasPrefix(p.backfill, "eof:") || !streamAt(p.stream, want.stream) || (want.plc != "" && p.plc != want.plc) || p.resyncs > 0 {
 				return fmt.Errorf("%s: backfill %q, stream %q of %s, plc %q of %q, %d resyncs pending", n.ID, p.backfill, p.stream, want.stream, p.plc, want.plc, p.resyncs)
 			}
 			if st.ViewGeneration != st.Generation || (i > 0 && st.Generation != gen) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/ingest/event"
@@ -26,8 +27,12 @@ const (
 	jetstreamResumeRewindUs = 1_000_000
 )
 
-// Jetstream follows one or more Jetstream v1 endpoints (failing over in
-// turn), with zstd-dictionary compression. Its cursor is time_us.
+// Jetstream follows one or more Jetstream endpoints' v1 /subscribe
+// (failing over in turn), with zstd-dictionary compression. Its cursor is
+// time_us from a Jetstream v1 server; a Jetstream v2 server also numbers
+// its v1 events ("cursor", its seq), and then the cursor is
+// "<seq>:<time_us>" (jetstreamCursor): the seq to resume exactly at on
+// that server, the time to rewind to on another, whose seqs are its own.
 type Jetstream struct {
 	URLs   []string
 	Log    hclog.Logger
@@ -79,7 +84,7 @@ func (j *Jetstream) watch(h watchHooks) { j.OnSkip, j.OnLag = h.skip, h.lag }
 // report adds its lag (from the committed cursor, a time_us) and the time
 // of the newest event this node read.
 func (j *Jetstream) report(st *SourceStatus, now time.Time) {
-	if us, err := intCursor("jetstream", st.Cursor); err == nil && us > 0 {
+	if us, _, err := parseJetstreamCursor(st.Cursor); err == nil && us > 0 {
 		st.setLag(now, time.UnixMicro(us))
 	}
 	st.setLastEvent(&j.last)
@@ -117,10 +122,18 @@ func (j *Jetstream) report(st *SourceStatus, now time.Time) {
 // know them, and applying them again after this run's later events would
 // undo those (a create applied again after its delete was skipped as
 // seen is a link back for good).
+//
+// A Jetstream v2 server's seq (see Jetstream) is exact: a run that has one
+// for the instance it connects to resumes right after it, without a
+// rewind (a new run does when there is one URL).
 func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op, string) error) error {
-	cur, err := intCursor("jetstream", cursor)
+	cur, seq, err := parseJetstreamCursor(cursor)
 	if err != nil {
 		return err
+	}
+	pos := &seqPos{}
+	if seq > 0 && len(j.URLs) == 1 {
+		pos.seq, pos.url = seq, j.URLs[0]
 	}
 	seen := newSeenEvents()
 	floor := int64(-1) // not known before the first event when the run starts live
@@ -138,7 +151,7 @@ func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op,
 		default:
 			rewind = jetstreamRewindUs
 		}
-		err := j.session(ctx, base, rewind, &cur, &floor, seen, emit)
+		err := j.session(ctx, base, rewind, &cur, &floor, pos, seen, emit)
 		var unreachable *unreachableError
 		if !errors.As(err, &unreachable) {
 			prev = base // it connected: the next attempt resumes from there
@@ -202,14 +215,52 @@ func (j *Jetstream) floorAt(t int64) int64 {
 	return max(0, t-jetstreamRewindUs)
 }
 
-func (j *Jetstream) session(ctx context.Context, base string, rewind int64, cur, floor *int64, seen *seenEvents, emit func(*event.Op, string) error) error {
+// seqPos is the last Jetstream v2 seq a run applied and the URL of the
+// server that numbered it (seq 0: none).
+type seqPos struct {
+	seq int64
+	url string
+}
+
+// parseJetstreamCursor reads a committed Jetstream cursor: "<time_us>"
+// (from a v1 server), "<seq>:<time_us>" (from a v2 server), or "".
+func parseJetstreamCursor(c string) (timeUS, seq int64, err error) {
+	s, t, ok := strings.Cut(c, ":")
+	if !ok {
+		timeUS, err = intCursor("jetstream", c)
+		return timeUS, 0, err
+	}
+	if seq, err = intCursor("jetstream", s); err != nil {
+		return 0, 0, err
+	}
+	if timeUS, err = intCursor("jetstream", t); err != nil {
+		return 0, 0, err
+	}
+	return timeUS, seq, nil
+}
+
+// jetstreamCursor is the cursor to commit after an event: time_us, and
+// the server's seq before it when the server numbers its events.
+func jetstreamCursor(timeUS, seq int64) string {
+	if seq > 0 {
+		return strconv.FormatInt(seq, 10) + ":" + strconv.FormatInt(timeUS, 10)
+	}
+	return strconv.FormatInt(timeUS, 10)
+}
+
+func (j *Jetstream) session(ctx context.Context, base string, rewind int64, cur, floor *int64, pos *seqPos, seen *seenEvents, emit func(*event.Op, string) error) error {
 	u, err := url.Parse(base)
 	if err != nil {
 		return err
 	}
 	q := u.Query()
 	q.Set("compress", "true")
-	if *cur > 0 {
+	if pos.seq > 0 && pos.url == base {
+		// The server's own numbering: exactly after the last event
+		// applied (a v2 server reads a cursor below 1e15 as a seq, and
+		// delivers seqs in order).
+		q.Set("cursor", strconv.FormatInt(pos.seq+1, 10))
+	} else if *cur > 0 {
 		from := max(0, *floor, *cur-rewind)
 		q.Set("cursor", strconv.FormatInt(from, 10))
 	}
@@ -219,7 +270,7 @@ func (j *Jetstream) session(ctx context.Context, base string, rewind int64, cur,
 		return &unreachableError{err}
 	}
 	if j.Log != nil {
-		j.Log.Info("jetstream connected", "url", base, "cursor", *cur)
+		j.Log.Info("jetstream connected", "url", base, "cursor", u.Query().Get("cursor"))
 	}
 	defer conn.Close()
 	conn.SetReadLimit(wsMessageBytesMax)
@@ -261,7 +312,14 @@ func (j *Jetstream) session(ctx context.Context, base string, rewind int64, cur,
 				j.OnLag(time.Since(t))
 			}
 		}
-		if err := emit(&op, strconv.FormatInt(*cur, 10)); err != nil {
+		if op.Cursor > 0 {
+			pos.seq, pos.url = op.Cursor, base
+		}
+		var seq int64
+		if pos.url == base {
+			seq = pos.seq
+		}
+		if err := emit(&op, jetstreamCursor(*cur, seq)); err != nil {
 			return &emitError{err}
 		}
 	}

@@ -24,6 +24,7 @@ var ErrUnknownKind = errors.New("unknown jetstream event kind")
 type jsEvent struct {
 	DID      string      `json:"did"`
 	TimeUS   int64       `json:"time_us"`
+	Cursor   int64       `json:"cursor"` // a Jetstream v2 server's seq; absent from v1 servers
 	Kind     string      `json:"kind"`
 	Commit   *jsCommit   `json:"commit"`
 	Identity *jsIdentity `json:"identity"`
@@ -53,7 +54,9 @@ type jsAccount struct {
 }
 
 // DecodeJetstream decodes one Jetstream v1 event (a JSON object as sent on
-// the /subscribe websocket, uncompressed). Seq is the event's time_us.
+// the /subscribe websocket, uncompressed). Seq is the event's time_us;
+// Cursor its "cursor", the sequence number a Jetstream v2 server adds to
+// its v1 events (0 when absent, as from a v1 server).
 //
 //   - kind "commit": a KindCommit op with DID, Rev, Action, Collection,
 //     RKey, CID and, for creates and updates, Record decoded by
@@ -77,7 +80,10 @@ func DecodeJetstream(msg []byte) (Op, error) {
 	if ev.DID == "" {
 		return Op{}, errors.New("jetstream: event without did")
 	}
-	op := Op{DID: ev.DID, Seq: ev.TimeUS}
+	if ev.Cursor < 0 {
+		return Op{}, fmt.Errorf("jetstream: negative cursor %d", ev.Cursor)
+	}
+	op := Op{DID: ev.DID, Seq: ev.TimeUS, Cursor: ev.Cursor}
 	switch ev.Kind {
 	case "commit":
 		c := ev.Commit

@@ -250,3 +250,23 @@ func TestJetstreamDecompressLimit(t *testing.T) {
 		t.Fatal("streamed frame decompressed past the limit")
 	}
 }
+
+// TestDecodeJetstreamCursor: a Jetstream v2 server's v1 events carry its
+// seq as "cursor" (kept in Op.Cursor); a v1 server's do not (0); a
+// negative one is refused.
+func TestDecodeJetstreamCursor(t *testing.T) {
+	for _, c := range []struct {
+		msg  string
+		want int64
+		bad  bool
+	}{
+		{`{"did":"did:plc:a","time_us":1779719009132431,"cursor":5541,"kind":"identity","identity":{"did":"did:plc:a","handle":"a.test","seq":9}}`, 5541, false},
+		{`{"did":"did:plc:a","time_us":1779719009132431,"kind":"identity","identity":{"did":"did:plc:a","seq":9}}`, 0, false},
+		{`{"did":"did:plc:a","time_us":1779719009132431,"cursor":-1,"kind":"identity","identity":{"did":"did:plc:a","seq":9}}`, 0, true},
+	} {
+		op, err := DecodeJetstream([]byte(c.msg))
+		if (err != nil) != c.bad || op.Cursor != c.want {
+			t.Errorf("%s: cursor %d, error %v; want %d, error %v", c.msg, op.Cursor, err, c.want, c.bad)
+		}
+	}
+}

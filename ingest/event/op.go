@@ -99,6 +99,11 @@ type Op struct {
 
 	// Identity ops.
 	Handle string
+
+	// Cursor is the event's sequence number on a Jetstream v2 server (its
+	// v1 events' "cursor", its v2 events' "seq"): per server instance,
+	// strictly increasing; 0 from a Jetstream v1 server and other inputs.
+	Cursor int64
 }
 
 // URI is the at-uri of a commit op's record.
