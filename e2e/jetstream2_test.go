@@ -1,18 +1,26 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -267,4 +275,286 @@ func TestJetstreamV1ClientOnV2Server(t *testing.T) {
 	targets, links := lc.assertModel(t, world)
 	t.Logf("%d targets, %d links compared on %d nodes: all equal to the model", targets, links, len(lc.Nodes))
 	fmt.Printf("e2e: Jetstream v1 client on the Jetstream v2 server, 3 leader SIGKILLs: cursor %d:<time_us>, %d links on %d nodes equal to the model\n", seq, links, len(lc.Nodes))
+}
+
+// jsProxy stands between Eddy and the Jetstream server: it passes
+// everything through (the live websocket too), but can hold each archive
+// download (getSegment, getBlock) for a while, so that a kill lands in the
+// archive phase, and damage the next ones: a body cut short, or one byte
+// flipped (the client's xxh3 check must refuse both).
+type jsProxy struct {
+	srv   *httptest.Server
+	proxy *httputil.ReverseProxy
+	mu    sync.Mutex
+	delay time.Duration
+	harm  []string // the next archive downloads' damage, in order: "truncate", "flip"
+	done  map[string]int
+	seen  int // archive downloads
+}
+
+func newJSProxy(t *testing.T, target string) *jsProxy {
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &jsProxy{proxy: httputil.NewSingleHostReverseProxy(u), done: map[string]int{}}
+	p.srv = httptest.NewServer(p)
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *jsProxy) set(delay time.Duration, harm ...string) {
+	p.mu.Lock()
+	p.delay, p.harm = delay, append(p.harm, harm...)
+	p.mu.Unlock()
+}
+
+func (p *jsProxy) stats() (downloads int, harmed map[string]int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seen, maps.Clone(p.done)
+}
+
+func (p *jsProxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	archive := strings.HasSuffix(r.URL.Path, ".getSegment") || strings.HasSuffix(r.URL.Path, ".getBlock")
+	if !archive {
+		p.proxy.ServeHTTP(rw, r)
+		return
+	}
+	p.mu.Lock()
+	p.seen++
+	delay, harm := p.delay, ""
+	if len(p.harm) > 0 {
+		harm, p.harm = p.harm[0], p.harm[1:]
+		p.done[harm]++
+	}
+	p.mu.Unlock()
+	time.Sleep(delay)
+	if harm == "" {
+		p.proxy.ServeHTTP(rw, r)
+		return
+	}
+	rec := httptest.NewRecorder()
+	p.proxy.ServeHTTP(rec, r)
+	body := rec.Body.Bytes()
+	switch harm {
+	case "truncate":
+		body = body[:len(body)/2]
+	case "flip":
+		// A byte of the first block's compressed data: past a segment's
+		// 256-byte header and the block's 8-byte length (a getBlock body
+		// is the block's zstd frame alone). Each block is a zstd frame
+		// with a content checksum; the file's own xxh3 covers its
+		// metadata (header, block index, filters), which a replay does
+		// not read.
+		off := len(body) / 2
+		if strings.HasSuffix(r.URL.Path, ".getSegment") {
+			off = min(256+8+40, len(body)-1)
+		}
+		if off >= 0 {
+			body = bytes.Clone(body)
+			body[off] ^= 0x40
+		}
+	}
+	for k, v := range rec.Header() {
+		if k != "Content-Length" {
+			rw.Header()[k] = v
+		}
+	}
+	rw.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	rw.WriteHeader(rec.Code)
+	rw.Write(body)
+}
+
+// TestJetstream2ArchiveThenLive: a three-node cluster whose one source is
+// a real Jetstream v2 server (jetstream2+http://…) backfills from its
+// archive of the simulated network and then follows its live stream. The
+// leader is SIGKILLed once while the archive is being read (the downloads
+// held back by a proxy so the archive phase lasts) and once during the
+// live phase; two archive downloads are damaged: one cut short (the
+// client reads the rest again), one with a byte flipped in a block (the
+// block's checksum refuses it; Eddy counts it and plans again from the
+// last event it applied). At the end every node equals the simulated network's model for
+// every target, and the damaged data was never written.
+func TestJetstream2ArchiveThenLive(t *testing.T) {
+	world := simnet.NewWorld(simnet.Config{Seed: 43, Accounts: 150, Verifiable: true, WebPercent: -1})
+	world.Step(4000) // history: in the server's archive
+	sim, err := simnet.Serve(world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	js := startJetstream(t, sim)
+	segs, err := js.listSegments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tip := segs[len(segs)-1].MaxSeq
+	// Events the archive does not hold yet (the server's active segment):
+	// the live stream delivers them after the cut-over.
+	world.Step(500)
+
+	px := newJSProxy(t, "http://"+js.addr)
+	px.set(1500*time.Millisecond, "truncate", "flip")
+	// Accounts active again are fetched from their PDS (the archive holds
+	// no records of an account that was inactive when the server crawled):
+	// a backfill source that crawls nothing else.
+	resync := "backfill+" + sim.RelayURL() + "?plc=" + url.QueryEscape(sim.PLCURL()) + "&resync_only=true"
+	lc := up(t, "--flush-interval", "300ms", "--source", "jetstream2+"+px.srv.URL, "--source", resync)
+
+	// 1. The archive phase: the first downloads are damaged and held back;
+	// the leader dies while the cursor is still short of the sealed tip.
+	var counted float64
+	// A body cut short the client itself reads again from where it stops
+	// (Range, If-Range); a flipped byte fails the block's zstd checksum,
+	// which the client reports: Eddy counts it and plans again from the
+	// last event it applied.
+	lc.waitFor(t, "two damaged archive downloads, the flipped one counted by the leader", time.Minute, func() error {
+		lead, err := lc.leader(nil)
+		if err != nil {
+			return err
+		}
+		counted = skipped(t, lead, "jetstream2")["archive_error"]
+		if _, harmed := px.stats(); harmed["flip"] < 1 || counted < 1 {
+			return fmt.Errorf("damaged so far: %v; counted as archive_error: %v", harmed, counted)
+		}
+		return nil
+	})
+	lead := lc.killLeader(t)
+	st, _ := lc.status(lc.Nodes[0])
+	t.Logf("kill 1 (archive phase, sealed tip %d): SIGKILLed leader %s; committed cursor %q", tip, lead.ID, st.Cursors["jetstream2"])
+	if c, _ := strconv.ParseInt(st.Cursors["jetstream2"], 10, 64); c >= tip {
+		t.Fatalf("the archive phase was over before the kill: cursor %d, sealed tip %d", c, tip)
+	}
+	px.set(0)
+	lc.waitFor(t, "the archive read past its sealed tip", 2*time.Minute, func() error {
+		st, err := lc.status(lc.Nodes[0])
+		if err != nil {
+			return err
+		}
+		if c, _ := strconv.ParseInt(st.Cursors["jetstream2"], 10, 64); c <= tip {
+			return fmt.Errorf("cursor %q, sealed tip %d", st.Cursors["jetstream2"], tip)
+		}
+		return nil
+	})
+
+	// 2. The live phase: the world goes on, the leader dies once more.
+	stepDone := make(chan struct{})
+	go func() {
+		defer close(stepDone)
+		for i := 0; i < 20; i++ {
+			world.Step(100)
+			time.Sleep(150 * time.Millisecond)
+		}
+	}()
+	time.Sleep(1200 * time.Millisecond)
+	lead = lc.killLeader(t)
+	t.Logf("kill 2 (live phase): SIGKILLed leader %s (restarted)", lead.ID)
+	<-stepDone
+
+	seq := js.seqOfLast(t, world)
+	start := time.Now()
+	lc.waitCaughtUp(t, "the Jetstream v2 stream at the server's last seq, every node serving it", 3*time.Minute,
+		ingestProgress{stream: fmt.Sprint(seq)}, nil)
+	t.Logf("caught up %v after the world stopped, at the server's seq %d", time.Since(start).Round(time.Millisecond), seq)
+	targets, links := lc.assertModel(t, world)
+	downloads, harmed := px.stats()
+	t.Logf("%d targets, %d links compared on %d nodes: all equal to the model; %d archive downloads, damaged %v, counted as archive_error by the leader %v",
+		targets, links, len(lc.Nodes), downloads, harmed, counted)
+	if harmed["truncate"] != 1 || harmed["flip"] != 1 {
+		t.Fatalf("damaged downloads: %v", harmed)
+	}
+	fmt.Printf("e2e: Jetstream v2 archive then live, leader SIGKILLed in each phase, 2 damaged downloads refused: %d links on %d nodes equal to the model\n", links, len(lc.Nodes))
+}
+
+// TestJetstream2ResyncFromArchive: with no source that fetches
+// repositories from their PDS, an account active again is read back from
+// the Jetstream v2 server (its archive, then its live stream up to the
+// reactivation) and written whole at one stamp. Every node equals the
+// model for every source whose account was active when the server
+// crawled; an account inactive then is not in the archive (the server
+// neither crawls it nor fetches it when it comes back), and the test
+// leaves its records out on both sides.
+func TestJetstream2ResyncFromArchive(t *testing.T) {
+	world := simnet.NewWorld(simnet.Config{Seed: 43, Accounts: 150, Verifiable: true, WebPercent: -1})
+	world.Step(4000)
+	notCrawled := map[string]bool{}
+	for _, a := range world.Accounts() {
+		if !a.Active() {
+			notCrawled[a.DID] = true
+		}
+	}
+	sim, err := simnet.Serve(world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	js := startJetstream(t, sim)
+	lc := up(t, "--flush-interval", "300ms", "--source", "jetstream2+http://"+js.addr)
+	for i := 0; i < 20; i++ {
+		world.Step(150)
+		time.Sleep(100 * time.Millisecond)
+	}
+	seq := js.seqOfLast(t, world)
+	lc.waitCaughtUp(t, "the Jetstream v2 stream at the server's last seq, every node serving it", 3*time.Minute,
+		ingestProgress{stream: fmt.Sprint(seq), noBackfill: true}, nil)
+
+	crawled := func(ls []string) []string {
+		var out []string
+		for _, l := range ls {
+			did := strings.SplitN(strings.TrimPrefix(l, "at://"), "/", 2)[0]
+			if !notCrawled[did] {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	links := 0
+	for target, refs := range world.LiveLinks() {
+		var want []string
+		for _, l := range refs {
+			want = append(want, l.Source+" "+l.Path)
+		}
+		want = crawled(want)
+		slices.Sort(want)
+		for _, n := range lc.Nodes {
+			have := crawled(nodeLinks(t, n, target))
+			if !slices.Equal(have, want) {
+				t.Fatalf("%s target %s: %d links, model %d (accounts not crawled left out)\n have %v\n want %v", n.ID, target, len(have), len(want), have, want)
+			}
+			links += len(want)
+		}
+	}
+	lead, err := lc.leader(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBack := eventsOf(t, lead, "jetstream2")["repo"]
+	t.Logf("%d links compared on %d nodes (%d accounts not crawled left out); %v repositories read back from the archive by the leader", links, len(lc.Nodes), len(notCrawled), readBack)
+	if readBack < 1 {
+		t.Fatal("no account came back active: the test read no repository back")
+	}
+}
+
+// eventsOf scrapes a node's eddy_ingest_events_total by kind for source.
+func eventsOf(t *testing.T, n localNode, source string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + n.HTTP + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	re := regexp.MustCompile(`(?m)^eddy_ingest_events_total\{kind="([^"]*)",source="([^"]*)"\} (\S+)$`)
+	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+		if m[2] == source {
+			v, _ := strconv.ParseFloat(m[3], 64)
+			out[m[1]] += v
+		}
+	}
+	return out
 }

@@ -58,6 +58,12 @@ type Backfill struct {
 	// PerHostRate, if positive, bounds the repository fetches started per
 	// second on one PDS host (on top of PerHost at once); 0: no bound.
 	PerHostRate float64
+	// ResyncOnly: the backfill crawls nothing; it only fetches again the
+	// repositories the write path asks for (Resync: reactivated accounts,
+	// #sync events), beside a source that brings the history itself (a
+	// Jetstream v2 archive, which holds no records of an account that was
+	// inactive when its server crawled the network).
+	ResyncOnly  bool
 	HTTP        *http.Client
 	Log         hclog.Logger
 	OnSkip      func(reason string)
@@ -481,6 +487,10 @@ func (b *Backfill) report(st *SourceStatus, _ time.Time) { st.Backfill, st.Faile
 // retries) starts again from what was published, after a backoff, for as
 // long as this node leads; a lost leadership ends it.
 func (b *Backfill) Ingest(ctx context.Context, w *Writer, cursor string) error {
+	if b.ResyncOnly {
+		w.SetCursor(b.Name(), EOFCursor("resync-only"))
+		return nil
+	}
 	for wait := time.Duration(0); ; {
 		err := b.pass(ctx, w, cursor)
 		if err == nil || ctx.Err() != nil || errors.Is(err, ErrLeadershipLost) {

@@ -99,6 +99,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		if b, ok := s.(Backfiller); ok {
 			resyncer = b
 		}
+	}
+	w.resyncer.Store(resyncer != nil)
+	for _, s := range r.Sources {
 		wg.Go(func() { r.runSource(ctx, cancel, w, s) })
 	}
 	wg.Go(func() { r.compactLoop(ctx, w) })

@@ -68,6 +68,8 @@ func badEventReason(err error) string {
 //	replay+file:///path/capture.bin     firehose frames, [u32 LE length][frame]
 //	jetstream+wss://host/subscribe      (several URLs, comma-separated: failover)
 //	firehose+wss://host                 com.atproto.sync.subscribeRepos
+//	jetstream2+https://host             a Jetstream v2 server: its archive, then its live stream
+//	    (&api_key_file=/path; else $EDDY_JETSTREAM_API_KEY)
 //	backfill+https://relay?plc=https://plc.directory   every repository (listRepos, getRepo);
 //	    also &concurrency=N (repositories at once, default 16), &per_host=N
 //	    (at once per PDS host, default 4), &rate=R (fetches started a second
@@ -75,7 +77,7 @@ func badEventReason(err error) string {
 func ParseSource(raw string, log hclog.Logger) (Source, error) {
 	kind, rest, ok := strings.Cut(raw, "+")
 	if !ok {
-		return nil, fmt.Errorf("source %q: want kind+url (replay+file://, jetstream+wss://, firehose+wss://)", raw)
+		return nil, fmt.Errorf("source %q: want kind+url (replay+file://, jetstream+wss://, jetstream2+https://, firehose+wss://, backfill+https://)", raw)
 	}
 	switch kind {
 	case "replay":
@@ -105,6 +107,13 @@ func ParseSource(raw string, log hclog.Logger) (Source, error) {
 				*p.dst = n
 			}
 		}
+		switch v := q.Get("resync_only"); v {
+		case "", "false", "0":
+		case "true", "1":
+			bf.ResyncOnly = true
+		default:
+			return nil, fmt.Errorf("source %q: resync_only must be true or false", raw)
+		}
 		if v := q.Get("rate"); v != "" {
 			r, err := strconv.ParseFloat(v, 64)
 			if err != nil || !(r > 0) || r > 1e6 {
@@ -117,6 +126,8 @@ func ParseSource(raw string, log hclog.Logger) (Source, error) {
 		return bf, nil
 	case "firehose":
 		return NewFirehose(rest, log)
+	case "jetstream2":
+		return NewJetstream2(rest, log)
 	}
 	return nil, fmt.Errorf("source %q: unknown kind %q", raw, kind)
 }

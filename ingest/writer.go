@@ -120,6 +120,9 @@ type Writer struct {
 		resyncs map[string]uint64
 	}
 	dead atomic.Bool
+	// resyncer: a source fetches repositories again on request (a
+	// Backfiller among the sources; set by the Runner before they start).
+	resyncer atomic.Bool
 	// uploads are the table uploads in flight (flushes, compactions): the
 	// orphan sweep never deletes an object that may be one of them.
 	uploads uploads
@@ -270,13 +273,14 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 	case event.KindSync:
 		w.requestResync(source, op.DID)
 		return nil
-	case event.KindAccount:
-		if op.Active {
+	case event.KindAccount, event.KindRepoReset:
+		if op.Kind == event.KindAccount && op.Active {
 			w.requestResync(source, op.DID) // its links may have been revoked: fetch it again
 			return nil
 		}
 		// deleted, takendown, suspended, deactivated: the repository is no
-		// longer served, so its links go; a reactivation resyncs them.
+		// longer served, so its links go; a reactivation resyncs them. A
+		// reset: the records that follow replace the repository's.
 		if !link.ValidDID(op.DID) {
 			w.skipOp(source, "bad_did", op, nil)
 			return nil
@@ -291,7 +295,7 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 			return err
 		}
 		v := link.Revocation{Source: link.RepoID(did), Rev: stamp}
-		w.log.Debug("account inactive: its links revoked", "did", op.DID, "status", op.Status, "stamp", stamp, "position", op.Seq)
+		w.log.Debug("repository revoked", "kind", op.Kind.String(), "did", op.DID, "status", op.Status, "stamp", stamp, "position", op.Seq)
 		return w.mu.revs.AddRevocation(&v)
 	default:
 		return nil // identity, sync: nothing to index

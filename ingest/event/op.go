@@ -27,6 +27,11 @@ const (
 	// that led there (firehose #sync): a consumer whose copy of the
 	// repository is older must fetch it again. Only DID, Seq and Rev are set.
 	KindSync
+	// KindRepoReset says the records of a repository are replaced by the
+	// ones its source sends right after it (Jetstream v2's #sync, followed
+	// by the repository's records): every record it had before goes. Only
+	// DID, Seq and Rev are set.
+	KindRepoReset
 )
 
 func (k Kind) String() string {
@@ -39,6 +44,8 @@ func (k Kind) String() string {
 		return "account"
 	case KindSync:
 		return "sync"
+	case KindRepoReset:
+		return "repo_reset"
 	}
 	return "unknown"
 }

@@ -18,6 +18,12 @@ func decodeRecordCBOR(b []byte) (map[string]any, error) {
 	return decodeRecord(b)
 }
 
+// DecodeRecordCBOR decodes one record's DAG-CBOR into the atproto data
+// model, as atdata.UnmarshalCBOR shapes it (the decoder of frames and
+// CARs): for sources that receive records as bytes (Jetstream v2's
+// archive and live stream, through its client).
+func DecodeRecordCBOR(b []byte) (map[string]any, error) { return decodeRecord(b) }
+
 // decodeBudget bounds the record bytes decoded from one frame or CAR. Every
 // block is decoded at most once per op or MST entry that names it, and a
 // hostile input can name one large block many times (a CAR of a million

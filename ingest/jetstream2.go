@@ -1,0 +1,357 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	jetstream "github.com/bluesky-social/jetstream"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/eddy-backlinks/eddy/ingest/event"
+)
+
+// EnvJetstreamAPIKey names the environment variable a Jetstream v2 source
+// reads its API key from when its URL names no api_key_file (a hosted
+// archive may ask for one; a server of one's own does not). A key is never
+// a flag or part of the source URL, which show in logs and status.
+const EnvJetstreamAPIKey = "EDDY_JETSTREAM_API_KEY"
+
+// Jetstream2 follows a Jetstream v2 server (github.com/bluesky-social/
+// jetstream v0.2.0 and later) through its official Go client: first its
+// archive (the state of every repository at the server's crawl, then
+// every later event, in sealed segments: planSnapshot, getSegment,
+// getBlock, each checked against its xxh3 checksum by the client), then
+// its live subscribeEvents stream from the archive's sealed tip, with no
+// gap and no duplicate. Its cursor is the server's seq of the last event
+// applied: a new leader resumes after it, in the archive while it is
+// there, live once past it (the client plans the rest of the archive from
+// there and cuts over at max(sealed tip, cursor)). Seqs are the server's
+// own, so a source follows one server.
+//
+// Events map to operations as the firehose's do, one stamp each in seq
+// order, but for two kinds whose repository the archive itself carries:
+//   - #sync (the server found the repository diverged): the server sends
+//     the repository's records again right after it, so the sync revokes
+//     the repository at its stamp (event.KindRepoReset) and the records
+//     that follow are written at later stamps;
+//   - an account active again (after a deactivation or a takedown, whose
+//     revocation removed its links): with a backfill source among the
+//     sources (backfill+…&resync_only=true crawls nothing else), the
+//     repository is fetched again from its PDS, as for the other streams.
+//     Without one it is read back from the server, its events up to this
+//     one folded into its records, and written whole at one stamp
+//     reserved here (resyncFromArchive); the stream waits meanwhile. That
+//     is exact for a repository the archive holds, but a Jetstream v2
+//     server does not crawl a repository that is inactive when it crawls
+//     and does not fetch it when it comes back, so only a PDS has the
+//     records such an account made before.
+//
+// A recoverable error of the client (a segment or block that does not
+// download, verify or decode; the client would skip the rest of that
+// segment) stops the session: nothing after the error is applied, the
+// error is counted (skipped{reason="archive_error"}), and the next
+// session plans again from the last event applied.
+type Jetstream2 struct {
+	URL    string // http(s)://host[:port] of the server
+	APIKey string
+	Log    hclog.Logger
+	OnSkip func(reason string)
+	OnLag  func(d time.Duration)
+	last   lastEvent
+	// skipLog rate-limits the log lines of skipped inputs.
+	skipLog skipLogger
+	// options are added to every client (tests: batch size, HTTP client).
+	options []jetstream.Option
+}
+
+// NewJetstream2 returns a source for the Jetstream v2 server at raw
+// (http:// or https://, optionally ?api_key_file=/path: the key is read
+// from that file, else from $EDDY_JETSTREAM_API_KEY, else none).
+func NewJetstream2(raw string, log hclog.Logger) (*Jetstream2, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("jetstream2 url %q: want http(s)://host[:port][?api_key_file=/path]", raw)
+	}
+	q := u.Query()
+	key := strings.TrimSpace(os.Getenv(EnvJetstreamAPIKey))
+	if f := q.Get("api_key_file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("jetstream2 api key: %w", err)
+		}
+		key = strings.TrimSpace(string(b))
+	}
+	for k := range q {
+		if k != "api_key_file" {
+			return nil, fmt.Errorf("jetstream2 url %q: unknown parameter %q", raw, k)
+		}
+	}
+	return &Jetstream2{URL: u.Scheme + "://" + u.Host, APIKey: key, Log: log}, nil
+}
+
+var (
+	_ Source         = (*Jetstream2)(nil)
+	_ watched        = (*Jetstream2)(nil)
+	_ statusReporter = (*Jetstream2)(nil)
+)
+
+func (j *Jetstream2) Name() string { return "jetstream2" }
+
+// Live is false: with no committed cursor it starts at the archive's
+// beginning, not at the stream's head.
+func (j *Jetstream2) Live() bool { return false }
+
+func (j *Jetstream2) watch(h watchHooks) { j.OnSkip, j.OnLag = h.skip, h.lag }
+
+// report adds the time of the newest event this node read (the server's
+// witnessed time) and its lag.
+func (j *Jetstream2) report(st *SourceStatus, now time.Time) {
+	if t, ok := j.last.get(); ok {
+		st.setLag(now, t)
+	}
+	st.setLastEvent(&j.last)
+}
+
+// Ingest follows the server into w from cursor (a seq; "": the whole
+// archive) until ctx ends.
+func (j *Jetstream2) Ingest(ctx context.Context, w *Writer, cursor string) error {
+	after, err := intCursor("jetstream2", cursor)
+	if err != nil {
+		return err
+	}
+	return reconnect(ctx, j.Log, "jetstream2", func(int) (string, error) {
+		return j.URL, j.session(ctx, w, &after)
+	})
+}
+
+// clientOptions are the options of every client of this source.
+func (j *Jetstream2) clientOptions(extra ...jetstream.Option) []jetstream.Option {
+	opts := []jetstream.Option{
+		jetstream.WithRawRecords(), // records decoded here, from their CBOR
+		jetstream.WithBatchSize(256),
+		jetstream.WithLogger(slog.New(slog.DiscardHandler)),
+	}
+	if j.APIKey != "" {
+		opts = append(opts, jetstream.WithAPIKey(j.APIKey))
+	}
+	opts = append(opts, j.options...)
+	return append(opts, extra...)
+}
+
+// session runs one client from *after until it fails or ctx ends,
+// advancing *after past every event applied.
+func (j *Jetstream2) session(ctx context.Context, w *Writer, after *int64) error {
+	c, err := jetstream.Subscribe(j.URL, j.clientOptions(jetstream.WithAfterSeq(uint64(*after)))...)
+	if err != nil {
+		return &emitError{fmt.Errorf("jetstream2: %w", err)} // a configuration error: retrying cannot help
+	}
+	defer c.Close()
+	if j.Log != nil {
+		j.Log.Info("jetstream2 following", "url", j.URL, "after_seq", *after)
+	}
+	for b, err := range c.Events(ctx) {
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if !errors.Is(err, jetstream.ErrFatal) {
+				// The client would go on past what it could not read:
+				// start again from the last event applied instead.
+				j.skip("archive_error", *after, err)
+			}
+			return err
+		}
+		for i := range b.Events() {
+			ev := &b.Events()[i]
+			if int64(ev.Seq) <= *after {
+				continue // delivered again (the live tail's inclusive cursor)
+			}
+			if err := j.apply(ctx, w, ev); err != nil {
+				return err
+			}
+			*after = int64(ev.Seq)
+		}
+	}
+	return ctx.Err()
+}
+
+// apply writes one event at its seq's cursor.
+func (j *Jetstream2) apply(ctx context.Context, w *Writer, ev *jetstream.Event) error {
+	cursor := strconv.FormatUint(ev.Seq, 10)
+	if ev.TimeUS > 0 {
+		t := time.UnixMicro(ev.TimeUS)
+		j.last.see(t)
+		if j.OnLag != nil {
+			j.OnLag(time.Since(t))
+		}
+	}
+	op := event.Op{DID: ev.DID, Seq: int64(ev.Seq), Cursor: int64(ev.Seq)}
+	switch ev.Kind {
+	case jetstream.KindCommit:
+		if ev.Commit == nil {
+			j.skip("bad_event", int64(ev.Seq), errors.New("commit event without commit"))
+			w.SetCursor(j.Name(), cursor)
+			return nil
+		}
+		commitOp(&op, ev.Commit)
+	case jetstream.KindIdentity:
+		op.Kind = event.KindIdentity
+		if ev.Identity != nil {
+			op.Handle, op.RelaySeq = ev.Identity.Handle, ev.Identity.Seq
+		}
+	case jetstream.KindAccount:
+		if ev.Account == nil {
+			j.skip("bad_event", int64(ev.Seq), errors.New("account event without account"))
+			w.SetCursor(j.Name(), cursor)
+			return nil
+		}
+		if ev.Account.Active && !w.resyncer.Load() {
+			// Its links were revoked when it went inactive (or it never
+			// had any here), and no source fetches repositories from
+			// their PDS: read the repository back from the server.
+			if err := j.resyncFromArchive(ctx, w, ev.DID, ev.Seq); err != nil {
+				return err
+			}
+			w.SetCursor(j.Name(), cursor)
+			return nil
+		}
+		// Active: the write path asks the backfill source to fetch the
+		// repository from its PDS (a resync), as for the other streams.
+		op.Kind, op.Active, op.Status, op.RelaySeq = event.KindAccount, ev.Account.Active, ev.Account.Status, ev.Account.Seq
+	case jetstream.KindSync:
+		op.Kind = event.KindRepoReset
+		if ev.Sync != nil {
+			op.Rev, op.RelaySeq = ev.Sync.Rev, ev.Sync.Seq
+		}
+	default:
+		j.skip("unknown_kind", int64(ev.Seq), fmt.Errorf("kind %q", ev.Kind))
+		w.SetCursor(j.Name(), cursor)
+		return nil
+	}
+	return w.Apply(ctx, j.Name(), cursor, &op)
+}
+
+// commitOp fills op from a commit: its action, path, rev and record
+// (decoded from the record's DAG-CBOR; one that does not decode is marked
+// to be skipped and counted, as the other decoders do).
+func commitOp(op *event.Op, c *jetstream.Commit) {
+	op.Kind = event.KindCommit
+	op.Rev, op.Collection, op.RKey, op.CID = c.Rev, c.Collection, c.Rkey, c.CID
+	switch c.Operation {
+	case jetstream.OpCreate:
+		op.Action = event.ActionCreate
+	case jetstream.OpUpdate:
+		op.Action = event.ActionUpdate
+	case jetstream.OpDelete:
+		op.Action = event.ActionDelete
+		return
+	default:
+		op.Action = event.ActionUnknown
+		op.Skip = event.SkipBadAction
+		return
+	}
+	if len(c.RecordCBOR) == 0 {
+		op.Skip = event.SkipRecordMissing
+		return
+	}
+	rec, err := event.DecodeRecordCBOR(c.RecordCBOR)
+	if err != nil {
+		op.Skip = event.SkipRecordCBOR
+		return
+	}
+	op.Record = rec
+}
+
+// resyncTimeout bounds reading one repository back from the server.
+const resyncTimeout = 2 * time.Minute
+
+// resyncFromArchive writes did's repository whole, as it stood just
+// before the event of seq upTo (an account active again), at one stamp
+// reserved now: its records are the fold of its events before upTo (the
+// archive's, then the live stream's past the sealed tip, filtered to the
+// DID by the server), a #sync starting the fold again (its replacement
+// records follow it). Events after upTo come later in this source, at
+// later stamps.
+func (j *Jetstream2) resyncFromArchive(ctx context.Context, w *Writer, did string, upTo uint64) error {
+	stamp, err := w.ReserveStamp(ctx)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, resyncTimeout)
+	defer cancel()
+	c, err := jetstream.Subscribe(j.URL, j.clientOptions(jetstream.WithDIDs([]string{did}), jetstream.WithAfterSeq(0))...)
+	if err != nil {
+		return &emitError{fmt.Errorf("jetstream2: %w", err)}
+	}
+	defer c.Close()
+	records := map[string]event.Op{}
+	done := false
+	for b, err := range c.Events(rctx) {
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrFatal) && rctx.Err() == nil {
+				j.skip("archive_error", int64(upTo), err)
+			}
+			return fmt.Errorf("jetstream2: reading %s back: %w", did, err)
+		}
+		for i := range b.Events() {
+			ev := &b.Events()[i]
+			if ev.Seq >= upTo {
+				done = true
+				break
+			}
+			if ev.DID != did {
+				continue
+			}
+			switch {
+			case ev.Kind == jetstream.KindSync:
+				clear(records)
+			case ev.Kind == jetstream.KindCommit && ev.Commit != nil:
+				var op event.Op
+				op.DID, op.Seq = did, int64(ev.Seq)
+				commitOp(&op, ev.Commit)
+				path := op.Collection + "/" + op.RKey
+				if op.Action == event.ActionDelete {
+					delete(records, path)
+				} else {
+					records[path] = op
+				}
+			}
+		}
+		if done {
+			break
+		}
+	}
+	if !done {
+		if err := rctx.Err(); err != nil {
+			return fmt.Errorf("jetstream2: reading %s back: %w", did, err)
+		}
+		return fmt.Errorf("jetstream2: reading %s back: the stream ended before seq %d", did, upTo)
+	}
+	ops := make([]event.Op, 0, len(records))
+	for _, op := range records {
+		ops = append(ops, op)
+	}
+	if j.Log != nil {
+		j.Log.Debug("jetstream2: account active again, repository read back", "did", did, "seq", upTo, "records", len(ops), "stamp", stamp)
+	}
+	if ops == nil {
+		ops = []event.Op{} // an empty repository, not a gone one
+	}
+	return w.ApplyRepo(ctx, j.Name(), did, stamp, ops)
+}
+
+// skip counts and logs a bad input; after is the seq of the last event
+// applied before it.
+func (j *Jetstream2) skip(reason string, after int64, err error) {
+	j.skipLog.log(j.Log, "jetstream2", reason, "position", "after seq "+strconv.FormatInt(after, 10), "error", err)
+	if j.OnSkip != nil {
+		j.OnSkip(reason)
+	}
+}
