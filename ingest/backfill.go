@@ -63,10 +63,10 @@ type Backfill struct {
 	// #sync events), beside a source that brings the history itself (a
 	// Jetstream v2 archive, which holds no records of an account that was
 	// inactive when its server crawled the network).
-	ResyncOnly  bool
-	HTTP        *http.Client
-	Log         hclog.Logger
-	OnSkip      func(reason string)
+	ResyncOnly bool
+	HTTP       *http.Client
+	Log        hclog.Logger
+	OnSkip     func(reason string)
 
 	hostMu   sync.Mutex
 	hosts    map[string]chan struct{}
