@@ -290,6 +290,7 @@ type jsProxy struct {
 	harm  []string // the next archive downloads' damage, in order: "truncate", "flip"
 	done  map[string]int
 	seen  int // archive downloads
+	logf  func(format string, args ...any)
 }
 
 func newJSProxy(t *testing.T, target string) *jsProxy {
@@ -297,7 +298,7 @@ func newJSProxy(t *testing.T, target string) *jsProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &jsProxy{proxy: httputil.NewSingleHostReverseProxy(u), done: map[string]int{}}
+	p := &jsProxy{proxy: httputil.NewSingleHostReverseProxy(u), done: map[string]int{}, logf: t.Logf}
 	p.srv = httptest.NewServer(p)
 	t.Cleanup(p.srv.Close)
 	return p
@@ -316,6 +317,16 @@ func (p *jsProxy) stats() (downloads int, harmed map[string]int) {
 }
 
 func (p *jsProxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.URL.Path, ".getZstdDictionary") {
+		// Not a zstd dictionary: the client must refuse it and follow the
+		// live stream uncompressed.
+		p.mu.Lock()
+		p.done["dictionary"]++
+		p.mu.Unlock()
+		rw.Header().Set("Content-Type", "application/octet-stream")
+		rw.Write(bytes.Repeat([]byte("not a dictionary "), 64))
+		return
+	}
 	archive := strings.HasSuffix(r.URL.Path, ".getSegment") || strings.HasSuffix(r.URL.Path, ".getBlock")
 	if !archive {
 		p.proxy.ServeHTTP(rw, r)
@@ -330,6 +341,9 @@ func (p *jsProxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Unlock()
 	time.Sleep(delay)
+	if harm != "" && p.logf != nil {
+		p.logf("proxy: %s of %s (Range %q)", harm, r.URL.RequestURI(), r.Header.Get("Range"))
+	}
 	if harm == "" {
 		p.proxy.ServeHTTP(rw, r)
 		return
@@ -339,7 +353,15 @@ func (p *jsProxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	body := rec.Body.Bytes()
 	switch harm {
 	case "truncate":
-		body = body[:len(body)/2]
+		// The connection drops halfway through the body.
+		for k, v := range rec.Header() {
+			rw.Header()[k] = v
+		}
+		rw.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		rw.WriteHeader(rec.Code)
+		rw.Write(body[:len(body)/2])
+		rw.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
 	case "flip":
 		// A byte of the first block's compressed data: past a segment's
 		// 256-byte header and the block's 8-byte length (a getBlock body
@@ -371,10 +393,12 @@ func (p *jsProxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 // archive of the simulated network and then follows its live stream. The
 // leader is SIGKILLed once while the archive is being read (the downloads
 // held back by a proxy so the archive phase lasts) and once during the
-// live phase; two archive downloads are damaged: one cut short (the
-// client reads the rest again), one with a byte flipped in a block (the
-// block's checksum refuses it; Eddy counts it and plans again from the
-// last event it applied). At the end every node equals the simulated network's model for
+// live phase; two archive downloads are damaged: one cut off halfway
+// (counted as archive_cut; the client reads the rest again), one with a
+// byte flipped in a block (the block's checksum refuses it; counted as
+// archive_error, and Eddy plans again from the last event it applied);
+// and the zstd dictionary of the live stream is not one (the client
+// refuses it, counted as client_warning, and follows uncompressed). At the end every node equals the simulated network's model for
 // every target, and the damaged data was never written.
 func TestJetstream2ArchiveThenLive(t *testing.T) {
 	world := simnet.NewWorld(simnet.Config{Seed: 43, Accounts: 150, Verifiable: true, WebPercent: -1})
@@ -404,19 +428,19 @@ func TestJetstream2ArchiveThenLive(t *testing.T) {
 
 	// 1. The archive phase: the first downloads are damaged and held back;
 	// the leader dies while the cursor is still short of the sealed tip.
-	var counted float64
-	// A body cut short the client itself reads again from where it stops
-	// (Range, If-Range); a flipped byte fails the block's zstd checksum,
-	// which the client reports: Eddy counts it and plans again from the
-	// last event it applied.
-	lc.waitFor(t, "two damaged archive downloads, the flipped one counted by the leader", time.Minute, func() error {
+	// A body cut off halfway is counted (archive_cut) and the client reads
+	// the rest again (Range, If-Range); a flipped byte fails the block's
+	// zstd checksum, which the client reports: Eddy counts it
+	// (archive_error) and plans again from the last event it applied.
+	var counted map[string]float64
+	lc.waitFor(t, "two damaged archive downloads, each counted by the leader", time.Minute, func() error {
 		lead, err := lc.leader(nil)
 		if err != nil {
 			return err
 		}
-		counted = skipped(t, lead, "jetstream2")["archive_error"]
-		if _, harmed := px.stats(); harmed["flip"] < 1 || counted < 1 {
-			return fmt.Errorf("damaged so far: %v; counted as archive_error: %v", harmed, counted)
+		counted = skipped(t, lead, "jetstream2")
+		if _, harmed := px.stats(); harmed["flip"] < 1 || counted["archive_cut"] < 1 || counted["archive_error"] < 1 {
+			return fmt.Errorf("damaged so far: %v; counted: %v", harmed, counted)
 		}
 		return nil
 	})
@@ -459,12 +483,17 @@ func TestJetstream2ArchiveThenLive(t *testing.T) {
 	t.Logf("caught up %v after the world stopped, at the server's seq %d", time.Since(start).Round(time.Millisecond), seq)
 	targets, links := lc.assertModel(t, world)
 	downloads, harmed := px.stats()
-	t.Logf("%d targets, %d links compared on %d nodes: all equal to the model; %d archive downloads, damaged %v, counted as archive_error by the leader %v",
-		targets, links, len(lc.Nodes), downloads, harmed, counted)
-	if harmed["truncate"] != 1 || harmed["flip"] != 1 {
-		t.Fatalf("damaged downloads: %v", harmed)
+	lead, err = lc.leader(nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	fmt.Printf("e2e: Jetstream v2 archive then live, leader SIGKILLed in each phase, 2 damaged downloads refused: %d links on %d nodes equal to the model\n", links, len(lc.Nodes))
+	warned := skipped(t, lead, "jetstream2")["client_warning"]
+	t.Logf("%d targets, %d links compared on %d nodes: all equal to the model; %d archive downloads, damaged %v, counted by the first leader %v; the last leader refused the dictionary and counted %v client warnings",
+		targets, links, len(lc.Nodes), downloads, harmed, counted, warned)
+	if harmed["truncate"] != 1 || harmed["flip"] != 1 || harmed["dictionary"] < 1 || warned < 1 {
+		t.Fatalf("damaged downloads: %v; client warnings on the leader: %v", harmed, warned)
+	}
+	fmt.Printf("e2e: Jetstream v2 archive then live, leader SIGKILLed in each phase, a cut and a corrupt download and a bad dictionary refused: %d links on %d nodes equal to the model\n", links, len(lc.Nodes))
 }
 
 // TestJetstream2ResyncFromArchive: with no source that fetches

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	jetstream "github.com/bluesky-social/jetstream"
@@ -69,7 +72,121 @@ type Jetstream2 struct {
 	skipLog skipLogger
 	// options are added to every client (tests: batch size, HTTP client).
 	options []jetstream.Option
+
+	httpOnce sync.Once
+	http     *http.Client
 }
+
+// httpClient is the clients' HTTP client: the default transport's
+// settings, a bound on the wait for response headers (no bound on a
+// body: segments are large), and every archive download's body watched:
+// one cut short is counted (skipped{reason="archive_cut"}) before the
+// client reads the rest again.
+func (j *Jetstream2) httpClient() *http.Client {
+	j.httpOnce.Do(func() {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.ResponseHeaderTimeout = 30 * time.Second
+		j.http = &http.Client{Transport: &cutWatch{base: t, cut: func(err error) { j.skip("archive_cut", -1, err) }}}
+	})
+	return j.http
+}
+
+// cutWatch wraps the bodies of archive downloads (getSegment, getBlock)
+// to notice one that ends in an error other than its end.
+type cutWatch struct {
+	base http.RoundTripper
+	cut  func(error)
+}
+
+func (c *cutWatch) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.base.RoundTrip(r)
+	if err == nil && (strings.HasSuffix(r.URL.Path, ".getSegment") || strings.HasSuffix(r.URL.Path, ".getBlock")) {
+		resp.Body = &cutBody{ReadCloser: resp.Body, ctx: r.Context(), cut: c.cut, want: rangeLength(resp)}
+	}
+	return resp, err
+}
+
+// rangeLength is the length of a 206 answer's range (Content-Range
+// "bytes first-last/size"), or -1. (A 200's Content-Length the transport
+// holds the body to itself.)
+func rangeLength(resp *http.Response) int64 {
+	if resp.StatusCode != http.StatusPartialContent {
+		return -1
+	}
+	var first, last int64
+	if _, err := fmt.Sscanf(resp.Header.Get("Content-Range"), "bytes %d-%d/", &first, &last); err != nil || last < first {
+		return -1
+	}
+	return last - first + 1
+}
+
+type cutBody struct {
+	io.ReadCloser
+	ctx  context.Context
+	cut  func(error)
+	want int64 // bytes the answer's range promised, or -1
+	got  int64
+	seen bool
+}
+
+func (b *cutBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.got += int64(n)
+	if err == io.EOF && b.want >= 0 && b.got < b.want {
+		b.report(fmt.Errorf("body ended after %d of the %d bytes of its range", b.got, b.want))
+	} else if err != nil && err != io.EOF {
+		b.report(err)
+	}
+	return n, err
+}
+
+func (b *cutBody) report(err error) {
+	if !b.seen && b.ctx.Err() == nil {
+		b.seen = true
+		b.cut(err)
+	}
+}
+
+// clientLog passes the client's log records to the source's log; a
+// warning (a zstd dictionary refused, the live tail uncompressed
+// instead) is also counted, as skipped{reason="client_warning"}.
+type clientLog struct {
+	j     *Jetstream2
+	attrs []any
+}
+
+func (h *clientLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (h *clientLog) Handle(_ context.Context, r slog.Record) error {
+	kv := append([]any{}, h.attrs...)
+	r.Attrs(func(a slog.Attr) bool {
+		kv = append(kv, a.Key, a.Value.String())
+		return true
+	})
+	msg := "jetstream2 client: " + r.Message
+	switch {
+	case r.Level >= slog.LevelWarn:
+		if h.j.Log != nil {
+			h.j.Log.Warn(msg, kv...)
+		}
+		if h.j.OnSkip != nil {
+			h.j.OnSkip("client_warning")
+		}
+	case h.j.Log != nil:
+		h.j.Log.Info(msg, kv...)
+	}
+	return nil
+}
+
+func (h *clientLog) WithAttrs(as []slog.Attr) slog.Handler {
+	kv := append([]any{}, h.attrs...)
+	for _, a := range as {
+		kv = append(kv, a.Key, a.Value.String())
+	}
+	return &clientLog{j: h.j, attrs: kv}
+}
+
+func (h *clientLog) WithGroup(string) slog.Handler { return h }
 
 // NewJetstream2 returns a source for the Jetstream v2 server at raw
 // (http:// or https://, optionally ?api_key_file=/path: the key is read
@@ -136,7 +253,8 @@ func (j *Jetstream2) clientOptions(extra ...jetstream.Option) []jetstream.Option
 	opts := []jetstream.Option{
 		jetstream.WithRawRecords(), // records decoded here, from their CBOR
 		jetstream.WithBatchSize(256),
-		jetstream.WithLogger(slog.New(slog.DiscardHandler)),
+		jetstream.WithLogger(slog.New(&clientLog{j: j})),
+		jetstream.WithHTTPClient(j.httpClient()),
 	}
 	if j.APIKey != "" {
 		opts = append(opts, jetstream.WithAPIKey(j.APIKey))
@@ -350,7 +468,11 @@ func (j *Jetstream2) resyncFromArchive(ctx context.Context, w *Writer, did strin
 // skip counts and logs a bad input; after is the seq of the last event
 // applied before it.
 func (j *Jetstream2) skip(reason string, after int64, err error) {
-	j.skipLog.log(j.Log, "jetstream2", reason, "position", "after seq "+strconv.FormatInt(after, 10), "error", err)
+	pos := "after seq " + strconv.FormatInt(after, 10)
+	if after < 0 {
+		pos = "an archive download"
+	}
+	j.skipLog.log(j.Log, "jetstream2", reason, "position", pos, "error", err)
 	if j.OnSkip != nil {
 		j.OnSkip(reason)
 	}

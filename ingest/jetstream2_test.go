@@ -1,9 +1,15 @@
 package ingest
 
 import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"testing"
 
 	jetstream "github.com/bluesky-social/jetstream"
@@ -100,4 +106,53 @@ func TestJetstream2SegmentFixture(t *testing.T) {
 		t.Fatal("a segment with a flipped byte in its first block decoded")
 	}
 	t.Logf("flipped byte refused: %v", err)
+}
+
+// TestJetstream2CutDownload: an archive download whose connection drops
+// before the end of its body is counted as archive_cut; a whole one, or a
+// request that is not a download, is not.
+func TestJetstream2CutDownload(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		body := bytes.Repeat([]byte("x"), 1<<16)
+		if r.URL.Query().Get("range") != "" {
+			// A range answer whose body ends early but cleanly (a proxy
+			// that closes its chunked answer).
+			rw.Header().Set("Content-Range", fmt.Sprintf("bytes 0-%d/%d", len(body)-1, len(body)))
+			rw.WriteHeader(http.StatusPartialContent)
+			rw.Write(body[:len(body)/2])
+			return
+		}
+		rw.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		if r.URL.Query().Get("cut") == "" {
+			rw.Write(body)
+			return
+		}
+		rw.Write(body[:len(body)/2])
+		rw.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	}))
+	defer srv.Close()
+	var skips []string
+	j := &Jetstream2{OnSkip: func(r string) { skips = append(skips, r) }}
+	for _, c := range []struct {
+		path string
+		cut  bool
+	}{
+		{"/xrpc/network.bsky.jetstream.getSegment?name=a", false},
+		{"/xrpc/network.bsky.jetstream.getSegment?name=a&cut=1", true},
+		{"/xrpc/network.bsky.jetstream.getBlock?segment=a&blockIndex=0&cut=1", true},
+		{"/xrpc/network.bsky.jetstream.getSegment?name=a&range=1", true},
+		{"/xrpc/network.bsky.jetstream.listSegments?cut=1", false},
+	} {
+		before := len(skips)
+		resp, err := j.httpClient().Get(srv.URL + c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if got := len(skips) - before; (got == 1) != c.cut || (c.cut && skips[before] != "archive_cut") {
+			t.Errorf("%s: %d counted (%v), read error %v", c.path, got, skips[before:], err)
+		}
+	}
 }
