@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,6 +135,119 @@ func BenchmarkBackfill(b *testing.B) {
 	}
 }
 
+// BenchmarkBackfillSources: the same simulated network (simserve, seed 4,
+// 1,000 accounts, 100,000 steps, Verifiable, no did:web) backfilled two
+// ways into one leader's write path: "crawl", Eddy's own backfill of every
+// repository from its PDS (listRepos, DID documents, getRepo, CAR decode),
+// and "archive", the Jetstream v2 source reading a real Jetstream v2
+// server's archive of it (the server, bin jetstream-v0.2.0 from `make
+// jetstream` or $EDDY_JETSTREAM_BIN, crawls the network first; its work is
+// not counted). records/cpu-s is the network's records per CPU-second of
+// the benchmark process, from the write path's start until the source's
+// cursor is committed (the archive: at its sealed tip); events/cpu-s, for
+// the archive, every event of it (creates, identity and account events).
+//
+//	go test ./ingest -run '^$' -bench 'BackfillSources' -benchtime 1x -count 3
+func BenchmarkBackfillSources(b *testing.B) {
+	sim := startSimserve(b, 4, 1000, 100_000, "--verifiable", "--web-percent", "-1")
+	b.Run("crawl", func(b *testing.B) {
+		var cpu, wall time.Duration
+		for i := 0; i < b.N; i++ {
+			bf := &Backfill{Relay: sim.Relay, PLC: sim.PLC}
+			c, w := pipelineRun(b, []Source{bf}, func(r *Runner) bool {
+				return Done(r.Config.Node.FSM.Cursor(bf.Name()))
+			})
+			cpu, wall = cpu+c, wall+w
+			checkBackfilled(b, bf, sim.Accounts)
+		}
+		records := float64(sim.Records * b.N)
+		b.ReportMetric(records/cpu.Seconds(), "records/cpu-s")
+		b.ReportMetric(records/wall.Seconds(), "records/s")
+	})
+	b.Run("archive", func(b *testing.B) {
+		js := startJetstreamServer(b, sim.Relay, sim.PLC)
+		var cpu, wall time.Duration
+		for i := 0; i < b.N; i++ {
+			src, err := NewJetstream2(js.url, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c, w := pipelineRun(b, []Source{src}, func(r *Runner) bool {
+				n, _ := strconv.ParseInt(r.Config.Node.FSM.Cursor(src.Name()), 10, 64)
+				return n >= js.tip
+			})
+			cpu, wall = cpu+c, wall+w
+		}
+		b.ReportMetric(float64(sim.Records*b.N)/cpu.Seconds(), "records/cpu-s")
+		b.ReportMetric(float64(sim.Records*b.N)/wall.Seconds(), "records/s")
+		b.ReportMetric(float64(js.tip*int64(b.N))/cpu.Seconds(), "events/cpu-s")
+	})
+}
+
+// jetstreamServerProc is a Jetstream v2 server serving its sealed archive.
+type jetstreamServerProc struct {
+	url string
+	tip int64 // the archive's sealed tip (its last seq)
+}
+
+// startJetstreamServer runs the Jetstream v2 server on the relay and PLC
+// directory given until its archive is sealed; it stops when b ends.
+func startJetstreamServer(b *testing.B, relay, plc string) *jetstreamServerProc {
+	b.Helper()
+	bin := os.Getenv("EDDY_JETSTREAM_BIN")
+	if bin == "" {
+		out, err := exec.Command("go", "env", "GOPATH").Output()
+		if err != nil {
+			b.Fatal(err)
+		}
+		bin = filepath.Join(filepath.SplitList(strings.TrimSpace(string(out)))[0], "bin", "jetstream-v0.2.0")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		b.Fatalf("no Jetstream v2 server (make jetstream builds one): %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := b.TempDir()
+	cmd := exec.Command(bin, "--log-format", "text", "serve", "--addr", addr, "--debug-addr", "",
+		"--data-dir", dir, "--relay-url", relay, "--plc-url", plc, "--shutdown-timeout", "5s")
+	logf, err := os.Create(filepath.Join(dir, "jetstream.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		logf.Close()
+	})
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + addr + "/xrpc/network.bsky.jetstream.listSegments")
+		if err == nil {
+			var out struct {
+				Segments []struct {
+					MaxSeq int64 `json:"maxSeq"`
+				} `json:"segments"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&out)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode == http.StatusOK && len(out.Segments) > 0 {
+				return &jetstreamServerProc{url: "http://" + addr, tip: out.Segments[len(out.Segments)-1].MaxSeq}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	b.Fatal("the Jetstream v2 server sealed no archive within 5 minutes")
+	return nil
+}
+
 // BenchmarkBackfillInProcessSimnet is BenchmarkBackfill with the simulated
 // network served inside the benchmark process, as the figure was first
 // measured: its CPU counts the network's work too.
@@ -179,15 +294,15 @@ type simserveProc struct {
 // startSimserve builds ingest/simnet/simserve into b.TempDir(), starts it
 // and reads the URLs it prints; the process is stopped when b ends (and
 // exits by itself if this process dies: its stdin is a pipe from here).
-func startSimserve(b *testing.B, seed int64, accounts, steps int) *simserveProc {
+func startSimserve(b *testing.B, seed int64, accounts, steps int, extra ...string) *simserveProc {
 	b.Helper()
 	bin := filepath.Join(b.TempDir(), "simserve")
 	build := exec.Command("go", "build", "-o", bin, "github.com/eddy-backlinks/eddy/ingest/simnet/simserve")
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("build simserve: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "--seed", strconv.FormatInt(seed, 10), "--accounts", strconv.Itoa(accounts),
-		"--steps", strconv.Itoa(steps), "--exit-on-stdin-eof")
+	cmd := exec.Command(bin, append([]string{"--seed", strconv.FormatInt(seed, 10), "--accounts", strconv.Itoa(accounts),
+		"--steps", strconv.Itoa(steps), "--exit-on-stdin-eof"}, extra...)...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
