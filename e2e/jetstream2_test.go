@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -558,32 +557,13 @@ func TestJetstream2ResyncFromArchive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readBack := eventsOf(t, lead, "jetstream2")["repo"]
+	m, err := scrapeMetrics(lead.HTTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBack, _ := family(m, "eddy_ingest_events_total", `source="jetstream2"`, `kind="repo"`)
 	t.Logf("%d links compared on %d nodes (%d accounts not crawled left out); %v repositories read back from the archive by the leader", links, len(lc.Nodes), len(notCrawled), readBack)
 	if readBack < 1 {
 		t.Fatal("no account came back active: the test read no repository back")
 	}
-}
-
-// eventsOf scrapes a node's eddy_ingest_events_total by kind for source.
-func eventsOf(t *testing.T, n localNode, source string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + n.HTTP + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	re := regexp.MustCompile(`(?m)^eddy_ingest_events_total\{kind="([^"]*)",source="([^"]*)"\} (\S+)$`)
-	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
-		if m[2] == source {
-			v, _ := strconv.ParseFloat(m[3], 64)
-			out[m[1]] += v
-		}
-	}
-	return out
 }

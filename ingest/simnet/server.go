@@ -230,13 +230,7 @@ func (n *Net) servePDS(i int, rw http.ResponseWriter, r *http.Request) {
 		if _, ok := onPDS(); !ok {
 			return
 		}
-		car, err := n.w.RepoCAR(did)
-		if err != nil {
-			xrpcError(rw, http.StatusBadRequest, err.Error(), repoErrMessage(err, did))
-			return
-		}
-		rw.Header().Set("Content-Type", "application/vnd.ipld.car")
-		rw.Write(car)
+		n.serveRepoCAR(rw, did)
 	case "/xrpc/com.atproto.sync.getLatestCommit":
 		a, ok := onPDS()
 		if !ok {
@@ -371,14 +365,7 @@ func (n *Net) serveRelay(rw http.ResponseWriter, r *http.Request) {
 	case "/xrpc/com.atproto.sync.listHosts":
 		n.serveListHosts(rw, r)
 	case "/xrpc/com.atproto.sync.getRepo":
-		did := r.URL.Query().Get("did")
-		car, err := n.w.RepoCAR(did)
-		if err != nil {
-			xrpcError(rw, http.StatusBadRequest, err.Error(), repoErrMessage(err, did))
-			return
-		}
-		rw.Header().Set("Content-Type", "application/vnd.ipld.car")
-		rw.Write(car)
+		n.serveRepoCAR(rw, r.URL.Query().Get("did"))
 	case "/xrpc/com.atproto.sync.listRepos":
 		n.serveListRepos(rw, r, -1)
 	case "/xrpc/com.atproto.sync.getRepoStatus":
@@ -390,6 +377,18 @@ func (n *Net) serveRelay(rw http.ResponseWriter, r *http.Request) {
 	default:
 		xrpcError(rw, http.StatusNotImplemented, "MethodNotImplemented", "Method Not Implemented")
 	}
+}
+
+// serveRepoCAR answers com.atproto.sync.getRepo: did's repository as a
+// CAR, or the error a PDS gives for it.
+func (n *Net) serveRepoCAR(rw http.ResponseWriter, did string) {
+	car, err := n.w.RepoCAR(did)
+	if err != nil {
+		xrpcError(rw, http.StatusBadRequest, err.Error(), repoErrMessage(err, did))
+		return
+	}
+	rw.Header().Set("Content-Type", "application/vnd.ipld.car")
+	rw.Write(car)
 }
 
 // serveListHosts answers com.atproto.sync.listHosts: one page, one host
