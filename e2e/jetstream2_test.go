@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bluesky-social/jetstream/segment"
 	"github.com/gorilla/websocket"
 
 	"github.com/eddy-backlinks/eddy/ingest/event"
@@ -177,6 +178,31 @@ func (js *jetstreamServer) listSegments() ([]jsSegment, error) {
 	return out.Segments, nil
 }
 
+// segmentBlocks downloads a sealed segment of the server and returns its
+// blocks' places in the file.
+func (js *jetstreamServer) segmentBlocks(t *testing.T, name string) []segment.BlockInfo {
+	t.Helper()
+	resp, err := http.Get("http://" + js.addr + "/xrpc/network.bsky.jetstream.getSegment?name=" + url.QueryEscape(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("getSegment %s: %s, %v", name, resp.Status, err)
+	}
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := segment.Open(segment.ReaderConfig{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	return r.Blocks()
+}
+
 // v1URL is the server's v1 websocket.
 func (js *jetstreamServer) v1URL() string { return "ws://" + js.addr + "/subscribe" }
 
@@ -290,6 +316,9 @@ type jsProxy struct {
 	done  map[string]int
 	seen  int // archive downloads
 	logf  func(format string, args ...any)
+	// flipAt: the segment file offset a "flip" of a getSegment answer
+	// damages (set before the downloads start).
+	flipAt int64
 }
 
 func newJSProxy(t *testing.T, target string) *jsProxy {
@@ -362,15 +391,20 @@ func (p *jsProxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		rw.(http.Flusher).Flush()
 		panic(http.ErrAbortHandler)
 	case "flip":
-		// A byte of the first block's compressed data: past a segment's
-		// 256-byte header and the block's 8-byte length (a getBlock body
-		// is the block's zstd frame alone). Each block is a zstd frame
-		// with a content checksum; the file's own xxh3 covers its
-		// metadata (header, block index, filters), which a replay does
+		// A byte of compressed block data: at p.flipAt in the segment file
+		// (a getSegment body starts at its range's first byte), the middle
+		// of a getBlock body (one block's zstd frame). Each block is a
+		// zstd frame with a content checksum; the file's own xxh3 covers
+		// its metadata (header, block index, filters), which a replay does
 		// not read.
 		off := len(body) / 2
 		if strings.HasSuffix(r.URL.Path, ".getSegment") {
-			off = min(256+8+40, len(body)-1)
+			var first int
+			fmt.Sscanf(r.Header.Get("Range"), "bytes=%d-", &first)
+			off = int(p.flipAt) - first
+			if off < 0 || off >= len(body) {
+				off = len(body) / 2
+			}
 		}
 		if off >= 0 {
 			body = bytes.Clone(body)
@@ -387,21 +421,22 @@ func (p *jsProxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	rw.Write(body)
 }
 
-// TestJetstream2ArchiveThenLive: a three-node cluster whose one source is
-// a real Jetstream v2 server (jetstream2+http://…) backfills from its
-// archive of the simulated network and then follows its live stream. The
-// leader is SIGKILLed once while the archive is being read (the downloads
-// held back by a proxy so the archive phase lasts) and once during the
-// live phase; two archive downloads are damaged: one cut off halfway
-// (counted as archive_cut; the client reads the rest again), one with a
-// byte flipped in a block (the block's checksum refuses it; counted as
-// archive_error, and Eddy plans again from the last event it applied);
-// and the zstd dictionary of the live stream is not one (the client
-// refuses it, counted as client_warning, and follows uncompressed). At the end every node equals the simulated network's model for
+// TestJetstream2ArchiveThenLive: a three-node cluster whose history
+// comes from a real Jetstream v2 server (jetstream2+http://…) backfills
+// from its archive of the simulated network and then follows its live
+// stream. The leader is SIGKILLed once in the middle of the archive (the
+// downloads held back by a proxy so the archive phase lasts; its
+// successor resumes from the committed seq) and once during the live
+// phase; two archive downloads are damaged: one with a byte flipped in a
+// block (the block's checksum refuses it; counted as archive_error, and
+// Eddy plans again from the last event it applied), one cut off halfway
+// (counted as archive_cut; the client fetches it again); and the zstd
+// dictionary of the live stream is not one (the client refuses it,
+// counted as client_warning, and follows uncompressed). At the end every node equals the simulated network's model for
 // every target, and the damaged data was never written.
 func TestJetstream2ArchiveThenLive(t *testing.T) {
 	world := simnet.NewWorld(simnet.Config{Seed: 43, Accounts: 150, Verifiable: true, WebPercent: -1})
-	world.Step(4000) // history: in the server's archive
+	world.Step(10000) // history: in the server's archive (two blocks of its segment)
 	sim, err := simnet.Serve(world)
 	if err != nil {
 		t.Fatal(err)
@@ -413,41 +448,53 @@ func TestJetstream2ArchiveThenLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	tip := segs[len(segs)-1].MaxSeq
+	blocks := js.segmentBlocks(t, segs[0].Name)
+	if len(segs) != 1 || len(blocks) < 2 {
+		t.Fatalf("the archive: %d segments, %d blocks in the first; the test damages the second block of one segment", len(segs), len(blocks))
+	}
 	// Events the archive does not hold yet (the server's active segment):
 	// the live stream delivers them after the cut-over.
 	world.Step(500)
 
 	px := newJSProxy(t, "http://"+js.addr)
-	px.set(1500*time.Millisecond, "truncate", "flip")
+	px.flipAt = int64(blocks[1].Offset) + 8 + 20
+	px.set(1500*time.Millisecond, "flip", "truncate")
 	// Accounts active again are fetched from their PDS (the archive holds
 	// no records of an account that was inactive when the server crawled):
 	// a backfill source that crawls nothing else.
 	resync := "backfill+" + sim.RelayURL() + "?plc=" + url.QueryEscape(sim.PLCURL()) + "&resync_only=true"
 	lc := up(t, "--flush-interval", "300ms", "--source", "jetstream2+"+px.srv.URL, "--source", resync)
 
-	// 1. The archive phase: the first downloads are damaged and held back;
-	// the leader dies while the cursor is still short of the sealed tip.
-	// A body cut off halfway is counted (archive_cut) and the client reads
-	// the rest again (Range, If-Range); a flipped byte fails the block's
-	// zstd checksum, which the client reports: Eddy counts it
-	// (archive_error) and plans again from the last event it applied.
+	// 1. The archive phase, every download held back 1.5 s. The first
+	// download's second block has a byte flipped: its zstd checksum fails,
+	// the client reports it, Eddy counts it (archive_error) with the first
+	// block's events applied, and plans again from the last of them (the
+	// rest of the segment, block by block). The next download is cut off
+	// halfway: counted (archive_cut), the client fetches it again. The
+	// leader dies while that is held back: its committed cursor is inside
+	// the archive, where the next leader resumes.
 	var counted map[string]float64
-	lc.waitFor(t, "two damaged archive downloads, each counted by the leader", time.Minute, func() error {
+	var cursor int64
+	lc.waitFor(t, "a damaged block and a cut download counted by the leader, its cursor inside the archive", time.Minute, func() error {
 		lead, err := lc.leader(nil)
 		if err != nil {
 			return err
 		}
 		counted = skipped(t, lead, "jetstream2")
-		if _, harmed := px.stats(); harmed["flip"] < 1 || counted["archive_cut"] < 1 || counted["archive_error"] < 1 {
-			return fmt.Errorf("damaged so far: %v; counted: %v", harmed, counted)
+		st, err := lc.status(lead)
+		if err != nil {
+			return err
+		}
+		cursor, _ = strconv.ParseInt(st.Cursors["jetstream2"], 10, 64)
+		if counted["archive_cut"] < 1 || counted["archive_error"] < 1 || cursor <= 0 {
+			return fmt.Errorf("counted: %v; committed cursor %d", counted, cursor)
 		}
 		return nil
 	})
 	lead := lc.killLeader(t)
-	st, _ := lc.status(lc.Nodes[0])
-	t.Logf("kill 1 (archive phase, sealed tip %d): SIGKILLed leader %s; committed cursor %q", tip, lead.ID, st.Cursors["jetstream2"])
-	if c, _ := strconv.ParseInt(st.Cursors["jetstream2"], 10, 64); c >= tip {
-		t.Fatalf("the archive phase was over before the kill: cursor %d, sealed tip %d", c, tip)
+	t.Logf("kill 1 (archive phase, sealed tip %d): SIGKILLed leader %s; committed cursor %d", tip, lead.ID, cursor)
+	if cursor >= tip {
+		t.Fatalf("the archive phase was over before the kill: cursor %d, sealed tip %d", cursor, tip)
 	}
 	px.set(0)
 	lc.waitFor(t, "the archive read past its sealed tip", 2*time.Minute, func() error {
