@@ -156,3 +156,39 @@ func TestJetstream2CutDownload(t *testing.T) {
 		}
 	}
 }
+
+// TestNewJetstream2: the source URL names the server (http or https) and
+// optionally the file of an API key; the key comes from that file, else
+// from $EDDY_JETSTREAM_API_KEY, never from the URL itself.
+func TestNewJetstream2(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte("file-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvJetstreamAPIKey, "env-key")
+	for _, c := range []struct {
+		raw, url, key string
+		bad           bool
+	}{
+		{"https://jetstream.example.net", "https://jetstream.example.net", "env-key", false},
+		{"http://127.0.0.1:6008/xrpc/anything", "http://127.0.0.1:6008", "env-key", false},
+		{"https://jetstream.example.net?api_key_file=" + keyFile, "https://jetstream.example.net", "file-key", false},
+		{"https://jetstream.example.net?api_key=secret", "", "", true},
+		{"https://jetstream.example.net?api_key_file=/nonexistent/key", "", "", true},
+		{"wss://jetstream.example.net", "", "", true},
+		{"https://", "", "", true},
+	} {
+		j, err := NewJetstream2(c.raw, nil)
+		if (err != nil) != c.bad {
+			t.Errorf("%s: error %v", c.raw, err)
+			continue
+		}
+		if err == nil && (j.URL != c.url || j.APIKey != c.key) {
+			t.Errorf("%s: url %q key %q; want %q %q", c.raw, j.URL, j.APIKey, c.url, c.key)
+		}
+	}
+	src, err := ParseSource("jetstream2+https://jetstream.example.net", nil)
+	if err != nil || src.Name() != "jetstream2" || src.Live() {
+		t.Fatalf("ParseSource: %v, %v", src, err)
+	}
+}
