@@ -1,7 +1,7 @@
 # Eddy: a backlink index for the AT Protocol network.
 #
 #   make build   builds bin/eddy-node, bin/eddy-ctl and bin/eddy-bench (the storage benchmark, run by eddy-ctl bench)
-#   make test    installs what the tests use (MinIO, systemd-analyze, Chromium, e2e/jsclient's npm packages) if missing, then vets and tests everything
+#   make test    installs what the tests use (MinIO, the Jetstream v2 server, systemd-analyze, Chromium, e2e/jsclient's npm packages) if missing, then vets and tests everything
 #   make race    the race detector on the packages with shared state (.ci/run runs it after make test)
 #   make bench   runs the Go benchmarks (figures go to docs/bench.md by hand, with the command)
 #   make fuzz    runs every fuzz target for FUZZTIME each
