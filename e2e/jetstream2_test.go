@@ -263,7 +263,8 @@ func (js *jetstreamServer) seqOfLast(t *testing.T, world *simnet.World) int64 {
 // the real Jetstream v2 server's v1 /subscribe (the history comes from
 // Eddy's own backfill of the PDSes, as it would with a v1 server), the
 // leader SIGKILLed three times while the world goes on: the consumer
-// commits the server's numeric cursor with its time ("<seq>:<time_us>")
+// commits the server's numeric cursor with its host and time
+// ("<seq>@<host>:<time_us>")
 // and resumes right after it, and every node equals the model at the end.
 func TestJetstreamV1ClientOnV2Server(t *testing.T) {
 	world := simnet.NewWorld(simnet.Config{Seed: 41, Accounts: 150, Verifiable: true, WebPercent: -1})
@@ -295,11 +296,11 @@ func TestJetstreamV1ClientOnV2Server(t *testing.T) {
 	seq := js.seqOfLast(t, world)
 	start := time.Now()
 	lc.waitCaughtUp(t, "backfill done, the v1 stream at the server's last seq, every node serving it", 3*time.Minute,
-		ingestProgress{stream: fmt.Sprintf("%d:", seq)}, nil)
+		ingestProgress{stream: fmt.Sprintf("%d@%s:", seq, js.addr)}, nil)
 	t.Logf("caught up %v after the world stopped, at the server's seq %d", time.Since(start).Round(time.Millisecond), seq)
 	targets, links := lc.assertModel(t, world)
 	t.Logf("%d targets, %d links compared on %d nodes: all equal to the model", targets, links, len(lc.Nodes))
-	fmt.Printf("e2e: Jetstream v1 client on the Jetstream v2 server, 3 leader SIGKILLs: cursor %d:<time_us>, %d links on %d nodes equal to the model\n", seq, links, len(lc.Nodes))
+	fmt.Printf("e2e: Jetstream v1 client on the Jetstream v2 server, 3 leader SIGKILLs: cursor %d@<host>:<time_us>, %d links on %d nodes equal to the model\n", seq, links, len(lc.Nodes))
 }
 
 // jsProxy stands between Eddy and the Jetstream server: it passes
@@ -315,6 +316,9 @@ type jsProxy struct {
 	harm  []string // the next archive downloads' damage, in order: "truncate", "flip"
 	done  map[string]int
 	seen  int // archive downloads
+	// wholeSegs: getSegment requests (a plan from the start of a segment;
+	// a plan from inside one fetches blocks)
+	wholeSegs int
 	logf  func(format string, args ...any)
 	// flipAt: the segment file offset a "flip" of a getSegment answer
 	// damages (set before the downloads start).
@@ -362,6 +366,9 @@ func (p *jsProxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Lock()
 	p.seen++
+	if strings.HasSuffix(r.URL.Path, ".getSegment") {
+		p.wholeSegs++
+	}
 	delay, harm := p.delay, ""
 	if len(p.harm) > 0 {
 		harm, p.harm = p.harm[0], p.harm[1:]
@@ -419,6 +426,14 @@ func (p *jsProxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	rw.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	rw.WriteHeader(rec.Code)
 	rw.Write(body)
+}
+
+// seqOf is the seq of a Jetstream v2 source's cursor ("<seq>@<host>"), 0
+// for none.
+func seqOf(cursor string) int64 {
+	seq, _, _ := strings.Cut(cursor, "@")
+	n, _ := strconv.ParseInt(seq, 10, 64)
+	return n
 }
 
 // TestJetstream2ArchiveThenLive: a three-node cluster whose history
@@ -485,12 +500,15 @@ func TestJetstream2ArchiveThenLive(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		cursor, _ = strconv.ParseInt(st.Cursors["jetstream2"], 10, 64)
+		cursor = seqOf(st.Cursors["jetstream2"])
 		if counted["archive_cut"] < 1 || counted["archive_error"] < 1 || cursor <= 0 {
 			return fmt.Errorf("counted: %v; committed cursor %d", counted, cursor)
 		}
 		return nil
 	})
+	px.mu.Lock()
+	segsBefore := px.wholeSegs
+	px.mu.Unlock()
 	lead := lc.killLeader(t)
 	t.Logf("kill 1 (archive phase, sealed tip %d): SIGKILLed leader %s; committed cursor %d", tip, lead.ID, cursor)
 	if cursor >= tip {
@@ -502,11 +520,20 @@ func TestJetstream2ArchiveThenLive(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if c, _ := strconv.ParseInt(st.Cursors["jetstream2"], 10, 64); c <= tip {
+		if c := seqOf(st.Cursors["jetstream2"]); c <= tip {
 			return fmt.Errorf("cursor %q, sealed tip %d", st.Cursors["jetstream2"], tip)
 		}
 		return nil
 	})
+
+	// The successor resumed inside the segment, from the committed seq:
+	// blocks, not the whole segment again.
+	px.mu.Lock()
+	segsAfter := px.wholeSegs
+	px.mu.Unlock()
+	if segsAfter != segsBefore {
+		t.Fatalf("the successor downloaded the whole segment again (%d getSegment requests, %d before the kill): it did not resume from seq %d", segsAfter, segsBefore, cursor)
+	}
 
 	// 2. The live phase: the world goes on, the leader dies once more.
 	stepDone := make(chan struct{})
@@ -525,7 +552,7 @@ func TestJetstream2ArchiveThenLive(t *testing.T) {
 	seq := js.seqOfLast(t, world)
 	start := time.Now()
 	lc.waitCaughtUp(t, "the Jetstream v2 stream at the server's last seq, every node serving it", 3*time.Minute,
-		ingestProgress{stream: fmt.Sprint(seq)}, nil)
+		ingestProgress{stream: fmt.Sprintf("%d@%s", seq, strings.TrimPrefix(px.srv.URL, "http://"))}, nil)
 	t.Logf("caught up %v after the world stopped, at the server's seq %d", time.Since(start).Round(time.Millisecond), seq)
 	targets, links := lc.assertModel(t, world)
 	downloads, harmed := px.stats()
@@ -572,7 +599,7 @@ func TestJetstream2ResyncFromArchive(t *testing.T) {
 	}
 	seq := js.seqOfLast(t, world)
 	lc.waitCaughtUp(t, "the Jetstream v2 stream at the server's last seq, every node serving it", 3*time.Minute,
-		ingestProgress{stream: fmt.Sprint(seq), noBackfill: true}, nil)
+		ingestProgress{stream: fmt.Sprintf("%d@%s", seq, js.addr), noBackfill: true}, nil)
 
 	crawled := func(ls []string) []string {
 		var out []string

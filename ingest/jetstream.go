@@ -31,8 +31,9 @@ const (
 // (failing over in turn), with zstd-dictionary compression. Its cursor is
 // time_us from a Jetstream v1 server; a Jetstream v2 server also numbers
 // its v1 events ("cursor", its seq), and then the cursor is
-// "<seq>:<time_us>" (jetstreamCursor): the seq to resume exactly at on
-// that server, the time to rewind to on another, whose seqs are its own.
+// "<seq>@<host>:<time_us>" (jetstreamCursor): the seq to resume exactly at
+// on that server, the time to rewind to on another (a failover, or the
+// source's URL changed), whose seqs are its own.
 type Jetstream struct {
 	URLs   []string
 	Log    hclog.Logger
@@ -84,7 +85,7 @@ func (j *Jetstream) watch(h watchHooks) { j.OnSkip, j.OnLag = h.skip, h.lag }
 // report adds its lag (from the committed cursor, a time_us) and the time
 // of the newest event this node read.
 func (j *Jetstream) report(st *SourceStatus, now time.Time) {
-	if us, _, err := parseJetstreamCursor(st.Cursor); err == nil && us > 0 {
+	if us, _, _, err := parseJetstreamCursor(st.Cursor); err == nil && us > 0 {
 		st.setLag(now, time.UnixMicro(us))
 	}
 	st.setLastEvent(&j.last)
@@ -127,12 +128,12 @@ func (j *Jetstream) report(st *SourceStatus, now time.Time) {
 // for the instance it connects to resumes right after it, without a
 // rewind (a new run does when there is one URL).
 func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op, string) error) error {
-	cur, seq, err := parseJetstreamCursor(cursor)
+	cur, seq, host, err := parseJetstreamCursor(cursor)
 	if err != nil {
 		return err
 	}
 	pos := &seqPos{}
-	if seq > 0 && len(j.URLs) == 1 {
+	if seq > 0 && len(j.URLs) == 1 && host == urlHost(j.URLs[0]) {
 		pos.seq, pos.url = seq, j.URLs[0]
 	}
 	seen := newSeenEvents()
@@ -223,29 +224,44 @@ type seqPos struct {
 }
 
 // parseJetstreamCursor reads a committed Jetstream cursor: "<time_us>"
-// (from a v1 server), "<seq>:<time_us>" (from a v2 server), or "".
-func parseJetstreamCursor(c string) (timeUS, seq int64, err error) {
-	s, t, ok := strings.Cut(c, ":")
-	if !ok {
+// (from a v1 server), "<seq>@<host>:<time_us>" (from a v2 server: its seq,
+// and the host that numbered it), or "".
+func parseJetstreamCursor(c string) (timeUS, seq int64, host string, err error) {
+	i := strings.LastIndexByte(c, ':') // a host may have a port
+	if i < 0 {
 		timeUS, err = intCursor("jetstream", c)
-		return timeUS, 0, err
+		return timeUS, 0, "", err
 	}
-	if seq, err = intCursor("jetstream", s); err != nil {
-		return 0, 0, err
+	s, t := c[:i], c[i+1:]
+	n, h, ok := strings.Cut(s, "@")
+	if !ok || h == "" {
+		return 0, 0, "", fmt.Errorf("jetstream: bad cursor %q", c)
+	}
+	if seq, err = intCursor("jetstream", n); err != nil {
+		return 0, 0, "", err
 	}
 	if timeUS, err = intCursor("jetstream", t); err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
-	return timeUS, seq, nil
+	return timeUS, seq, h, nil
 }
 
 // jetstreamCursor is the cursor to commit after an event: time_us, and
-// the server's seq before it when the server numbers its events.
-func jetstreamCursor(timeUS, seq int64) string {
+// before it the server's seq and host when the server numbers its events.
+func jetstreamCursor(timeUS, seq int64, host string) string {
 	if seq > 0 {
-		return strconv.FormatInt(seq, 10) + ":" + strconv.FormatInt(timeUS, 10)
+		return strconv.FormatInt(seq, 10) + "@" + host + ":" + strconv.FormatInt(timeUS, 10)
 	}
 	return strconv.FormatInt(timeUS, 10)
+}
+
+// urlHost is the host[:port] of a URL ("" if it does not parse).
+func urlHost(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Host
 }
 
 func (j *Jetstream) session(ctx context.Context, base string, rewind int64, cur, floor *int64, pos *seqPos, seen *seenEvents, emit func(*event.Op, string) error) error {
@@ -319,7 +335,7 @@ func (j *Jetstream) session(ctx context.Context, base string, rewind int64, cur,
 		if pos.url == base {
 			seq = pos.seq
 		}
-		if err := emit(&op, jetstreamCursor(*cur, seq)); err != nil {
+		if err := emit(&op, jetstreamCursor(*cur, seq, u.Host)); err != nil {
 			return &emitError{err}
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/eddy-backlinks/eddy/ingest/event"
+	"github.com/eddy-backlinks/eddy/link"
 )
 
 // EnvJetstreamAPIKey names the environment variable a Jetstream v2 source
@@ -33,7 +34,8 @@ const EnvJetstreamAPIKey = "EDDY_JETSTREAM_API_KEY"
 // getBlock, each checked against its xxh3 checksum by the client), then
 // its live subscribeEvents stream from the archive's sealed tip, with no
 // gap and no duplicate. Its cursor is the server's seq of the last event
-// applied: a new leader resumes after it, in the archive while it is
+// applied and the server's host ("<seq>@<host>"): a new leader resumes
+// after it, in the archive while it is
 // there, live once past it (the client plans the rest of the archive from
 // there and cuts over at max(sealed tip, cursor)). Seqs are the server's
 // own, so a source follows one server.
@@ -75,6 +77,9 @@ type Jetstream2 struct {
 
 	httpOnce sync.Once
 	http     *http.Client
+	// inactive: the DIDs whose account this run saw go inactive (their
+	// links revoked), which readBack may write again.
+	inactive map[string]bool
 }
 
 // httpClient is the clients' HTTP client: the default transport's
@@ -210,7 +215,7 @@ func NewJetstream2(raw string, log hclog.Logger) (*Jetstream2, error) {
 			return nil, fmt.Errorf("jetstream2 url %q: unknown parameter %q", raw, k)
 		}
 	}
-	return &Jetstream2{URL: u.Scheme + "://" + u.Host, APIKey: key, Log: log}, nil
+	return &Jetstream2{URL: u.Scheme + "://" + u.Host, APIKey: key, Log: log, inactive: map[string]bool{}}, nil
 }
 
 var (
@@ -239,13 +244,30 @@ func (j *Jetstream2) report(st *SourceStatus, now time.Time) {
 // Ingest follows the server into w from cursor (a seq; "": the whole
 // archive) until ctx ends.
 func (j *Jetstream2) Ingest(ctx context.Context, w *Writer, cursor string) error {
-	after, err := intCursor("jetstream2", cursor)
+	seq, host, _ := strings.Cut(cursor, "@")
+	after, err := intCursor("jetstream2", seq)
 	if err != nil {
 		return err
+	}
+	if after > 0 && host != j.host() {
+		// Another server's seq (the source's URL changed): its numbering
+		// says nothing here, and a seq past this server's head would skip
+		// to its tip. Read this server's archive from the start instead:
+		// its events applied in their order give the same index.
+		if j.Log != nil {
+			j.Log.Warn("jetstream2: the committed cursor is another server's seq; reading this server's archive from its start",
+				"cursor", cursor, "url", j.URL)
+		}
+		after = 0
 	}
 	return reconnect(ctx, j.Log, "jetstream2", func(int) (string, error) {
 		return j.URL, j.session(ctx, w, &after)
 	})
+}
+
+// host is the server's host[:port], which the cursor names with its seq.
+func (j *Jetstream2) host() string {
+	return strings.TrimPrefix(strings.TrimPrefix(j.URL, "https://"), "http://")
 }
 
 // clientOptions are the options of every client of this source.
@@ -279,12 +301,26 @@ func (j *Jetstream2) session(ctx context.Context, w *Writer, after *int64) error
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if !errors.Is(err, jetstream.ErrFatal) {
-				// The client would go on past what it could not read:
+			switch {
+			case errors.Is(err, jetstream.ErrFatal):
+				return err
+			case archiveBlockError(err):
+				// A whole block (or segment) could not be read: the client
+				// would go on with the next, past what it could not read;
 				// start again from the last event applied instead.
 				j.skip("archive_error", *after, err)
+				return err
+			case strings.HasPrefix(err.Error(), "jetstream: live tail reconnecting"):
+				// The client reconnects by itself, from its last seq.
+				if j.Log != nil {
+					j.Log.Warn("jetstream2 live stream reconnecting", "after_seq", *after, "error", err)
+				}
+			default:
+				// One event (an archive row, a live frame) that does not
+				// decode: the client has left it out and goes on.
+				j.skip("bad_event", *after, err)
 			}
-			return err
+			continue
 		}
 		for i := range b.Events() {
 			ev := &b.Events()[i]
@@ -300,9 +336,28 @@ func (j *Jetstream2) session(ctx context.Context, w *Writer, after *int64) error
 	return ctx.Err()
 }
 
+// archiveBlockError says whether a client error is a whole block or
+// segment of the archive that could not be downloaded or decoded (the
+// client's own wording, v0.2.0), after which the client would skip the
+// rest of that segment; other recoverable errors are one event it left
+// out, or its live tail reconnecting.
+func archiveBlockError(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{
+		"jetstream: decode block ", "jetstream: read block ", "jetstream: parse segment header ",
+		"jetstream: getBlock ", "jetstream: getSegment ", "jetstream: unknown download mode ",
+		"jetstream: backfill transform panicked",
+	} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // apply writes one event at its seq's cursor.
 func (j *Jetstream2) apply(ctx context.Context, w *Writer, ev *jetstream.Event) error {
-	cursor := strconv.FormatUint(ev.Seq, 10)
+	cursor := strconv.FormatUint(ev.Seq, 10) + "@" + j.host()
 	if ev.TimeUS > 0 {
 		t := time.UnixMicro(ev.TimeUS)
 		j.last.see(t)
@@ -331,14 +386,14 @@ func (j *Jetstream2) apply(ctx context.Context, w *Writer, ev *jetstream.Event) 
 			return nil
 		}
 		if ev.Account.Active && !w.resyncer.Load() {
-			// Its links were revoked when it went inactive (or it never
-			// had any here), and no source fetches repositories from
-			// their PDS: read the repository back from the server.
-			if err := j.resyncFromArchive(ctx, w, ev.DID, ev.Seq); err != nil {
+			if err := j.readBack(ctx, w, ev.DID, ev.Seq); err != nil {
 				return err
 			}
 			w.SetCursor(j.Name(), cursor)
 			return nil
+		}
+		if !ev.Account.Active {
+			j.inactive[ev.DID] = true
 		}
 		// Active: the write path asks the backfill source to fetch the
 		// repository from its PDS (a resync), as for the other streams.
@@ -353,7 +408,51 @@ func (j *Jetstream2) apply(ctx context.Context, w *Writer, ev *jetstream.Event) 
 		w.SetCursor(j.Name(), cursor)
 		return nil
 	}
-	return w.Apply(ctx, j.Name(), cursor, &op)
+	if err := w.Apply(ctx, j.Name(), cursor, &op); err != nil {
+		return &emitError{err} // the write path failed (leadership lost): stop
+	}
+	return nil
+}
+
+// readBackAttempts: tries at reading one repository back before it is
+// given up (counted as resync_failed) and the stream goes on.
+const readBackAttempts = 3
+
+// readBack writes again the repository of did, active again at seq, when
+// no source fetches repositories from their PDS: only for a DID whose
+// account this run saw go inactive (its links revoked here); an account
+// that is new, or went inactive under an earlier leader, is counted as
+// resync_unavailable (a resync_only backfill source covers both). A
+// repository that cannot be read back after readBackAttempts tries is
+// counted as resync_failed; the stream goes on either way.
+func (j *Jetstream2) readBack(ctx context.Context, w *Writer, did string, seq uint64) error {
+	if !link.ValidDID(did) {
+		j.skip("bad_did", int64(seq), fmt.Errorf("account event of %q", did))
+		return nil
+	}
+	if !j.inactive[did] {
+		if j.OnSkip != nil {
+			j.OnSkip("resync_unavailable")
+		}
+		return nil
+	}
+	for attempt := 1; ; attempt++ {
+		err := j.resyncFromArchive(ctx, w, did, seq)
+		var fatal *emitError
+		switch {
+		case err == nil:
+			delete(j.inactive, did)
+			return nil
+		case errors.As(err, &fatal) || ctx.Err() != nil:
+			return err // the write path failed, or this term ended
+		case attempt == readBackAttempts:
+			j.skip("resync_failed", int64(seq), fmt.Errorf("%s: %w", did, err))
+			return nil
+		}
+		if err := sleepCtx(ctx, time.Duration(attempt)*retryBackoff.Min); err != nil {
+			return err
+		}
+	}
 }
 
 // commitOp fills op from a commit: its action, path, rev and record
@@ -400,13 +499,13 @@ const resyncTimeout = 2 * time.Minute
 func (j *Jetstream2) resyncFromArchive(ctx context.Context, w *Writer, did string, upTo uint64) error {
 	stamp, err := w.ReserveStamp(ctx)
 	if err != nil {
-		return err
+		return &emitError{err}
 	}
 	rctx, cancel := context.WithTimeout(ctx, resyncTimeout)
 	defer cancel()
 	c, err := jetstream.Subscribe(j.URL, j.clientOptions(jetstream.WithDIDs([]string{did}), jetstream.WithAfterSeq(0))...)
 	if err != nil {
-		return &emitError{fmt.Errorf("jetstream2: %w", err)}
+		return fmt.Errorf("jetstream2: %w", err)
 	}
 	defer c.Close()
 	records := map[string]event.Op{}
@@ -462,7 +561,10 @@ func (j *Jetstream2) resyncFromArchive(ctx context.Context, w *Writer, did strin
 	if ops == nil {
 		ops = []event.Op{} // an empty repository, not a gone one
 	}
-	return w.ApplyRepo(ctx, j.Name(), did, stamp, ops)
+	if err := w.ApplyRepo(ctx, j.Name(), did, stamp, ops); err != nil {
+		return &emitError{err}
+	}
+	return nil
 }
 
 // skip counts and logs a bad input; after is the seq of the last event

@@ -227,29 +227,31 @@ func contains(s []int64, v int64) bool {
 }
 
 // TestJetstreamCursorForms: the committed cursor is time_us from a v1
-// server and "<seq>:<time_us>" from a v2 server; both read back, and a
-// malformed one is an error.
+// server and "<seq>@<host>:<time_us>" from a v2 server; both read back,
+// and a malformed one is an error.
 func TestJetstreamCursorForms(t *testing.T) {
 	for _, c := range []struct {
 		in        string
 		us, seq   int64
+		host      string
 		bad       bool
 		formatted string
 	}{
-		{"", 0, 0, false, "0"},
-		{"1779719009132431", 1779719009132431, 0, false, "1779719009132431"},
-		{"5541:1779719009132431", 1779719009132431, 5541, false, "5541:1779719009132431"},
-		{"x:1", 0, 0, true, ""},
-		{"1:y", 0, 0, true, ""},
-		{"-3", 0, 0, true, ""},
+		{"", 0, 0, "", false, "0"},
+		{"1779719009132431", 1779719009132431, 0, "", false, "1779719009132431"},
+		{"5541@js.example:6008:1779719009132431", 1779719009132431, 5541, "js.example:6008", false, "5541@js.example:6008:1779719009132431"},
+		{"5541:1779719009132431", 0, 0, "", true, ""},
+		{"x@h:1", 0, 0, "", true, ""},
+		{"1@h:y", 0, 0, "", true, ""},
+		{"-3", 0, 0, "", true, ""},
 	} {
-		us, seq, err := parseJetstreamCursor(c.in)
-		if (err != nil) != c.bad || us != c.us || seq != c.seq {
-			t.Errorf("%q: %d, %d, %v", c.in, us, seq, err)
+		us, seq, host, err := parseJetstreamCursor(c.in)
+		if (err != nil) != c.bad || us != c.us || seq != c.seq || host != c.host {
+			t.Errorf("%q: %d, %d, %q, %v", c.in, us, seq, host, err)
 			continue
 		}
-		if !c.bad && jetstreamCursor(us, seq) != c.formatted {
-			t.Errorf("%q formats as %q", c.in, jetstreamCursor(us, seq))
+		if !c.bad && jetstreamCursor(us, seq, host) != c.formatted {
+			t.Errorf("%q formats as %q", c.in, jetstreamCursor(us, seq, host))
 		}
 	}
 }

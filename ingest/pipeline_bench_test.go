@@ -173,7 +173,8 @@ func BenchmarkBackfillSources(b *testing.B) {
 				b.Fatal(err)
 			}
 			c, w := pipelineRun(b, []Source{src}, func(r *Runner) bool {
-				n, _ := strconv.ParseInt(r.Config.Node.FSM.Cursor(src.Name()), 10, 64)
+				seq, _, _ := strings.Cut(r.Config.Node.FSM.Cursor(src.Name()), "@")
+				n, _ := strconv.ParseInt(seq, 10, 64)
 				return n >= js.tip
 			})
 			cpu, wall = cpu+c, wall+w
