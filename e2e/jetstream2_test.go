@@ -319,7 +319,7 @@ type jsProxy struct {
 	// wholeSegs: getSegment requests (a plan from the start of a segment;
 	// a plan from inside one fetches blocks)
 	wholeSegs int
-	logf  func(format string, args ...any)
+	logf      func(format string, args ...any)
 	// flipAt: the segment file offset a "flip" of a getSegment answer
 	// damages (set before the downloads start).
 	flipAt int64
