@@ -29,6 +29,10 @@ type jsServer struct {
 	cutConns int
 	cursors  []int64
 	maxSent  []int64 // per connection, the latest time_us it sent
+	// seqs: the server numbers its events as a Jetstream v2 server's v1
+	// endpoint does ("cursor": position from 1) and reads a cursor below
+	// 1e15 as such a seq (inclusive).
+	seqs bool
 }
 
 func newJSServer(t *testing.T, times []int64, offset int64, cut int) *jsServer {
@@ -54,15 +58,23 @@ func newJSServer(t *testing.T, times []int64, offset int64, cut int) *jsServer {
 		}
 		s.mu.Unlock()
 		sent := 0
-		for _, seq := range s.times {
+		for i, seq := range s.times {
 			tu := seq + s.offset
-			if tu < cur {
+			if s.seqs && cur > 0 && cur < 1e15 {
+				if int64(i+1) < cur {
+					continue
+				}
+			} else if tu < cur {
 				continue
 			}
 			if cut > 0 && sent == cut {
 				return // the connection drops
 			}
-			msg := fmt.Sprintf(`{"did":"did:plc:%024d","time_us":%d,"kind":"account","account":{"active":true,"did":"did:plc:%024d","seq":%d,"time":"2026-01-01T00:00:00Z"}}`, seq, tu, seq, seq)
+			number := ""
+			if s.seqs {
+				number = fmt.Sprintf(`"cursor":%d,`, i+1)
+			}
+			msg := fmt.Sprintf(`{"did":"did:plc:%024d","time_us":%d,%s"kind":"account","account":{"active":true,"did":"did:plc:%024d","seq":%d,"time":"2026-01-01T00:00:00Z"}}`, seq, tu, number, seq, seq)
 			if c.WriteMessage(websocket.TextMessage, []byte(msg)) != nil {
 				return
 			}
@@ -252,6 +264,69 @@ func TestJetstreamCursorForms(t *testing.T) {
 		}
 		if !c.bad && jetstreamCursor(us, seq, host) != c.formatted {
 			t.Errorf("%q formats as %q", c.in, jetstreamCursor(us, seq, host))
+		}
+	}
+}
+
+// A Jetstream v2 server's v1 endpoint numbers its events: the consumer
+// commits "<seq>@<host>:<time_us>", each reconnect asks for the seq after
+// the last event applied (no rewind, nothing twice), and a new run resumes
+// after the committed seq on the same host, by time on another.
+func TestJetstreamV2SeqResume(t *testing.T) {
+	times := make([]int64, 12)
+	for i := range times {
+		times[i] = 1_780_000_000_000_000 + int64(i)*1000
+	}
+	srv := newJSServer(t, times, 0, 3)
+	srv.seqs = true
+	j, err := NewJetstream([]string{srv.url()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var got []int64
+	var last string
+	j.Run(ctx, "", func(op *event.Op, c string) error {
+		got = append(got, op.RelaySeq)
+		last = c
+		if len(got) == len(times) {
+			cancel()
+		}
+		return nil
+	})
+	if !slices.Equal(got, times) {
+		t.Fatalf("emitted %v, want every event once in order", got)
+	}
+	host := strings.TrimPrefix(srv.URL, "http://")
+	if want := fmt.Sprintf("12@%s:%d", host, times[11]); last != want {
+		t.Fatalf("last cursor %q, want %q", last, want)
+	}
+	srv.mu.Lock()
+	asked := slices.Clone(srv.cursors)
+	srv.mu.Unlock()
+	if want := []int64{-1, 4, 7, 10}; !slices.Equal(asked, want) {
+		t.Fatalf("connections asked %v, want %v (each the seq after the last applied)", asked, want)
+	}
+
+	// A new run: after the committed seq on the same host; by time (the
+	// committed time_us, inclusive) when the cursor names another host.
+	for _, c := range []struct {
+		cursor string
+		asked  int64
+	}{
+		{fmt.Sprintf("5@%s:%d", host, times[4]), 6},
+		{fmt.Sprintf("5@elsewhere.example:%d", times[4]), times[4]},
+	} {
+		srv.mu.Lock()
+		srv.cursors, srv.maxSent = nil, nil
+		srv.mu.Unlock()
+		follow(t, j, c.cursor, 1)
+		srv.mu.Lock()
+		first := srv.cursors[0]
+		srv.mu.Unlock()
+		if first != c.asked {
+			t.Errorf("a new run from %q asked cursor %d, want %d", c.cursor, first, c.asked)
 		}
 	}
 }
