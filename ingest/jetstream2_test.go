@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -190,5 +191,26 @@ func TestNewJetstream2(t *testing.T) {
 	src, err := ParseSource("jetstream2+https://jetstream.example.net", nil)
 	if err != nil || src.Name() != "jetstream2" || src.Live() {
 		t.Fatalf("ParseSource: %v, %v", src, err)
+	}
+}
+
+// TestArchiveBlockError: the client's errors for a whole block or
+// segment it could not read (the session stops and plans again) are told
+// from one event it left out and its live tail reconnecting (the stream
+// goes on), by the client's own wording.
+func TestArchiveBlockError(t *testing.T) {
+	for msg, block := range map[string]bool{
+		`jetstream: decode block 1 of "seg_0000000000.jss": segment: zstd decompress: corrupt input`: true,
+		`jetstream: read block 2 of "seg_0000000001.jss": unexpected EOF`:                            true,
+		`jetstream: parse segment header "seg_0000000000.jss": bad magic`:                            true,
+		`jetstream: getBlock 3 of "seg_0000000000.jss": 500 Internal Server Error`:                   true,
+		`jetstream: getSegment "seg_0000000000.jss": context deadline exceeded`:                      true,
+		`jetstream: live tail reconnecting: read: connection reset by peer`:                          false,
+		`jetstream: decode live frame: record: invalid JSON`:                                         false,
+		`segment: decode row 7: cbor: unexpected end`:                                                false,
+	} {
+		if got := archiveBlockError(errors.New(msg)); got != block {
+			t.Errorf("%s: block error %v, want %v", msg, got, block)
+		}
 	}
 }
