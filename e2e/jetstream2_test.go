@@ -555,6 +555,30 @@ func TestJetstream2ArchiveThenLive(t *testing.T) {
 		ingestProgress{stream: fmt.Sprintf("%d@%s", seq, strings.TrimPrefix(px.srv.URL, "http://"))}, nil)
 	t.Logf("caught up %v after the world stopped, at the server's seq %d", time.Since(start).Round(time.Millisecond), seq)
 	targets, links := lc.assertModel(t, world)
+
+	// The same world through the relay: one node on its firehose and a
+	// backfill of every repository (which starts once the firehose has
+	// committed a position: the world takes a few more steps), then every
+	// target answers the same links on it as on the Jetstream v2 cluster.
+	backfill := "backfill+" + sim.RelayURL() + "?plc=" + url.QueryEscape(sim.PLCURL())
+	relay := up(t, "--nodes", "1", "--flush-interval", "300ms", "--source", "firehose+"+sim.FirehoseURL(), "--source", backfill)
+	time.Sleep(time.Second)
+	world.Step(30)
+	seq = js.seqOfLast(t, world)
+	lc.waitCaughtUp(t, "the Jetstream v2 cluster at the server's last seq again", time.Minute,
+		ingestProgress{stream: fmt.Sprintf("%d@%s", seq, strings.TrimPrefix(px.srv.URL, "http://"))}, nil)
+	relay.waitCaughtUp(t, "the relay-fed node: backfill done, the firehose at the relay's last seq", 3*time.Minute,
+		ingestProgress{stream: fmt.Sprint(world.LastSeq())}, nil)
+	lc.assertModel(t, world)
+	same := 0
+	for target := range world.LiveLinks() {
+		a, b := nodeLinks(t, relay.Nodes[0], target), nodeLinks(t, lc.Nodes[0], target)
+		if !slices.Equal(a, b) {
+			t.Fatalf("target %s: %d links through the relay, %d through Jetstream v2\n relay %v\n jetstream2 %v", target, len(a), len(b), a, b)
+		}
+		same += len(a)
+	}
+	t.Logf("the same world through the relay's firehose and a backfill: %d links, equal on every target", same)
 	downloads, harmed := px.stats()
 	lead, err = lc.leader(nil)
 	if err != nil {
