@@ -393,6 +393,9 @@ func (j *Jetstream2) apply(ctx context.Context, w *Writer, ev *jetstream.Event) 
 			return nil
 		}
 		if !ev.Account.Active {
+			if j.inactive == nil {
+				j.inactive = map[string]bool{}
+			}
 			j.inactive[ev.DID] = true
 		}
 		// Active: the write path asks the backfill source to fetch the
