@@ -57,7 +57,7 @@ func (w *World) RepoCAR(did string) ([]byte, error) {
 	}
 	out := carHeader(a.head)
 	out = append(make([]byte, 0, size+len(out)), out...)
-	out = appendBlock(out, a.head, a.commit)
+	out = appendBlock(out, a.head, signedOrDerived(a.commit, a.did, a.data, a.rev))
 	var recs []*version
 	seen := make(map[dagCID]bool, len(a.list))
 	a.tree.walk(func(c dagCID, block []byte) {

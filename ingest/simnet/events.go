@@ -41,7 +41,7 @@ type simEvent struct {
 	rev, since     string
 	data, prevData dagCID
 	ops            []simOp
-	commit         []byte // the signed commit block
+	commit         []byte // the signed commit block (Verifiable worlds; else derived: signedOrDerived)
 	proof          []byte // CAR blocks of the MST nodes that prove the ops (mstTree.appendProof)
 
 	// #identity
@@ -145,9 +145,10 @@ func (ev *simEvent) frame() []byte {
 	switch ev.kind {
 	case evCommit:
 		buf.Write(frameHeader("#commit"))
-		head := sumCID(ev.commit)
+		cb := signedOrDerived(ev.commit, ev.did, ev.data, ev.rev)
+		head := sumCID(cb)
 		blocks := carHeader(head)
-		blocks = appendBlock(blocks, head, ev.commit)
+		blocks = appendBlock(blocks, head, cb)
 		blocks = append(blocks, ev.proof...)
 		ops := make([]*comatproto.SyncSubscribeRepos_RepoOp, len(ev.ops))
 		seen := make(map[dagCID]bool, len(ev.ops))

@@ -175,7 +175,7 @@ type account struct {
 	rev     string
 	data    dagCID // MST root of the latest commit
 	head    dagCID // latest commit
-	commit  []byte // latest commit's signed block
+	commit  []byte // latest commit's signed block (Verifiable worlds; else derived: signedOrDerived)
 
 	lists    []ref // own app.bsky.graph.list records (ever created)
 	lastPost int   // index in World.posts of the latest own post, -1 if none
@@ -284,8 +284,7 @@ func (w *World) createAccount(i int) {
 	// created; the firehose does not carry it (it has no ops).
 	a.data = emptyMSTRoot
 	a.rev = w.tid(a)
-	a.commit = commitBlock(w.signer(a), a.did, a.data, a.rev)
-	a.head = sumCID(a.commit)
+	w.setHead(a, nil)
 	w.accounts = append(w.accounts, a)
 	w.byDID[a.did] = a
 	w.appendEvent(&simEvent{kind: evIdentity, did: a.did, handle: a.handle})
