@@ -266,9 +266,7 @@ func (j *Jetstream2) Ingest(ctx context.Context, w *Writer, cursor string) error
 }
 
 // host is the server's host[:port], which the cursor names with its seq.
-func (j *Jetstream2) host() string {
-	return strings.TrimPrefix(strings.TrimPrefix(j.URL, "https://"), "http://")
-}
+func (j *Jetstream2) host() string { return urlHost(j.URL) }
 
 // clientOptions are the options of every client of this source.
 func (j *Jetstream2) clientOptions(extra ...jetstream.Option) []jetstream.Option {
@@ -392,7 +390,7 @@ func (j *Jetstream2) apply(ctx context.Context, w *Writer, ev *jetstream.Event) 
 			w.SetCursor(j.Name(), cursor)
 			return nil
 		}
-		if !ev.Account.Active {
+		if !ev.Account.Active && len(j.inactive) < inactiveMax {
 			if j.inactive == nil {
 				j.inactive = map[string]bool{}
 			}
@@ -420,6 +418,11 @@ func (j *Jetstream2) apply(ctx context.Context, w *Writer, ev *jetstream.Event) 
 // readBackAttempts: tries at reading one repository back before it is
 // given up (counted as resync_failed) and the stream goes on.
 const readBackAttempts = 3
+
+// inactiveMax bounds the DIDs a run remembers as gone inactive (about
+// 100 bytes each: 20 MB); past it, a reactivation of one it did not note
+// is counted as resync_unavailable, as after a leader change.
+const inactiveMax = 200_000
 
 // readBack writes again the repository of did, active again at seq, when
 // no source fetches repositories from their PDS: only for a DID whose
