@@ -154,6 +154,10 @@ type ingestProgress struct {
 	// noBackfill: the cluster has no backfill source (waitCaughtUp then
 	// does not wait for one to finish).
 	noBackfill bool
+	// streamPrefix, when set, is what the stream cursor must start with
+	// instead of equalling stream (a Jetstream v2 server's v1 cursor,
+	// "<seq>@<host>:<time_us>", whose time the test does not know).
+	streamPrefix string
 }
 
 func progressOf(st cluster.NodeStatus) ingestProgress {
@@ -173,14 +177,13 @@ func progressOf(st cluster.NodeStatus) ingestProgress {
 	return p
 }
 
-// streamAt says whether a stream cursor is at want: equal to it, or for a
-// want ending in ":" (a Jetstream v2 server's seq, "<seq>:"), starting
-// with it.
-func streamAt(cursor, want string) bool {
-	if strings.HasSuffix(want, ":") {
-		return strings.HasPrefix(cursor, want)
+// streamAt says whether a stream cursor is where want says: starting with
+// streamPrefix when it is set, else equal to stream.
+func (want ingestProgress) streamAt(cursor string) bool {
+	if want.streamPrefix != "" {
+		return strings.HasPrefix(cursor, want.streamPrefix)
 	}
-	return cursor == want
+	return cursor == want.stream
 }
 
 // waitCaughtUp waits until every node reports the backfill done, the
@@ -198,7 +201,7 @@ func (lc *localCluster) waitCaughtUp(t *testing.T, what string, timeout time.Dur
 				return err
 			}
 			p := progressOf(st)
-			if (!want.noBackfill && !strings.HasPrefix(p.backfill, "eof:")) || !streamAt(p.stream, want.stream) || (want.plc != "" && p.plc != want.plc) || p.resyncs > 0 {
+			if (!want.noBackfill && !strings.HasPrefix(p.backfill, "eof:")) || !want.streamAt(p.stream) || (want.plc != "" && p.plc != want.plc) || p.resyncs > 0 {
 				return fmt.Errorf("%s: backfill %q, stream %q of %s, plc %q of %q, %d resyncs pending", n.ID, p.backfill, p.stream, want.stream, p.plc, want.plc, p.resyncs)
 			}
 			if st.ViewGeneration != st.Generation || (i > 0 && st.Generation != gen) {

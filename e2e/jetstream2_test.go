@@ -296,7 +296,7 @@ func TestJetstreamV1ClientOnV2Server(t *testing.T) {
 	seq := js.seqOfLast(t, world)
 	start := time.Now()
 	lc.waitCaughtUp(t, "backfill done, the v1 stream at the server's last seq, every node serving it", 3*time.Minute,
-		ingestProgress{stream: fmt.Sprintf("%d@%s:", seq, js.addr)}, nil)
+		ingestProgress{streamPrefix: fmt.Sprintf("%d@%s:", seq, js.addr)}, nil)
 	t.Logf("caught up %v after the world stopped, at the server's seq %d", time.Since(start).Round(time.Millisecond), seq)
 	targets, links := lc.assertModel(t, world)
 	t.Logf("%d targets, %d links compared on %d nodes: all equal to the model", targets, links, len(lc.Nodes))
