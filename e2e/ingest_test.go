@@ -74,21 +74,8 @@ func ingestWithKills(t *testing.T, kind string) {
 	lc := up(t, "--flush-interval", "300ms", "--source", stream, "--source", backfill)
 
 	// The world goes on; the leader is killed three times meanwhile.
-	r := rand.New(rand.NewPCG(3, 4))
-	stepDone := make(chan struct{})
-	go func() {
-		defer close(stepDone)
-		live := steps - steps/2
-		for i := 0; i < 20; i++ {
-			world.Step(live / 20)
-			time.Sleep(150 * time.Millisecond)
-		}
-	}()
-	for k := 0; k < 3; k++ {
-		time.Sleep(time.Duration(500+r.IntN(1500)) * time.Millisecond)
-		lead := lc.killLeader(t)
-		t.Logf("kill %d: SIGKILLed leader %s (restarted)", k+1, lead.ID)
-	}
+	stepDone := stepInBackground(world, 20, (steps-steps/2)/20, 150*time.Millisecond)
+	lc.killLeaders(t, rand.New(rand.NewPCG(3, 4)), 3)
 	<-stepDone
 	wantStream := fmt.Sprint(world.LastTimeUS())
 	if kind == "firehose" {
@@ -142,6 +129,31 @@ func ingestWithKills(t *testing.T, kind string) {
 
 	targets, links := lc.assertModel(t, world)
 	t.Logf("%s: %d accounts, %d targets, %d links compared on %d nodes: all equal to the model", kind, accounts, targets, links, len(lc.Nodes))
+}
+
+// stepInBackground makes the world take rounds of steps, a pause after
+// each, on a goroutine; the channel closes when it is done.
+func stepInBackground(world *simnet.World, rounds, steps int, pause time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range rounds {
+			world.Step(steps)
+			time.Sleep(pause)
+		}
+	}()
+	return done
+}
+
+// killLeaders SIGKILLs the leader n times (each restarted), 0.5-2 s apart
+// as r draws.
+func (lc *localCluster) killLeaders(t *testing.T, r *rand.Rand, n int) {
+	t.Helper()
+	for k := 0; k < n; k++ {
+		time.Sleep(time.Duration(500+r.IntN(1500)) * time.Millisecond)
+		lead := lc.killLeader(t)
+		t.Logf("kill %d: SIGKILLed leader %s (restarted)", k+1, lead.ID)
+	}
 }
 
 // ingestProgress is what a node's status says of ingest: the backfill's

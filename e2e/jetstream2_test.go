@@ -3,24 +3,20 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,160 +25,25 @@ import (
 
 	"github.com/eddy-backlinks/eddy/ingest/event"
 	"github.com/eddy-backlinks/eddy/ingest/simnet"
+	"github.com/eddy-backlinks/eddy/internal/jetstreamtest"
 )
 
-// The real Jetstream v2 server (github.com/bluesky-social/jetstream
-// v0.2.0, cmd/jetstream; `make jetstream`, scripts/install-jetstream.sh)
-// run against the simulated network: it crawls every repository through
-// the relay (listHosts, listRepos, getRepo) into its archive, seals it,
-// then follows the relay's firehose, verifying every commit (Sync 1.1:
-// signatures against the DID documents, MST proofs), so the world must be
-// simnet.Config.Verifiable, and without did:web (the server resolves
-// did:web over https at the host itself).
+// jetstreamServer is a running Jetstream v2 server (internal/jetstreamtest)
+// with what these tests ask of it besides.
+type jetstreamServer struct{ *jetstreamtest.Server }
 
-const (
-	envJetstreamBin     = "EDDY_JETSTREAM_BIN"
-	envRequireJetstream = "EDDY_REQUIRE_JETSTREAM"
-)
-
-// jetstreamServer is a running Jetstream v2 server.
-type jetstreamServer struct {
-	addr string // 127.0.0.1:port: /subscribe, /xrpc/network.bsky.jetstream.*
-	log  string // its log file
-}
-
-// jetstreamBinary finds the server: $EDDY_JETSTREAM_BIN, else
-// GOPATH/bin/jetstream-v0.2.0. Missing, it skips the test, or fails it
-// under make test (EDDY_REQUIRE_JETSTREAM=1) or CI.
-func jetstreamBinary(t *testing.T) string {
-	t.Helper()
-	p := os.Getenv(envJetstreamBin)
-	if p == "" {
-		out, err := exec.Command("go", "env", "GOPATH").Output()
-		if err == nil {
-			p = filepath.Join(filepath.SplitList(strings.TrimSpace(string(out)))[0], "bin", "jetstream-v0.2.0")
-		}
-	}
-	if st, err := os.Stat(p); err != nil || st.IsDir() {
-		msg := fmt.Sprintf("no Jetstream v2 server at %q (make jetstream builds one)", p)
-		if os.Getenv(envRequireJetstream) == "1" || os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return p
-}
-
-// startJetstream starts a Jetstream v2 server on the simulated network's
-// relay and PLC directory and waits until it has crawled every repository
-// and sealed its archive (its archive endpoints answer once it follows
-// the live stream). It stops at the end of the test.
+// startJetstream runs the server on the simulated network's relay and PLC
+// directory until its archive is sealed.
 func startJetstream(t *testing.T, sim *simnet.Net) *jetstreamServer {
 	t.Helper()
-	bin := jetstreamBinary(t)
-	dir := t.TempDir()
-	addr, debug := freeAddr(t), freeAddr(t)
-	logPath := filepath.Join(dir, "jetstream.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--log-format", "text", "serve",
-		"--addr", addr, "--debug-addr", debug, "--data-dir", filepath.Join(dir, "data"),
-		"--relay-url", sim.RelayURL(), "--plc-url", sim.PLCURL(), "--shutdown-timeout", "5s")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = jetstreamEnv()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	js := &jetstreamServer{addr: addr, log: logPath}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			if len(b) > 8000 {
-				b = b[len(b)-8000:]
-			}
-			t.Logf("--- jetstream log tail:\n%s", b)
-		}
-	})
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		segs, err := js.listSegments()
-		if err == nil && len(segs) > 0 {
-			return js
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(logPath)
-			t.Fatalf("jetstream not serving its archive after 2 minutes (%v):\n%s", err, b)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// jetstreamEnv is the environment without JETSTREAM_* variables: the
-// server refuses to start with one it does not know.
-func jetstreamEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "JETSTREAM_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-type jsSegment struct {
-	Name       string `json:"name"`
-	EventCount int64  `json:"eventCount"`
-	MinSeq     int64  `json:"minSeq"`
-	MaxSeq     int64  `json:"maxSeq"`
-}
-
-// listSegments lists the server's sealed archive segments.
-func (js *jetstreamServer) listSegments() ([]jsSegment, error) {
-	resp, err := http.Get("http://" + js.addr + "/xrpc/network.bsky.jetstream.listSegments")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("listSegments: %s: %s", resp.Status, b)
-	}
-	var out struct {
-		Segments []jsSegment `json:"segments"`
-	}
-	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, err
-	}
-	return out.Segments, nil
+	return &jetstreamServer{jetstreamtest.Start(t, sim.RelayURL(), sim.PLCURL())}
 }
 
 // segmentBlocks downloads a sealed segment of the server and returns its
 // blocks' places in the file.
 func (js *jetstreamServer) segmentBlocks(t *testing.T, name string) []segment.BlockInfo {
 	t.Helper()
-	resp, err := http.Get("http://" + js.addr + "/xrpc/network.bsky.jetstream.getSegment?name=" + url.QueryEscape(name))
+	resp, err := http.Get("http://" + js.Addr + "/xrpc/network.bsky.jetstream.getSegment?name=" + url.QueryEscape(name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +65,7 @@ func (js *jetstreamServer) segmentBlocks(t *testing.T, name string) []segment.Bl
 }
 
 // v1URL is the server's v1 websocket.
-func (js *jetstreamServer) v1URL() string { return "ws://" + js.addr + "/subscribe" }
+func (js *jetstreamServer) v1URL() string { return "ws://" + js.Addr + "/subscribe" }
 
 // seqOfLast reads the server's v1 stream from its first event until the
 // one that carries the world's last event, then on while more come within
@@ -278,25 +139,13 @@ func TestJetstreamV1ClientOnV2Server(t *testing.T) {
 	backfill := "backfill+" + sim.RelayURL() + "?plc=" + url.QueryEscape(sim.PLCURL())
 	lc := up(t, "--flush-interval", "300ms", "--source", "jetstream+"+js.v1URL(), "--source", backfill)
 
-	r := rand.New(rand.NewPCG(5, 6))
-	stepDone := make(chan struct{})
-	go func() {
-		defer close(stepDone)
-		for i := 0; i < 20; i++ {
-			world.Step(150)
-			time.Sleep(150 * time.Millisecond)
-		}
-	}()
-	for k := 0; k < 3; k++ {
-		time.Sleep(time.Duration(500+r.IntN(1500)) * time.Millisecond)
-		lead := lc.killLeader(t)
-		t.Logf("kill %d: SIGKILLed leader %s (restarted)", k+1, lead.ID)
-	}
+	stepDone := stepInBackground(world, 20, 150, 150*time.Millisecond)
+	lc.killLeaders(t, rand.New(rand.NewPCG(5, 6)), 3)
 	<-stepDone
 	seq := js.seqOfLast(t, world)
 	start := time.Now()
 	lc.waitCaughtUp(t, "backfill done, the v1 stream at the server's last seq, every node serving it", 3*time.Minute,
-		ingestProgress{streamPrefix: fmt.Sprintf("%d@%s:", seq, js.addr)}, nil)
+		ingestProgress{streamPrefix: fmt.Sprintf("%d@%s:", seq, js.Addr)}, nil)
 	t.Logf("caught up %v after the world stopped, at the server's seq %d", time.Since(start).Round(time.Millisecond), seq)
 	targets, links := lc.assertModel(t, world)
 	t.Logf("%d targets, %d links compared on %d nodes: all equal to the model", targets, links, len(lc.Nodes))
@@ -458,7 +307,7 @@ func TestJetstream2ArchiveThenLive(t *testing.T) {
 	}
 	defer sim.Close()
 	js := startJetstream(t, sim)
-	segs, err := js.listSegments()
+	segs, err := js.ListSegments()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +320,7 @@ func TestJetstream2ArchiveThenLive(t *testing.T) {
 	// the live stream delivers them after the cut-over.
 	world.Step(500)
 
-	px := newJSProxy(t, "http://"+js.addr)
+	px := newJSProxy(t, "http://"+js.Addr)
 	px.flipAt = int64(blocks[1].Offset) + 8 + 20
 	px.set(1500*time.Millisecond, "flip", "truncate")
 	// Accounts active again are fetched from their PDS (the archive holds
@@ -536,14 +385,7 @@ func TestJetstream2ArchiveThenLive(t *testing.T) {
 	}
 
 	// 2. The live phase: the world goes on, the leader dies once more.
-	stepDone := make(chan struct{})
-	go func() {
-		defer close(stepDone)
-		for i := 0; i < 20; i++ {
-			world.Step(100)
-			time.Sleep(150 * time.Millisecond)
-		}
-	}()
+	stepDone := stepInBackground(world, 20, 100, 150*time.Millisecond)
 	time.Sleep(1200 * time.Millisecond)
 	lead = lc.killLeader(t)
 	t.Logf("kill 2 (live phase): SIGKILLed leader %s (restarted)", lead.ID)
@@ -616,14 +458,11 @@ func TestJetstream2ResyncFromArchive(t *testing.T) {
 	}
 	defer sim.Close()
 	js := startJetstream(t, sim)
-	lc := up(t, "--flush-interval", "300ms", "--source", "jetstream2+http://"+js.addr)
-	for i := 0; i < 20; i++ {
-		world.Step(150)
-		time.Sleep(100 * time.Millisecond)
-	}
+	lc := up(t, "--flush-interval", "300ms", "--source", "jetstream2+http://"+js.Addr)
+	<-stepInBackground(world, 20, 150, 100*time.Millisecond)
 	seq := js.seqOfLast(t, world)
 	lc.waitCaughtUp(t, "the Jetstream v2 stream at the server's last seq, every node serving it", 3*time.Minute,
-		ingestProgress{stream: fmt.Sprintf("%d@%s", seq, js.addr), noBackfill: true}, nil)
+		ingestProgress{stream: fmt.Sprintf("%d@%s", seq, js.Addr), noBackfill: true}, nil)
 
 	crawled := func(ls []string) []string {
 		var out []string

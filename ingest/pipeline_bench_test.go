@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +16,7 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/ingest/simnet"
+	"github.com/eddy-backlinks/eddy/internal/jetstreamtest"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/objstore/local"
 )
@@ -165,88 +164,25 @@ func BenchmarkBackfillSources(b *testing.B) {
 		b.ReportMetric(records/wall.Seconds(), "records/s")
 	})
 	b.Run("archive", func(b *testing.B) {
-		js := startJetstreamServer(b, sim.Relay, sim.PLC)
+		js := jetstreamtest.Start(b, sim.Relay, sim.PLC)
+		tip := js.Tip(b)
 		var cpu, wall time.Duration
 		for i := 0; i < b.N; i++ {
-			src, err := NewJetstream2(js.url, nil)
+			src, err := NewJetstream2("http://"+js.Addr, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
 			c, w := pipelineRun(b, []Source{src}, func(r *Runner) bool {
 				seq, _, _ := strings.Cut(r.Config.Node.FSM.Cursor(src.Name()), "@")
 				n, _ := strconv.ParseInt(seq, 10, 64)
-				return n >= js.tip
+				return n >= tip
 			})
 			cpu, wall = cpu+c, wall+w
 		}
 		b.ReportMetric(float64(sim.Records*b.N)/cpu.Seconds(), "records/cpu-s")
 		b.ReportMetric(float64(sim.Records*b.N)/wall.Seconds(), "records/s")
-		b.ReportMetric(float64(js.tip*int64(b.N))/cpu.Seconds(), "events/cpu-s")
+		b.ReportMetric(float64(tip*int64(b.N))/cpu.Seconds(), "events/cpu-s")
 	})
-}
-
-// jetstreamServerProc is a Jetstream v2 server serving its sealed archive.
-type jetstreamServerProc struct {
-	url string
-	tip int64 // the archive's sealed tip (its last seq)
-}
-
-// startJetstreamServer runs the Jetstream v2 server on the relay and PLC
-// directory given until its archive is sealed; it stops when b ends.
-func startJetstreamServer(b *testing.B, relay, plc string) *jetstreamServerProc {
-	b.Helper()
-	bin := os.Getenv("EDDY_JETSTREAM_BIN")
-	if bin == "" {
-		out, err := exec.Command("go", "env", "GOPATH").Output()
-		if err != nil {
-			b.Fatal(err)
-		}
-		bin = filepath.Join(filepath.SplitList(strings.TrimSpace(string(out)))[0], "bin", "jetstream-v0.2.0")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		b.Fatalf("no Jetstream v2 server (make jetstream builds one): %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	dir := b.TempDir()
-	cmd := exec.Command(bin, "--log-format", "text", "serve", "--addr", addr, "--debug-addr", "",
-		"--data-dir", dir, "--relay-url", relay, "--plc-url", plc, "--shutdown-timeout", "5s")
-	logf, err := os.Create(filepath.Join(dir, "jetstream.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-		logf.Close()
-	})
-	deadline := time.Now().Add(5 * time.Minute)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + addr + "/xrpc/network.bsky.jetstream.listSegments")
-		if err == nil {
-			var out struct {
-				Segments []struct {
-					MaxSeq int64 `json:"maxSeq"`
-				} `json:"segments"`
-			}
-			err = json.NewDecoder(resp.Body).Decode(&out)
-			resp.Body.Close()
-			if err == nil && resp.StatusCode == http.StatusOK && len(out.Segments) > 0 {
-				return &jetstreamServerProc{url: "http://" + addr, tip: out.Segments[len(out.Segments)-1].MaxSeq}
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	b.Fatal("the Jetstream v2 server sealed no archive within 5 minutes")
-	return nil
 }
 
 // BenchmarkBackfillInProcessSimnet is BenchmarkBackfill with the simulated
