@@ -88,7 +88,7 @@ e2e-full: build
 # One seed again: make chaos CHAOS_SEEDS=7.
 CHAOS_SEEDS ?= 1-20
 CHAOS_FAULTS ?= 8
-chaos: minio build
+chaos: minio toxiproxy build
 	EDDY_REQUIRE_MINIO=1 EDDY_MINIO_BIN=$(GOBIN)/minio EDDY_CHAOS_SEEDS=$(CHAOS_SEEDS) EDDY_CHAOS_FAULTS=$(CHAOS_FAULTS) \
 		$(GO) test -count=1 -timeout 120m -run '^TestChaos$$' -v ./e2e
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/internal/toxiproxytest"
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/lsm/workload"
@@ -210,19 +211,22 @@ type PeerCold struct {
 }
 
 // cold measures cold queries of ts through a toxiproxy in front of the
-// MinIO server, at each of farRTTs.
+// MinIO server, at each of farRTTs: a bucket far away, every response
+// delayed by the RTT asked, so that each request to the bucket costs at
+// least one round trip of it. Connections are kept alive by the S3
+// client, as to a real bucket; the proxy's own hop is loopback.
 func (p *eddyPeer) cold(ctx context.Context, ts []qtarget) ([]PeerCold, error) {
 	if p.minio == nil {
 		return nil, nil
 	}
-	tp, err := startToxiproxy(ctx)
+	tp, err := toxiproxytest.Start(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer tp.stop()
+	defer tp.Stop()
 	var out []PeerCold
 	for i, rtt := range farRTTs {
-		addr, err := tp.proxy(fmt.Sprintf("minio%d", i), p.minio.Endpoint(), rtt)
+		addr, err := tp.Far(fmt.Sprintf("minio%d", i), p.minio.Endpoint(), rtt)
 		if err != nil {
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eddy-backlinks/eddy/internal/toxiproxytest"
 	"github.com/eddy-backlinks/eddy/objstore/miniotest"
 )
 
@@ -25,7 +26,7 @@ func TestPeersSmall(t *testing.T) {
 		}
 		t.Skipf("no PostgreSQL: %v", err)
 	}
-	if _, err := findToxiproxy(); err != nil {
+	if _, err := toxiproxytest.Find(); err != nil {
 		if os.Getenv("EDDY_REQUIRE_PG") != "" {
 			t.Fatalf("toxiproxy is required with PostgreSQL (EDDY_REQUIRE_PG): %v", err)
 		}

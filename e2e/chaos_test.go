@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/ingest/simnet"
+	"github.com/eddy-backlinks/eddy/internal/toxiproxytest"
 	"github.com/eddy-backlinks/eddy/objstore/miniotest"
 	"github.com/eddy-backlinks/eddy/query"
 )
@@ -34,7 +35,8 @@ import (
 // held for a drawn time and then healed: processes SIGKILLed and
 // restarted (any node, the leader, a follower kept away past the garbage
 // grace period), paused with SIGSTOP, cut off from their peers (the
-// leader, a follower, one link between two nodes, a node flapping), and
+// leader, a follower, one link between two nodes, a node flapping), their
+// Raft links slowed (latency and jitter through toxiproxy), and
 // the bucket failing a share of requests or every one, alone or beside
 // another fault. The network goes on all along, and clients ask every node
 // for the backlinks of a sample of targets; every answer is recorded with
@@ -44,7 +46,9 @@ import (
 // re-executes itself under unshare --net; root is needed), each node binds
 // its own loopback address and its connections leave from it
 // (eddy-ctl local up --hosts), and a cut is a pair of blackhole routing
-// rules between two addresses.
+// rules between two addresses. Every Raft link between two nodes runs
+// through a toxiproxy proxy of its own (chaos_links_test.go), where a slow
+// fault adds its latency.
 //
 // The checker, at the end, with every fault healed and the network caught
 // up: every node answers every target of the model exactly (no lost link,
@@ -76,6 +80,11 @@ func TestChaos(t *testing.T) {
 	}
 	faults := scale("EDDY_CHAOS_FAULTS", 3)
 	endpoint, access, secret := miniotest.StartMinIO(t)
+	tp, err := toxiproxytest.Start(context.Background())
+	if err != nil {
+		t.Fatalf("the slow links between the nodes need toxiproxy: %v", err)
+	}
+	defer tp.Stop()
 	keys := t.TempDir()
 	for name, v := range map[string]string{"access": access, "secret": secret} {
 		if err := os.WriteFile(filepath.Join(keys, name), []byte(v), 0o600); err != nil {
@@ -84,7 +93,7 @@ func TestChaos(t *testing.T) {
 	}
 	var total chaosTotals
 	for _, seed := range seeds {
-		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { total.add(runChaos(t, seed, faults, endpoint, keys)) }) {
+		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { total.add(runChaos(t, seed, faults, endpoint, keys, tp)) }) {
 			total.failed = append(total.failed, seed)
 		}
 	}
@@ -186,6 +195,7 @@ type chaosFault struct {
 	Hold  time.Duration // how long it lasts
 	Store string        // a store fault beside it: "", "errors" or "down"
 	Rate  float64       // errors: the share of requests failing
+	Delay time.Duration // slow: latency added each way (jitter: up to half of it)
 }
 
 func (f chaosFault) String() string {
@@ -197,6 +207,8 @@ func (f chaosFault) String() string {
 	switch f.Kind {
 	case "cut":
 		s += fmt.Sprintf("-n%d", f.Other+1)
+	case "slow":
+		s += fmt.Sprintf(" +%v±%v", f.Delay, f.Delay/2)
 	case "store-errors", "store-down":
 		s = f.Kind
 		if f.Kind == "store-errors" {
@@ -215,7 +227,7 @@ func (f chaosFault) String() string {
 
 // chaosKinds are the faults a schedule draws from, each schedule going
 // round them in its own order.
-var chaosKinds = []string{"kill", "pause", "isolate", "cut", "flap", "store-errors", "store-down", "away"}
+var chaosKinds = []string{"kill", "pause", "isolate", "cut", "flap", "slow", "store-errors", "store-down", "away"}
 
 // chaosSchedule draws n faults from seed.
 func chaosSchedule(seed uint64, n int) []chaosFault {
@@ -243,6 +255,12 @@ func chaosSchedule(seed uint64, n int) []chaosFault {
 			f.Hold = dur(3, 12)
 		case "flap":
 			f.Hold = dur(8, 15)
+		case "slow":
+			// Latency each way on the node's Raft links: 20-150 ms, with
+			// up to half of it as jitter (a round trip of up to 450 ms
+			// against the 500 ms leader lease).
+			f.Delay = time.Duration(20+rng.IntN(131)) * time.Millisecond
+			f.Hold = dur(5, 15)
 		case "store-errors":
 			f.Rate, f.Hold = 0.1+0.2*rng.Float64(), dur(5, 15)
 		case "store-down":
@@ -486,7 +504,7 @@ func chaosFailure(err error) string {
 }
 
 // runChaos runs one schedule and checks it.
-func runChaos(t *testing.T, seed uint64, nFaults int, endpoint, keys string) chaosTotals {
+func runChaos(t *testing.T, seed uint64, nFaults int, endpoint, keys string, tp *toxiproxytest.Server) chaosTotals {
 	schedule := chaosSchedule(seed, nFaults)
 	var plan []string
 	for _, f := range schedule {
@@ -506,6 +524,16 @@ func runChaos(t *testing.T, seed uint64, nFaults int, endpoint, keys string) cha
 		"--node-arg=--compaction-interval=500ms", "--node-arg=--compaction-fan-in=2", "--node-arg=--gc-grace="+chaosGrace.String(),
 		"--node-arg=--ready-lag-max=5s")
 	c := &chaosCluster{localCluster: lc, epochs: make([]int, len(lc.Nodes))}
+	raft, err := proxyRaftLinks(tp, seed, lc.Nodes)
+	defer raft.close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := c.leaderIndex(30 * time.Second); l < 0 {
+		t.Fatal("no leader after the Raft links were proxied")
+	} else if err := raft.awaitProxied(l, len(lc.Nodes), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	for range 10 {
 		world.Step(300)
 		time.Sleep(100 * time.Millisecond)
@@ -524,6 +552,7 @@ func runChaos(t *testing.T, seed uint64, nFaults int, endpoint, keys string) cha
 			return
 		}
 		healed = true
+		raft.heal()
 		fp.SetRate("", 0)
 		fp.SetFaults()
 		for i := range chaosHosts {
@@ -540,7 +569,7 @@ func runChaos(t *testing.T, seed uint64, nFaults int, endpoint, keys string) cha
 
 	for _, f := range schedule {
 		time.Sleep(f.After)
-		applyFault(t, c, fp, f)
+		applyFault(t, c, fp, raft, f)
 		c.allUp(t, time.Minute)
 	}
 	heal()
@@ -599,7 +628,7 @@ func chaosTargets(model map[string][]simnet.LinkRef, n int) []string {
 }
 
 // applyFault injects f, holds it, and heals it.
-func applyFault(t *testing.T, c *chaosCluster, fp *miniotest.FaultProxy, f chaosFault) {
+func applyFault(t *testing.T, c *chaosCluster, fp *miniotest.FaultProxy, links *raftLinks, f chaosFault) {
 	t.Helper()
 	who := f.Node
 	if who < 0 || f.Kind == "away" {
@@ -682,6 +711,26 @@ func applyFault(t *testing.T, c *chaosCluster, fp *miniotest.FaultProxy, f chaos
 			time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
 			cut(false, others()...)
 			time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+		}
+	case "slow":
+		other := (who + 1) % len(c.Nodes)
+		before, _ := links.probe(who, c.Nodes[other].Raft)
+		end := time.Now().Add(f.Hold)
+		if err := links.setSlow(who, len(c.Nodes), f.Delay, f.Delay/2, true); err != nil {
+			t.Fatal(err)
+		}
+		// The link is slow for real: a handshake with the other end
+		// takes at least a round trip of the latency added (each way
+		// f.Delay, less at most half of it as jitter).
+		during, err := links.probe(who, c.Nodes[other].Raft)
+		if err != nil || during < f.Delay {
+			t.Errorf("n%d->n%d slowed by %v each way: a handshake took %v (%v before): %v", who+1, other+1, f.Delay, during, before, err)
+		} else {
+			t.Logf("n%d->n%d slowed: a handshake took %v (%v before)", who+1, other+1, during.Round(time.Millisecond), before.Round(time.Millisecond))
+		}
+		time.Sleep(time.Until(end))
+		if err := links.setSlow(who, len(c.Nodes), 0, 0, false); err != nil {
+			t.Fatal(err)
 		}
 	case "store-errors":
 		fp.SetRate("", f.Rate)

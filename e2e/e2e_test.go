@@ -59,6 +59,7 @@ type localNode struct {
 	PID   int      `json:"pid"`
 	HTTP  string   `json:"http"`
 	Admin string   `json:"admin"`
+	Raft  string   `json:"raft"`
 	Bin   string   `json:"bin"`
 	Args  []string `json:"args"`
 	Log   string   `json:"log"`

@@ -3,7 +3,8 @@
 #   - systemd-analyze, which checks the shipped unit (deploy/systemd), and
 #     chromium, the browser e2e/page_test.go drives, through apt-get when
 #     missing; so are PostgreSQL (initdb), which the peers bench's test
-#     starts, and ip and unshare, which the chaos schedules use;
+#     starts, and ip, ss, iptables and unshare, which the chaos schedules
+#     use;
 #   - the npm packages of e2e/jsclient (the real atproto client and lexicon
 #     validator e2e/dropin_test.go drives the cluster with), by `npm ci` from
 #     its package-lock.json when node_modules is missing or differs from the
@@ -23,8 +24,12 @@ command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>
 # own network namespace and cut nodes apart with routing rules.
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+# iptables and ss (iproute2): the chaos schedules send every Raft link
+# through a toxiproxy proxy of its own (a DNAT rule) to slow it.
+command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+command -v ss >/dev/null 2>&1 || missing+=(iproute2)
 if ((${#missing[@]} == 0)); then
-	echo "test deps: systemd-analyze, chromium, PostgreSQL, ip and unshare present"
+	echo "test deps: systemd-analyze, chromium, PostgreSQL, ip, ss, iptables and unshare present"
 else
 	echo "test deps: installing ${missing[*]} through apt-get"
 	SUDO=
@@ -33,7 +38,7 @@ else
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 	command -v systemd-analyze >/dev/null
 	command -v chromium >/dev/null || command -v chromium-browser >/dev/null
-	command -v ip >/dev/null && command -v unshare >/dev/null
+	command -v ip >/dev/null && command -v unshare >/dev/null && command -v iptables >/dev/null && command -v ss >/dev/null
 fi
 
 for tool in node npm; do
