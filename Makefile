@@ -85,11 +85,14 @@ e2e-full: build
 # The chaos schedules (e2e/chaos_test.go, docs/reliability.md): 20 seeded
 # fault schedules of 8 faults each over a simulated network, in their own
 # network namespace (root); make test runs the first two with 3 faults.
-# One seed again: make chaos CHAOS_SEEDS=7.
+# Then the bucket down for 70 s while the cluster ingests and serves
+# (CHAOS_OUTAGE= to leave it out). One seed again: make chaos
+# CHAOS_SEEDS=7 CHAOS_OUTAGE=.
 CHAOS_SEEDS ?= 1-20
 CHAOS_FAULTS ?= 8
+CHAOS_OUTAGE ?= 1
 chaos: minio toxiproxy build
-	EDDY_REQUIRE_MINIO=1 EDDY_MINIO_BIN=$(GOBIN)/minio EDDY_CHAOS_SEEDS=$(CHAOS_SEEDS) EDDY_CHAOS_FAULTS=$(CHAOS_FAULTS) \
+	EDDY_REQUIRE_MINIO=1 EDDY_MINIO_BIN=$(GOBIN)/minio EDDY_CHAOS_SEEDS=$(CHAOS_SEEDS) EDDY_CHAOS_FAULTS=$(CHAOS_FAULTS) EDDY_CHAOS_OUTAGE=$(CHAOS_OUTAGE) \
 		$(GO) test -count=1 -timeout 120m -run '^TestChaos$$' -v ./e2e
 
 # The Go benchmarks. The storage benchmark is bin/eddy-bench lsm (also run

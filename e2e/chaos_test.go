@@ -65,7 +65,10 @@ import (
 // EDDY_CHAOS_SEEDS picks the schedules ("1-20", "7", "3,9"; default
 // "1,2"), EDDY_CHAOS_FAULTS the faults in each (default 3; make chaos: 8). A failing
 // seed is run again alone with EDDY_CHAOS_SEEDS=N: the same network, the
-// same faults at the same moments of the schedule.
+// same faults at the same moments of the schedule. EDDY_CHAOS_OUTAGE=1
+// (make chaos) adds one more schedule: the bucket down for 70 s while the
+// cluster ingests and serves, the leadership staying put throughout
+// (alone: make chaos CHAOS_SEEDS=none).
 func TestChaos(t *testing.T) {
 	seeds, err := parseSeeds(envOr("EDDY_CHAOS_SEEDS", "1,2"))
 	if err != nil {
@@ -93,7 +96,19 @@ func TestChaos(t *testing.T) {
 	}
 	var total chaosTotals
 	for _, seed := range seeds {
-		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { total.add(runChaos(t, seed, faults, endpoint, keys, tp)) }) {
+		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			total.add(runChaos(t, seed, chaosSchedule(seed, faults), endpoint, keys, tp))
+		}) {
+			total.failed = append(total.failed, seed)
+		}
+	}
+	if os.Getenv("EDDY_CHAOS_OUTAGE") != "" {
+		// The bucket down for over a minute while the cluster ingests and
+		// serves (make chaos; too long for make test): one fault, on the
+		// network of a seed of its own.
+		const seed = 100
+		outage := []chaosFault{{Kind: "outage", Node: -1, After: 2 * time.Second, Hold: 70 * time.Second}}
+		if !t.Run("outage", func(t *testing.T) { total.add(runChaos(t, seed, outage, endpoint, keys, tp)) }) {
 			total.failed = append(total.failed, seed)
 		}
 	}
@@ -113,9 +128,13 @@ func envOr(name, def string) string {
 	return def
 }
 
-// parseSeeds reads "1-20", "7" or "3,9,12".
+// parseSeeds reads "1-20", "7" or "3,9,12"; "none" is no seed (the
+// outage alone).
 func parseSeeds(s string) ([]uint64, error) {
 	var out []uint64
+	if s == "none" {
+		return nil, nil
+	}
 	for _, part := range strings.Split(s, ",") {
 		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
 		a, err := strconv.ParseUint(lo, 10, 64)
@@ -209,7 +228,7 @@ func (f chaosFault) String() string {
 		s += fmt.Sprintf("-n%d", f.Other+1)
 	case "slow":
 		s += fmt.Sprintf(" +%v±%v", f.Delay, f.Delay/2)
-	case "store-errors", "store-down":
+	case "store-errors", "store-down", "outage":
 		s = f.Kind
 		if f.Kind == "store-errors" {
 			s += fmt.Sprintf(" %.0f%%", f.Rate*100)
@@ -504,8 +523,7 @@ func chaosFailure(err error) string {
 }
 
 // runChaos runs one schedule and checks it.
-func runChaos(t *testing.T, seed uint64, nFaults int, endpoint, keys string, tp *toxiproxytest.Server) chaosTotals {
-	schedule := chaosSchedule(seed, nFaults)
+func runChaos(t *testing.T, seed uint64, schedule []chaosFault, endpoint, keys string, tp *toxiproxytest.Server) chaosTotals {
 	var plan []string
 	for _, f := range schedule {
 		plan = append(plan, f.String())
@@ -739,6 +757,20 @@ func applyFault(t *testing.T, c *chaosCluster, fp *miniotest.FaultProxy, links *
 		fp.SetFaults(miniotest.FaultInternal, miniotest.FaultSlowDown, miniotest.FaultReset)
 		fp.SetRate("", 1)
 		time.Sleep(f.Hold)
+	case "outage":
+		// The bucket down for longer than any retry: every node's reads and
+		// the leader's writes fail for a reason every node shares, so the
+		// leadership must stay where it is (no node could do better).
+		leader := c.leaderIndex(30 * time.Second)
+		fp.SetFaults(miniotest.FaultInternal, miniotest.FaultSlowDown, miniotest.FaultReset)
+		fp.SetRate("", 1)
+		for end := time.Now().Add(f.Hold); time.Now().Before(end); time.Sleep(time.Second) {
+			if l := c.leaderIndex(0); l >= 0 && l != leader {
+				t.Errorf("the bucket down: leadership moved from n%d to n%d", leader+1, l+1)
+				leader = l
+			}
+		}
+		t.Logf("the bucket down %v: n%d led throughout", f.Hold, leader+1)
 	default:
 		t.Fatalf("unknown fault %q", f.Kind)
 	}

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -342,11 +344,24 @@ func nodeLinks(t *testing.T, n localNode, target string) []string {
 	return out
 }
 
+// getJSON decodes u's JSON answer into out. A 503 with Retry-After (a node whose store guard has not yet seen the
+// bucket back, or that is moving to a newer manifest) is asked again, as a
+// client would, for up to getJSONRetryMax; any other answer but 200 fails.
 func getJSON(t *testing.T, u string, out any) {
 	t.Helper()
-	r, err := http.Get(u)
-	if err != nil {
-		t.Fatal(err)
+	var r *http.Response
+	for deadline := time.Now().Add(getJSONRetryMax); ; {
+		var err error
+		if r, err = http.Get(u); err != nil {
+			t.Fatal(err)
+		}
+		if r.StatusCode != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" || time.Now().After(deadline) {
+			break
+		}
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 512))
+		r.Body.Close()
+		t.Logf("%s: 503 %s; asking again", u, bytes.TrimSpace(body))
+		time.Sleep(500 * time.Millisecond)
 	}
 	defer r.Body.Close()
 	if r.StatusCode != 200 {
@@ -356,3 +371,6 @@ func getJSON(t *testing.T, u string, out any) {
 		t.Fatal(err)
 	}
 }
+
+// getJSONRetryMax bounds how long getJSON asks again a node answering 503.
+const getJSONRetryMax = 30 * time.Second
