@@ -14,8 +14,10 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/metrics"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,6 +110,7 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 	floodConns := fs.Int("flood-conns", 64, "connections of the flooding client")
 	rounds := fs.Int("rounds", 3, "rounds of the four phases (each on fresh servers); the medians are reported")
 	clientSlots := fs.Int("client-slots", 0, "the limits' execution slots per client (0: the node's default, a quarter of the slots)")
+	traceDir := fs.String("trace", "", "a directory: the server writes a Go execution trace of 3 s of each phase there (phase-round.trace), to see what holds its CPU")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -180,6 +183,10 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 			srv.latency() // the warm-up's queries are not a phase's
 			for _, flood := range []bool{false, true} {
 				name := map[bool]string{false: "steady", true: "flood"}[flood] + ", limits " + map[bool]string{false: "off", true: "on"}[limits]
+				if *traceDir != "" {
+					out := filepath.Join(*traceDir, fmt.Sprintf("%s-%d.trace", strings.NewReplacer(", ", "-", " ", "-").Replace(name), round))
+					go srv.trace(out, time.Duration(*seconds*float64(time.Second))/2, 3*time.Second)
+				}
 				p := clientsPhase(ctx, self, pin, srv.url, uris, res.NormalClients, res.NormalQPS, flood, *floodConns, time.Duration(*seconds*float64(time.Second)))
 				p.Name, p.Limits, p.Flood, p.Round = name, limits, flood, round
 				p.ServerP50us, p.ServerP99us, p.ServerSchedP99us = srv.latency()
@@ -235,6 +242,16 @@ func (s *clientsServer) latency() (p50, p99, sched99 float64) {
 	var v map[string]float64
 	json.NewDecoder(r.Body).Decode(&v)
 	return v["p50_us"], v["p99_us"], v["sched_p99_us"]
+}
+
+// trace asks the server for a Go execution trace of d, after a wait,
+// written to out.
+func (s *clientsServer) trace(out string, wait, d time.Duration) {
+	time.Sleep(wait)
+	r, err := http.Get(s.url + "/bench/trace?" + url.Values{"out": {out}, "seconds": {strconv.FormatFloat(d.Seconds(), 'f', -1, 64)}}.Encode())
+	if err == nil {
+		r.Body.Close()
+	}
 }
 
 // rss is the server process's resident memory (0 where unknown).
@@ -381,6 +398,25 @@ func clientsServeMain(ctx context.Context, args []string, stdout, stderr io.Writ
 			}
 		}
 		json.NewEncoder(w).Encode(map[string]float64{"p50_us": percentile(l, 0.5), "p99_us": percentile(l, 0.99), "n": float64(len(l)), "sched_p99_us": sched})
+	})
+	mux.HandleFunc("/bench/trace", func(w http.ResponseWriter, r *http.Request) {
+		secs, err := strconv.ParseFloat(r.URL.Query().Get("seconds"), 64)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		f, err := os.Create(r.URL.Query().Get("out"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		time.Sleep(time.Duration(secs * float64(time.Second)))
+		trace.Stop()
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		t0 := time.Now()

@@ -66,9 +66,10 @@ import (
 // "1,2"), EDDY_CHAOS_FAULTS the faults in each (default 3; make chaos: 8). A failing
 // seed is run again alone with EDDY_CHAOS_SEEDS=N: the same network, the
 // same faults at the same moments of the schedule. EDDY_CHAOS_OUTAGE=1
-// (make chaos) adds one more schedule: the bucket down for 70 s while the
-// cluster ingests and serves, the leadership staying put throughout
-// (alone: make chaos CHAOS_SEEDS=none).
+// adds one more schedule: the bucket down for 70 s while the cluster
+// ingests and serves, the leadership staying put throughout (alone: make
+// chaos CHAOS_SEEDS=none CHAOS_OUTAGE=1; it fails on an anomaly of the
+// catch-up that follows, docs/reliability.md "The outage").
 func TestChaos(t *testing.T) {
 	seeds, err := parseSeeds(envOr("EDDY_CHAOS_SEEDS", "1,2"))
 	if err != nil {
@@ -104,8 +105,8 @@ func TestChaos(t *testing.T) {
 	}
 	if os.Getenv("EDDY_CHAOS_OUTAGE") != "" {
 		// The bucket down for over a minute while the cluster ingests and
-		// serves (make chaos; too long for make test): one fault, on the
-		// network of a seed of its own.
+		// serves (too long for make test): one fault, on the network of a
+		// seed of its own.
 		const seed = 100
 		outage := []chaosFault{{Kind: "outage", Node: -1, After: 2 * time.Second, Hold: 70 * time.Second}}
 		if !t.Run("outage", func(t *testing.T) { total.add(runChaos(t, seed, outage, endpoint, keys, tp)) }) {
@@ -620,7 +621,9 @@ func runChaos(t *testing.T, seed uint64, schedule []chaosFault, endpoint, keys s
 			t.Errorf("%s answered %d queries in the schedule: too few to judge its history", n.ID, perNode[i])
 		}
 	}
-	if clean > len(rec.answers) {
+	// (An outage makes most queries fail cleanly by design: every node
+	// falls behind while the bucket is down.)
+	if clean > len(rec.answers) && schedule[0].Kind != "outage" {
 		t.Errorf("%d queries failed (cleanly) against %d answered: the schedule checked too little", clean, len(rec.answers))
 	}
 	if rec.paged > len(rec.answers)/10 {
@@ -877,7 +880,8 @@ func historyAnomalies(answers []chaosAnswer, appeared map[chaosLink]int, names [
 	// Links against the network's events: the times each (target, source)
 	// became live.
 	type key = chaosLink
-	seq := map[key][]bool{} // presence, by generation
+	seq := map[key][]bool{}          // presence, by generation
+	seqAt := map[key][]chaosAnswer{} // the answers seq was read from
 	gens := map[string][]chaosAnswer{}
 	for _, a := range byGen {
 		gens[a.target] = append(gens[a.target], a)
@@ -898,6 +902,7 @@ func historyAnomalies(answers []chaosAnswer, appeared map[chaosLink]int, names [
 			for _, a := range as {
 				_, in := slices.BinarySearch(a.sources, s)
 				seq[key{tg, s}] = append(seq[key{tg, s}], in)
+				seqAt[key{tg, s}] = append(seqAt[key{tg, s}], a)
 			}
 		}
 	}
@@ -910,7 +915,24 @@ func historyAnomalies(answers []chaosAnswer, appeared map[chaosLink]int, names [
 			was = p
 		}
 		if n > appeared[key{k.target, k.source}] {
-			errorf("%s: source %s appeared %d times in the answers (by generation), the network made it live %d times", k.target, k.source, n, appeared[key{k.target, k.source}])
+			// Where it came and went: +gen(node) present, -gen(node) absent,
+			// a run of one state written once, with its first and last.
+			var runs []string
+			as := seqAt[k]
+			for i := 0; i < len(pres); {
+				j := i
+				for j+1 < len(pres) && pres[j+1] == pres[i] {
+					j++
+				}
+				mark := map[bool]string{true: "+", false: "-"}[pres[i]]
+				r := fmt.Sprintf("%s%d(%s)", mark, as[i].gen, names[as[i].node])
+				if j > i {
+					r += fmt.Sprintf("..%d(%s)", as[j].gen, names[as[j].node])
+				}
+				runs = append(runs, r)
+				i = j + 1
+			}
+			errorf("%s: source %s appeared %d times in the answers (by generation), the network made it live %d times: %s", k.target, k.source, n, appeared[key{k.target, k.source}], strings.Join(runs, " "))
 		}
 	}
 	slices.Sort(bad)

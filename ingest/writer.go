@@ -99,6 +99,16 @@ type Writer struct {
 	plc     *plcFollower // nil: plc off
 
 	flushMu sync.Mutex // one publication at a time
+	// repos keeps a repository written whole (ApplyRepo: its revocation,
+	// then its records, in batches) out of two flushes: each repository
+	// write holds it shared, and a scheduled flush (FlushScheduled) holds
+	// it exclusively, so it waits for the writes in progress (new ones
+	// wait for it). Split across two generations, a repository would be
+	// revoked in the first and written again only in the second: answers
+	// from the first would miss its links. Only a repository bigger than
+	// the memtables' room is split (makeRoom flushes without the gate;
+	// counted in eddy_ingest_repo_splits_total).
+	repos sync.RWMutex
 	// spare holds the links and revocations memtables of the last flush,
 	// emptied, for the next swap (under flushMu): each keeps its buffer
 	// (up to MemtableBytes) instead of allocating and clearing a new one.
@@ -457,6 +467,8 @@ func (w *Writer) ApplyRepo(ctx context.Context, source, did string, stamp uint64
 	if err := w.makeRoom(ctx); err != nil {
 		return err
 	}
+	w.repos.RLock() // no scheduled flush between its revocation and its last record
+	defer w.repos.RUnlock()
 	w.mu.Lock()
 	d, err := w.codec.DID(did, true)
 	if err != nil {
@@ -475,6 +487,15 @@ func (w *Writer) ApplyRepo(ctx context.Context, source, did string, stamp uint64
 	// at most one batch), each record checked for room as makeRoom does.
 	const batch = 256
 	for i := 0; i < len(ops); {
+		w.mu.Lock()
+		full := w.fullLocked()
+		w.mu.Unlock()
+		if full {
+			// Bigger than the memtables' room: this repository is split
+			// across two flushes.
+			w.metrics.RepoSplits.Inc()
+			w.log.Warn("a repository bigger than the memtables' room is written across two flushes: answers between them miss its links", "source", source, "did", did, "records", len(ops))
+		}
 		if err := w.makeRoom(ctx); err != nil {
 			return err
 		}
@@ -529,6 +550,14 @@ func (w *Writer) Due() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return time.Since(w.mu.lastFlush) >= w.cfg.FlushInterval
+}
+
+// FlushScheduled is Flush on the flush interval: it waits for the
+// repositories being written whole to be done (Writer.repos).
+func (w *Writer) FlushScheduled(ctx context.Context) error {
+	w.repos.Lock()
+	defer w.repos.Unlock()
+	return w.Flush(ctx)
 }
 
 // Flush publishes what is buffered: the memtables are swapped for empty
