@@ -344,9 +344,11 @@ func nodeLinks(t *testing.T, n localNode, target string) []string {
 	return out
 }
 
-// getJSON decodes u's JSON answer into out. A 503 with Retry-After (a node whose store guard has not yet seen the
-// bucket back, or that is moving to a newer manifest) is asked again, as a
-// client would, for up to getJSONRetryMax; any other answer but 200 fails.
+// getJSON decodes u's JSON answer into out. A 503 with Retry-After (a
+// node whose store guard has not yet seen the bucket back, or that is
+// moving to a newer manifest) is asked again, as a client would, for up to
+// getJSONRetryMax; but a 503 TableUnavailable, and any other answer but
+// 200, fails.
 func getJSON(t *testing.T, u string, out any) {
 	t.Helper()
 	var r *http.Response
@@ -360,6 +362,11 @@ func getJSON(t *testing.T, u string, out any) {
 		}
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 512))
 		r.Body.Close()
+		if bytes.Contains(body, []byte(`"TableUnavailable"`)) {
+			// A table deleted under a node: the garbage collector's
+			// failure, never waited out.
+			t.Fatalf("%s: 503 %s", u, bytes.TrimSpace(body))
+		}
 		t.Logf("%s: 503 %s; asking again", u, bytes.TrimSpace(body))
 		time.Sleep(500 * time.Millisecond)
 	}

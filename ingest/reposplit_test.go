@@ -17,7 +17,7 @@ import (
 
 // A repository written whole (ApplyRepo: its revocation, then its records
 // in batches of 256, the writer's lock released between them) never goes
-// out in two scheduled flushes: every generation a flush commits holds
+// out in two flushes: every generation a flush commits holds
 // all of a repository's links or none. (Split, a resynced repository's
 // links would vanish in the generation between: found by the chaos
 // schedules' history checker, a source appearing twice.)
@@ -42,6 +42,8 @@ func TestScheduledFlushKeepsRepoWhole(t *testing.T) {
 	var manifests []*lsm.Manifest
 	done := make(chan struct{})
 	var wg sync.WaitGroup
+	stop := sync.OnceFunc(func() { close(done); wg.Wait() })
+	defer stop() // a Fatal below: the flusher ends before the test does
 	wg.Go(func() {
 		for {
 			select {
@@ -49,7 +51,7 @@ func TestScheduledFlushKeepsRepoWhole(t *testing.T) {
 				return
 			default:
 			}
-			if err := w.FlushScheduled(ctx); err != nil {
+			if err := w.Flush(ctx); err != nil {
 				t.Error(err)
 				return
 			}
@@ -72,8 +74,7 @@ func TestScheduledFlushKeepsRepoWhole(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	close(done)
-	wg.Wait()
+	stop()
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -196,7 +196,7 @@ func (r *Runner) flushLoop(ctx context.Context, cancel context.CancelCauseFunc, 
 			if !w.Due() {
 				continue
 			}
-			if err := w.FlushScheduled(ctx); err != nil {
+			if err := w.Flush(ctx); err != nil {
 				cancel(err)
 				return err
 			}

@@ -101,13 +101,14 @@ type Writer struct {
 	flushMu sync.Mutex // one publication at a time
 	// repos keeps a repository written whole (ApplyRepo: its revocation,
 	// then its records, in batches) out of two flushes: each repository
-	// write holds it shared, and a scheduled flush (FlushScheduled) holds
-	// it exclusively, so it waits for the writes in progress (new ones
-	// wait for it). Split across two generations, a repository would be
-	// revoked in the first and written again only in the second: answers
-	// from the first would miss its links. Only a repository bigger than
-	// the memtables' room is split (makeRoom flushes without the gate;
-	// counted in eddy_ingest_repo_splits_total).
+	// write holds it shared, and every flush holds it exclusively while it
+	// swaps the memtables (taken before flushMu, let go once swapped), so
+	// a flush waits for the writes in progress and new ones wait for the
+	// swap. Split across two generations, a repository would be revoked in
+	// the first and written again only in the second: answers from the
+	// first would miss its links. Only a repository that fills the
+	// memtables itself is split: ApplyRepo then flushes without the gate
+	// (counted in eddy_ingest_repo_splits_total).
 	repos sync.RWMutex
 	// spare holds the links and revocations memtables of the last flush,
 	// emptied, for the next swap (under flushMu): each keeps its buffer
@@ -253,6 +254,25 @@ func (w *Writer) makeRoom(ctx context.Context) error {
 		if err := w.Flush(ctx); err != nil {
 			return err
 		}
+	}
+}
+
+// makeRoomInRepo is makeRoom for ApplyRepo, which holds the repository
+// gate shared: its flush does not wait for the gate (it would wait for
+// itself). It reports whether it flushed.
+func (w *Writer) makeRoomInRepo(ctx context.Context) (bool, error) {
+	flushed := false
+	for {
+		w.mu.Lock()
+		full := w.fullLocked()
+		w.mu.Unlock()
+		if !full {
+			return flushed, nil
+		}
+		if err := w.flush(ctx, false); err != nil {
+			return flushed, err
+		}
+		flushed = true
 	}
 }
 
@@ -486,18 +506,17 @@ func (w *Writer) ApplyRepo(ctx context.Context, source, did string, stamp uint64
 	// Records go in batches under one hold of the lock (live sources wait
 	// at most one batch), each record checked for room as makeRoom does.
 	const batch = 256
+	split := false
 	for i := 0; i < len(ops); {
-		w.mu.Lock()
-		full := w.fullLocked()
-		w.mu.Unlock()
-		if full {
-			// Bigger than the memtables' room: this repository is split
-			// across two flushes.
-			w.metrics.RepoSplits.Inc()
-			w.log.Warn("a repository bigger than the memtables' room is written across two flushes: answers between them miss its links", "source", source, "did", did, "records", len(ops))
-		}
-		if err := w.makeRoom(ctx); err != nil {
+		flushed, err := w.makeRoomInRepo(ctx)
+		if err != nil {
 			return err
+		}
+		if flushed && !split {
+			// It filled the memtables: split across two flushes.
+			split = true
+			w.metrics.RepoSplits.Inc()
+			w.log.Warn("a repository that fills the memtables is written across two flushes: answers between them miss its links", "source", source, "did", did, "records", len(ops))
 		}
 		w.mu.Lock()
 		for end := min(i+batch, len(ops)); i < end && !w.fullLocked(); i++ {
@@ -552,19 +571,27 @@ func (w *Writer) Due() bool {
 	return time.Since(w.mu.lastFlush) >= w.cfg.FlushInterval
 }
 
-// FlushScheduled is Flush on the flush interval: it waits for the
-// repositories being written whole to be done (Writer.repos).
-func (w *Writer) FlushScheduled(ctx context.Context) error {
-	w.repos.Lock()
-	defer w.repos.Unlock()
-	return w.Flush(ctx)
-}
-
 // Flush publishes what is buffered: the memtables are swapped for empty
 // ones (ingest goes on), written as delta runs, and committed with the
 // outlines they use, the cursors and the clock in one entry, on the
 // generation this leader last saw (compare-and-set).
-func (w *Writer) Flush(ctx context.Context) error {
+//
+// It waits for the repositories being written whole (Writer.repos).
+func (w *Writer) Flush(ctx context.Context) error { return w.flush(ctx, true) }
+
+// flush is Flush; gated: it takes the repository gate for the swap (all
+// but ApplyRepo's own flush, which holds it shared).
+func (w *Writer) flush(ctx context.Context, gated bool) error {
+	if gated {
+		w.repos.Lock()
+	}
+	ungate := func() {
+		if gated {
+			gated = false
+			w.repos.Unlock()
+		}
+	}
+	defer ungate()
 	w.flushMu.Lock()
 	defer w.flushMu.Unlock()
 	if w.dead.Load() {
@@ -592,6 +619,7 @@ func (w *Writer) Flush(ctx context.Context) error {
 		plcBatch = w.plc.take(cursors) // after the swap too: every PLC entry the swapped links use
 	}
 	w.mu.Unlock()
+	ungate() // swapped: repository writes go on into the new memtables
 
 	changed := false
 	for k, v := range cursors {
