@@ -23,6 +23,12 @@ import (
 // forwardWriter is a writer on a one-node cluster over a local store, with
 // its metrics registered.
 func forwardWriter(t *testing.T) (*Writer, *cluster.Node, objstore.Store, *prometheus.Registry) {
+	return testWriterOf(t, 1<<20)
+}
+
+// testWriterOf is a writer on one node and a local store, with memtables
+// of memtableBytes.
+func testWriterOf(t *testing.T, memtableBytes int) (*Writer, *cluster.Node, objstore.Store, *prometheus.Registry) {
 	t.Helper()
 	node := oneNode(t)
 	store, err := local.New(t.TempDir())
@@ -34,7 +40,7 @@ func forwardWriter(t *testing.T) (*Writer, *cluster.Node, objstore.Store, *prome
 	if err := m.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWriter(context.Background(), Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), MemtableBytes: 1 << 20, Metrics: m,
+	w, err := NewWriter(context.Background(), Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), MemtableBytes: memtableBytes, Metrics: m,
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
 	if err != nil {
 		t.Fatal(err)

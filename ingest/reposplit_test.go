@@ -5,14 +5,10 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/eddy-backlinks/eddy/ingest/event"
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
-	"github.com/eddy-backlinks/eddy/objstore/local"
-	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // A repository written whole (ApplyRepo: its revocation, then its records
@@ -23,21 +19,8 @@ import (
 // schedules' history checker, a source appearing twice.)
 func TestScheduledFlushKeepsRepoWhole(t *testing.T) {
 	ctx := context.Background()
-	node := oneNode(t)
-	store, err := local.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := NewMetrics()
-	if err := m.Register(prometheus.NewRegistry()); err != nil {
-		t.Fatal(err)
-	}
-	w, err := NewWriter(ctx, Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), MemtableBytes: 64 << 20, Metrics: m,
-		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const repos, records = 12, 1000 // four batches a repository
+	w, node, store, _ := testWriterOf(t, 64<<20)
+	const repos, records = 16, 2048 // eight batches a repository
 	post := func(i int) string { return fmt.Sprintf("at://did:plc:poster%018d/app.bsky.feed.post/3mptbyplj5d2a", i) }
 	var manifests []*lsm.Manifest
 	done := make(chan struct{})
@@ -56,7 +39,6 @@ func TestScheduledFlushKeepsRepoWhole(t *testing.T) {
 				return
 			}
 			manifests = append(manifests, node.FSM.Manifest())
-			time.Sleep(200 * time.Microsecond)
 		}
 	})
 	for i := range repos {

@@ -244,23 +244,20 @@ func (w *Writer) Apply(ctx context.Context, source, cursor string, op *event.Op)
 // plus one revocation): backpressure on the sources instead of unbounded
 // memory.
 func (w *Writer) makeRoom(ctx context.Context) error {
-	for {
-		w.mu.Lock()
-		full := w.fullLocked()
-		w.mu.Unlock()
-		if !full {
-			return nil
-		}
-		if err := w.Flush(ctx); err != nil {
-			return err
-		}
-	}
+	_, err := w.makeRoomWith(ctx, true)
+	return err
 }
 
 // makeRoomInRepo is makeRoom for ApplyRepo, which holds the repository
 // gate shared: its flush does not wait for the gate (it would wait for
 // itself). It reports whether it flushed.
 func (w *Writer) makeRoomInRepo(ctx context.Context) (bool, error) {
+	return w.makeRoomWith(ctx, false)
+}
+
+// makeRoomWith flushes (gated or not: flush) until the memtables can take
+// one more record, and reports whether it flushed.
+func (w *Writer) makeRoomWith(ctx context.Context, gated bool) (bool, error) {
 	flushed := false
 	for {
 		w.mu.Lock()
@@ -269,7 +266,7 @@ func (w *Writer) makeRoomInRepo(ctx context.Context) (bool, error) {
 		if !full {
 			return flushed, nil
 		}
-		if err := w.flush(ctx, false); err != nil {
+		if err := w.flush(ctx, gated); err != nil {
 			return flushed, err
 		}
 		flushed = true
