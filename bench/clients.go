@@ -326,10 +326,7 @@ func clientsServeMain(ctx context.Context, args []string, stdout, stderr io.Writ
 			}
 			links, _ := extract.Extract(m)
 			for _, l := range links {
-				tg, err := codec.Target(&l.Target, true)
-				if err != nil {
-					return err
-				}
+				tg := codec.TargetKey(&l.Target)
 				loc, err := codec.Location(l.Path, l.StrongRef, true)
 				if err != nil {
 					return err

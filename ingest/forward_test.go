@@ -233,11 +233,11 @@ func TestWriterForwardEntries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := codec.Target(&tg, false)
+		keys, err := codec.TargetKeys(&tg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return r
+		return keys[0]
 	}
 	targets := []string{alicePost, carolPost, bobList, carol, "https://example.com/a", "https://example.com/b", "https://example.com/c", "https://example.com/d"}
 	// The live links out of a source, through the backlinks of every

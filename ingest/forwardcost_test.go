@@ -43,10 +43,7 @@ func BenchmarkForwardEntriesCost(b *testing.B) {
 		ls, _ := ex.Extract(op.Record)
 		var bls []link.Backlink
 		for i := range ls {
-			tgt, err := codec.Target(&ls[i].Target, true)
-			if err != nil {
-				b.Fatal(err)
-			}
+			tgt := codec.TargetKey(&ls[i].Target)
 			loc, err := codec.Location(ls[i].Path, ls[i].StrongRef, true)
 			if err != nil {
 				b.Fatal(err)

@@ -128,9 +128,12 @@ func compareModel(t *testing.T, node *cluster.Node, store objstore.Store, world 
 		if err != nil {
 			t.Fatalf("model target %q: %v", target, err)
 		}
-		id, err := codec.Target(&tg, false)
+		keys, err := codec.TargetKeys(&tg)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var have []string
-		if err == nil {
+		for _, id := range keys {
 			ls, _, err := reader.All(context.Background(), view, id, lsm.Filter{})
 			if err != nil {
 				t.Fatal(err)

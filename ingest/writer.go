@@ -174,7 +174,9 @@ func NewWriter(ctx context.Context, cfg Config) (*Writer, error) {
 	}
 	w := &Writer{cfg: cfg, log: cfg.Logger.Named("ingest"), metrics: cfg.Metrics, resync: make(chan resyncJob, resyncQueueMax)}
 	w.pending = fsm.NewPending(cfg.Node.FSM)
-	w.codec = link.Codec{Outlines: w.pending, PLC: cfg.PLC}
+	// Without a PLC directory followed every DID is an outline (the PLC map
+	// stays empty), targets' too; with one, a target's unknown DID is hashed.
+	w.codec = link.Codec{Outlines: w.pending, PLC: cfg.PLC, TargetDIDOutlines: cfg.PLCDirectory == nil}
 	if cfg.PLCDirectory != nil {
 		w.plc = newPLCFollower(ctx, cfg.PLCDirectory, w)
 		w.codec.PLC = w.plc
@@ -382,11 +384,7 @@ func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, sta
 	bls := w.mu.bls[:0]
 	for i := range links {
 		l := &links[i]
-		tgt, err := w.codec.Target(&l.Target, true)
-		if err != nil {
-			w.skipOp(source, "bad_target", op, err)
-			continue
-		}
+		tgt := w.codec.TargetKey(&l.Target) // never an outline: a target is anyone's string (link.Codec.TargetKey)
 		loc, err := w.codec.Location(l.Path, l.StrongRef, true)
 		if err != nil {
 			w.skipOp(source, "bad_path", op, err)

@@ -37,6 +37,11 @@ var ErrUnknown = errors.New("unknown to the index")
 type Codec struct {
 	Outlines Outlines
 	PLC      PLC // nil: every DID is outlined
+	// TargetDIDOutlines: a target's DID that has no encoding yet is
+	// outlined, as a source's is (the PLC map off: every DID is an outline
+	// anyway, and links to accounts render); otherwise such a target is
+	// written under its hash (TargetKey). Also true when PLC is nil.
+	TargetDIDOutlines bool
 }
 
 // DID encodes a DID. With assign false, an unknown DID gives ErrUnknown.
@@ -116,20 +121,79 @@ func (c *Codec) Record(did, collection, rkey string, assign bool) (RecordID, err
 	return RecordID{RKey: rk, Collection: col, DID: d}, nil
 }
 
-// Target encodes a parsed target: a repository, a record, or a hash.
-func (c *Codec) Target(t *Target, assign bool) (RecordID, error) {
-	switch {
-	case t.IsHashed():
-		return HashTarget(t.Norm), nil
-	case t.IsRepo():
-		d, err := c.DID(t.DID, assign)
-		if err != nil {
-			return RecordID{}, err
-		}
-		return RepoID(d), nil
-	default:
-		return c.Record(t.DID, t.Collection, t.RKey, assign)
+// Targets: a link is written under one key of its target (TargetKey), and
+// a query asks every key the target's links may be under (TargetKeys).
+//
+// A target never assigns an outline (but a DID with the PLC map off, below):
+// a target is a string some record names, so a single record of a stranger
+// could otherwise add hundreds of lasting entries to every node's memory and
+// to every Raft snapshot (random DIDs, collections, record keys). A target
+// the index can encode from what it already knows (outlines the sources
+// assigned, the PLC map, TIDs) is written in that form, which renders back
+// (many-to-many names other subjects by it); any other is written under its
+// hash, as URLs are. Which form a target gets can change over time (the
+// first like of a post may come before any record of its collection, the
+// first follow of an account before the PLC map knows it), so a query reads
+// both forms and merges them; the hashed key of a target that was always
+// known is absent from every table's filter and costs a filter probe a
+// run.
+//
+// With the PLC map off every DID is an outline anyway (the operator chose
+// it: docs/operations.md), so a target's DID is outlined as before and its
+// links to accounts render (TargetDIDOutlines, or a nil PLC).
+
+// TargetKey is the key a link to t is written under: t's encoding if every
+// part of it is known (with TargetDIDOutlines, once its DID is outlined),
+// else t's hash. It never fails: a part that cannot be looked up (the PLC
+// map unreadable) gives the hash too, which TargetKeys also asks.
+func (c *Codec) TargetKey(t *Target) RecordID {
+	if t.IsHashed() {
+		return HashTarget(t.Norm)
 	}
+	if id, err := c.targetKnown(t, c.TargetDIDOutlines || c.PLC == nil); err == nil {
+		return id
+	}
+	return HashTarget(t.hashName())
+}
+
+// TargetKeys returns the keys links to t may be under: its encoding when
+// every part of it is known (first), and its hash. An error is a failed
+// lookup (the PLC map unreadable), never an unknown part.
+func (c *Codec) TargetKeys(t *Target) ([]RecordID, error) {
+	if t.IsHashed() {
+		return []RecordID{HashTarget(t.Norm)}, nil
+	}
+	h := HashTarget(t.hashName())
+	id, err := c.targetKnown(t, false)
+	switch {
+	case err == nil:
+		return []RecordID{id, h}, nil
+	case errors.Is(err, ErrUnknown):
+		return []RecordID{h}, nil
+	}
+	return nil, err
+}
+
+// targetKnown encodes a repository or record target from outlines that
+// exist (assignDID: the DID's is assigned if missing) and the PLC map;
+// ErrUnknown when a part has none.
+func (c *Codec) targetKnown(t *Target, assignDID bool) (RecordID, error) {
+	d, err := c.DID(t.DID, assignDID)
+	if err != nil {
+		return RecordID{}, err
+	}
+	if t.IsRepo() {
+		return RepoID(d), nil
+	}
+	col, err := c.Collection(t.Collection, false)
+	if err != nil {
+		return RecordID{}, err
+	}
+	rk, err := c.RKey(t.RKey, false)
+	if err != nil {
+		return RecordID{}, err
+	}
+	return RecordID{RKey: rk, Collection: col, DID: d}, nil
 }
 
 // HashTarget is the RecordID of a target that is not a DID-authority record

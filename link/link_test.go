@@ -210,7 +210,7 @@ func TestCodec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := c.Target(&tg, true)
+	id, err := c.Record(tg.DID, tg.Collection, tg.RKey, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,27 +220,36 @@ func TestCodec(t *testing.T) {
 	if s, err := c.RenderRecord(id); err != nil || s != uri {
 		t.Fatalf("render %q %v", s, err)
 	}
+	// A target whose parts are all known is written in its encoding and
+	// read under it and under its hash.
+	if k := c.TargetKey(&tg); k != id {
+		t.Fatalf("known target written as %v, want %v", k, id)
+	}
+	if keys, err := c.TargetKeys(&tg); err != nil || len(keys) != 2 || keys[0] != id || !keys[1].IsHashed() {
+		t.Fatalf("known target's keys %v %v", keys, err)
+	}
 	// Bare DIDs: did:x and at://did:x are the same repository target.
 	t1, _ := ParseTarget("did:plc:7x6rtuenkuvxq3zsvffp2ide")
 	t2, _ := ParseTarget("at://did:plc:7x6rtuenkuvxq3zsvffp2ide")
-	r1, err1 := c.Target(&t1, false)
-	r2, err2 := c.Target(&t2, false)
-	if err1 != nil || err2 != nil || r1 != r2 || r1 != RepoID(14997067) || !r1.IsRepo() {
-		t.Fatalf("repo targets %v %v %v %v", r1, r2, err1, err2)
+	r1, r2 := c.TargetKey(&t1), c.TargetKey(&t2)
+	if r1 != r2 || r1 != RepoID(14997067) || !r1.IsRepo() {
+		t.Fatalf("repo targets %v %v", r1, r2)
 	}
 	// Hashed targets: URLs and handle at-uris; equal after normalisation.
 	h1, _ := ParseTarget("HTTPS://Example.com:443/a/./b")
 	h2, _ := ParseTarget("https://example.com/a/b")
-	x1, _ := c.Target(&h1, false)
-	x2, _ := c.Target(&h2, false)
+	x1, x2 := c.TargetKey(&h1), c.TargetKey(&h2)
 	if x1 != x2 || !x1.IsHashed() {
 		t.Fatalf("url targets %v %v", x1, x2)
+	}
+	if keys, err := c.TargetKeys(&h1); err != nil || len(keys) != 1 || keys[0] != x1 {
+		t.Fatalf("url target's keys %v %v", keys, err)
 	}
 	hh, _ := ParseTarget("at://Alice.Example.COM/app.bsky.feed.post/3jzfcijpj2z2a")
 	if hh.Norm != "at://alice.example.com/app.bsky.feed.post/3jzfcijpj2z2a" || !hh.IsHashed() {
 		t.Fatalf("handle at-uri %+v", hh)
 	}
-	if x, _ := c.Target(&hh, false); x == x1 || !x.IsHashed() {
+	if x := c.TargetKey(&hh); x == x1 || !x.IsHashed() {
 		t.Fatalf("handle target %v", x)
 	}
 	// Locations render in both conventions.
@@ -308,5 +317,73 @@ func TestMemOutlines(t *testing.T) {
 	}
 	if _, err := m.Assign(OutlinePath, ""); err == nil {
 		t.Fatal("empty outline assigned")
+	}
+}
+
+// TestTargetsAssignNoOutlines: a target is anyone's string, so writing
+// links to unknown ones adds no outline (with the PLC map on); each is
+// written under its hash, which its read keys include, and once a source
+// makes its parts known the target is written in its encoding, read under
+// both.
+func TestTargetsAssignNoOutlines(t *testing.T) {
+	out := NewMemOutlines()
+	c := Codec{Outlines: out, PLC: mapPLC{"did:plc:7x6rtuenkuvxq3zsvffp2ide": 7}}
+	for _, s := range []string{
+		"did:web:stranger.example",
+		"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", // not in the PLC map
+		"at://did:plc:7x6rtuenkuvxq3zsvffp2ide/com.example.made.up/3jzfcijpj2z2a",
+		"at://did:plc:7x6rtuenkuvxq3zsvffp2ide/app.bsky.feed.generator/for-you",
+		"at://did:web:stranger.example/app.bsky.feed.post/3jzfcijpj2z2a",
+	} {
+		tg, err := ParseTarget(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := c.TargetKey(&tg)
+		if !k.IsHashed() {
+			t.Errorf("%s: written as %v, want its hash", s, k)
+		}
+		keys, err := c.TargetKeys(&tg)
+		if err != nil || len(keys) != 1 || keys[0] != k {
+			t.Errorf("%s: read keys %v %v, want [%v]", s, keys, err, k)
+		}
+		for _, kind := range OutlineKinds {
+			if n := out.Len(kind); n != 0 {
+				t.Fatalf("%s: %d %s outlines assigned", s, n, kind)
+			}
+		}
+	}
+	// The feed generator becomes a source: its target form is now its
+	// encoding, and reads find the links written under the hash before.
+	tg, _ := ParseTarget("at://did:plc:7x6rtuenkuvxq3zsvffp2ide/app.bsky.feed.generator/for-you")
+	before := c.TargetKey(&tg)
+	src, err := c.Record(tg.DID, tg.Collection, tg.RKey, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := c.TargetKey(&tg); k != src {
+		t.Fatalf("known generator written as %v, want %v", k, src)
+	}
+	if keys, err := c.TargetKeys(&tg); err != nil || len(keys) != 2 || keys[0] != src || keys[1] != before {
+		t.Fatalf("keys %v %v, want [%v %v]", keys, err, src, before)
+	}
+	// With the PLC map off every DID is an outline: a target's DID is
+	// outlined (so links to accounts render), its other parts are not.
+	off := NewMemOutlines()
+	c = Codec{Outlines: off}
+	acct, _ := ParseTarget("did:web:stranger.example")
+	if k := c.TargetKey(&acct); !k.IsRepo() || k.DID&OutlinedBit == 0 || off.Len(OutlineDID) != 1 {
+		t.Fatalf("plc off: account target %v, %d DID outlines", k, off.Len(OutlineDID))
+	}
+	rec, _ := ParseTarget("at://did:web:stranger.example/com.example.made.up/some-key")
+	if k := c.TargetKey(&rec); !k.IsHashed() || off.Len(OutlineCollection)+off.Len(OutlineRKey) != 0 {
+		t.Fatalf("plc off: record target %v", k)
+	}
+	// A node without a PLC directory has an empty PLC map, not a nil one:
+	// TargetDIDOutlines says the same.
+	off = NewMemOutlines()
+	c = Codec{Outlines: off, PLC: mapPLC{}, TargetDIDOutlines: true}
+	if k := c.TargetKey(&acct); !k.IsRepo() || off.Len(OutlineDID) != 1 {
+		t.Fatalf("empty PLC map: account target %v, %d DID outlines", k, off.Len(OutlineDID))
 	}
 }

@@ -65,6 +65,17 @@ func (t *Target) IsRepo() bool { return t.DID != "" && t.Collection == "" }
 // IsHashed reports whether t is stored under its hash (CollectionHashed).
 func (t *Target) IsHashed() bool { return t.DID == "" || (t.Collection != "" && t.RKey == "") }
 
+// hashName is what a repository or record target is hashed as when a part
+// of it is unknown (Codec.TargetKey): the DID, or "at://did/collection/rkey".
+// Neither is the Norm of a target that is always hashed (URLs, at-uris
+// without a DID authority or a record key), so the keys never meet.
+func (t *Target) hashName() string {
+	if t.IsRepo() {
+		return t.DID
+	}
+	return "at://" + t.DID + "/" + t.Collection + "/" + t.RKey
+}
+
 // LooksLikeLink is the cheap test the extractor runs on every string before
 // parsing: only strings with a link scheme prefix can be links.
 func LooksLikeLink(s string) bool {

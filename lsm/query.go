@@ -201,6 +201,32 @@ func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, erro
 	return res, nil
 }
 
+// MayHold reports whether any run of v may hold links to target: the
+// filters and fences of the tables round one would read, no I/O but
+// loading a table's metadata from local disk. False means a query of
+// target would find nothing; a query layer reading a target under
+// several keys skips those for which it is false.
+func (r *Reader) MayHold(ctx context.Context, v *View, target link.RecordID) (bool, error) {
+	prefix := target.Bytes()
+	for _, vr := range v.trees[TreeLinks] {
+		t := vr.tableFor(prefix[:])
+		if t == nil {
+			continue
+		}
+		m, err := t.load(ctx)
+		if err != nil {
+			return false, err
+		}
+		if !m.MayContain(prefix[:]) {
+			continue
+		}
+		if _, _, ok := m.FramesFor(prefix[:]); ok {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // All returns every live link to target that passes filter, in source
 // order (bounded by CandidatesMax).
 func (r *Reader) All(ctx context.Context, v *View, target link.RecordID, filter Filter) ([]link.Backlink, Stats, error) {

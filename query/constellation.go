@@ -54,17 +54,28 @@ func (s *Server) record(id link.RecordID) (constellationRecord, error) {
 // in (source, location, target) order. next is the position to continue
 // from, nil on the last page.
 func (s *Server) pageLinks(ctx context.Context, v *lsm.View, lq *linkQuery, after *linkPos, desc bool, limit int) ([]link.Backlink, *linkPos, error) {
+	known, err := s.held(ctx, v, lq.known)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(known) == 0 {
+		return nil, nil, nil
+	}
+	qs := make([]lsm.Query, len(known))
+	for i, sub := range known {
+		qs[i] = lsm.Query{Target: sub.id, After: resumeAfter(after, sub.id, desc), Reverse: desc, Limit: limit, Filter: lq.filter}
+	}
+	results, err := s.backlinksAll(ctx, v, qs)
+	if err != nil {
+		return nil, nil, err
+	}
 	var all []link.Backlink
 	more := false
-	for _, sub := range lq.known {
-		res, err := s.Reader.Backlinks(ctx, v, lsm.Query{Target: sub.id, After: resumeAfter(after, sub.id, desc), Reverse: desc, Limit: limit, Filter: lq.filter})
-		if err != nil {
-			return nil, nil, err
-		}
+	for _, res := range results {
 		all = append(all, res.Links...)
 		more = more || res.Next != nil
 	}
-	if len(lq.known) > 1 {
+	if len(known) > 1 {
 		slices.SortFunc(all, func(a, b link.Backlink) int {
 			c := posOf(&a).compare(posOf(&b))
 			if desc {
@@ -136,8 +147,12 @@ func (s *Server) linksPage(ctx context.Context, r *http.Request, v *lsm.View, lq
 	if aerr != nil {
 		return nil, 0, nil, aerr
 	}
+	known, err := s.held(ctx, v, lq.known)
+	if err != nil {
+		return nil, 0, nil, err
+	}
 	var total uint64
-	for _, sub := range lq.known {
+	for _, sub := range known {
 		n, err := s.total(ctx, v, sub.id, lq.filter)
 		if err != nil {
 			return nil, 0, nil, err
@@ -245,7 +260,11 @@ func (s *Server) count(ctx context.Context, v *lsm.View, lq *linkQuery) (uint64,
 	if !lq.matchable {
 		return 0, nil
 	}
-	for _, sub := range lq.known {
+	known, err := s.held(ctx, v, lq.known)
+	if err != nil {
+		return 0, err
+	}
+	for _, sub := range known {
 		c, _, err := s.Reader.Count(ctx, v, sub.id, lq.filter)
 		if err != nil {
 			return 0, err
@@ -282,8 +301,12 @@ func (s *Server) distinctDIDs(ctx context.Context, v *lsm.View, lq *linkQuery) (
 	if !lq.matchable {
 		return nil, nil
 	}
+	known, err := s.held(ctx, v, lq.known)
+	if err != nil {
+		return nil, err
+	}
 	var dids []uint64
-	for _, sub := range lq.known {
+	for _, sub := range known {
 		links, _, err := s.Reader.All(ctx, v, sub.id, lq.filter)
 		if err != nil {
 			return nil, err
@@ -294,6 +317,114 @@ func (s *Server) distinctDIDs(ctx context.Context, v *lsm.View, lq *linkQuery) (
 	}
 	slices.Sort(dids)
 	return slices.Compact(dids), nil
+}
+
+// backlinksConcurrency bounds the pages of one answer read at once.
+const backlinksConcurrency = 8
+
+// backlinksAll reads the pages qs ask, at once (up to
+// backlinksConcurrency): a subject read under two keys, or several
+// subjects, still costs the round trips of one page.
+func (s *Server) backlinksAll(ctx context.Context, v *lsm.View, qs []lsm.Query) ([]*lsm.Result, error) {
+	out := make([]*lsm.Result, len(qs))
+	if len(qs) == 1 {
+		res, err := s.Reader.Backlinks(ctx, v, qs[0])
+		out[0] = res
+		return out, err
+	}
+	errs := make([]error, len(qs))
+	sem := make(chan struct{}, backlinksConcurrency)
+	var wg sync.WaitGroup
+	for i := range qs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out[i], errs[i] = s.Reader.Backlinks(ctx, v, qs[i])
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// allOf is every live link to sub passing f, under each of its keys, in
+// (source, location) order.
+func (s *Server) allOf(ctx context.Context, v *lsm.View, sub *subject, f lsm.Filter) ([]link.Backlink, error) {
+	sub, err := s.heldKeys(ctx, v, sub)
+	if err != nil {
+		return nil, err
+	}
+	var all []link.Backlink
+	for _, k := range sub.keys {
+		links, _, err := s.Reader.All(ctx, v, k, f)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, links...)
+	}
+	if len(sub.keys) > 1 {
+		slices.SortFunc(all, func(a, b link.Backlink) int { return posOf(&a).compare(posOf(&b)) })
+	}
+	return all, nil
+}
+
+// backlinksOf is a page of the live links to sub (q.Target unused): a
+// page under each of its keys, merged in (source, location) order, with a
+// cursor after the last link returned when any key has more. Links of two
+// keys at one (source, location) would be one record naming the target in
+// both forms at one place, which an update revokes whole: they never
+// overlap, so the lsm cursor needs no target.
+func (s *Server) backlinksOf(ctx context.Context, v *lsm.View, sub *subject, q lsm.Query) (*lsm.Result, error) {
+	sub, err := s.heldKeys(ctx, v, sub)
+	if err != nil {
+		return nil, err
+	}
+	switch len(sub.keys) {
+	case 0:
+		return &lsm.Result{Generation: v.Generation()}, nil
+	case 1:
+		q.Target = sub.keys[0]
+		return s.Reader.Backlinks(ctx, v, q)
+	}
+	qs := make([]lsm.Query, len(sub.keys))
+	for i, k := range sub.keys {
+		qs[i] = q
+		qs[i].Target = k
+	}
+	results, err := s.backlinksAll(ctx, v, qs)
+	if err != nil {
+		return nil, err
+	}
+	out := &lsm.Result{}
+	more := false
+	for _, res := range results {
+		out.Links = append(out.Links, res.Links...)
+		out.Generation = res.Generation
+		more = more || res.Next != nil
+	}
+	slices.SortFunc(out.Links, func(a, b link.Backlink) int {
+		c := posOf(&a).compare(posOf(&b))
+		if q.Reverse {
+			return -c
+		}
+		return c
+	})
+	limit := q.Limit
+	if limit <= 0 || limit > lsm.LimitMax {
+		limit = lsm.LimitMax
+	}
+	if len(out.Links) > limit {
+		out.Links, more = out.Links[:limit], true
+	}
+	if more && len(out.Links) > 0 {
+		last := out.Links[len(out.Links)-1]
+		out.Next = &lsm.Cursor{Source: last.Source, Location: last.Location}
+	}
+	return out, nil
 }
 
 // getBacklinkDids: GET /xrpc/blue.microcosm.links.getBacklinkDids?subject=&source=&limit=&cursor=

@@ -47,9 +47,7 @@ func (s *Server) legacyQuery(q url.Values, withDIDs bool) (*linkQuery, error) {
 		return nil, err
 	}
 	lq := &linkQuery{subjects: []subject{sub}, sources: []source{src}}
-	if sub.known {
-		lq.known = lq.subjects
-	}
+	lq.known = byKey(lq.subjects)
 	if src.known {
 		lq.filter.Sources = []lsm.SourcePair{src.pair}
 	}
@@ -145,10 +143,10 @@ func (s *Server) allCounts(ctx context.Context, r *http.Request, v *lsm.View) (m
 		return nil, err
 	}
 	sub, err := s.parseSubject("target", raw)
-	if err != nil || !sub.known {
+	if err != nil {
 		return nil, err
 	}
-	links, _, err := s.Reader.All(ctx, v, sub.id, lsm.Filter{})
+	links, err := s.allOf(ctx, v, &sub, lsm.Filter{})
 	if err != nil {
 		return nil, err
 	}

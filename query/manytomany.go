@@ -82,9 +82,7 @@ func (s *Server) parseM2M(q url.Values, didParam string) (*m2mQuery, error) {
 		return nil, err
 	}
 	m := &m2mQuery{lq: &linkQuery{subjects: []subject{sub}, sources: srcs}, pto: pto}
-	if sub.known {
-		m.lq.known = m.lq.subjects
-	}
+	m.lq.known = byKey(m.lq.subjects)
 	if srcs[0].known {
 		m.lq.filter.Sources = []lsm.SourcePair{srcs[0].pair}
 	}
@@ -94,12 +92,8 @@ func (s *Server) parseM2M(q url.Values, didParam string) (*m2mQuery, error) {
 		return nil, err
 	}
 	m.other = otherID
-	for _, o := range others {
-		if o.known {
-			m.others = append(m.others, o)
-		}
-	}
-	m.known = sub.known && srcs[0].known && didsOK && otherKnown && (len(others) == 0 || len(m.others) > 0)
+	m.others = others
+	m.known = srcs[0].known && didsOK && otherKnown
 	m.lq.matchable = m.known
 	return m, nil
 }
@@ -107,7 +101,7 @@ func (s *Server) parseM2M(q url.Values, didParam string) (*m2mQuery, error) {
 func (m *m2mQuery) scope(endpoint string, q url.Values, didParam string) scope {
 	var others []string
 	for _, o := range m.others {
-		others = append(others, o.id.String())
+		others = append(others, o.norm)
 	}
 	return m.lq.scope(endpoint, q).add("pathToOther", []string{m.pto}).add("otherSubject", others).add(didParam, q[didParam])
 }
@@ -125,13 +119,30 @@ func (m *m2mQuery) othersOf(b *link.Backlink, fw []link.Backlink) []link.RecordI
 			continue
 		}
 		t := fw[i].Target
-		if len(m.others) > 0 && !slices.ContainsFunc(m.others, func(o subject) bool { return o.id == t }) {
+		if len(m.others) > 0 && !slices.ContainsFunc(m.others, func(o subject) bool { return o.has(t) }) {
 			continue
+		}
+		if n := m.named(t); n != nil {
+			t = n.id // one name for both keys of a subject the query gave
 		}
 		out = append(out, t)
 	}
 	slices.SortFunc(out, link.RecordID.Compare)
 	return slices.Compact(out)
+}
+
+// named is the subject the query gave (an otherSubject, or the subject
+// itself) that key t is one of, or nil.
+func (m *m2mQuery) named(t link.RecordID) *subject {
+	for i := range m.others {
+		if m.others[i].has(t) {
+			return &m.others[i]
+		}
+	}
+	if m.lq.subjects[0].has(t) {
+		return &m.lq.subjects[0]
+	}
+	return nil
 }
 
 // renderOther names an other subject: a DID, an at-uri, or (a hashed
@@ -141,10 +152,8 @@ func (s *Server) renderOther(m *m2mQuery, t link.RecordID) (string, error) {
 	case t.IsRepo():
 		return s.Codec.RenderDID(t.DID)
 	case t.IsHashed():
-		for _, o := range m.others {
-			if o.id == t {
-				return o.norm, nil
-			}
+		if n := m.named(t); n != nil {
+			return n.norm, nil
 		}
 		b := t.Bytes()
 		return hashedPrefix + hex.EncodeToString(b[:8]) + hex.EncodeToString(b[16:]), nil
@@ -184,7 +193,7 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 	if aerr != nil {
 		return nil, aerr
 	}
-	tgt := m.lq.known[0].id
+	sub := &m.lq.subjects[0]
 	var after *lsm.Cursor
 	if cur != nil {
 		after = successor(cur.Source, cur.Location) // the cursor's join record again: it may have more items
@@ -198,7 +207,7 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 	batch := min(limit+1, m2mScanMax)
 	examined := 0
 	for len(items) <= limit {
-		res, err := s.Reader.Backlinks(ctx, v, lsm.Query{Target: tgt, After: after, Reverse: true, Limit: batch, Filter: m.lq.filter})
+		res, err := s.backlinksOf(ctx, v, sub, lsm.Query{After: after, Reverse: true, Limit: batch, Filter: m.lq.filter})
 		if err != nil {
 			return nil, err
 		}
@@ -296,7 +305,7 @@ func (s *Server) getManyToManyCounts(ctx context.Context, r *http.Request, v *ls
 	if aerr != nil {
 		return nil, aerr
 	}
-	joins, _, err := s.Reader.All(ctx, v, m.lq.known[0].id, m.lq.filter)
+	joins, err := s.allOf(ctx, v, &m.lq.subjects[0], m.lq.filter)
 	if err != nil {
 		return nil, err
 	}

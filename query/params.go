@@ -1,6 +1,7 @@
 package query
 
 import (
+	"context"
 	"errors"
 	"net/url"
 	"slices"
@@ -27,9 +28,76 @@ const (
 
 // subject is a parsed target parameter.
 type subject struct {
-	norm  string // normalised, as answers name it
-	id    link.RecordID
-	known bool // the index has seen every part of it (else nothing links there)
+	norm string // normalised, as answers name it
+	// keys are every key links to it may be stored under
+	// (link.Codec.TargetKeys): its encoding when the index knows every
+	// part of it, and its hash. A query reads them all.
+	keys  []link.RecordID
+	id    link.RecordID // keys[0]; in linkQuery.known, the one key of the entry
+	known bool          // it has keys (every valid target has its hash)
+}
+
+// has reports whether links stored under key k go to sub.
+func (sub *subject) has(k link.RecordID) bool { return slices.Contains(sub.keys, k) }
+
+// held keeps the entries of lq.known (byKey) whose key some run of v may
+// hold, when a subject has more than one: the hashed key of a target that
+// was always known is in no table, and a filter probe a run costs less
+// than a second page read and the merge.
+func (s *Server) held(ctx context.Context, v *lsm.View, known []subject) ([]subject, error) {
+	if len(known) < 2 {
+		return known, nil
+	}
+	out := make([]subject, 0, len(known))
+	for _, e := range known {
+		if len(e.keys) > 1 {
+			ok, err := s.Reader.MayHold(ctx, v, e.id)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// heldKeys is sub with only the keys some run of v may hold (all of them
+// when it has one).
+func (s *Server) heldKeys(ctx context.Context, v *lsm.View, sub *subject) (*subject, error) {
+	if len(sub.keys) < 2 {
+		return sub, nil
+	}
+	keys := make([]link.RecordID, 0, len(sub.keys))
+	for _, k := range sub.keys {
+		ok, err := s.Reader.MayHold(ctx, v, k)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			keys = append(keys, k)
+		}
+	}
+	c := *sub
+	c.keys = keys
+	return &c, nil
+}
+
+// byKey returns one entry per key of each subject (id the key, norm the
+// subject's), as the queries read them: a subject whose links are under
+// two keys is read twice and merged.
+func byKey(subs []subject) []subject {
+	var out []subject
+	for _, sub := range subs {
+		for _, k := range sub.keys {
+			e := sub
+			e.id = k
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // source is a parsed "collection:path".
@@ -75,16 +143,11 @@ func (s *Server) parseSubject(param, raw string) (subject, error) {
 	if err != nil {
 		return subject{}, badRequest(param + " must be an at-uri, a DID or an http(s) URL")
 	}
-	sub := subject{norm: t.Norm}
-	id, err := s.Codec.Target(&t, false)
-	if errors.Is(err, link.ErrUnknown) {
-		return sub, nil
-	}
+	keys, err := s.Codec.TargetKeys(&t)
 	if err != nil {
-		return subject{}, badRequest(param + ": " + err.Error())
+		return subject{}, err // the PLC map could not be read: a server error, not the caller's
 	}
-	sub.id, sub.known = id, true
-	return sub, nil
+	return subject{norm: t.Norm, keys: keys, id: keys[0], known: true}, nil
 }
 
 // subjects parses a repeatable target parameter: every target given, in
@@ -100,7 +163,7 @@ func (s *Server) subjects(q url.Values, param string, required bool) ([]subject,
 		if err != nil {
 			return nil, err
 		}
-		if !slices.ContainsFunc(out, func(o subject) bool { return o.norm == sub.norm || (o.known && sub.known && o.id == sub.id) }) {
+		if !slices.ContainsFunc(out, func(o subject) bool { return o.norm == sub.norm || o.id == sub.id }) {
 			out = append(out, sub)
 		}
 	}
@@ -226,7 +289,7 @@ func (s *Server) didFilter(q url.Values, param string) (dids []uint64, ok bool, 
 // and the DID lists share.
 type linkQuery struct {
 	subjects  []subject // as asked, distinct
-	known     []subject // those the index has seen
+	known     []subject // one entry per key of each subject (byKey)
 	sources   []source  // as asked, distinct
 	filter    lsm.Filter
 	didNames  []string // the DIDs asked, as given (did, or from_dids split): cursors check them
@@ -249,11 +312,7 @@ func (s *Server) parseLinkQuery(q url.Values) (*linkQuery, error) {
 		return nil, err
 	}
 	lq := &linkQuery{subjects: subs, sources: srcs, multi: len(subs) > 1 || len(srcs) > 1}
-	for _, sub := range subs {
-		if sub.known {
-			lq.known = append(lq.known, sub)
-		}
-	}
+	lq.known = byKey(subs)
 	for i := range srcs {
 		if srcs[i].known {
 			lq.filter.Sources = append(lq.filter.Sources, srcs[i].pair)
@@ -291,7 +350,7 @@ func (lq *linkQuery) sourceOf(l *link.Backlink) string {
 // subjectOf names the subject a link goes to.
 func (lq *linkQuery) subjectOf(l *link.Backlink) string {
 	for _, sub := range lq.known {
-		if sub.id == l.Target {
+		if sub.has(l.Target) {
 			return sub.norm
 		}
 	}

@@ -385,26 +385,6 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc.Encode(v)
 }
 
-// target parses and encodes a target parameter; ok is false when the
-// index has never seen a component of it (so no link can point there).
-func (s *Server) target(param, raw string) (link.RecordID, bool, error) {
-	if raw == "" {
-		return link.RecordID{}, false, badRequest(param + " is required")
-	}
-	t, err := link.ParseTarget(raw)
-	if err != nil {
-		return link.RecordID{}, false, badRequest(param + " must be an at-uri, a DID or an http(s) URL")
-	}
-	id, err := s.Codec.Target(&t, false)
-	if errors.Is(err, link.ErrUnknown) {
-		return link.RecordID{}, false, nil
-	}
-	if err != nil {
-		return link.RecordID{}, false, badRequest(param + ": " + err.Error())
-	}
-	return id, true, nil
-}
-
 type listBacklinksOut struct {
 	Backlinks map[string][]string `json:"backlinks"`
 	Cursor    *string             `json:"cursor"`
@@ -418,23 +398,20 @@ func (s *Server) listBacklinks(ctx context.Context, r *http.Request, v *lsm.View
 		return nil, err
 	}
 	out := listBacklinksOut{Backlinks: map[string][]string{}}
-	tgt, known, err := s.target("target", q.Get("target"))
+	sub, err := s.parseSubject("target", q.Get("target"))
 	if err != nil {
 		return nil, err
 	}
-	if !known {
-		return out, noCursorHere(q)
-	}
-	sc := newScope("listBacklinks").add("target", []string{tgt.String()})
+	sc := newScope("listBacklinks").add("target", []string{sub.norm})
 	after, aerr := decodePosCursor(q.Get("cursor"), kindLinks, false, sc)
 	if aerr != nil {
 		return nil, aerr
 	}
-	res, err := s.Reader.Backlinks(ctx, v, lsm.Query{Target: tgt, After: resumeAfter(after, tgt, false), Limit: limit})
+	links, next, err := s.pageLinks(ctx, v, &linkQuery{known: byKey([]subject{sub})}, after, false, limit)
 	if err != nil {
 		return nil, err
 	}
-	for _, l := range res.Links {
+	for _, l := range links {
 		src, err := s.Codec.RenderRecord(l.Source)
 		if err != nil {
 			return nil, err
@@ -445,8 +422,6 @@ func (s *Server) listBacklinks(ctx context.Context, r *http.Request, v *lsm.View
 		}
 		out.Backlinks[loc] = append(out.Backlinks[loc], src)
 	}
-	if res.Next != nil {
-		out.Cursor = encodePosCursor(kindLinks, &linkPos{Source: res.Next.Source, Location: res.Next.Location, Target: tgt}, false, sc)
-	}
+	out.Cursor = encodePosCursor(kindLinks, next, false, sc)
 	return out, nil
 }

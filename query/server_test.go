@@ -117,7 +117,7 @@ func (f *fixture) write(uri string, rec string) {
 	}
 	links, _ := extract.Extract(m)
 	for _, l := range links {
-		tg, _ := f.codec.Target(&l.Target, true)
+		tg := f.codec.TargetKey(&l.Target)
 		loc, _ := f.codec.Location(l.Path, l.StrongRef, true)
 		bl := link.Backlink{Target: tg, Source: src, Location: loc, SourceRev: f.stamp}
 		if err := f.db.AddBacklink(&bl); err != nil {

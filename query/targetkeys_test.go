@@ -1,0 +1,182 @@
+package query
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"testing"
+
+	"github.com/eddy-backlinks/eddy/link"
+)
+
+// A target's links under both of its keys: the first likes of a feed
+// generator come before any record of its collection (written under the
+// target's hash, no outline assigned), the generator's own record then
+// makes its parts known (later likes are written in its encoding). Every
+// endpoint answers all of them, at every page size, and a delete of an
+// early like revokes it.
+func TestTargetUnderBothKeys(t *testing.T) {
+	f := newFixture(t)
+	const gen = "at://did:plc:gen00000000000000000000/app.bsky.feed.generator/for-you"
+	like := func(i int) string {
+		return fmt.Sprintf("at://did:plc:liker%018d/app.bsky.feed.like/%s", i, tid(i))
+	}
+	body := `{"$type":"app.bsky.feed.like","subject":{"uri":"` + gen + `","cid":"bafyreiftot7eltsc3f6g4qktykmbv6jcmdmhcx5osscan6jpdxkpqcmcza"},"createdAt":"2026-07-04T14:38:08.999Z"}`
+	tg, err := link.ParseTarget(gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 7 {
+		f.write(like(i), body)
+	}
+	hashed := f.codec.TargetKey(&tg)
+	if !hashed.IsHashed() {
+		t.Fatalf("a generator of an unknown collection written as %v, want its hash", hashed)
+	}
+	if _, ok := f.codec.Outlines.Lookup(link.OutlineCollection, "app.bsky.feed.generator"); ok {
+		t.Fatal("a target assigned a collection outline")
+	}
+	f.flush()
+	f.write(gen, `{"$type":"app.bsky.feed.generator","did":"did:web:feed.example","displayName":"For you","createdAt":"2026-07-04T14:38:08.999Z"}`)
+	for i := 7; i < 12; i++ {
+		f.write(like(i), body)
+	}
+	f.write(like(2), "") // an early like deleted: revoked under the hash key
+	if k := f.codec.TargetKey(&tg); k.IsHashed() {
+		t.Fatalf("a known generator written as %v, want its encoding", k)
+	}
+	f.flush()
+
+	want := map[string]bool{}
+	for i := range 12 {
+		if i != 2 {
+			want[fmt.Sprintf("did:plc:liker%018d %s", i, tid(i))] = true
+		}
+	}
+	base := url.Values{"subject": {gen}, "source": {"app.bsky.feed.like:subject.uri"}}
+	var ref []rec
+	for _, rev := range []string{"false", "true"} {
+		for _, limit := range []string{"1", "2", "3", "5", "100"} {
+			q := cloneValues(base)
+			q.Set("limit", limit)
+			q.Set("reverse", rev)
+			got := f.pageAll("/xrpc/blue.microcosm.links.getBacklinks", q, "records")
+			have := map[string]bool{}
+			for _, r := range got {
+				have[r.DID+" "+r.RKey] = true
+			}
+			if len(got) != len(want) || len(have) != len(want) {
+				t.Fatalf("getBacklinks limit %s reverse %s: %d records (%d distinct), want %d", limit, rev, len(got), len(have), len(want))
+			}
+			for k := range want {
+				if !have[k] {
+					t.Fatalf("getBacklinks limit %s reverse %s: missing %s", limit, rev, k)
+				}
+			}
+			if rev == "false" {
+				if ref == nil {
+					ref = got
+				} else if !slices.Equal(got, ref) {
+					t.Fatalf("limit %s: another order\n%v\n%v", limit, got, ref)
+				}
+			}
+		}
+	}
+	var total map[string]any
+	f.get("/xrpc/blue.microcosm.links.getBacklinks", base, &total)
+	if total["total"].(float64) != float64(len(want)) {
+		t.Fatalf("getBacklinks total %v, want %d", total["total"], len(want))
+	}
+	var count totalOut
+	f.get("/xrpc/blue.microcosm.links.getBacklinksCount", base, &count)
+	if count.Total != uint64(len(want)) {
+		t.Fatalf("getBacklinksCount %d, want %d", count.Total, len(want))
+	}
+	var dids backlinkDidsOut
+	f.get("/xrpc/blue.microcosm.links.getBacklinkDids", base, &dids)
+	if dids.Total != len(want) || len(dids.LinkingDids) != len(want) {
+		t.Fatalf("getBacklinkDids %d (%d listed), want %d", dids.Total, len(dids.LinkingDids), len(want))
+	}
+	var all struct {
+		Links map[string]map[string]pathCounts `json:"links"`
+	}
+	f.get("/links/all", url.Values{"target": {gen}}, &all)
+	if c := all.Links["app.bsky.feed.like"][".subject.uri"]; c.Records != len(want) || c.DistinctDids != len(want) {
+		t.Fatalf("/links/all %v, want %d records", all, len(want))
+	}
+	// listBacklinks, the design's API, two links a page.
+	var served []string
+	q := url.Values{"target": {gen}, "limit": {"2"}}
+	for page := 0; ; page++ {
+		if page > 20 {
+			t.Fatal("listBacklinks: paging does not end")
+		}
+		var out listBacklinksOut
+		if code, _ := f.get("/xrpc/blue.cerulea.backlinks.listBacklinks", q, &out); code != 200 {
+			t.Fatalf("listBacklinks: %d", code)
+		}
+		for _, srcs := range out.Backlinks {
+			served = append(served, srcs...)
+		}
+		if out.Cursor == nil {
+			break
+		}
+		q.Set("cursor", *out.Cursor)
+	}
+	slices.Sort(served)
+	if len(served) != len(want) || len(slices.Compact(served)) != len(want) {
+		t.Fatalf("listBacklinks: %d sources, want %d: %v", len(served), len(want), served)
+	}
+}
+
+// BenchmarkTargetKeys: what reading a target under its second key costs a
+// page of a known target (its hashed key is in no table: a filter probe a
+// run), against reading its encoding alone. 16 runs, 150 links.
+//
+//	go test -run '^$' -bench BenchmarkTargetKeys ./query
+func BenchmarkTargetKeys(b *testing.B) {
+	f := newFixture(b)
+	const post = "at://did:plc:author0000000000000000000/app.bsky.feed.post/3mptbyplj5d22"
+	f.write(post, `{"$type":"app.bsky.feed.post","text":"x","createdAt":"2026-07-04T14:38:08.999Z"}`)
+	body := `{"$type":"app.bsky.feed.like","subject":{"uri":"` + post + `","cid":"bafyreiftot7eltsc3f6g4qktykmbv6jcmdmhcx5osscan6jpdxkpqcmcza"},"createdAt":"2026-07-04T14:38:08.999Z"}`
+	other := `{"$type":"app.bsky.feed.like","subject":{"uri":"at://did:plc:author0000000000000000000/app.bsky.feed.post/3mptbyplj5d33","cid":"bafyreiftot7eltsc3f6g4qktykmbv6jcmdmhcx5osscan6jpdxkpqcmcza"},"createdAt":"2026-07-04T14:38:08.999Z"}`
+	n := 0
+	for run := range 16 {
+		for i := range 200 {
+			n++
+			uri := fmt.Sprintf("at://did:plc:liker%018d/app.bsky.feed.like/%s", n, tid(n))
+			if i < 10 {
+				f.write(uri, body)
+			} else {
+				f.write(uri, other)
+			}
+		}
+		_ = run
+		f.flush()
+	}
+	sub, err := f.qs.parseSubject("subject", post)
+	if err != nil || len(sub.keys) != 2 || sub.keys[0].IsHashed() {
+		b.Fatalf("keys %v %v", sub.keys, err)
+	}
+	v, err := f.views.WaitFor(context.Background(), f.db.View().Generation())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		keys []link.RecordID
+	}{{"encoding", sub.keys[:1]}, {"both", sub.keys}} {
+		s := sub
+		s.keys = c.keys
+		lq := &linkQuery{known: byKey([]subject{s})}
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				links, _, err := f.qs.pageLinks(context.Background(), v, lq, nil, true, 100)
+				if err != nil || len(links) != 100 {
+					b.Fatalf("%d links, %v", len(links), err)
+				}
+			}
+		})
+	}
+}
