@@ -50,6 +50,7 @@ type ClientsResult struct {
 	ClientBurst    int             `json:"client_burst"`
 	ClientInFlight int             `json:"client_in_flight"`
 	ClientSlots    int             `json:"client_slots,omitempty"` // --client-slots (0: the default, a quarter of the slots)
+	ServerProcs    int             `json:"server_procs,omitempty"` // --server-procs (0: Go's choice)
 	Seconds        float64         `json:"seconds_per_phase"`
 	Phases         []ClientsPhase  `json:"phases"`
 	Medians        []ClientsMedian `json:"medians"`
@@ -110,11 +111,12 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 	floodConns := fs.Int("flood-conns", 64, "connections of the flooding client")
 	rounds := fs.Int("rounds", 3, "rounds of the four phases (each on fresh servers); the medians are reported")
 	clientSlots := fs.Int("client-slots", 0, "the limits' execution slots per client (0: the node's default, a quarter of the slots)")
+	serverProcs := fs.Int("server-procs", 0, "GOMAXPROCS of the server (0: Go's choice, the CPUs it may run on: one when pinned); more Ps than CPUs let a goroutine run while another P sits in a long system call")
 	traceDir := fs.String("trace", "", "a directory: the server writes a Go execution trace of 3 s of each phase there (phase-round.trace), to see what holds its CPU")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *targets < 1 || *likes < 1 || *seconds <= 0 || *floodConns < 1 || *rounds < 1 || *limit < 1 || *limit > query.LimitMax {
+	if *targets < 1 || *likes < 1 || *seconds <= 0 || *floodConns < 1 || *rounds < 1 || *limit < 1 || *limit > query.LimitMax || *serverProcs < 0 {
 		return fmt.Errorf("%w: clients needs positive --targets, --likes, --seconds, --flood-conns, and --limit of 1..%d", ErrUsage, query.LimitMax)
 	}
 	clientsLimit = strconv.Itoa(*limit)
@@ -133,7 +135,7 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 		return cmd.Run()
 	}
 	res := &ClientsResult{Targets: *targets, Limit: *limit, LinksPerTarget: *likes, Pinned: pin, FloodConns: *floodConns, Seconds: *seconds,
-		ClientRate: query.DefaultClientRate, ClientBurst: query.DefaultClientBurst, ClientInFlight: query.DefaultClientInFlight, ClientSlots: *clientSlots}
+		ClientRate: query.DefaultClientRate, ClientBurst: query.DefaultClientBurst, ClientInFlight: query.DefaultClientInFlight, ClientSlots: *clientSlots, ServerProcs: *serverProcs}
 	uris := make([]string, *targets)
 	for i := range uris {
 		uris[i] = clientsPost(i)
@@ -143,6 +145,9 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 		cmd := exec.CommandContext(ctx, self, a...)
 		if pin {
 			cmd = exec.CommandContext(ctx, "taskset", append([]string{"-c", "0", self}, a...)...)
+		}
+		if *serverProcs > 0 {
+			cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(*serverProcs))
 		}
 		srv, err := startClientsServer(cmd, stderr)
 		if err != nil {
