@@ -68,8 +68,9 @@ import (
 // same faults at the same moments of the schedule. EDDY_CHAOS_OUTAGE=1
 // adds one more schedule: the bucket down for 70 s while the cluster
 // ingests and serves, the leadership staying put throughout (alone: make
-// chaos CHAOS_SEEDS=none CHAOS_OUTAGE=1; it fails on an anomaly of the
-// catch-up that follows, docs/reliability.md "The outage").
+// chaos CHAOS_SEEDS=none CHAOS_OUTAGE=1; docs/reliability.md "The
+// outage"). EDDY_CHAOS_KEEP=<dir> keeps each schedule's cluster, its
+// nodes logging at debug, in <dir>/seed-<seed>.
 func TestChaos(t *testing.T) {
 	seeds, err := parseSeeds(envOr("EDDY_CHAOS_SEEDS", "1,2"))
 	if err != nil {
@@ -539,9 +540,14 @@ func runChaos(t *testing.T, seed uint64, schedule []chaosFault, endpoint, keys s
 	defer fp.Close()
 	store := fmt.Sprintf("s3://%s/chaos-%d?endpoint=%s&insecure=true&region=us-east-1&access_key_file=%s&secret_key_file=%s",
 		miniotest.Bucket, seed, fp.Endpoint(), filepath.Join(keys, "access"), filepath.Join(keys, "secret"))
-	lc, world := simCluster(t, t.TempDir(), int64(seed), "--store", store, "--hosts", strings.Join(chaosHosts, ","),
-		"--node-arg=--compaction-interval=500ms", "--node-arg=--compaction-fan-in=2", "--node-arg=--gc-grace="+chaosGrace.String(),
-		"--node-arg=--ready-lag-max=5s")
+	dir, keep := chaosDir(t, seed)
+	args := []string{"--store", store, "--hosts", strings.Join(chaosHosts, ","),
+		"--node-arg=--compaction-interval=500ms", "--node-arg=--compaction-fan-in=2", "--node-arg=--gc-grace=" + chaosGrace.String(),
+		"--node-arg=--ready-lag-max=5s"}
+	if keep {
+		args = append(args, "--node-arg=--log-level=debug")
+	}
+	lc, world := simCluster(t, dir, int64(seed), args...)
 	c := &chaosCluster{localCluster: lc, epochs: make([]int, len(lc.Nodes))}
 	raft, err := proxyRaftLinks(tp, seed, lc.Nodes)
 	defer raft.close()
@@ -633,6 +639,25 @@ func runChaos(t *testing.T, seed uint64, schedule []chaosFault, endpoint, keys s
 		seed, len(schedule), strings.Join(plan, "; "), storeFaults, requests, len(rec.answers), clean, rec.failures, targetsN, links, gone, time.Since(began).Round(time.Second))
 	t.Logf("store faults by kind: %v", by)
 	return chaosTotals{schedules: 1, faults: len(schedule), answers: len(rec.answers), cleanFailures: clean, links: links, storeFaults: storeFaults, storeRequests: requests}
+}
+
+// chaosDir is where a schedule's cluster lives: a temporary directory,
+// or, with EDDY_CHAOS_KEEP=<dir>, <dir>/seed-<seed>, kept after the test
+// with the nodes' debug logs (keep true).
+func chaosDir(t *testing.T, seed uint64) (dir string, keep bool) {
+	root := os.Getenv("EDDY_CHAOS_KEEP")
+	if root == "" {
+		return t.TempDir(), false
+	}
+	dir = filepath.Join(root, fmt.Sprintf("seed-%d", seed))
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the cluster and its debug logs: %s (kept)", dir)
+	return dir, true
 }
 
 // chaosTargets picks about n targets of at most 200 live links (a page of

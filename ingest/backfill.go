@@ -388,13 +388,16 @@ func gone(err error) bool {
 // marker stays, so a later leadership term tries again.
 var errResyncFailed = errors.New("resync: repository not fetched")
 
-// Resync backfills one repository now (a reactivated account, a #sync).
+// Resync backfills one repository now (a reactivated account, a #sync),
+// unless the writer holds it back once fetched (Writer.ResyncReady: the
+// repository is ahead of the stream that asked; ErrResyncHeld).
 func (b *Backfill) Resync(ctx context.Context, w *Writer, did string) error {
 	return b.repo(ctx, w, did, true)
 }
 
-// repo backfills one repository: stamp, fetch, write. With strict, a
-// repository that cannot be fetched is an error rather than a count.
+// repo backfills one repository: stamp, fetch, write. With strict (a
+// resync), a repository that cannot be fetched is an error rather than a
+// count, and the writer may hold the write back (ErrResyncHeld).
 func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool) error {
 	if !link.ValidDID(did) {
 		b.skip("bad_did", did, nil)
@@ -426,6 +429,9 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 			return ctx.Err()
 		}
 		if gone(ferr) {
+			if strict && !w.ResyncReady(did, "") {
+				return fmt.Errorf("%s: %w", did, ErrResyncHeld)
+			}
 			b.stats.add(func(s *BackfillStats) { s.Gone++ })
 			b.setState(did, RepoGone, "", nil)
 			return w.ApplyRepo(ctx, b.Name(), did, stamp, nil) // the repository is gone: revoke it
@@ -455,6 +461,9 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 		b.setState(did, RepoFailed, "", fmt.Errorf("CAR is of %s", info.DID))
 		b.skip("car_did_mismatch", did, fmt.Errorf("CAR is of %s", info.DID))
 		return nil
+	}
+	if strict && !w.ResyncReady(did, info.Rev) {
+		return fmt.Errorf("%s: %w", did, ErrResyncHeld)
 	}
 	if err := w.ApplyRepo(ctx, b.Name(), did, stamp, ops); err != nil {
 		return err

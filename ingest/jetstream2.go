@@ -356,14 +356,15 @@ func archiveBlockError(err error) bool {
 // apply writes one event at its seq's cursor.
 func (j *Jetstream2) apply(ctx context.Context, w *Writer, ev *jetstream.Event) error {
 	cursor := strconv.FormatUint(ev.Seq, 10) + "@" + j.host()
+	op := event.Op{DID: ev.DID, Seq: int64(ev.Seq), Cursor: int64(ev.Seq)}
 	if ev.TimeUS > 0 {
 		t := time.UnixMicro(ev.TimeUS)
+		op.Time = t.UTC() // the event's time: how far behind the network the write path is (resyncs)
 		j.last.see(t)
 		if j.OnLag != nil {
 			j.OnLag(time.Since(t))
 		}
 	}
-	op := event.Op{DID: ev.DID, Seq: int64(ev.Seq), Cursor: int64(ev.Seq)}
 	switch ev.Kind {
 	case jetstream.KindCommit:
 		if ev.Commit == nil {

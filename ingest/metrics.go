@@ -41,6 +41,13 @@ type Metrics struct {
 	GCDeletedBytes   *prometheus.CounterVec // their bytes, by reason
 	GCBlockedSeconds prometheus.Gauge       // how long a due deletion has waited for a member (0: none)
 	GCOrphans        prometheus.Gauge       // unreferenced tables seen, waiting out the grace
+
+	// Resyncs held back (resync.go): one whose repository, fetched, is
+	// ahead of the stream that asked for it waits for the stream
+	// (deferred); one deferred or queued whose account was deactivated,
+	// taken down or deleted since is dropped (cancelled).
+	ResyncsDeferred  prometheus.Counter
+	ResyncsCancelled prometheus.Counter
 }
 
 // NewMetrics makes unregistered metrics; Register adds them to a registry.
@@ -60,13 +67,18 @@ func NewMetrics() *Metrics {
 		GCBlockedSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_gc_blocked_seconds",
 			Help: "How long the deletion of a garbage table past its grace has been held back by a member that is down, unreachable or serves an older generation (0: none; the leader logs which)."}),
 		GCOrphans: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_gc_orphan_tables", Help: "Table objects no manifest references that the leader's sweep saw and waits a grace period to delete."}),
+
+		ResyncsDeferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_ingest_resyncs_deferred_total",
+			Help: "Resyncs held back because the repository fetched was ahead of the stream that asked for it (a stream catching up): each waits until the stream reaches the repository's revision, then fetches it again."}),
+		ResyncsCancelled: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_ingest_resyncs_cancelled_total",
+			Help: "Resyncs deferred or queued that were dropped because their account was deactivated, taken down or deleted after the event that asked for them (a later reactivation asks again)."}),
 	}
 }
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.Events, m.Links, m.Skipped, m.RepoSplits, m.FlushSeconds, m.PublishSeconds, m.Generation, m.Lag, m.lagEvents,
-		m.GCDeleted, m.GCDeletedBytes, m.GCBlockedSeconds, m.GCOrphans} {
+		m.GCDeleted, m.GCDeletedBytes, m.GCBlockedSeconds, m.GCOrphans, m.ResyncsDeferred, m.ResyncsCancelled} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

@@ -44,6 +44,9 @@ type Source interface {
 // resyncs; with none, a resync is skipped and counted.
 type Backfiller interface {
 	Source
+	// Resync fetches the repository of did and writes it whole; once
+	// fetched, before it writes anything, it asks w.ResyncReady and, on
+	// false, writes nothing and returns an error wrapping ErrResyncHeld.
 	Resync(ctx context.Context, w *Writer, did string) error
 }
 
@@ -123,18 +126,14 @@ func (r *Runner) Run(ctx context.Context) error {
 }
 
 // queueUnfinishedResyncs queues the resyncs a previous leader had not
-// finished (their "resync:<did>" markers among the cursors).
+// finished (their "resync:<did>" markers among the cursors). They are
+// queued at once, but held back like the others while the repository is
+// ahead of the streams, which replay from the committed cursors
+// (resync.go).
 func (r *Runner) queueUnfinishedResyncs(w *Writer) {
 	for k := range r.Config.Node.FSM.Summary().Cursors {
 		if did, ok := strings.CutPrefix(k, ResyncPrefix); ok {
-			w.mu.Lock()
-			w.mu.resyncs[did]++
-			job := resyncJob{did: did, seq: w.mu.resyncs[did]}
-			w.mu.Unlock()
-			select {
-			case w.resync <- job:
-			default:
-			}
+			w.queueUnfinished(did)
 		}
 	}
 }
@@ -151,6 +150,8 @@ func (r *Runner) runSource(ctx context.Context, cancel context.CancelCauseFunc, 
 		return
 	}
 	name := s.Name()
+	w.sourcesStarted.Add(1)
+	w.activity.Add(1)
 	err := s.Ingest(ctx, w, r.Config.Node.FSM.Cursor(name))
 	if err != nil && ctx.Err() == nil {
 		w.log.Error("source stopped", "source", name, "error", err)
@@ -158,21 +159,36 @@ func (r *Runner) runSource(ctx context.Context, cancel context.CancelCauseFunc, 
 			cancel(err)
 		}
 	}
+	if ctx.Err() == nil {
+		w.sourceStopped(name) // the resyncs waiting for it wait no more
+	}
 }
 
 // resyncLoop fetches again, through b, each repository the writer queues
-// for a resync, until ctx ends.
+// for a resync, until ctx ends. The writer may hold one back
+// (Writer.ResyncReady: deferred or cancelled; resync.go).
 func (r *Runner) resyncLoop(ctx context.Context, w *Writer, b Backfiller) {
+	tick := time.NewTicker(resyncIdle / 4)
+	defer tick.Stop()
+	var iw idleWatch
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case now := <-tick.C:
+			w.releaseUnplaced(iw.idle(w, now))
 		case job := <-w.resync:
 			if b == nil {
 				w.skip("resync", "no_backfill_source")
 				continue
 			}
-			if err := b.Resync(ctx, w, job.did); err != nil {
+			w.beginResync(job)
+			err := b.Resync(ctx, w, job.did)
+			w.endResync(job)
+			if errors.Is(err, ErrResyncHeld) {
+				continue // deferred (queued again later) or cancelled
+			}
+			if err != nil {
 				if ctx.Err() == nil {
 					w.log.Warn("resync failed", "did", job.did, "error", err)
 				}

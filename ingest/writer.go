@@ -80,6 +80,10 @@ type Config struct {
 	// for objects no manifest references (0: half the grace, within
 	// 1 s..10 min).
 	OrphanSweepInterval time.Duration
+	// ResyncSlack: how far (by the network's clocks) a resynced repository
+	// may be ahead of the stream that asked for it before the resync waits
+	// for the stream (0: DefaultResyncSlack; resync.go).
+	ResyncSlack time.Duration
 }
 
 // ErrLeadershipLost: the writer's node is no longer the leader (or its
@@ -129,6 +133,7 @@ type Writer struct {
 		// resyncs counts resync requests per DID: a finished resync clears
 		// the replicated marker only if no newer request came meanwhile.
 		resyncs map[string]uint64
+		resync  resyncState // what holds resyncs back while a stream catches up (resync.go)
 	}
 	dead atomic.Bool
 	// resyncer: a source fetches repositories again on request (a
@@ -140,6 +145,13 @@ type Writer struct {
 	// resync receives DIDs whose repository must be fetched again
 	// (reactivated accounts, #sync events); bounded, drops when full.
 	resync chan resyncJob
+	// activity counts the operations Apply began and the sources started;
+	// applying is the operations in Apply now; sourcesStarted the sources
+	// started. A previous term's resync waiting for a stream position goes
+	// ahead once they show the write path idle (resync.go).
+	activity       atomic.Uint64
+	applying       atomic.Int64
+	sourcesStarted atomic.Int64
 }
 
 // resyncQueueMax bounds the repositories waiting for a resync.
@@ -169,6 +181,9 @@ func NewWriter(ctx context.Context, cfg Config) (*Writer, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
+	if cfg.ResyncSlack <= 0 {
+		cfg.ResyncSlack = DefaultResyncSlack
+	}
 	if err := cfg.Node.Barrier(cluster.ProposeTimeout); err != nil {
 		return nil, fmt.Errorf("barrier: %w", err)
 	}
@@ -185,6 +200,7 @@ func NewWriter(ctx context.Context, cfg Config) (*Writer, error) {
 	w.mu.revs = lsm.NewMemtable(lsm.RevocationFormat, cfg.MemtableBytes)
 	w.mu.cursors = map[string]string{}
 	w.mu.resyncs = map[string]uint64{}
+	w.mu.resync.init()
 	w.mu.lastFlush = time.Now()
 	if err := w.reserveLocked(ctx); err != nil {
 		return nil, err
@@ -228,6 +244,9 @@ func (w *Writer) Apply(ctx context.Context, source, cursor string, op *event.Op)
 	if w.dead.Load() {
 		return ErrLeadershipLost
 	}
+	w.activity.Add(1)
+	w.applying.Add(1)
+	defer w.applying.Add(-1)
 	if err := w.makeRoom(ctx); err != nil {
 		return err
 	}
@@ -238,6 +257,11 @@ func (w *Writer) Apply(ctx context.Context, source, cursor string, op *event.Op)
 		return err
 	}
 	w.mu.cursors[source] = cursor
+	if op.Time.IsZero() {
+		w.mu.resync.untimed = true
+	} else {
+		w.advanceLocked(source, op.Time) // may release resyncs waiting for this source
+	}
 	return nil
 }
 
@@ -300,11 +324,11 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 	switch op.Kind {
 	case event.KindCommit:
 	case event.KindSync:
-		w.requestResync(source, op.DID)
+		w.requestResync(source, op.DID, op.Time)
 		return nil
 	case event.KindAccount, event.KindRepoReset:
 		if op.Kind == event.KindAccount && op.Active {
-			w.requestResync(source, op.DID) // its links may have been revoked: fetch it again
+			w.requestResync(source, op.DID, op.Time) // its links may have been revoked: fetch it again
 			return nil
 		}
 		// deleted, takendown, suspended, deactivated: the repository is no
@@ -325,6 +349,9 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 		}
 		v := link.Revocation{Source: link.RepoID(did), Rev: stamp}
 		w.log.Debug("repository revoked", "kind", op.Kind.String(), "did", op.DID, "status", op.Status, "stamp", stamp, "position", op.Seq)
+		if op.Kind == event.KindAccount {
+			w.accountRevokedLocked(op.DID) // a resync it asked for before is moot
+		}
 		return w.mu.revs.AddRevocation(&v)
 	default:
 		return nil // identity, sync: nothing to index
@@ -408,45 +435,6 @@ func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, sta
 		}
 	}
 	return nil
-}
-
-// ResyncPrefix marks pending resyncs among the cursors: the flush holding
-// the event that asked for one also records "resync:<did>", so a new
-// leader finds every resync its predecessor had not finished.
-const ResyncPrefix = "resync:"
-
-// resyncJob is one queued resync: the DID and the request count it answers.
-type resyncJob struct {
-	did string
-	seq uint64
-}
-
-// requestResync queues a repository for a resync; the caller holds w.mu.
-func (w *Writer) requestResync(source, did string) {
-	if !link.ValidDID(did) {
-		return
-	}
-	w.mu.resyncs[did]++
-	w.mu.cursors[ResyncPrefix+did] = "pending"
-	w.log.Debug("resync requested", "did", did, "request", w.mu.resyncs[did])
-	select {
-	case w.resync <- resyncJob{did: did, seq: w.mu.resyncs[did]}:
-	default:
-		// The queue is full: the pending entry stays in the replicated
-		// state, and the next leadership term picks it up.
-		w.skip(source, "resync_queue_full")
-	}
-}
-
-// resyncDone records that a repository was fetched again for request seq;
-// the replicated marker goes only if no newer request is waiting.
-func (w *Writer) resyncDone(j resyncJob) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.mu.resyncs[j.did] == j.seq {
-		delete(w.mu.resyncs, j.did)
-		w.mu.cursors[ResyncPrefix+j.did] = ""
-	}
 }
 
 // skipReason names the skip metric reason of an operation the decoder

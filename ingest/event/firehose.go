@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	"github.com/ipfs/go-cid"
@@ -104,6 +105,9 @@ var framePool = sync.Pool{New: func() any {
 //     ErrUnknownType (to count, not to stop on).
 //   - an error frame (header op -1) returns a *StreamError.
 //
+// Every op of a #commit, #identity, #account or #sync frame has Time set
+// from the frame's "time" (zero when it is not a valid datetime).
+//
 // The *Op passed to fn is reused between calls: fn may copy *op, but must
 // not keep the pointer. The op's strings and Record do not alias frame.
 //
@@ -161,7 +165,7 @@ func DecodeFrame(frame []byte, fn func(*Op) error) error {
 		if err := ev.UnmarshalCBOR(bytes.NewReader(body)); err != nil {
 			return fmt.Errorf("#identity: %w", err)
 		}
-		*o = Op{Kind: KindIdentity, DID: ev.Did, Seq: ev.Seq}
+		*o = Op{Kind: KindIdentity, DID: ev.Did, Seq: ev.Seq, Time: frameTime(ev.Time)}
 		if ev.Handle != nil {
 			o.Handle = *ev.Handle
 		}
@@ -171,7 +175,7 @@ func DecodeFrame(frame []byte, fn func(*Op) error) error {
 		if err := ev.UnmarshalCBOR(bytes.NewReader(body)); err != nil {
 			return fmt.Errorf("#account: %w", err)
 		}
-		*o = Op{Kind: KindAccount, DID: ev.Did, Seq: ev.Seq, Active: ev.Active}
+		*o = Op{Kind: KindAccount, DID: ev.Did, Seq: ev.Seq, Active: ev.Active, Time: frameTime(ev.Time)}
 		if ev.Status != nil {
 			o.Status = *ev.Status
 		}
@@ -181,12 +185,25 @@ func DecodeFrame(frame []byte, fn func(*Op) error) error {
 		if err := ev.UnmarshalCBOR(bytes.NewReader(body)); err != nil {
 			return fmt.Errorf("#sync: %w", err)
 		}
-		*o = Op{Kind: KindSync, DID: ev.Did, Seq: ev.Seq, Rev: ev.Rev}
+		*o = Op{Kind: KindSync, DID: ev.Did, Seq: ev.Seq, Rev: ev.Rev, Time: frameTime(ev.Time)}
 		return fn(o)
 	case "#info":
 		return nil
 	}
 	return fmt.Errorf("frame type %q: %w", typ, ErrUnknownType)
+}
+
+// frameTime reads a frame's "time" (an atproto datetime: RFC 3339 with a
+// timezone), in UTC; zero when it is absent or not one.
+func frameTime(s string) time.Time {
+	if s == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return t.UTC()
 }
 
 // ErrUnknownType wraps the error DecodeFrame returns for a well-formed
@@ -290,11 +307,12 @@ func decodeCommitFrame(body []byte, st *frameState, fn func(*Op) error) error {
 	}
 	o := &st.op
 	budget := newDecodeBudget(len(body))
+	at := frameTime(ev.Time)
 	for _, rop := range ev.Ops {
 		if rop == nil {
 			continue
 		}
-		*o = Op{Kind: KindCommit, DID: ev.Repo, Seq: ev.Seq, Rev: ev.Rev, Action: parseAction(rop.Action)}
+		*o = Op{Kind: KindCommit, DID: ev.Repo, Seq: ev.Seq, Rev: ev.Rev, Time: at, Action: parseAction(rop.Action)}
 		var ok bool
 		o.Collection, o.RKey, ok = splitPath(rop.Path)
 		switch {

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	comatproto "github.com/bluesky-social/indigo/api/atproto"
 	"github.com/bluesky-social/indigo/atproto/atdata"
@@ -280,6 +281,13 @@ func TestDecodeFrameKinds(t *testing.T) {
 	ops, err = decodeAll(t, append(header(1, "#account"), cborOf(t, acct)...))
 	if err != nil || len(ops) != 1 || !reflect.DeepEqual(ops[0], Op{Kind: KindAccount, DID: "did:plc:x", Seq: 9, Status: "takendown"}) {
 		t.Fatalf("#account: %+v %v", ops, err)
+	}
+	// The frame's time, in UTC (another zone's offset read as such).
+	acct.Time = "2026-07-04T16:38:08.123+02:00"
+	ops, err = decodeAll(t, append(header(1, "#account"), cborOf(t, acct)...))
+	want := time.Date(2026, 7, 4, 14, 38, 8, 123e6, time.UTC)
+	if err != nil || len(ops) != 1 || !reflect.DeepEqual(ops[0], Op{Kind: KindAccount, DID: "did:plc:x", Seq: 9, Status: "takendown", Time: want}) {
+		t.Fatalf("#account with a time: %+v %v", ops, err)
 	}
 	// Error frame.
 	ef := []byte{0xa2, 0x65, 'e', 'r', 'r', 'o', 'r', 0x6c}

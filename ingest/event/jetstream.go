@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atdata"
 	"github.com/klauspost/compress/zstd"
@@ -54,7 +55,8 @@ type jsAccount struct {
 }
 
 // DecodeJetstream decodes one Jetstream v1 event (a JSON object as sent on
-// the /subscribe websocket, uncompressed). Seq is the event's time_us;
+// the /subscribe websocket, uncompressed). Seq is the event's time_us,
+// Time the same as a time (zero when time_us is not positive);
 // Cursor its "cursor", the sequence number a Jetstream v2 server adds to
 // its v1 events (0 when absent, as from a v1 server).
 //
@@ -84,6 +86,9 @@ func DecodeJetstream(msg []byte) (Op, error) {
 		return Op{}, fmt.Errorf("jetstream: negative cursor %d", ev.Cursor)
 	}
 	op := Op{DID: ev.DID, Seq: ev.TimeUS, Cursor: ev.Cursor}
+	if ev.TimeUS > 0 {
+		op.Time = time.UnixMicro(ev.TimeUS).UTC()
+	}
 	switch ev.Kind {
 	case "commit":
 		c := ev.Commit

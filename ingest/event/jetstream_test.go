@@ -7,6 +7,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atdata"
 	"github.com/klauspost/compress/zstd"
@@ -268,5 +269,18 @@ func TestDecodeJetstreamCursor(t *testing.T) {
 		if (err != nil) != c.bad || op.Cursor != c.want {
 			t.Errorf("%s: cursor %d, error %v; want %d, error %v", c.msg, op.Cursor, err, c.want, c.bad)
 		}
+	}
+}
+
+// An event's time_us is also its Time, in UTC: when the network emitted
+// it (zero without a time_us).
+func TestDecodeJetstreamTime(t *testing.T) {
+	op, err := DecodeJetstream([]byte(`{"did":"did:plc:a","time_us":1779719009132431,"kind":"account","account":{"did":"did:plc:a","active":true,"seq":9}}`))
+	if want := time.UnixMicro(1779719009132431).UTC(); err != nil || !op.Time.Equal(want) || op.Time.Location() != time.UTC {
+		t.Fatalf("time %v (%v), want %v", op.Time, err, want)
+	}
+	op, err = DecodeJetstream([]byte(`{"did":"did:plc:a","kind":"account","account":{"did":"did:plc:a","active":true,"seq":9}}`))
+	if err != nil || !op.Time.IsZero() {
+		t.Fatalf("no time_us: time %v (%v), want zero", op.Time, err)
 	}
 }

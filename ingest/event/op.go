@@ -15,6 +15,8 @@
 // atdata.UnmarshalJSON.
 package event
 
+import "time"
+
 // Kind says what an Op describes.
 type Kind uint8
 
@@ -81,6 +83,10 @@ type Op struct {
 	Seq int64
 	// Rev is the repository revision (a TID) of the commit, when known.
 	Rev string
+	// Time is when the network emitted the event, by the clock of the
+	// server that sent it (a relay frame's "time", Jetstream's time_us),
+	// in UTC; zero when unknown (a CAR, a frame without a valid time).
+	Time time.Time
 
 	// Commit ops.
 	Action     Action

@@ -122,8 +122,10 @@ func readJetstream(t *testing.T, url string, compressed bool, n int) []event.Op 
 }
 
 // sameOps compares two op streams, ignoring Seq (a relay seq in one,
-// time_us in the other) but demanding the same relay sequence number of
-// identity and account events (the firehose's Seq, Jetstream's RelaySeq).
+// time_us in the other) and Time (a frame's time to the millisecond in
+// one, time_us in the other) but demanding the same relay sequence number
+// of identity and account events (the firehose's Seq, Jetstream's
+// RelaySeq).
 func sameOps(t *testing.T, what string, a, b []event.Op) {
 	t.Helper()
 	if len(a) != len(b) {
@@ -134,6 +136,7 @@ func sameOps(t *testing.T, what string, a, b []event.Op) {
 			o.RelaySeq = o.Seq
 		}
 		o.Seq = 0
+		o.Time = time.Time{}
 	}
 	for i := range a {
 		x, y := a[i], b[i]
