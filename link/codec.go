@@ -178,18 +178,24 @@ func (c *Codec) TargetKeys(t *Target) ([]RecordID, error) {
 // exist (assignDID: the DID's is assigned if missing) and the PLC map;
 // ErrUnknown when a part has none.
 func (c *Codec) targetKnown(t *Target, assignDID bool) (RecordID, error) {
-	d, err := c.DID(t.DID, assignDID)
-	if err != nil {
-		return RecordID{}, err
-	}
 	if t.IsRepo() {
+		d, err := c.DID(t.DID, assignDID)
+		if err != nil {
+			return RecordID{}, err
+		}
 		return RepoID(d), nil
 	}
+	// The collection and record key first: a record target that ends up
+	// hashed assigns no DID outline either.
 	col, err := c.Collection(t.Collection, false)
 	if err != nil {
 		return RecordID{}, err
 	}
 	rk, err := c.RKey(t.RKey, false)
+	if err != nil {
+		return RecordID{}, err
+	}
+	d, err := c.DID(t.DID, assignDID)
 	if err != nil {
 		return RecordID{}, err
 	}

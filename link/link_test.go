@@ -375,9 +375,9 @@ func TestTargetsAssignNoOutlines(t *testing.T) {
 	if k := c.TargetKey(&acct); !k.IsRepo() || k.DID&OutlinedBit == 0 || off.Len(OutlineDID) != 1 {
 		t.Fatalf("plc off: account target %v, %d DID outlines", k, off.Len(OutlineDID))
 	}
-	rec, _ := ParseTarget("at://did:web:stranger.example/com.example.made.up/some-key")
-	if k := c.TargetKey(&rec); !k.IsHashed() || off.Len(OutlineCollection)+off.Len(OutlineRKey) != 0 {
-		t.Fatalf("plc off: record target %v", k)
+	rec, _ := ParseTarget("at://did:web:other.example/com.example.made.up/some-key")
+	if k := c.TargetKey(&rec); !k.IsHashed() || off.Len(OutlineCollection)+off.Len(OutlineRKey) != 0 || off.Len(OutlineDID) != 1 {
+		t.Fatalf("plc off: record target %v, outlines: %d DIDs, %d collections, %d rkeys", k, off.Len(OutlineDID), off.Len(OutlineCollection), off.Len(OutlineRKey))
 	}
 	// A node without a PLC directory has an empty PLC map, not a nil one:
 	// TargetDIDOutlines says the same.

@@ -71,9 +71,21 @@ func (s *Server) pageLinks(ctx context.Context, v *lsm.View, lq *linkQuery, afte
 	}
 	var all []link.Backlink
 	more := false
-	for _, res := range results {
+	// A key with more links was read up to its lsm cursor: the merged page
+	// must stop there, or the next page's cursor would pass links of that
+	// key not read yet (a page short of its limit: twins dropped, most of a
+	// page revoked).
+	var horizon *linkPos
+	for i, res := range results {
 		all = append(all, res.Links...)
-		more = more || res.Next != nil
+		if res.Next == nil {
+			continue
+		}
+		more = true
+		h := linkPos{Source: res.Next.Source, Location: res.Next.Location, Target: qs[i].Target}
+		if horizon == nil || (!desc && h.compare(*horizon) < 0) || (desc && h.compare(*horizon) > 0) {
+			horizon = &h
+		}
 	}
 	if len(known) > 1 {
 		slices.SortFunc(all, func(a, b link.Backlink) int {
@@ -83,15 +95,24 @@ func (s *Server) pageLinks(ctx context.Context, v *lsm.View, lq *linkQuery, afte
 			}
 			return c
 		})
+		if twoKeys(known) {
+			all = dropTwins(all, after, func(a, b link.RecordID) bool { return lq.subjectOfKey(a) == lq.subjectOfKey(b) })
+		}
+		if horizon != nil {
+			all = cutAt(all, *horizon, desc)
+		}
 	}
 	if len(all) > limit {
-		all, more = all[:limit], true
+		p := posOf(&all[limit-1])
+		return all[:limit], &p, nil
 	}
-	if !more || len(all) == 0 {
+	if !more {
 		return all, nil, nil
 	}
-	p := posOf(&all[len(all)-1])
-	return all, &p, nil
+	// Every key's links up to the horizon were read (those with more up to
+	// their cursors, the others all): the next page goes on from there,
+	// even when this one is short or empty.
+	return all, horizon, nil
 }
 
 // records renders links as Constellation's records, saying which subject
@@ -151,13 +172,9 @@ func (s *Server) linksPage(ctx context.Context, r *http.Request, v *lsm.View, lq
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	var total uint64
-	for _, sub := range known {
-		n, err := s.total(ctx, v, sub.id, lq.filter)
-		if err != nil {
-			return nil, 0, nil, err
-		}
-		total += n
+	total, err := s.totalOf(ctx, v, known, lq.filter, true)
+	if err != nil {
+		return nil, 0, nil, err
 	}
 	links, next, err := s.pageLinks(ctx, v, lq, after, desc, limit)
 	if err != nil {
@@ -256,7 +273,6 @@ func (s *Server) total(ctx context.Context, v *lsm.View, tgt link.RecordID, f ls
 
 // count is the live links lq asks about, over every subject.
 func (s *Server) count(ctx context.Context, v *lsm.View, lq *linkQuery) (uint64, error) {
-	var n uint64
 	if !lq.matchable {
 		return 0, nil
 	}
@@ -264,14 +280,123 @@ func (s *Server) count(ctx context.Context, v *lsm.View, lq *linkQuery) (uint64,
 	if err != nil {
 		return 0, err
 	}
-	for _, sub := range known {
-		c, _, err := s.Reader.Count(ctx, v, sub.id, lq.filter)
-		if err != nil {
-			return 0, err
+	return s.totalOf(ctx, v, known, lq.filter, false)
+}
+
+// totalOf is the live links passing f to the subjects of known (byKey
+// entries, pruned by held), each counted once: under a subject's one key,
+// or under two without the twins (cached: through the count cache).
+func (s *Server) totalOf(ctx context.Context, v *lsm.View, known []subject, f lsm.Filter, cached bool) (uint64, error) {
+	var n uint64
+	for i := 0; i < len(known); {
+		j := i + 1
+		for j < len(known) && known[j].norm == known[i].norm {
+			j++
 		}
-		n += c
+		for _, e := range known[i:j] {
+			var c uint64
+			var err error
+			if cached {
+				c, err = s.total(ctx, v, e.id, f)
+			} else {
+				c, _, err = s.Reader.Count(ctx, v, e.id, f)
+			}
+			if err != nil {
+				return 0, err
+			}
+			n += c
+		}
+		if j-i > 1 {
+			t, err := s.twins(ctx, v, known[i].id, known[j-1].id, f)
+			if err != nil {
+				return 0, err
+			}
+			n -= t
+		}
+		i = j
 	}
 	return n, nil
+}
+
+// twins counts the live links passing f stored under both keys of one
+// target, enc (its encoding) and hash: one record's link written under
+// the hash while a part of the target was unknown, and again under the
+// encoding (a create replayed after the target became known: a new
+// leader's rewind, a backfill of a repository the live stream already
+// wrote). The hash key holds the links written before (usually few): all
+// of them are read, then the encoding's links from the same accounts.
+func (s *Server) twins(ctx context.Context, v *lsm.View, enc, hash link.RecordID, f lsm.Filter) (uint64, error) {
+	hl, _, err := s.Reader.All(ctx, v, hash, f)
+	if err != nil || len(hl) == 0 {
+		return 0, err
+	}
+	g := f
+	g.DIDs = make([]uint64, 0, len(hl))
+	for i := range hl {
+		g.DIDs = append(g.DIDs, hl[i].Source.DID)
+	}
+	slices.Sort(g.DIDs)
+	g.DIDs = slices.Compact(g.DIDs)
+	el, _, err := s.Reader.All(ctx, v, enc, g)
+	if err != nil {
+		return 0, err
+	}
+	type pos struct {
+		src link.RecordID
+		loc link.Location
+	}
+	at := make(map[pos]bool, len(el))
+	for i := range el {
+		at[pos{el[i].Source, el[i].Location}] = true
+	}
+	var n uint64
+	for i := range hl {
+		if at[pos{hl[i].Source, hl[i].Location}] {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// cutAt drops the links past h in the page's direction.
+func cutAt(links []link.Backlink, h linkPos, desc bool) []link.Backlink {
+	for i := range links {
+		c := posOf(&links[i]).compare(h)
+		if (!desc && c > 0) || (desc && c < 0) {
+			return links[:i]
+		}
+	}
+	return links
+}
+
+// dropTwins removes from links (sorted by position, either direction) the
+// second copy of a link one subject has under two keys (see twins), and a
+// link at after's (source, location) of after's subject (its twin was the
+// last link of the page before); sameSubject says whether two links go to
+// one subject.
+func dropTwins(links []link.Backlink, after *linkPos, sameSubject func(a, b link.RecordID) bool) []link.Backlink {
+	out := links[:0]
+	group := 0 // where in out the links at the current (source, location) start
+	for i := range links {
+		l := links[i]
+		if after != nil && l.Source == after.Source && l.Location == after.Location && sameSubject(l.Target, after.Target) {
+			continue
+		}
+		if len(out) > 0 && (out[len(out)-1].Source != l.Source || out[len(out)-1].Location != l.Location) {
+			group = len(out)
+		}
+		twin := false
+		for j := group; j < len(out); j++ {
+			if sameSubject(out[j].Target, l.Target) {
+				twin = true
+				break
+			}
+		}
+		if !twin {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 type totalOut struct {
@@ -368,16 +493,15 @@ func (s *Server) allOf(ctx context.Context, v *lsm.View, sub *subject, f lsm.Fil
 	}
 	if len(sub.keys) > 1 {
 		slices.SortFunc(all, func(a, b link.Backlink) int { return posOf(&a).compare(posOf(&b)) })
+		all = dropTwins(all, nil, func(a, b link.RecordID) bool { return true })
 	}
 	return all, nil
 }
 
 // backlinksOf is a page of the live links to sub (q.Target unused): a
-// page under each of its keys, merged in (source, location) order, with a
-// cursor after the last link returned when any key has more. Links of two
-// keys at one (source, location) would be one record naming the target in
-// both forms at one place, which an update revokes whole: they never
-// overlap, so the lsm cursor needs no target.
+// page under each of its keys, merged in (source, location) order, twins
+// dropped (see twins), with a cursor after the last link returned when
+// any key has more.
 func (s *Server) backlinksOf(ctx context.Context, v *lsm.View, sub *subject, q lsm.Query) (*lsm.Result, error) {
 	sub, err := s.heldKeys(ctx, v, sub)
 	if err != nil {
@@ -401,10 +525,18 @@ func (s *Server) backlinksOf(ctx context.Context, v *lsm.View, sub *subject, q l
 	}
 	out := &lsm.Result{}
 	more := false
-	for _, res := range results {
+	var horizon *linkPos // as in pageLinks
+	for i, res := range results {
 		out.Links = append(out.Links, res.Links...)
 		out.Generation = res.Generation
-		more = more || res.Next != nil
+		if res.Next == nil {
+			continue
+		}
+		more = true
+		h := linkPos{Source: res.Next.Source, Location: res.Next.Location, Target: qs[i].Target}
+		if horizon == nil || (!q.Reverse && h.compare(*horizon) < 0) || (q.Reverse && h.compare(*horizon) > 0) {
+			horizon = &h
+		}
 	}
 	slices.SortFunc(out.Links, func(a, b link.Backlink) int {
 		c := posOf(&a).compare(posOf(&b))
@@ -413,6 +545,20 @@ func (s *Server) backlinksOf(ctx context.Context, v *lsm.View, sub *subject, q l
 		}
 		return c
 	})
+	// The lsm cursor after a page is exclusive of its last (source,
+	// location) under both keys, so a twin split by the page's end is
+	// never read again.
+	out.Links = dropTwins(out.Links, nil, func(a, b link.RecordID) bool { return true })
+	if horizon != nil {
+		// Up to the horizon's (source, location) under every key: the lsm
+		// cursor after it is exclusive of that position for all of them.
+		h := *horizon
+		h.Target = maxRecordID
+		if q.Reverse {
+			h.Target = link.RecordID{}
+		}
+		out.Links = cutAt(out.Links, h, q.Reverse)
+	}
 	limit := q.Limit
 	if limit <= 0 || limit > lsm.LimitMax {
 		limit = lsm.LimitMax

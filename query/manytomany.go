@@ -145,6 +145,34 @@ func (m *m2mQuery) named(t link.RecordID) *subject {
 	return nil
 }
 
+// hashKeyOf is the key a link to the target whose encoding is t would
+// have been written under while a part of it was unknown (link.Codec
+// TargetKey); false for a hashed t, or one that does not render.
+func (s *Server) hashKeyOf(t link.RecordID) (link.RecordID, bool) {
+	var name string
+	var err error
+	switch {
+	case t.IsHashed():
+		return link.RecordID{}, false
+	case t.IsRepo():
+		name, err = s.Codec.RenderDID(t.DID)
+	default:
+		name, err = s.Codec.RenderRecord(t)
+	}
+	if err != nil {
+		return link.RecordID{}, false
+	}
+	tg, err := link.ParseTarget(name)
+	if err != nil || tg.IsHashed() {
+		return link.RecordID{}, false
+	}
+	keys, err := s.Codec.TargetKeys(&tg)
+	if err != nil || len(keys) == 0 {
+		return link.RecordID{}, false
+	}
+	return keys[len(keys)-1], true
+}
+
 // renderOther names an other subject: a DID, an at-uri, or (a hashed
 // target) the otherSubject that named it, else its hash.
 func (s *Server) renderOther(m *m2mQuery, t link.RecordID) (string, error) {
@@ -325,9 +353,38 @@ func (s *Server) getManyToManyCounts(ctx context.Context, r *http.Request, v *ls
 		total uint64
 		dids  map[uint64]struct{}
 	}
+	// An other subject linked both before and after it was known is under
+	// two keys: its hash's group joins its encoding's (found by rendering
+	// each encoded other subject and hashing it as a target of unknown
+	// parts would be), one record counted once.
+	others := make([][]link.RecordID, len(joins))
+	canon := map[link.RecordID]link.RecordID{}
+	tried := map[link.RecordID]bool{}
+	for i := range joins {
+		others[i] = m.othersOf(&joins[i], fw[i])
+		for _, t := range others[i] {
+			if tried[t] {
+				continue
+			}
+			tried[t] = true
+			if h, ok := s.hashKeyOf(t); ok {
+				canon[h] = t
+			}
+		}
+	}
 	groups := map[link.RecordID]*group{}
 	for i := range joins {
-		for _, t := range m.othersOf(&joins[i], fw[i]) {
+		ts := others[i]
+		if len(canon) > 0 {
+			for k, t := range ts {
+				if c, ok := canon[t]; ok {
+					ts[k] = c
+				}
+			}
+			slices.SortFunc(ts, link.RecordID.Compare)
+			ts = slices.Compact(ts)
+		}
+		for _, t := range ts {
 			g := groups[t]
 			if g == nil {
 				g = &group{dids: map[uint64]struct{}{}}

@@ -347,6 +347,27 @@ func (lq *linkQuery) sourceOf(l *link.Backlink) string {
 	return ""
 }
 
+// subjectOfKey names the subject whose key k is ("": none).
+func (lq *linkQuery) subjectOfKey(k link.RecordID) string {
+	for _, sub := range lq.known {
+		if sub.has(k) {
+			return sub.norm
+		}
+	}
+	return ""
+}
+
+// twoKeys reports whether some subject is read under two keys in known
+// (byKey entries: a subject's are adjacent).
+func twoKeys(known []subject) bool {
+	for i := 1; i < len(known); i++ {
+		if known[i].norm == known[i-1].norm {
+			return true
+		}
+	}
+	return false
+}
+
 // subjectOf names the subject a link goes to.
 func (lq *linkQuery) subjectOf(l *link.Backlink) string {
 	for _, sub := range lq.known {

@@ -30,6 +30,13 @@ func TestTargetUnderBothKeys(t *testing.T) {
 	for i := range 7 {
 		f.write(like(i), body)
 	}
+	const list = "https://lists.example/picks"
+	pick := func(i int) {
+		f.write(fmt.Sprintf("at://did:plc:picker%017d/com.example.pick/%s", i, tid(i)), `{"$type":"com.example.pick","list":"`+list+`","feed":"`+gen+`"}`)
+	}
+	for i := range 3 {
+		pick(i)
+	}
 	hashed := f.codec.TargetKey(&tg)
 	if !hashed.IsHashed() {
 		t.Fatalf("a generator of an unknown collection written as %v, want its hash", hashed)
@@ -46,6 +53,15 @@ func TestTargetUnderBothKeys(t *testing.T) {
 	if k := f.codec.TargetKey(&tg); k.IsHashed() {
 		t.Fatalf("a known generator written as %v, want its encoding", k)
 	}
+	// Two early likes written again now that the generator is known (a
+	// create replayed: a new leader's rewind, a backfill of a repository
+	// the stream wrote): each is now under both keys, and counts once.
+	f.write(like(0), body)
+	f.write(like(5), body)
+	// Picks naming a list (a URL) and the generator: three before it was
+	// known (written under its hash), two after.
+	pick(3)
+	pick(4)
 	f.flush()
 
 	want := map[string]bool{}
@@ -83,6 +99,16 @@ func TestTargetUnderBothKeys(t *testing.T) {
 			}
 		}
 	}
+	// Newest first is oldest first reversed.
+	q := cloneValues(base)
+	q.Set("reverse", "true")
+	q.Set("limit", "4")
+	back := f.pageAll("/xrpc/blue.microcosm.links.getBacklinks", q, "records")
+	slices.Reverse(back)
+	q.Set("reverse", "false")
+	if fwd := f.pageAll("/xrpc/blue.microcosm.links.getBacklinks", q, "records"); !slices.Equal(back, fwd) {
+		t.Fatalf("reverse order is not the forward order reversed:\n%v\n%v", back, fwd)
+	}
 	var total map[string]any
 	f.get("/xrpc/blue.microcosm.links.getBacklinks", base, &total)
 	if total["total"].(float64) != float64(len(want)) {
@@ -105,9 +131,45 @@ func TestTargetUnderBothKeys(t *testing.T) {
 	if c := all.Links["app.bsky.feed.like"][".subject.uri"]; c.Records != len(want) || c.DistinctDids != len(want) {
 		t.Fatalf("/links/all %v, want %d records", all, len(want))
 	}
+	// Many-to-many: the likes as join records, their other subject the
+	// generator itself (under either key), one item per like at any page
+	// size; and the picks of the list grouped by feed, one group for the
+	// generator, both keys' picks in it.
+	for _, limit := range []string{"1", "3", "100"} {
+		var items []string
+		q := url.Values{"subject": {gen}, "source": {"app.bsky.feed.like:subject.uri"}, "pathToOther": {"subject.uri"}, "limit": {limit}}
+		for page := 0; ; page++ {
+			if page > 30 {
+				t.Fatal("getManyToMany: paging does not end")
+			}
+			var out m2mOut
+			if code, _ := f.get("/xrpc/blue.microcosm.links.getManyToMany", q, &out); code != 200 {
+				t.Fatalf("getManyToMany: %d", code)
+			}
+			for _, it := range out.Items {
+				if it.OtherSubject != gen {
+					t.Fatalf("getManyToMany: other subject %q, want %s", it.OtherSubject, gen)
+				}
+				items = append(items, it.LinkRecord.DID+" "+it.LinkRecord.RKey)
+			}
+			if out.Cursor == nil {
+				break
+			}
+			q.Set("cursor", *out.Cursor)
+		}
+		slices.Sort(items)
+		if len(items) != len(want) || len(slices.Compact(items)) != len(want) {
+			t.Fatalf("getManyToMany limit %s: %d items, want %d: %v", limit, len(items), len(want), items)
+		}
+	}
+	var groups m2mCountsOut
+	f.get("/xrpc/blue.microcosm.links.getManyToManyCounts", url.Values{"subject": {list}, "source": {"com.example.pick:list"}, "pathToOther": {"feed"}}, &groups)
+	if len(groups.CountsByOtherSubject) != 1 || groups.CountsByOtherSubject[0] != (m2mCount{Subject: gen, Total: 5, Distinct: 5}) {
+		t.Fatalf("getManyToManyCounts: %+v, want one group of 5 picks for %s", groups.CountsByOtherSubject, gen)
+	}
 	// listBacklinks, the design's API, two links a page.
 	var served []string
-	q := url.Values{"target": {gen}, "limit": {"2"}}
+	q = url.Values{"target": {gen}, "limit": {"2"}}
 	for page := 0; ; page++ {
 		if page > 20 {
 			t.Fatal("listBacklinks: paging does not end")
@@ -125,8 +187,8 @@ func TestTargetUnderBothKeys(t *testing.T) {
 		q.Set("cursor", *out.Cursor)
 	}
 	slices.Sort(served)
-	if len(served) != len(want) || len(slices.Compact(served)) != len(want) {
-		t.Fatalf("listBacklinks: %d sources, want %d: %v", len(served), len(want), served)
+	if n := len(want) + 5; len(served) != n || len(slices.Compact(served)) != n { // the likes and the five picks
+		t.Fatalf("listBacklinks: %d sources, want %d: %v", len(served), n, served)
 	}
 }
 
