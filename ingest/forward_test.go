@@ -56,7 +56,13 @@ func jsCommit(t *testing.T, timeUS int64, did, operation, collection, rkey strin
 		record["$type"] = collection
 		c["record"], c["cid"] = record, "bafyreiguce4jh7kcbmof3pmcvasifqtw24b6isakj5ve5ga2b4z4alpc4i"
 	}
-	msg, err := json.Marshal(map[string]any{"did": did, "time_us": timeUS, "kind": "commit", "commit": c})
+	return jsEvent(t, map[string]any{"did": did, "time_us": timeUS, "kind": "commit", "commit": c})
+}
+
+// jsEvent decodes a Jetstream event given as JSON fields.
+func jsEvent(t *testing.T, ev map[string]any) event.Op {
+	t.Helper()
+	msg, err := json.Marshal(ev)
 	if err != nil {
 		t.Fatal(err)
 	}

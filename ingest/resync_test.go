@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -96,15 +95,7 @@ func jsAccount(t *testing.T, t0 time.Time, did string, active bool) event.Op {
 	if !active {
 		a["status"] = "deactivated"
 	}
-	msg, err := json.Marshal(map[string]any{"did": did, "time_us": t0.UnixMicro(), "kind": "account", "account": a})
-	if err != nil {
-		t.Fatal(err)
-	}
-	op, err := event.DecodeJetstream(msg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return op
+	return jsEvent(t, map[string]any{"did": did, "time_us": t0.UnixMicro(), "kind": "account", "account": a})
 }
 
 // resyncFixture is a writer, its resync loop on a presentRepos, and
