@@ -457,21 +457,46 @@ func (s *Server) backlinksAll(ctx context.Context, v *lsm.View, qs []lsm.Query) 
 		out[0] = res
 		return out, err
 	}
-	errs := make([]error, len(qs))
+	// The first failure cancels the reads still going; it is the one
+	// returned (not the cancellations it caused).
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	var first error
+	fail := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+			cancel()
+		}
+		mu.Unlock()
+	}
 	sem := make(chan struct{}, backlinksConcurrency)
 	var wg sync.WaitGroup
 	for i := range qs {
-		sem <- struct{}{}
+		select {
+		case sem <- struct{}{}:
+		case <-rctx.Done():
+		}
+		if rctx.Err() != nil {
+			break
+		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			out[i], errs[i] = s.Reader.Backlinks(ctx, v, qs[i])
+			res, err := s.Reader.Backlinks(rctx, v, qs[i])
+			if err != nil {
+				fail(err)
+				return
+			}
+			out[i] = res
 		})
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
+	if first != nil {
+		return nil, first
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
