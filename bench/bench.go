@@ -49,6 +49,7 @@ type bench struct {
 
 	counting *objstore.CountingStore
 	db       *lsm.DB
+	mem      *memWatch
 }
 
 // Run runs the benchmark cfg describes (validated by the caller), writing
@@ -95,6 +96,8 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	b.start = time.Now()
 	res := newResult(b.cfg.Seed)
 	b.res = res
+	b.mem = newMemWatch("generate")
+	defer b.mem.close()
 	res.Shape = b.cfg.Shape
 	if b.cfg.Shape == ShapeMem {
 		if err := b.generate(); err != nil {
@@ -149,6 +152,11 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	res.ElapsedS = time.Since(b.start).Seconds()
 	res.LoadAvgEnd = loadAvg()
 	res.PeakRSSBytes, res.LocalDirBytes = peakRSSBytes(), b.localDirBytes()
+	b.mem.sample()
+	b.mem.report(res)
+	b.logf("memory: peak RSS %.2f GB; sampled, anonymous at most %.2f GB (%s), mapped files %.2f GB (%s); at their sum's peak %.2f + %.2f GB (%s)",
+		float64(res.PeakRSSBytes)/1e9, float64(res.PeakRSSAnonBytes)/1e9, res.PeakRSSAnonPhase, float64(res.PeakRSSFileBytes)/1e9, res.PeakRSSFilePhase,
+		float64(res.PeakRSSSampledAnon)/1e9, float64(res.PeakRSSSampledFile)/1e9, res.PeakRSSPhase)
 	mc := b.db.CatalogStats()
 	res.MetaCacheBudget, res.MetaCacheBytes, res.MetaCacheMetas = mc.Budget, mc.Bytes, mc.Metas
 	res.MetaCacheHits, res.MetaCacheMisses, res.MetaCacheEvictions = mc.Hits, mc.Misses, mc.Evictions

@@ -37,6 +37,17 @@ type Result struct {
 
 	// The process: peak resident set (VmHWM) over the whole run.
 	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// The same sampled every 200 ms and split: the peak of anonymous
+	// memory (what the process holds) and of mapped files' pages (table
+	// metadata read in place: page cache), each with the phase it was
+	// reached in, and the split at the sampled peak of the two together.
+	PeakRSSAnonBytes   int64  `json:"peak_rss_anon_bytes,omitempty"`
+	PeakRSSAnonPhase   string `json:"peak_rss_anon_phase,omitempty"`
+	PeakRSSFileBytes   int64  `json:"peak_rss_file_bytes,omitempty"`
+	PeakRSSFilePhase   string `json:"peak_rss_file_phase,omitempty"`
+	PeakRSSSampledAnon int64  `json:"peak_rss_sampled_anon_bytes,omitempty"`
+	PeakRSSSampledFile int64  `json:"peak_rss_sampled_file_bytes,omitempty"`
+	PeakRSSPhase       string `json:"peak_rss_phase,omitempty"`
 	// The table metadata cache at the end (lsm.CatalogStats): its budget
 	// (0: unbounded), the decoded metas it holds, and its traffic.
 	MetaCacheBudget    int64  `json:"meta_cache_budget"`

@@ -54,6 +54,7 @@ func (b *bench) newStream() error {
 // streamPhases runs the measured phases of a streaming run.
 func (b *bench) streamPhases(ctx context.Context) error {
 	res := b.res
+	b.mem.setPhase("write")
 	if err := b.streamWrite(ctx); err != nil {
 		return fmt.Errorf("write phase: %w", err)
 	}
@@ -62,18 +63,22 @@ func (b *bench) streamPhases(ctx context.Context) error {
 	res.Revocations, res.Records, res.Accounts, res.Targets = st.Revocations, st.Records, st.Accounts(), st.Targets()
 	res.Updates, res.BackfillDeletes, res.Repos = st.Updates, st.BackfillDeletes, st.Repos
 	res.SampleTargets, res.SampleLinks = len(st.Sample), st.SampleLinks()
+	b.mem.setPhase("size")
 	if err := b.size(ctx, b.store); err != nil {
 		return fmt.Errorf("size: %w", err)
 	}
 	res.ModelTargets = len(st.Sample)
+	b.mem.setPhase("model check")
 	if err := b.streamCheck(ctx); err != nil {
 		res.ModelCheck = "FAIL: " + err.Error()
 		return fmt.Errorf("model check: %w", err)
 	}
 	mega := st.Sample[workload.Mega]
+	b.mem.setPhase("queries")
 	if err := b.queries(ctx, b.streamQueryTargets(), qtarget{mega.ID, mega.LiveCount()}); err != nil {
 		return fmt.Errorf("queries: %w", err)
 	}
+	b.mem.setPhase("count")
 	if err := b.count(ctx, mega.ID, mega.Written, mega.LiveCount()); err != nil {
 		return fmt.Errorf("count: %w", err)
 	}
@@ -141,9 +146,9 @@ func (b *bench) streamWrite(ctx context.Context) error {
 			nextLog += b.cfg.Links / 20
 			el := time.Since(wall0).Seconds()
 			w := (cpuTime() - cpu0 - genCPU).Seconds()
-			b.logf("%d links written (%.0f%%) in %.0fs: %.0f links/s wall; engine %.0fs CPU (%.0f links/s/core), generator %.0fs; %d flushes, %d compactions, %d runs; RSS %.2f GB",
+			b.logf("%d links written (%.0f%%) in %.0fs: %.0f links/s wall; engine %.0fs CPU (%.0f links/s/core), generator %.0fs; %d flushes, %d compactions, %d runs; RSS %.2f GB (anonymous %.2f)",
 				st.Written, 100*float64(st.Written)/float64(b.cfg.Links), el, float64(st.Written)/el, w, float64(st.Written)/w, genCPU.Seconds(),
-				res.Flushes, res.Compactions, len(db.View().Manifest.Runs), float64(rssBytes())/1e9)
+				res.Flushes, res.Compactions, len(db.View().Manifest.Runs), float64(rssBytes())/1e9, float64(rssAnonBytes())/1e9)
 		}
 		mark = cpuTime()
 		return nil

@@ -94,6 +94,8 @@ func (b *bench) write(ctx context.Context) error {
 // adding the CPU time of each to flushCPU and compactCPU.
 func (b *bench) flushCompact(ctx context.Context, flushCPU, compactCPU *time.Duration) error {
 	db, res := b.db, b.res
+	b.mem.setPhase("write: flush")
+	defer b.mem.setPhase("write")
 	c0 := cpuTime()
 	if err := db.Flush(ctx); err != nil {
 		return err
@@ -102,6 +104,7 @@ func (b *bench) flushCompact(ctx context.Context, flushCPU, compactCPU *time.Dur
 	*flushCPU += c1 - c0
 	res.Flushes++
 	defer func() { *compactCPU += cpuTime() - c1 }()
+	b.mem.setPhase("write: compaction")
 	for {
 		did, err := db.Compact(ctx)
 		if err != nil {

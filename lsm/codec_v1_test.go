@@ -43,6 +43,11 @@ var v1Fixtures = []v1Fixture{
 	// (written by the version 2 code with EDDY_REWRITE_V2_FIXTURES=1).
 	{2, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(14, 3000) }, 700},
 	{2, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(15, 2000) }, 500},
+	// Version 3: a backfilled account's revs predicted from its dictionary
+	// entry, a group's first time from the previous record's (written by
+	// the version 3 code with EDDY_REWRITE_V3_FIXTURES=1).
+	{3, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(16, 3000) }, 700},
+	{3, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(17, 2000) }, 500},
 }
 
 // rewriteFixtures regenerates the fixtures of one version (see above).
