@@ -66,9 +66,11 @@ const (
 //	revocations   1.01                     1.99         6.5
 //
 // For revocations the 16-bit filter is worth its size (it is what keeps
-// round two off the network). For backlinks, a node short of local disk can
-// pass FilterBits8 and save 0.21 B/link (~40% of the meta) at the price of
-// those occasional extra round-one GETs.
+// round two off the network). For backlinks the 8-bit filter is: at scale
+// the filters were the largest part of a node's local metadata, and a
+// false positive in round one is one more GET in the same round, so the
+// engine writes the links tree's tables with 8 bits (filterBitsOf, in
+// db.go; docs/scale.md has the figures at 10M and 100M links).
 const DefaultFilterBits = FilterBits16
 
 // filter is a binary fuse filter (8- or 16-bit fingerprints): decoded (f8
