@@ -159,14 +159,65 @@ type accountDict struct {
 	// predicted; 0 when no rev has a majority (live events each have
 	// their own stamp) or the rev is the largest uint64.
 	revs []uint64
+
+	// A mapped local meta of layout 2 (meta_local.go) packs the
+	// dictionary: dids32 (when set, instead of dids) holds each DID in 4
+	// bytes (bit 31 the outline bit, bit 63 of the DID; the low 31 bits its
+	// value), and revsPacked (when set, instead of revs) each rev in rw
+	// bytes, little-endian: 0 for none, else the rev minus revBase.
+	dids32     []uint32
+	revsPacked []byte // from the first entry's rev to past the last's by at least 8 bytes
+	rw         int
+	revBase    uint64
 }
 
 func (d *accountDict) len() int {
 	if d == nil {
 		return 0
 	}
+	if d.dids32 != nil {
+		return len(d.dids32)
+	}
 	return len(d.dids)
 }
+
+// account is entry i's DID and clock id.
+func (d *accountDict) account(i int) (did, clock uint64) {
+	if d.dids32 != nil {
+		v := d.dids32[i]
+		did = uint64(v &^ (1 << 31))
+		if v>>31 != 0 {
+			did |= 1 << 63
+		}
+		return did, uint64(d.clocks[i])
+	}
+	return d.dids[i], uint64(d.clocks[i])
+}
+
+// hasRevs reports whether the dictionary holds revs (format version 3).
+func (d *accountDict) hasRevs() bool { return d.revs != nil || d.revsPacked != nil }
+
+// rev is entry i's rev as revs holds it (1 + the rev; 0 for none).
+func (d *accountDict) rev(i int) uint64 {
+	if d.revsPacked == nil {
+		return d.revs[i]
+	}
+	if d.rw == 0 {
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.revsPacked[i*d.rw:]) & (1<<(8*d.rw) - 1) // (a shift by 64 is 0: all ones)
+	if v == 0 {
+		return 0
+	}
+	return v + d.revBase
+}
+
+// fitsDID32 reports whether a DID fits dids32: a counter below 2^31, with
+// or without the outline bit.
+func fitsDID32(did uint64) bool { return did&^(1<<63) < 1<<31 }
+
+// packDID32 is a DID as dids32 holds it (fitsDID32 must hold).
+func packDID32(did uint64) uint32 { return uint32(did&(1<<31-1)) | uint32(did>>63)<<31 }
 
 // buildAccountDict counts the accounts of recs and returns the dictionary
 // (the accounts seen at least twice, most frequent first, ties by value,

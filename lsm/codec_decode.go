@@ -339,7 +339,7 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 				return colErr("literal clock id %d", clock)
 			}
 		} else if rank <= uint64(nd) {
-			did, clock = d.dids[rank-1], uint64(d.clocks[rank-1])
+			did, clock = d.account(int(rank - 1))
 		} else {
 			return colErr("account rank %d of %d", rank, nd)
 		}
@@ -352,10 +352,15 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 			pred = prevRev + scaleRate(hi-prevHi, rate)
 		}
 		var rev uint64
-		if v := revs.uvarint(); rank == 0 || d.revs == nil || d.revs[rank-1] == 0 {
+		v := revs.uvarint()
+		var dr uint64
+		if rank != 0 && d.hasRevs() {
+			dr = d.rev(int(rank - 1))
+		}
+		if dr == 0 {
 			rev = pred + unzigzag(v)
 		} else { // version 3: from the account's rev
-			rev = d.revs[rank-1] - 1 + unzigzag(v)
+			rev = dr - 1 + unzigzag(v)
 		}
 		r := dst[i*w : (i+1)*w : (i+1)*w]
 		if l.target {

@@ -3,6 +3,7 @@ package lsm
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"os"
 	"runtime"
 	"syscall"
@@ -23,26 +24,41 @@ import (
 // mapping. So the metadata of an index of any size costs local disk, not
 // memory (measured in docs/scale.md).
 //
-// The local layout (little-endian), one file a table:
+// The local layout (little-endian), one file a table, layout 2 (written
+// since the dictionary was packed; layout 1 files still map):
 //
 //	0        P       the bucket meta's bytes up to its dictionary section:
 //	                 header, last key, frame entries, filter (doc.go)
-//	D        8E      the dictionary's DIDs, uint64 (D a multiple of 8)
-//	D+8E     8E      table format version 3: the dictionary's revs, uint64
-//	D+8E(+8E) 2E     the dictionary's clock ids, uint16
+//	D        wd*E    the dictionary's DIDs (D a multiple of 8): wd = 4
+//	                 when every DID's value is below 2^31 (bit 31 then
+//	                 holds the outline bit, bit 63), else 8 (uint64)
+//	D+wd*E   2E      the dictionary's clock ids, uint16
+//	R        wr*E    table format version 3: the dictionary's revs, wr
+//	                 bytes each (0..8, the fewest that hold them all): 0
+//	                 for none, else the entry's rev (1 + the majority rev,
+//	                 codec.go) minus B
 //	O        8K      the data offset of frames 0, 64, 128, ... (K =
 //	                 ceil(frames/64); O a multiple of 8)
-//	end-56   56      trailer: magic "EDDYLMT1", P, E, D, O, the bucket
-//	                 meta's size, xxh3 of every byte before its own 8
+//	end-72   72      trailer: magic "EDDYLMT2", P, E, D, O, the bucket
+//	                 meta's size, wd | wr<<8, B, xxh3 of every byte
+//	                 before its own 8
+//
+// Layout 1 (magic "EDDYLMT1", a 56-byte trailer without the widths and B)
+// has 8-byte DIDs, then (version 3) 8-byte revs, then the clock ids. At a
+// billion backfilled links the dictionaries were ~3/4 of the local
+// directory, an account paid again in every table it has two links in:
+// layout 2 stores an entry in 4 + 2 + ~5 bytes instead of 18.
 //
 // The whole file is checked (its checksum, the header, every size) when it
 // is mapped; the meta it came from was checked whole (DecodeMeta) before
 // the file was written.
 
 const (
-	localMetaMagic   = "EDDYLMT1"
-	localTrailerSize = 56
-	offsetEvery      = 64 // frames between two stored data offsets
+	localMetaMagic    = "EDDYLMT2"
+	localTrailerSize  = 72
+	localMetaMagic1   = "EDDYLMT1" // layout 1
+	localTrailerSize1 = 56
+	offsetEvery       = 64 // frames between two stored data offsets
 )
 
 // hostLittleEndian: a mapped dictionary is read as native uint64s.
@@ -51,9 +67,20 @@ var hostLittleEndian = func() bool {
 	return *(*byte)(unsafe.Pointer(&x)) == 1
 }()
 
-// isLocalMeta reports whether b is a local meta file (encodeLocalMeta's).
-func isLocalMeta(b []byte) bool {
-	return len(b) >= localTrailerSize && string(b[len(b)-localTrailerSize:len(b)-localTrailerSize+8]) == localMetaMagic
+// isLocalMeta reports whether b is a local meta file (encodeLocalMeta's,
+// or layout 1's).
+func isLocalMeta(b []byte) bool { return localLayout(b) != 0 }
+
+// localLayout is the local layout of b (1 or 2), 0 if b is not a local
+// meta file.
+func localLayout(b []byte) int {
+	switch {
+	case len(b) >= localTrailerSize && string(b[len(b)-localTrailerSize:len(b)-localTrailerSize+8]) == localMetaMagic:
+		return 2
+	case len(b) >= localTrailerSize1 && string(b[len(b)-localTrailerSize1:len(b)-localTrailerSize1+8]) == localMetaMagic1:
+		return 1
+	}
+	return 0
 }
 
 // encodeLocalMeta returns the local file of a meta: meta is the bucket
@@ -70,16 +97,31 @@ func encodeLocalMeta(m *TableMeta, meta []byte) ([]byte, error) {
 	nf := len(m.Frames)
 	k := (nf + offsetEvery - 1) / offsetEvery
 	d := align8(p)
-	rw := dictRevsWidth(m.version)
-	o := align8(d + (10+rw)*e)
+	wd, wr, base := 0, 0, uint64(0)
+	if e > 0 {
+		wd, wr, base = packWidths(m.dict)
+	}
+	r := d + (wd+2)*e
+	o := align8(r + wr*e)
 	out := make([]byte, o+8*k+localTrailerSize)
 	copy(out, meta[:p])
+	var tmp [8]byte
 	for i := range e {
-		binary.LittleEndian.PutUint64(out[d+8*i:], m.dict.dids[i])
-		if rw > 0 {
-			binary.LittleEndian.PutUint64(out[d+8*e+8*i:], m.dict.revs[i])
+		did, clock := m.dict.account(i)
+		if wd == 4 {
+			binary.LittleEndian.PutUint32(out[d+4*i:], packDID32(did))
+		} else {
+			binary.LittleEndian.PutUint64(out[d+8*i:], did)
 		}
-		binary.LittleEndian.PutUint16(out[d+(8+rw)*e+2*i:], m.dict.clocks[i])
+		binary.LittleEndian.PutUint16(out[d+wd*e+2*i:], uint16(clock))
+		if wr > 0 {
+			v := m.dict.rev(i)
+			if v != 0 {
+				v -= base
+			}
+			binary.LittleEndian.PutUint64(tmp[:], v)
+			copy(out[r+wr*i:], tmp[:wr])
+		}
 	}
 	for j := range k {
 		binary.LittleEndian.PutUint64(out[o+8*j:], m.Frames[j*offsetEvery].Offset)
@@ -91,8 +133,37 @@ func encodeLocalMeta(m *TableMeta, meta []byte) ([]byte, error) {
 	binary.LittleEndian.PutUint64(t[24:], uint64(d))
 	binary.LittleEndian.PutUint64(t[32:], uint64(o))
 	binary.LittleEndian.PutUint64(t[40:], uint64(len(meta)))
-	binary.LittleEndian.PutUint64(t[48:], xxh3.Hash(out[:len(out)-8]))
+	binary.LittleEndian.PutUint64(t[48:], uint64(wd)|uint64(wr)<<8)
+	binary.LittleEndian.PutUint64(t[56:], base)
+	binary.LittleEndian.PutUint64(t[64:], xxh3.Hash(out[:len(out)-8]))
 	return out, nil
+}
+
+// packWidths chooses a non-empty dictionary's layout-2 widths: 4-byte DIDs
+// when every one fits, revs in the fewest bytes that hold each one's
+// difference from the base (one less than the smallest; none: 0 bytes).
+func packWidths(dict *accountDict) (wd, wr int, base uint64) {
+	wd = 4
+	lo, hi := uint64(0), uint64(0)
+	for i := range dict.len() {
+		did, _ := dict.account(i)
+		if !fitsDID32(did) {
+			wd = 8
+		}
+		if dict.hasRevs() {
+			if v := dict.rev(i); v != 0 {
+				if lo == 0 || v < lo {
+					lo = v
+				}
+				hi = max(hi, v)
+			}
+		}
+	}
+	if lo == 0 {
+		return wd, 0, 0
+	}
+	base = lo - 1
+	return wd, (bits.Len64(hi-base) + 7) / 8, base
 }
 
 func align8(n int) int { return (n + 7) &^ 7 }
@@ -191,11 +262,16 @@ func mapLocalMeta(path string) (*TableMeta, error) {
 // openMapped checks a local meta's bytes and returns the meta reading them.
 func openMapped(region *mapRegion) (*TableMeta, error) {
 	b := region.b
-	if !isLocalMeta(b) {
+	layout := localLayout(b)
+	if layout == 0 {
 		return nil, corruptf("not a local meta file")
 	}
-	t := b[len(b)-localTrailerSize:]
-	if got, want := xxh3.Hash(b[:len(b)-8]), binary.LittleEndian.Uint64(t[48:]); got != want {
+	ts := localTrailerSize
+	if layout == 1 {
+		ts = localTrailerSize1
+	}
+	t := b[len(b)-ts:]
+	if got, want := xxh3.Hash(b[:len(b)-8]), binary.LittleEndian.Uint64(t[ts-8:]); got != want {
 		return nil, corruptf("local meta checksum mismatch (%016x, stored %016x)", got, want)
 	}
 	p := binary.LittleEndian.Uint64(t[8:])
@@ -203,7 +279,7 @@ func openMapped(region *mapRegion) (*TableMeta, error) {
 	d := binary.LittleEndian.Uint64(t[24:])
 	o := binary.LittleEndian.Uint64(t[32:])
 	bucketBytes := binary.LittleEndian.Uint64(t[40:])
-	end := uint64(len(b) - localTrailerSize)
+	end := uint64(len(b) - ts)
 	if p < 10 || p > end || string(b[:8]) != metaMagic {
 		return nil, corruptf("local meta: prefix of %d bytes", p)
 	}
@@ -222,6 +298,18 @@ func openMapped(region *mapRegion) (*TableMeta, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The dictionary's widths: layout 1's are fixed by the version.
+	wd, wr, rwBase := uint64(8), uint64(dictRevsWidth(version)), uint64(0)
+	if layout == 2 {
+		widths := binary.LittleEndian.Uint64(t[48:])
+		wd, wr, rwBase = widths&0xff, widths>>8, binary.LittleEndian.Uint64(t[56:])
+		switch {
+		case e > 0 && wd != 4 && wd != 8, e == 0 && wd != 0:
+			return nil, corruptf("local meta: DIDs of %d bytes", wd)
+		case wr > 8, wr > 0 && !dictHasRevs(version):
+			return nil, corruptf("local meta: revs of %d bytes (version %d)", wr, version)
+		}
+	}
 	w := m.Format.Width
 	entry := uint64(frameEntryFixed + w)
 	filterAt := uint64(hdr) + uint64(w) + sec.nFrames*entry
@@ -231,7 +319,7 @@ func openMapped(region *mapRegion) (*TableMeta, error) {
 		return nil, corruptf("local meta: prefix %d bytes, its header says %d", p, filterAt+sec.filterBytes)
 	case e > MaxDictEntries, e > m.Records/2:
 		return nil, corruptf("local meta: dictionary of %d entries", e)
-	case d%8 != 0 || o%8 != 0 || d < p || d > end || o > end || d+uint64(10+dictRevsWidth(version))*e > o || o+8*k != end:
+	case d%8 != 0 || o%8 != 0 || d < p || d > end || o > end || d+(wd+2+wr)*e > o || o+8*k != end:
 		return nil, corruptf("local meta: sections at %d, %d, %d bytes", d, o, end)
 	case bucketBytes > MaxMetaBytes:
 		return nil, corruptf("local meta: bucket meta of %d bytes", bucketBytes)
@@ -248,16 +336,35 @@ func openMapped(region *mapRegion) (*TableMeta, error) {
 			return nil, fmt.Errorf("lsm: mapped metas need a little-endian host")
 		}
 		dict := &accountDict{}
-		rw := uint64(dictRevsWidth(version))
-		if rw > 0 {
-			dict.revs = []uint64{}
-		}
-		if e > 0 {
-			dict.dids = unsafe.Slice((*uint64)(unsafe.Pointer(&b[d])), e)
-			if rw > 0 {
-				dict.revs = unsafe.Slice((*uint64)(unsafe.Pointer(&b[d+8*e])), e)
+		switch {
+		case layout == 1:
+			if wr > 0 {
+				dict.revs = []uint64{}
 			}
-			dict.clocks = unsafe.Slice((*uint16)(unsafe.Pointer(&b[d+(8+rw)*e])), e)
+			if e > 0 {
+				dict.dids = unsafe.Slice((*uint64)(unsafe.Pointer(&b[d])), e)
+				if wr > 0 {
+					dict.revs = unsafe.Slice((*uint64)(unsafe.Pointer(&b[d+8*e])), e)
+				}
+				dict.clocks = unsafe.Slice((*uint16)(unsafe.Pointer(&b[d+(8+wr)*e])), e)
+			}
+		case e == 0:
+			if dictHasRevs(version) {
+				dict.revs = []uint64{}
+			}
+		default:
+			if wd == 4 {
+				dict.dids32 = unsafe.Slice((*uint32)(unsafe.Pointer(&b[d])), e)
+			} else {
+				dict.dids = unsafe.Slice((*uint64)(unsafe.Pointer(&b[d])), e)
+			}
+			dict.clocks = unsafe.Slice((*uint16)(unsafe.Pointer(&b[d+wd*e])), e)
+			if dictHasRevs(version) {
+				// Read 8 bytes at a time: the trailer follows, so an
+				// entry's 8 bytes are always in the file.
+				r := d + (wd+2)*e
+				dict.revsPacked, dict.rw, dict.revBase = b[r:len(b)-8:len(b)-8], int(wr), rwBase
+			}
 		}
 		m.dict = dict
 	}

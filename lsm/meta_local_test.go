@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -119,19 +121,21 @@ func compareMapped(t *testing.T, rng *rand.Rand, f Format, recs, data []byte, d,
 	if d.dict.len() != m.dict.len() {
 		t.Fatalf("dictionary of %d entries mapped, %d decoded", m.dict.len(), d.dict.len())
 	}
-	if (d.dict.revs == nil) != (m.dict.revs == nil) || (d.dict.revs == nil) != (d.version < 3) {
-		t.Fatalf("dictionary revs: mapped %v, decoded %v, version %d", m.dict.revs != nil, d.dict.revs != nil, d.version)
+	if d.dict.len() > 0 && (d.dict.hasRevs() != m.dict.hasRevs() || d.dict.hasRevs() != (d.version >= 3)) {
+		t.Fatalf("dictionary revs: mapped %v, decoded %v, version %d", m.dict.hasRevs(), d.dict.hasRevs(), d.version)
 	}
 	withRevs := 0
 	for i := range d.dict.len() {
-		if d.dict.dids[i] != m.dict.dids[i] || d.dict.clocks[i] != m.dict.clocks[i] {
-			t.Fatalf("dictionary entry %d differs", i)
+		ad, ac := d.dict.account(i)
+		bd, bc := m.dict.account(i)
+		if ad != bd || ac != bc {
+			t.Fatalf("dictionary entry %d differs: mapped %d/%d, decoded %d/%d", i, bd, bc, ad, ac)
 		}
-		if d.dict.revs != nil {
-			if d.dict.revs[i] != m.dict.revs[i] {
-				t.Fatalf("dictionary entry %d's rev differs", i)
+		if d.dict.hasRevs() {
+			if d.dict.rev(i) != m.dict.rev(i) {
+				t.Fatalf("dictionary entry %d's rev differs: mapped %d, decoded %d", i, m.dict.rev(i), d.dict.rev(i))
 			}
-			if d.dict.revs[i] != 0 {
+			if d.dict.rev(i) != 0 {
 				withRevs++
 			}
 		}
@@ -343,6 +347,154 @@ func TestMappedCatalogOtherTrees(t *testing.T) {
 		m, err := cat2.Load(ctx, TreeRevocations, TableRef{ID: c.id})
 		if err != nil || (m.mapped != nil) != c.mapped || m.Records != uint64(len(recs)/RevocationFormat.Width) {
 			t.Fatalf("reloaded %s: %v, mapped %v, want %v", c.id, err, m != nil && m.mapped != nil, c.mapped)
+		}
+	}
+}
+
+// Layout 1 files (written before the dictionary was packed) still map and
+// answer as their bucket meta does; layout 2 packs the same dictionary
+// smaller.
+func TestMappedLayout1StillReads(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	for _, fx := range []struct {
+		name string
+		f    Format
+	}{{"links-columns", BacklinkFormat}, {"revocations-columns", RevocationFormat}} {
+		t.Run(fx.name, func(t *testing.T) {
+			base := filepath.Join("testdata", "v3", fx.name)
+			meta, err1 := os.ReadFile(base + ".meta")
+			data, err2 := os.ReadFile(base + ".data")
+			local1, err3 := os.ReadFile(base + ".local1")
+			if err := errors.Join(err1, err2, err3); err != nil {
+				t.Fatal(err)
+			}
+			if localLayout(local1) != 1 {
+				t.Fatalf("fixture of layout %d", localLayout(local1))
+			}
+			d, err := DecodeMeta(meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var recs []byte
+			for i := range d.NumFrames() {
+				off, n := d.ByteRange(i, i)
+				fr, err := d.DecodeFrame(i, data[off:off+n], nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				recs = append(recs, fr...)
+			}
+			m1, err := openMapped(&mapRegion{b: local1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareMapped(t, rng, fx.f, recs, data, d, m1, fx.f == BacklinkFormat)
+			local2, err := encodeLocalMeta(d, meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m2, err := openMapped(&mapRegion{b: local2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareMapped(t, rng, fx.f, recs, data, d, m2, fx.f == BacklinkFormat)
+			t.Logf("%d dictionary entries: layout 1 %d bytes, layout 2 %d", d.dict.len(), len(local1), len(local2))
+			if d.dict.len() > 0 && len(local2) >= len(local1) {
+				t.Fatalf("layout 2 %d bytes, layout 1 %d", len(local2), len(local1))
+			}
+		})
+	}
+}
+
+// Layout 2 picks the narrowest widths that hold the dictionary: 4-byte DIDs
+// unless one does not fit (outlined DIDs keep their outline bit), revs in
+// the fewest bytes above their base, none for a table without them; every
+// entry reads back as decoded.
+func TestMappedDictPacking(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	remap := func(recs []byte, f func(uint64) uint64) []byte {
+		out := bytes.Clone(recs)
+		w := link.BacklinkSize
+		for o := 0; o < len(out); o += w {
+			did := binary.BigEndian.Uint64(out[o+40:])
+			binary.BigEndian.PutUint64(out[o+40:], f(did))
+		}
+		SortRecords(out, w)
+		return synthDedup(out, w)
+	}
+	backfill := synthBackfillBacklinks(51, 12000)
+	for _, tc := range []struct {
+		name   string
+		recs   []byte
+		opt    TableOptions
+		wd     uint64
+		revs   int  // some entry has a rev: 1, none: 0, either: -1
+		revsOK bool // the table's version has revs
+	}{
+		{"small DIDs", backfill, TableOptions{frameMax: 300}, 4, 1, true},
+		{"outlined DIDs", remap(backfill, func(d uint64) uint64 {
+			if d%3 == 0 {
+				return 1<<63 | d
+			}
+			return d
+		}), TableOptions{frameMax: 300}, 4, 1, true},
+		{"a DID past 2^31", remap(backfill, func(d uint64) uint64 {
+			if d%7 == 0 {
+				return d + 1<<40
+			}
+			return d
+		}), TableOptions{frameMax: 300}, 8, 1, true},
+		{"live", synthSortedBacklinks(52, 12000), TableOptions{frameMax: 300}, 0, -1, true},
+		{"version 2", backfill, TableOptions{frameMax: 300, version2: true}, 4, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, meta, err := BuildTable(BacklinkFormat, tc.recs, tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := DecodeMeta(meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			local, err := encodeLocalMeta(d, meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := local[len(local)-localTrailerSize:]
+			widths := binary.LittleEndian.Uint64(tr[48:])
+			wd, wr := widths&0xff, widths>>8
+			if tc.wd != 0 && wd != tc.wd {
+				t.Fatalf("DIDs in %d bytes, want %d", wd, tc.wd)
+			}
+			if tc.revs >= 0 && (wr > 0) != (tc.revs == 1) || wr > 8 {
+				t.Fatalf("revs in %d bytes (want some: %d)", wr, tc.revs)
+			}
+			m, err := openMapped(&mapRegion{b: local})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.dict.hasRevs() != tc.revsOK {
+				t.Fatalf("mapped dictionary has revs: %v, want %v", m.dict.hasRevs(), tc.revsOK)
+			}
+			compareMapped(t, rng, BacklinkFormat, tc.recs, data, d, m, true)
+		})
+	}
+	// The widths themselves.
+	for _, tc := range []struct {
+		dids, revs []uint64
+		wd, wr     int
+		base       uint64
+	}{
+		{[]uint64{1, 1<<31 - 1, 1<<63 | (1<<31 - 1)}, []uint64{0, 0, 0}, 4, 0, 0},
+		{[]uint64{1, 1 << 31}, []uint64{5, 0}, 8, 1, 4},
+		{[]uint64{1 << 63, 2}, []uint64{1000, 1000 + 254}, 4, 1, 999},
+		{[]uint64{3, 4}, []uint64{1000, 1000 + 256}, 4, 2, 999},
+		{[]uint64{3, 4}, []uint64{1, 1<<64 - 1}, 4, 8, 0},
+	} {
+		d := &accountDict{dids: tc.dids, clocks: make([]uint16, len(tc.dids)), revs: tc.revs}
+		wd, wr, base := packWidths(d)
+		if wd != tc.wd || wr != tc.wr || base != tc.base {
+			t.Fatalf("%v %v: widths %d %d base %d, want %d %d %d", tc.dids, tc.revs, wd, wr, base, tc.wd, tc.wr, tc.base)
 		}
 	}
 }
