@@ -317,20 +317,30 @@ func TestThreeNodes(t *testing.T) {
 		for i := 0; i < 200; i++ {
 			g = c.publish(l, fmt.Sprintf("lag-%d", i))
 		}
-		if err := l.node.raft.Snapshot().Error(); err != nil {
+		// The snapshot is the leader's (publish may have gone on through
+		// another one), so its log no longer holds what lag missed.
+		if err := c.leader(5 * time.Second).node.raft.Snapshot().Error(); err != nil {
 			t.Fatal(err)
 		}
 		c.start(lag.id, false)
 		c.waitGen(g, 15*time.Second)
-		// It got there by installing a snapshot: its first log entry is
-		// past the entries it missed.
 		// It got there by installing the leader's snapshot: its snapshot
 		// is past the end of its own log, which only an install does.
-		st := lag.node.raft.Stats()
-		snapIdx, _ := strconv.ParseUint(st["last_snapshot_index"], 10, 64)
-		lastLog, _ := strconv.ParseUint(st["last_log_index"], 10, 64)
-		if snapIdx <= lastLog {
-			t.Fatalf("no snapshot install: %v", st)
+		// Raft records the install just after the state machine restored
+		// it (which waitGen saw): wait for that too.
+		var st map[string]string
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			st = lag.node.raft.Stats()
+			snapIdx, _ := strconv.ParseUint(st["last_snapshot_index"], 10, 64)
+			lastLog, _ := strconv.ParseUint(st["last_log_index"], 10, 64)
+			if snapIdx > lastLog {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no snapshot install on %s (generation %d of %d): %v", lag.id, lag.node.FSM.Manifest().Generation, g, st)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	})
 
