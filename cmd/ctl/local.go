@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -220,7 +221,7 @@ func localUp(ctx context.Context, dir, bin string, shape localShape, store, plc 
 	configure := func(i int, retry bool) error {
 		ln := &lc.Nodes[i]
 		if retry {
-			if err := os.RemoveAll(filepath.Join(dir, ln.ID)); err != nil {
+			if err := emptyDir(filepath.Join(dir, ln.ID)); err != nil {
 				return err
 			}
 		}
@@ -628,4 +629,23 @@ func alive(pid int) bool {
 	}
 	f := strings.Fields(string(b))
 	return len(f) < 3 || f[2] != "Z"
+}
+
+// emptyDir removes what a directory holds and keeps the directory: it may
+// be a mount point (a node's data directory on its own filesystem), which
+// cannot be removed (EBUSY).
+func emptyDir(path string) error {
+	entries, err := os.ReadDir(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(path, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
