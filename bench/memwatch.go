@@ -20,7 +20,6 @@ type memWatch struct {
 	mu        sync.Mutex
 	peakAnon  int64
 	peakFile  int64
-	peakTotal int64
 	anonPhase string
 	filePhase string
 	atTotal   memSample // the sample with the largest anon + file
@@ -56,7 +55,7 @@ func newMemWatch(phase string) *memWatch {
 func (w *memWatch) setPhase(p string) { w.phase.Store(&p) }
 
 func (w *memWatch) sample() {
-	anon, file := rssAnonBytes(), rssFileBytes()
+	anon, file := rssSplit()
 	p := *w.phase.Load()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -66,8 +65,8 @@ func (w *memWatch) sample() {
 	if file > w.peakFile {
 		w.peakFile, w.filePhase = file, p
 	}
-	if anon+file > w.peakTotal {
-		w.peakTotal, w.atTotal = anon+file, memSample{anon, file, p}
+	if anon+file > w.atTotal.Anon+w.atTotal.File {
+		w.atTotal = memSample{anon, file, p}
 	}
 }
 

@@ -94,6 +94,29 @@ func rssBytes() int64 { return procStatusBytes("VmRSS") }
 func rssAnonBytes() int64 { return procStatusBytes("RssAnon") }
 func rssFileBytes() int64 { return procStatusBytes("RssFile") }
 
+// rssSplit is rssAnonBytes and rssFileBytes from one read of the status
+// file (memWatch samples it five times a second).
+func rssSplit() (anon, file int64) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "RssAnon:":
+			anon = v << 10
+		case "RssFile:":
+			file = v << 10
+		}
+	}
+	return anon, file
+}
+
 // startCPUProfile writes a CPU profile to path until the returned stop is
 // called.
 func startCPUProfile(path string) (stop func(), err error) {

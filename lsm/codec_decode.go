@@ -305,6 +305,7 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 	left := 0 // records left in the group
 	ti := 0   // index into the time planes
 	nd := d.len()
+	withRevs := d != nil && d.hasRevs() // asked once, not per record
 	for i := range n {
 		first := i == 0
 		if l.target && left == 0 {
@@ -354,7 +355,7 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 		var rev uint64
 		v := revs.uvarint()
 		var dr uint64
-		if rank != 0 && d.hasRevs() {
+		if rank != 0 && withRevs {
 			dr = d.rev(int(rank - 1))
 		}
 		if dr == 0 {
