@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,7 @@ type ClientsResult struct {
 	ClientBurst    int             `json:"client_burst"`
 	ClientInFlight int             `json:"client_in_flight"`
 	ClientSlots    int             `json:"client_slots,omitempty"` // --client-slots (0: the default, a quarter of the slots)
+	ClientPaceGap  string          `json:"client_pace_gap"`        // --client-pace-gap (0s: none)
 	ServerProcs    int             `json:"server_procs,omitempty"` // --server-procs (0: Go's choice)
 	Seconds        float64         `json:"seconds_per_phase"`
 	Phases         []ClientsPhase  `json:"phases"`
@@ -76,8 +78,14 @@ type ClientsPhase struct {
 	NormalFailed  int     `json:"normal_failed"`
 	NormalP50us   float64 `json:"normal_p50_us"`
 	NormalP99us   float64 `json:"normal_p99_us"`
-	ServerP50us   float64 `json:"server_p50_us"` // the normal queries in the server: arrival to answer written
-	ServerP99us   float64 `json:"server_p99_us"`
+	// The normal queries scheduled after the phase's first second (the
+	// flooder's start, its full bucket's burst and its connections
+	// opening fall in that second): p99, and the share of the phase's
+	// slowest 1% scheduled in the first second.
+	NormalP99AfterFirstSecondUs float64 `json:"normal_p99_after_first_second_us"`
+	SlowestInFirstSecond        float64 `json:"slowest_in_first_second"`
+	ServerP50us                 float64 `json:"server_p50_us"` // the normal queries in the server: arrival to answer written
+	ServerP99us                 float64 `json:"server_p99_us"`
 	// The server's Go scheduler latency p99 (runnable to running), an
 	// upper bound of its histogram bucket.
 	ServerSchedP99us float64 `json:"server_sched_p99_us"`
@@ -112,6 +120,7 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 	rounds := fs.Int("rounds", 3, "rounds of the four phases (each on fresh servers); the medians are reported")
 	clientSlots := fs.Int("client-slots", 0, "the limits' execution slots per client (0: the node's default, a quarter of the slots)")
 	serverProcs := fs.Int("server-procs", 0, "GOMAXPROCS of the server (0: Go's choice, the CPUs it may run on: one when pinned); more Ps than CPUs let a goroutine run while another P sits in a long system call")
+	paceGap := fs.Duration("client-pace-gap", query.DefaultPaceGap, "the limits' pace gap (eddy-node's --client-pace-gap; 0: none)")
 	traceDir := fs.String("trace", "", "a directory: the server writes a Go execution trace of 3 s of each phase there (phase-round.trace), to see what holds its CPU")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -135,13 +144,13 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 		return cmd.Run()
 	}
 	res := &ClientsResult{Targets: *targets, Limit: *limit, LinksPerTarget: *likes, Pinned: pin, FloodConns: *floodConns, Seconds: *seconds,
-		ClientRate: query.DefaultClientRate, ClientBurst: query.DefaultClientBurst, ClientInFlight: query.DefaultClientInFlight, ClientSlots: *clientSlots, ServerProcs: *serverProcs}
+		ClientRate: query.DefaultClientRate, ClientBurst: query.DefaultClientBurst, ClientInFlight: query.DefaultClientInFlight, ClientSlots: *clientSlots, ClientPaceGap: paceGap.String(), ServerProcs: *serverProcs}
 	uris := make([]string, *targets)
 	for i := range uris {
 		uris[i] = clientsPost(i)
 	}
 	start := func(limits bool) (*clientsServer, error) {
-		a := []string{"clients-serve", "--targets", strconv.Itoa(*targets), "--likes", strconv.Itoa(*likes), "--limits=" + strconv.FormatBool(limits), "--client-slots", strconv.Itoa(*clientSlots)}
+		a := []string{"clients-serve", "--targets", strconv.Itoa(*targets), "--likes", strconv.Itoa(*likes), "--limits=" + strconv.FormatBool(limits), "--client-slots", strconv.Itoa(*clientSlots), "--client-pace-gap", paceGap.String()}
 		cmd := exec.CommandContext(ctx, self, a...)
 		if pin {
 			cmd = exec.CommandContext(ctx, "taskset", append([]string{"-c", "0", self}, a...)...)
@@ -196,8 +205,8 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 				p.Name, p.Limits, p.Flood, p.Round = name, limits, flood, round
 				p.ServerP50us, p.ServerP99us, p.ServerSchedP99us = srv.latency()
 				p.ServerRSS = srv.rss()
-				fmt.Fprintf(stderr, "clients: %s: normal p50 %.0fµs p99 %.0fµs (in the server %.0fµs, %.0fµs, scheduler p99 %.0fµs; client timers late p99 %.0fµs; %d sent, %d ok, %d limited, %d failed); flood %.0f/s asked, %.0f/s answered; server RSS %.0f MB\n",
-					name, p.NormalP50us, p.NormalP99us, p.ServerP50us, p.ServerP99us, p.ServerSchedP99us, p.ClientLateP99us, p.NormalSent, p.NormalOK, p.NormalLimited, p.NormalFailed, p.FloodQPS, p.FloodOKQPS, float64(p.ServerRSS)/1e6)
+				fmt.Fprintf(stderr, "clients: %s: normal p50 %.0fµs p99 %.0fµs (after the first second %.0fµs; %.0f%% of the slowest 1%% in it) (in the server %.0fµs, %.0fµs, scheduler p99 %.0fµs; client timers late p99 %.0fµs; %d sent, %d ok, %d limited, %d failed); flood %.0f/s asked, %.0f/s answered; server RSS %.0f MB\n",
+					name, p.NormalP50us, p.NormalP99us, p.NormalP99AfterFirstSecondUs, 100*p.SlowestInFirstSecond, p.ServerP50us, p.ServerP99us, p.ServerSchedP99us, p.ClientLateP99us, p.NormalSent, p.NormalOK, p.NormalLimited, p.NormalFailed, p.FloodQPS, p.FloodOKQPS, float64(p.ServerRSS)/1e6)
 				res.Phases = append(res.Phases, p)
 			}
 			srv.stop()
@@ -297,6 +306,7 @@ func clientsServeMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	likes := fs.Int("likes", 150, "")
 	limits := fs.Bool("limits", true, "")
 	clientSlots := fs.Int("client-slots", 0, "")
+	paceGap := fs.Duration("client-pace-gap", query.DefaultPaceGap, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -354,7 +364,7 @@ func clientsServeMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	qs := query.NewServer(views, lsm.NewReader(store, nil), codec, nil)
 	if *limits {
-		qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: query.DefaultClientRate, Burst: query.DefaultClientBurst, InFlight: query.DefaultClientInFlight, RefusalDelay: query.DefaultRefusalDelay, SlotsPerClient: *clientSlots})
+		qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: query.DefaultClientRate, Burst: query.DefaultClientBurst, InFlight: query.DefaultClientInFlight, RefusalDelay: query.DefaultRefusalDelay, SlotsPerClient: *clientSlots, PaceGap: cmp.Or(*paceGap, -1)})
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -422,6 +432,10 @@ func clientsServeMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		t0 := time.Now()
+		if trace.IsEnabled() {
+			// Whose query a goroutine of a trace runs (-trace).
+			trace.Log(r.Context(), "peer", r.RemoteAddr)
+		}
 		h.ServeHTTP(w, r)
 		if !strings.HasPrefix(r.RemoteAddr, clientsFloodAddr+":") {
 			d := time.Since(t0)
@@ -498,8 +512,16 @@ func clientsCapacity(ctx context.Context, base string, uris []string, d time.Dur
 // closed loop.
 func clientsPhase(ctx context.Context, self string, pin bool, base string, uris []string, n int, qps float64, flood bool, conns int, d time.Duration) (p ClientsPhase) {
 	var mu sync.Mutex
-	var lat []time.Duration
-	start := time.Now()
+	var lat, latLater []time.Duration
+	type timed struct{ at, took time.Duration }
+	var all []timed
+	// The normal clients start a second before the phase (their queries
+	// then are not counted), so that a flood meets a node already serving
+	// them, as it would; the flooder's process starts then too and waits
+	// for the phase: a flooder is another machine, and its Go runtime
+	// starting on the clients' CPU is not the server's doing.
+	const lead = time.Second
+	start := time.Now().Add(lead)
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
 	var floodOut strings.Builder
@@ -509,7 +531,7 @@ func clientsPhase(ctx context.Context, self string, pin bool, base string, uris 
 		// pinned), so that the kernel, not one Go scheduler, shares the CPU
 		// between it and the normal clients, as between two machines' worth
 		// of clients it would not be shared at all.
-		args := []string{"clients-flood", "--url", base, "--conns", strconv.Itoa(conns), "--targets", strconv.Itoa(len(uris)), "--limit", clientsLimit, "--seconds", strconv.FormatFloat(d.Seconds(), 'f', -1, 64)}
+		args := []string{"clients-flood", "--url", base, "--conns", strconv.Itoa(conns), "--targets", strconv.Itoa(len(uris)), "--limit", clientsLimit, "--seconds", strconv.FormatFloat(d.Seconds(), 'f', -1, 64), "--at", strconv.FormatInt(start.UnixNano(), 10)}
 		floodCmd = exec.CommandContext(ctx, self, args...)
 		if pin {
 			floodCmd = exec.CommandContext(ctx, "taskset", append([]string{"-c", "1", self}, args...)...)
@@ -543,7 +565,7 @@ func clientsPhase(ctx context.Context, self string, pin bool, base string, uris 
 			var inner sync.WaitGroup
 			// Open loop: each query at its scheduled time (spread over the
 			// clients), its latency counted from then.
-			at := start.Add(time.Duration(i) * every / time.Duration(n))
+			at := start.Add(-lead + time.Duration(i)*every/time.Duration(n))
 			for at.Before(deadline) && ctx.Err() == nil {
 				time.Sleep(time.Until(at))
 				u := clientsQuery(base, uris, r)
@@ -551,6 +573,9 @@ func clientsPhase(ctx context.Context, self string, pin bool, base string, uris 
 				inner.Go(func() {
 					code := clientsGet(c, u)
 					took := time.Since(sched)
+					if sched.Before(start) {
+						return // the lead-in
+					}
 					mu.Lock()
 					defer mu.Unlock()
 					p.NormalSent++
@@ -558,6 +583,10 @@ func clientsPhase(ctx context.Context, self string, pin bool, base string, uris 
 					case 200:
 						p.NormalOK++
 						lat = append(lat, took)
+						all = append(all, timed{sched.Sub(start), took})
+						if sched.Sub(start) >= time.Second {
+							latLater = append(latLater, took)
+						}
 					case 429:
 						p.NormalLimited++
 					default:
@@ -572,6 +601,18 @@ func clientsPhase(ctx context.Context, self string, pin bool, base string, uris 
 	wg.Wait()
 	slices.Sort(lat)
 	p.NormalP50us, p.NormalP99us = percentile(lat, 0.5), percentile(lat, 0.99)
+	slices.Sort(latLater)
+	p.NormalP99AfterFirstSecondUs = percentile(latLater, 0.99)
+	slices.SortFunc(all, func(a, b timed) int { return int(b.took - a.took) })
+	if n := len(all) / 100; n > 0 {
+		first := 0
+		for _, t := range all[:n] {
+			if t.at < time.Second {
+				first++
+			}
+		}
+		p.SlowestInFirstSecond = float64(first) / float64(n)
+	}
 	if floodCmd != nil {
 		var f floodResult
 		if err := floodCmd.Wait(); err == nil && json.Unmarshal([]byte(floodOut.String()), &f) == nil {
@@ -599,6 +640,7 @@ func clientsFloodMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	seconds := fs.Float64("seconds", 10, "")
 	targets := fs.Int("targets", 2000, "")
 	limit := fs.String("limit", "1000", "")
+	at := fs.Int64("at", 0, "when to start, in Unix nanoseconds (0: at once)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -609,6 +651,9 @@ func clientsFloodMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	c := loopbackClient(clientsFloodAddr, *conns)
 	var asked, ok, limited atomic.Int64
+	if *at != 0 {
+		time.Sleep(time.Until(time.Unix(0, *at)))
+	}
 	start := time.Now()
 	deadline := start.Add(time.Duration(*seconds * float64(time.Second)))
 	var wg sync.WaitGroup

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -56,6 +57,22 @@ type ClientLimits struct {
 	// slot then shares the CPUs with at most that many of a flooder's,
 	// not with every slot's.
 	SlotsPerClient int
+	// PaceGap is the least time between one of a client's queries leaving
+	// its execution slot and the next of its queries starting, while
+	// other clients use the node (0: DefaultPaceGap; negative: none).
+	//
+	// Go's scheduler reads the network (its netpoller) only when no
+	// goroutine is runnable, or every 10 ms from its monitor thread. The
+	// requests of a client that sends many at once (a flooder's
+	// connections, read in one poll) are all runnable at once, and on a
+	// busy node each runs its query to the end without yielding: they run
+	// back to back, no two holding a slot at the same moment, while the
+	// other clients' requests wait unread in the kernel. A short sleep
+	// between them lets the node go idle and read its sockets, and the
+	// others' requests take their turns. A client alone on the node is
+	// not paced; below the per-client rate the gap never binds (a page of
+	// 1,000 links costs more than the gap).
+	PaceGap time.Duration
 	// Clients bounds the clients remembered (default ClientsMax); past it
 	// idle ones are forgotten, and while none is idle new clients share
 	// one bucket (counted).
@@ -76,6 +93,11 @@ const (
 	DefaultSlotsPerCPU = 8
 	// DefaultRefusalDelay is ClientLimits.RefusalDelay on a node.
 	DefaultRefusalDelay = 250 * time.Millisecond
+	// DefaultPaceGap is ClientLimits.PaceGap's default.
+	DefaultPaceGap = 200 * time.Microsecond
+	// PaceShared is how recently another client must have been admitted
+	// for a client's queries to be paced (ClientLimits.PaceGap).
+	PaceShared = 100 * time.Millisecond
 	// ClientsMax is the default bound of clients remembered: ~100 bytes
 	// each.
 	ClientsMax = 1 << 16
@@ -121,6 +143,9 @@ type ClientLimiter struct {
 	// table with no idle client to forget, and shared one bucket
 	// (eddy_query_clients_shared_total).
 	Shared prometheus.Counter
+	// Paced counts the queries that waited for their client's pace
+	// (ClientLimits.PaceGap) (eddy_query_paced_total).
+	Paced prometheus.Counter
 	// Untrusted counts the requests that carried X-Forwarded-For from a
 	// peer not in TrustedProxies: each counted as its peer (a reverse
 	// proxy missing from the list makes all its clients one)
@@ -134,6 +159,12 @@ type ClientLimiter struct {
 		lastSweep time.Time
 		free      int            // execution slots free
 		ring      []*clientState // clients waiting for a slot, in turn
+		// recent are the last two distinct clients admitted, and when:
+		// whether a client shares the node now (pace).
+		recent [2]struct {
+			st *clientState
+			at time.Time
+		}
 	}
 }
 
@@ -143,6 +174,7 @@ type clientState struct {
 	inFlight int
 	running  int             // its queries holding an execution slot
 	waiting  []chan struct{} // its queries waiting for a slot, in order
+	left     time.Time       // when one of its queries last left a slot
 }
 
 // NewClientLimiter returns a limiter of lim (nil when lim bounds nothing).
@@ -162,6 +194,9 @@ func NewClientLimiter(lim ClientLimits) *ClientLimiter {
 	if lim.SlotsPerClient <= 0 {
 		lim.SlotsPerClient = max(1, lim.Slots/4)
 	}
+	if lim.PaceGap == 0 {
+		lim.PaceGap = DefaultPaceGap
+	}
 	l := &ClientLimiter{lim: lim, now: time.Now,
 		Limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eddy_query_client_limited_total",
@@ -170,6 +205,10 @@ func NewClientLimiter(lim ClientLimits) *ClientLimiter {
 		Shared: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eddy_query_clients_shared_total",
 			Help: "Queries of new clients that found the node's client table full with no idle client to forget, and were limited together in one shared bucket.",
+		}),
+		Paced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eddy_query_paced_total",
+			Help: "Queries that waited a moment (--client-pace-gap) after another of their client's, so that a client sending many queries at once does not run them back to back ahead of the other clients' requests.",
 		}),
 		Untrusted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eddy_query_forwarded_untrusted_total",
@@ -183,7 +222,7 @@ func NewClientLimiter(lim ClientLimits) *ClientLimiter {
 
 // Collectors are the limiter's metrics, and the clients it remembers.
 func (l *ClientLimiter) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{l.Limited, l.Shared, l.Untrusted,
+	return []prometheus.Collector{l.Limited, l.Shared, l.Paced, l.Untrusted,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_query_clients", Help: "Clients the query API's per-client limits remember."}, func() float64 {
 			l.mu.Lock()
 			defer l.mu.Unlock()
@@ -225,7 +264,20 @@ func (l *ClientLimiter) acquire(r *http.Request, q url.Values) (*admission, *lim
 		st.tokens -= cost
 	}
 	st.inFlight++
+	if l.mu.recent[0].st != st {
+		l.mu.recent[1] = l.mu.recent[0]
+	}
+	l.mu.recent[0].st, l.mu.recent[0].at = st, now
 	return &admission{l: l, st: st}, nil
+}
+
+// refusalWait is how long a refused query waits for its 429, the limits'
+// RefusalDelay d jittered to between half and one and a half times d: a
+// flooder's connections refused together would otherwise be answered
+// together, ask again together and be refused together, a wave every d
+// that the other clients' requests queue behind.
+func refusalWait(d time.Duration) time.Duration {
+	return d/2 + rand.N(d)
 }
 
 // queryCost is what a query takes from its client's bucket: one per 100
@@ -256,6 +308,9 @@ type admission struct {
 // bounded by ctx and SlotWaitMax.
 func (a *admission) run(ctx context.Context) error {
 	l := a.l
+	if err := a.pace(ctx); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	if l.mu.free > 0 && len(l.mu.ring) == 0 && a.st.running < l.lim.SlotsPerClient {
 		l.mu.free--
@@ -277,6 +332,11 @@ func (a *admission) run(ctx context.Context) error {
 	select {
 	case <-ch:
 		a.running = true
+		// Granted by a query that left its slot, perhaps one of this
+		// client's a moment ago.
+		if err := a.pace(ctx); err != nil {
+			return err
+		}
 		return nil
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -319,6 +379,49 @@ func (l *ClientLimiter) grantLocked() {
 	}
 }
 
+// pace waits until the limits' PaceGap after the last of this client's
+// queries left its slot, while another client was admitted within the
+// last PaceShared.
+func (a *admission) pace(ctx context.Context) error {
+	l := a.l
+	if l.lim.PaceGap < 0 {
+		return nil
+	}
+	counted := false
+	var slept time.Time // the leave this query last waited after
+	for {
+		l.mu.Lock()
+		now := l.now()
+		left := a.st.left
+		wait := l.lim.PaceGap - now.Sub(left)
+		shared := false
+		for _, r := range l.mu.recent {
+			if r.st != nil && r.st != a.st && now.Sub(r.at) < PaceShared {
+				shared = true
+			}
+		}
+		l.mu.Unlock()
+		// Waited a gap after this leave already: go (whatever the clock
+		// says); another of the client's queries left meanwhile: wait
+		// again, so that siblings waiting together start a gap apart.
+		if wait <= 0 || !shared || left.Equal(slept) {
+			return nil
+		}
+		slept = left
+		if !counted {
+			l.Paced.Inc()
+			counted = true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
 // SlotWaitMax bounds a query's wait for an execution slot; past it the
 // query is answered 429 (the node is saturated).
 const SlotWaitMax = 5 * time.Second
@@ -349,6 +452,7 @@ func (a *admission) leaveSlotLocked() {
 	if a.running {
 		a.running = false
 		a.st.running--
+		a.st.left = a.l.now()
 		a.l.mu.free++
 		a.l.grantLocked()
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -384,5 +385,126 @@ func TestClientSlotsPerClient(t *testing.T) {
 	}
 	if d := NewClientLimiter(ClientLimits{Rate: 1, Slots: 16}); d.lim.SlotsPerClient != 4 {
 		t.Fatalf("default SlotsPerClient of 16 slots: %d, want 4", d.lim.SlotsPerClient)
+	}
+}
+
+// While another client uses the node, a client's next query starts no
+// sooner than PaceGap after one of its own left its slot (so that queries
+// sent together do not run back to back ahead of the others' requests);
+// alone on the node, or with the pace off, it is never made to wait.
+func TestClientPace(t *testing.T) {
+	const gap = time.Second
+	clock := newFakeClock() // stands still: the gap is waited in real time
+	l := NewClientLimiter(ClientLimits{InFlight: 8, Slots: 8, PaceGap: gap})
+	l.now = clock.now
+	a, b, admit := twoClients(t, l)
+	start := func(adm *admission) chan error {
+		done := make(chan error, 1)
+		go func() { done <- adm.run(context.Background()) }()
+		return done
+	}
+	ran := func(done chan error, within time.Duration) bool {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+	runNow := func(adm *admission) {
+		t.Helper()
+		if !ran(start(adm), gap/2) {
+			t.Fatal("a query that should not wait for its pace did not run")
+		}
+		adm.release()
+	}
+	// Alone: back to back, never paced.
+	for range 3 {
+		runNow(admit(a))
+	}
+	if got := testutil.ToFloat64(l.Paced); got != 0 {
+		t.Fatalf("a client alone on the node was paced %v times", got)
+	}
+	// Another client was admitted a moment ago: a's next query waits a
+	// gap after its last one left.
+	runNow(admit(b))
+	next := admit(a)
+	done := start(next)
+	if ran(done, gap/5) {
+		t.Fatal("a query started within the pace gap of its client's last one")
+	}
+	if !ran(done, 10*gap) {
+		t.Fatal("the paced query did not run once the gap had passed")
+	}
+	next.release()
+	if got := testutil.ToFloat64(l.Paced); got != 1 {
+		t.Fatalf("paced %v queries, want 1", got)
+	}
+	// The other client idle for PaceShared: a alone again.
+	clock.add(PaceShared)
+	runNow(admit(a))
+	runNow(admit(a))
+
+	// A query granted a slot by its own client's query leaving it is
+	// paced too, while the other client is there.
+	l2 := NewClientLimiter(ClientLimits{InFlight: 8, Slots: 1, PaceGap: gap})
+	l2.now = clock.now
+	a, b, admit = twoClients(t, l2)
+	runNow(admit(b))
+	holder := admit(a)
+	if !ran(start(holder), gap/2) {
+		t.Fatal("a's first query waited")
+	}
+	waiter := admit(a)
+	done = start(waiter)
+	for {
+		l2.mu.Lock()
+		n := len(l2.mu.ring)
+		l2.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	holder.release()
+	if ran(done, gap/5) {
+		t.Fatal("granted a slot by its own client's query, a query ran within the pace gap")
+	}
+	if !ran(done, 10*gap) {
+		t.Fatal("the granted query did not run once the gap had passed")
+	}
+	waiter.release()
+
+	// Off: never paced.
+	l3 := NewClientLimiter(ClientLimits{InFlight: 8, Slots: 8, PaceGap: -1})
+	l3.now = clock.now
+	a, b, admit = twoClients(t, l3)
+	runNow(admit(b))
+	runNow(admit(a))
+	runNow(admit(a))
+	if got := testutil.ToFloat64(l3.Paced); got != 0 {
+		t.Fatalf("with the pace off, %v queries were paced", got)
+	}
+}
+
+// A refused query waits between half and one and a half times the
+// refusal delay, spread over that range: refusals that came together are
+// not answered together.
+func TestRefusalWaitJittered(t *testing.T) {
+	const d = 100 * time.Millisecond
+	lo, hi := time.Duration(math.MaxInt64), time.Duration(0)
+	for range 1000 {
+		w := refusalWait(d)
+		if w < d/2 || w >= 3*d/2 {
+			t.Fatalf("refusal wait %v outside [%v, %v)", w, d/2, 3*d/2)
+		}
+		lo, hi = min(lo, w), max(hi, w)
+	}
+	if hi-lo < d/2 {
+		t.Fatalf("1,000 refusal waits spread over %v only", hi-lo)
 	}
 }

@@ -202,7 +202,7 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 			adm, refused = s.Clients.acquire(r, q)
 			if refused != nil {
 				if d := s.Clients.lim.RefusalDelay; d > 0 {
-					t := time.NewTimer(d)
+					t := time.NewTimer(refusalWait(d))
 					select {
 					case <-t.C:
 					case <-r.Context().Done():
