@@ -52,6 +52,7 @@ type ClientsResult struct {
 	ClientInFlight int             `json:"client_in_flight"`
 	ClientSlots    int             `json:"client_slots,omitempty"` // --client-slots (0: the default, a quarter of the slots)
 	ClientPaceGap  string          `json:"client_pace_gap"`        // --client-pace-gap (0s: none)
+	ClientConns    int             `json:"client_conns"`           // --client-conns (0: no bound)
 	ServerProcs    int             `json:"server_procs,omitempty"` // --server-procs (0: Go's choice)
 	Seconds        float64         `json:"seconds_per_phase"`
 	Phases         []ClientsPhase  `json:"phases"`
@@ -121,6 +122,7 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 	clientSlots := fs.Int("client-slots", 0, "the limits' execution slots per client (0: the node's default, a quarter of the slots)")
 	serverProcs := fs.Int("server-procs", 0, "GOMAXPROCS of the server (0: Go's choice, the CPUs it may run on: one when pinned); more Ps than CPUs let a goroutine run while another P sits in a long system call")
 	paceGap := fs.Duration("client-pace-gap", query.DefaultPaceGap, "the limits' pace gap (eddy-node's --client-pace-gap; 0: none)")
+	clientConns := fs.Int("client-conns", query.DefaultClientConns, "the limits' connections per client (eddy-node's --client-conns; 0: no bound)")
 	traceDir := fs.String("trace", "", "a directory: the server writes a Go execution trace of 3 s of each phase there (phase-round.trace), to see what holds its CPU")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -144,13 +146,13 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 		return cmd.Run()
 	}
 	res := &ClientsResult{Targets: *targets, Limit: *limit, LinksPerTarget: *likes, Pinned: pin, FloodConns: *floodConns, Seconds: *seconds,
-		ClientRate: query.DefaultClientRate, ClientBurst: query.DefaultClientBurst, ClientInFlight: query.DefaultClientInFlight, ClientSlots: *clientSlots, ClientPaceGap: paceGap.String(), ServerProcs: *serverProcs}
+		ClientRate: query.DefaultClientRate, ClientBurst: query.DefaultClientBurst, ClientInFlight: query.DefaultClientInFlight, ClientSlots: *clientSlots, ClientPaceGap: paceGap.String(), ClientConns: *clientConns, ServerProcs: *serverProcs}
 	uris := make([]string, *targets)
 	for i := range uris {
 		uris[i] = clientsPost(i)
 	}
 	start := func(limits bool) (*clientsServer, error) {
-		a := []string{"clients-serve", "--targets", strconv.Itoa(*targets), "--likes", strconv.Itoa(*likes), "--limits=" + strconv.FormatBool(limits), "--client-slots", strconv.Itoa(*clientSlots), "--client-pace-gap", paceGap.String()}
+		a := []string{"clients-serve", "--targets", strconv.Itoa(*targets), "--likes", strconv.Itoa(*likes), "--limits=" + strconv.FormatBool(limits), "--client-slots", strconv.Itoa(*clientSlots), "--client-pace-gap", paceGap.String(), "--client-conns", strconv.Itoa(*clientConns)}
 		cmd := exec.CommandContext(ctx, self, a...)
 		if pin {
 			cmd = exec.CommandContext(ctx, "taskset", append([]string{"-c", "0", self}, a...)...)
@@ -307,6 +309,7 @@ func clientsServeMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	limits := fs.Bool("limits", true, "")
 	clientSlots := fs.Int("client-slots", 0, "")
 	paceGap := fs.Duration("client-pace-gap", query.DefaultPaceGap, "")
+	conns := fs.Int("client-conns", query.DefaultClientConns, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -364,12 +367,13 @@ func clientsServeMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	qs := query.NewServer(views, lsm.NewReader(store, nil), codec, nil)
 	if *limits {
-		qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: query.DefaultClientRate, Burst: query.DefaultClientBurst, InFlight: query.DefaultClientInFlight, RefusalDelay: query.DefaultRefusalDelay, SlotsPerClient: *clientSlots, PaceGap: cmp.Or(*paceGap, -1)})
+		qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: query.DefaultClientRate, Burst: query.DefaultClientBurst, InFlight: query.DefaultClientInFlight, RefusalDelay: query.DefaultRefusalDelay, SlotsPerClient: *clientSlots, PaceGap: cmp.Or(*paceGap, -1), Conns: cmp.Or(*conns, -1)})
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
+	ln = qs.Clients.Listener(ln) // as a node's: a client's connections bounded
 	fmt.Fprintf(stdout, "serving http://%s\n", ln.Addr())
 	// The server's own view of the normal clients' latency (from the
 	// request's arrival to its answer written), to tell the server's

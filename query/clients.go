@@ -73,6 +73,9 @@ type ClientLimits struct {
 	// not paced; below the per-client rate the gap never binds (a page of
 	// 1,000 links costs more than the gap).
 	PaceGap time.Duration
+	// Conns bounds the connections one client keeps open (Listener;
+	// default DefaultClientConns; negative: no bound).
+	Conns int
 	// Clients bounds the clients remembered (default ClientsMax); past it
 	// idle ones are forgotten, and while none is idle new clients share
 	// one bucket (counted).
@@ -136,7 +139,8 @@ type ClientLimiter struct {
 	lim ClientLimits
 	now func() time.Time
 
-	// Limited counts the queries refused, by reason: "rate" or "in_flight"
+	// Limited counts the queries refused, by reason: "rate", "in_flight",
+	// or "connections" (a connection past Conns, refused unread)
 	// (eddy_query_client_limited_total{reason}).
 	Limited *prometheus.CounterVec
 	// Shared counts the queries of new clients that met a full client
@@ -197,10 +201,13 @@ func NewClientLimiter(lim ClientLimits) *ClientLimiter {
 	if lim.PaceGap == 0 {
 		lim.PaceGap = DefaultPaceGap
 	}
+	if lim.Conns == 0 {
+		lim.Conns = DefaultClientConns
+	}
 	l := &ClientLimiter{lim: lim, now: time.Now,
 		Limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eddy_query_client_limited_total",
-			Help: "Queries answered 429 RateLimitExceeded because their client went past its limit on this node, by reason (rate: its queries a second; in_flight: its queries at once).",
+			Help: "Queries answered 429 RateLimitExceeded because their client went past its limit on this node, by reason (rate: its queries a second; in_flight: its queries at once; connections: its connections open, the request not read).",
 		}, []string{"reason"}),
 		Shared: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "eddy_query_clients_shared_total",
@@ -516,12 +523,7 @@ func (l *ClientLimiter) client(r *http.Request) netip.Addr {
 			}
 		}
 	}
-	if peer.Is6() {
-		if p, err := peer.WithZone("").Prefix(64); err == nil {
-			peer = p.Addr()
-		}
-	}
-	return peer
+	return clientKey(peer)
 }
 
 func (l *ClientLimiter) trusted(a netip.Addr) bool {

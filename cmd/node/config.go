@@ -56,6 +56,7 @@ type config struct {
 	clientBurst, clientInFlight, querySlots                   int
 	clientSlots                                               int
 	clientPaceGap                                             time.Duration
+	clientConns                                               int
 	trustedProxies                                            string
 	configFile                                                string
 	showVersion                                               bool
@@ -113,6 +114,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.IntVar(&c.clientBurst, "client-burst", query.DefaultClientBurst, "queries one client idle for a while may make at once, past --client-rate (1..10000000)")
 	fs.IntVar(&c.clientInFlight, "client-in-flight", query.DefaultClientInFlight, fmt.Sprintf("queries one client may have this node answer at once (0: no bound but the node's %d; 0..%d)", query.ConcurrentQueriesMax, query.ConcurrentQueriesMax))
 	fs.DurationVar(&c.clientPaceGap, "client-pace-gap", query.DefaultPaceGap, "while other clients use this node, the least time between one of a client's queries leaving its execution slot and the next starting, so that a client sending many at once does not run them back to back ahead of the others' requests (0: none; 0..10ms)")
+	fs.IntVar(&c.clientConns, "client-conns", query.DefaultClientConns, "connections one client may keep open to the query API; past it a new connection is answered 429 unread and closed (0: no bound; 0..100000)")
 	fs.IntVar(&c.clientSlots, "client-slots", 0, "execution slots one client's queries hold at once, so that a flooding client never has every CPU (0: a quarter of --query-slots, at least 1)")
 	fs.IntVar(&c.querySlots, "query-slots", 0, fmt.Sprintf("queries executing at once, the others waiting their client's turn (0: %d per CPU; a query waiting for the bucket holds its slot, so raise it for a far bucket and cold queries; 0..%d)", query.DefaultSlotsPerCPU, query.ConcurrentQueriesMax))
 	fs.StringVar(&c.trustedProxies, "trusted-proxies", "127.0.0.0/8,::1", "reverse proxies (addresses and CIDR prefixes, comma-separated) whose X-Forwarded-For names the client the limits count; any other peer is its own client")
@@ -358,6 +360,9 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 	if c.clientSlots < 0 || c.clientSlots > query.ConcurrentQueriesMax {
 		return fmt.Errorf("--client-slots %d: out of range 0..%d", c.clientSlots, query.ConcurrentQueriesMax)
 	}
+	if c.clientConns < 0 || c.clientConns > 100000 {
+		return fmt.Errorf("--client-conns %d: out of range 0..100000", c.clientConns)
+	}
 	if c.clientPaceGap < 0 || c.clientPaceGap > 10*time.Millisecond {
 		return fmt.Errorf("--client-pace-gap %v: out of range 0..10ms", c.clientPaceGap)
 	}
@@ -470,7 +475,7 @@ func (c *config) logged() []any {
 		"meta-cache-bytes": strconv.FormatInt(c.metaCacheBytes, 10),
 		"ready-lag-max":    c.readyLagMax.String(), "log-level": c.logLevel, "config": c.configFile,
 		"client-rate": strconv.FormatFloat(c.clientRate, 'f', -1, 64), "client-burst": strconv.Itoa(c.clientBurst),
-		"client-in-flight": strconv.Itoa(c.clientInFlight), "trusted-proxies": c.trustedProxies, "query-slots": strconv.Itoa(c.querySlots), "client-slots": strconv.Itoa(c.clientSlots), "client-pace-gap": c.clientPaceGap.String(),
+		"client-in-flight": strconv.Itoa(c.clientInFlight), "trusted-proxies": c.trustedProxies, "query-slots": strconv.Itoa(c.querySlots), "client-slots": strconv.Itoa(c.clientSlots), "client-pace-gap": c.clientPaceGap.String(), "client-conns": strconv.Itoa(c.clientConns),
 		"gc-grace": c.gcGrace.String(), "compaction-fan-in": strconv.Itoa(c.compactionFanIn), "compaction-interval": c.compactionInterval.String(),
 	}
 	names := make([]string, 0, len(vals))

@@ -127,6 +127,8 @@ func TestConfigErrors(t *testing.T) {
 		{"client rate out of range", []string{"--client-rate", "-1"}, validBase(), "", "--client-rate -1: out of range"},
 		{"client burst out of range", []string{"--client-burst", "0"}, validBase(), "", "--client-burst 0: out of range"},
 		{"client in flight out of range", []string{"--client-in-flight", "65"}, validBase(), "", "--client-in-flight 65: out of range 0..64"},
+		{"client conns out of range", []string{"--client-conns", "-1"}, validBase(), "", "--client-conns -1: out of range 0..100000"},
+		{"client pace gap out of range", []string{"--client-pace-gap", "1s"}, validBase(), "", "--client-pace-gap 1s: out of range 0..10ms"},
 		{"bad trusted proxy", nil, merge(validBase(), "EDDY_TRUSTED_PROXIES", "10.0.0.0/8,proxy.example"), "", `--trusted-proxies: trusted proxy "proxy.example"`},
 		{"bad bool env", nil, merge(validBase(), "EDDY_BOOTSTRAP", "maybe"), "", "--bootstrap"},
 		{"bad plc", []string{"--plc", "plc.directory"}, validBase(), "", "--plc"},

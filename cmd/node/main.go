@@ -10,6 +10,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -137,7 +138,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	qs.MissingTable = queryMetrics.MissingTable                            // eddy_query_missing_table_total
 	qs.StoreUnavailable = queryMetrics.StoreUnavailable                    // eddy_query_store_unavailable_total
 	proxies, _ := query.ParseTrustedProxies(c.trustedProxies)              // checked with the configuration
-	qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: c.clientRate, Burst: c.clientBurst, InFlight: c.clientInFlight, TrustedProxies: proxies, RefusalDelay: query.DefaultRefusalDelay, Slots: c.querySlots, SlotsPerClient: c.clientSlots, PaceGap: paceGap(c.clientPaceGap)})
+	qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: c.clientRate, Burst: c.clientBurst, InFlight: c.clientInFlight, TrustedProxies: proxies, RefusalDelay: query.DefaultRefusalDelay, Slots: c.querySlots, SlotsPerClient: c.clientSlots, PaceGap: paceGap(c.clientPaceGap), Conns: cmp.Or(c.clientConns, -1)})
 	if qs.Clients != nil {
 		reg.MustRegister(qs.Clients.Collectors()...)
 	}
@@ -178,10 +179,12 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	}, Sources: sources, SpillDir: filepath.Join(c.dataDir, "spill"), CompactionFanIn: c.compactionFanIn, CompactionInterval: c.compactionInterval}}
 	writePath.Start(bg)
 	servers := []*http.Server{
-		{Addr: c.httpAddr, Handler: publicHandler(qs, queryMetrics, reg, ready), ReadHeaderTimeout: 10 * time.Second},
+		// Idle keep-alive connections are closed after a while: each
+		// counts against its client's --client-conns.
+		{Addr: c.httpAddr, Handler: publicHandler(qs, queryMetrics, reg, ready), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: publicIdleTimeout},
 		{Addr: c.adminAddr, Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second},
 	}
-	errc, err := listen(servers)
+	errc, err := listen(servers, qs.Clients.Listener)
 	if err != nil {
 		node.Close(context.Background())
 		return err
@@ -290,12 +293,20 @@ func publicHandler(qs *query.Server, queryMetrics *query.Metrics, reg *prometheu
 
 // listen starts serving each server on its address; the channel receives
 // the error each one ends with.
-func listen(servers []*http.Server) (<-chan error, error) {
+// publicIdleTimeout closes the query API's idle keep-alive connections.
+const publicIdleTimeout = 90 * time.Second
+
+// listen serves each server on its address; the first's listener (the
+// query API's) through public (its per-client connection bound).
+func listen(servers []*http.Server, public func(net.Listener) net.Listener) (<-chan error, error) {
 	errc := make(chan error, len(servers))
-	for _, s := range servers {
+	for i, s := range servers {
 		ln, err := net.Listen("tcp", s.Addr)
 		if err != nil {
 			return nil, fmt.Errorf("listen %s: %w", s.Addr, err)
+		}
+		if i == 0 && public != nil {
+			ln = public(ln)
 		}
 		go func() { errc <- s.Serve(ln) }()
 	}

@@ -1,0 +1,101 @@
+package query
+
+import (
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// DefaultClientConns is ClientLimits.Conns' default: four times a
+// client's queries in flight, room for its idle keep-alive connections.
+const DefaultClientConns = 64
+
+// Listener bounds the connections one client keeps open to ln's server
+// (ClientLimits.Conns): past the bound a new connection is not read at
+// all; it is answered 429 RateLimitExceeded after the refusal delay and
+// closed. A client's requests are parsed only on the connections it may
+// keep, so a flooder opening hundreds of connections at once does not
+// have hundreds of requests read and parsed ahead of the other clients'.
+// Connections from TrustedProxies are not bounded (they carry many
+// clients). l may be nil: ln is returned as it is.
+func (l *ClientLimiter) Listener(ln net.Listener) net.Listener {
+	if l == nil || l.lim.Conns < 0 {
+		return ln
+	}
+	return &connLimiter{Listener: ln, l: l, conns: make(map[netip.Addr]int)}
+}
+
+type connLimiter struct {
+	net.Listener
+	l     *ClientLimiter
+	mu    sync.Mutex
+	conns map[netip.Addr]int // open connections by client
+}
+
+func (c *connLimiter) Accept() (net.Conn, error) {
+	for {
+		conn, err := c.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		peer := parseHostAddr(conn.RemoteAddr().String())
+		if !peer.IsValid() || c.l.trusted(peer) {
+			return conn, nil
+		}
+		key := clientKey(peer)
+		c.mu.Lock()
+		n := c.conns[key]
+		if n >= c.l.lim.Conns {
+			c.mu.Unlock()
+			c.l.Limited.WithLabelValues("connections").Inc()
+			go c.refuse(conn, n)
+			continue
+		}
+		c.conns[key] = n + 1
+		c.mu.Unlock()
+		return &limitedConn{Conn: conn, release: func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.conns[key]--; c.conns[key] <= 0 {
+				delete(c.conns, key)
+			}
+		}}, nil
+	}
+}
+
+// refuse answers a connection past its client's bound 429, after the
+// refusal delay (the request, if any, is never read), and closes it.
+func (c *connLimiter) refuse(conn net.Conn, open int) {
+	defer conn.Close()
+	if d := c.l.lim.RefusalDelay; d > 0 {
+		time.Sleep(refusalWait(d))
+	}
+	body := `{"error":"RateLimitExceeded","message":"this client has ` + strconv.Itoa(open) + ` connections open to this node, its most; reuse them"}` + "\n"
+	conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	conn.Write([]byte("HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body))
+}
+
+// limitedConn is a connection counted against its client until closed.
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	c.once.Do(c.release)
+	return c.Conn.Close()
+}
+
+// clientKey is the client an address counts as: itself, or an IPv6
+// address's /64.
+func clientKey(a netip.Addr) netip.Addr {
+	if a.Is6() {
+		if p, err := a.WithZone("").Prefix(64); err == nil {
+			return p.Addr()
+		}
+	}
+	return a
+}
