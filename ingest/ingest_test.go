@@ -117,7 +117,7 @@ func compareModel(t *testing.T, node *cluster.Node, store objstore.Store, world 
 	codec := &link.Codec{Outlines: node.FSM}
 	model := world.LiveLinks()
 	got := map[string][]string{}
-	links := 0
+	links, twinsTotal := 0, 0
 	for target, refs := range model {
 		var want []string
 		for _, l := range refs {
@@ -132,21 +132,38 @@ func compareModel(t *testing.T, node *cluster.Node, store objstore.Store, world 
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A link may be under both keys of its target (a twin: written
+		// under the hash while a part of the target was unknown, and again
+		// under the encoding when a backfill replays a record the stream
+		// wrote), which the query API answers once (query's dropTwins);
+		// under one key it must be once.
 		var have []string
-		for _, id := range keys {
+		var twins int
+		for i, id := range keys {
 			ls, _, err := reader.All(context.Background(), view, id, lsm.Filter{})
 			if err != nil {
 				t.Fatal(err)
 			}
+			seen := map[string]bool{}
 			for _, l := range ls {
 				s, err1 := codec.RenderRecord(l.Source)
 				p, err2 := codec.RenderLocation(l.Location, link.StyleConstellation)
 				if err1 != nil || err2 != nil {
 					t.Fatal(err1, err2)
 				}
-				have = append(have, s+" "+p)
+				k := s + " " + p
+				if seen[k] {
+					t.Fatalf("target %s: %s twice under key %d", target, k, i)
+				}
+				seen[k] = true
+				if i > 0 && slices.Contains(have, k) {
+					twins++
+					continue
+				}
+				have = append(have, k)
 			}
 		}
+		twinsTotal += twins
 		slices.Sort(have)
 		if !slices.Equal(have, want) {
 			var missing, extra []string
@@ -165,7 +182,7 @@ func compareModel(t *testing.T, node *cluster.Node, store objstore.Store, world 
 		got[target] = have
 		links += len(have)
 	}
-	t.Logf("%d targets, %d live links: every one equal to the model", len(model), links)
+	t.Logf("%d targets, %d live links: every one equal to the model (%d under both keys of their target)", len(model), links, twinsTotal)
 	return got
 }
 
