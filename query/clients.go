@@ -58,8 +58,9 @@ type ClientLimits struct {
 	// not with every slot's.
 	SlotsPerClient int
 	// PaceGap is the least time between one of a client's queries leaving
-	// its execution slot and the next of its queries starting, while
-	// other clients use the node (0: DefaultPaceGap; negative: none).
+	// its execution slot, or starting, and the next of its queries
+	// starting, while other clients use the node (0: DefaultPaceGap;
+	// negative: none).
 	//
 	// Go's scheduler reads the network (its netpoller) only when no
 	// goroutine is runnable, or every 10 ms from its monitor thread. The
@@ -70,8 +71,11 @@ type ClientLimits struct {
 	// other clients' requests wait unread in the kernel. A short sleep
 	// between them lets the node go idle and read its sockets, and the
 	// others' requests take their turns. A client alone on the node is
-	// not paced; below the per-client rate the gap never binds (a page of
-	// 1,000 links costs more than the gap).
+	// not paced. A client whose queries come one at a time rarely meets
+	// the gap; one that sends many at once gets them started at most one
+	// a gap (5,000 a second at the default, past any client's rate but
+	// for the smallest queries), and a query granted a slot may hold it
+	// idle for up to a gap.
 	PaceGap time.Duration
 	// Conns bounds the connections one client keeps open (Listener;
 	// default DefaultClientConns; negative: no bound).
@@ -179,6 +183,8 @@ type clientState struct {
 	running  int             // its queries holding an execution slot
 	waiting  []chan struct{} // its queries waiting for a slot, in order
 	left     time.Time       // when one of its queries last left a slot
+	started  time.Time       // when one of its queries last passed its pace
+	paceSeq  uint64          // counts its leaves and starts (from 1), for pace
 }
 
 // NewClientLimiter returns a limiter of lim (nil when lim bounds nothing).
@@ -386,39 +392,46 @@ func (l *ClientLimiter) grantLocked() {
 	}
 }
 
-// pace waits until the limits' PaceGap after the last of this client's
-// queries left its slot, while another client was admitted within the
-// last PaceShared.
+// pace waits, while another client was admitted within the last
+// PaceShared, until the limits' PaceGap after the later of the last time
+// one of this client's queries left its slot and the last time one
+// started (passed its pace), so that its queries waiting together start a
+// gap apart, each after a moment in which the node can read its sockets.
+// The wait ends early when the client's last leave or start has not moved
+// while this query slept a gap (whatever the clock says), or past
+// PaceWaitMax in all; ctx bounds it too.
 func (a *admission) pace(ctx context.Context) error {
 	l := a.l
 	if l.lim.PaceGap < 0 {
 		return nil
 	}
-	counted := false
-	var slept time.Time // the leave this query last waited after
+	var waited time.Duration
+	seen := uint64(0) // the client's paceSeq this query last slept on (0: none)
 	for {
 		l.mu.Lock()
 		now := l.now()
-		left := a.st.left
-		wait := l.lim.PaceGap - now.Sub(left)
+		last := a.st.left
+		if a.st.started.After(last) {
+			last = a.st.started
+		}
+		wait := l.lim.PaceGap - now.Sub(last)
 		shared := false
 		for _, r := range l.mu.recent {
 			if r.st != nil && r.st != a.st && now.Sub(r.at) < PaceShared {
 				shared = true
 			}
 		}
-		l.mu.Unlock()
-		// Waited a gap after this leave already: go (whatever the clock
-		// says); another of the client's queries left meanwhile: wait
-		// again, so that siblings waiting together start a gap apart.
-		if wait <= 0 || !shared || left.Equal(slept) {
+		if wait <= 0 || !shared || a.st.paceSeq == seen || waited >= max(PaceWaitMax, 8*l.lim.PaceGap) {
+			a.st.started = now
+			a.st.paceSeq++
+			l.mu.Unlock()
 			return nil
 		}
-		slept = left
-		if !counted {
+		if seen == 0 {
 			l.Paced.Inc()
-			counted = true
 		}
+		seen = a.st.paceSeq
+		l.mu.Unlock()
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -426,8 +439,13 @@ func (a *admission) pace(ctx context.Context) error {
 			t.Stop()
 			return ctx.Err()
 		}
+		waited += wait
 	}
 }
+
+// PaceWaitMax bounds a query's wait for its client's pace, in all (or
+// eight gaps, if longer).
+const PaceWaitMax = 50 * time.Millisecond
 
 // SlotWaitMax bounds a query's wait for an execution slot; past it the
 // query is answered 429 (the node is saturated).
@@ -460,6 +478,7 @@ func (a *admission) leaveSlotLocked() {
 		a.running = false
 		a.st.running--
 		a.st.left = a.l.now()
+		a.st.paceSeq++
 		a.l.mu.free++
 		a.l.grantLocked()
 	}
@@ -485,12 +504,12 @@ func (l *ClientLimiter) stateLocked(key netip.Addr, now time.Time) *clientState 
 		if len(l.mu.clients) >= l.lim.Clients {
 			l.Shared.Inc()
 			if l.mu.shared.last.IsZero() {
-				l.mu.shared = clientState{tokens: float64(l.lim.Burst), last: now}
+				l.mu.shared = clientState{tokens: float64(l.lim.Burst), last: now, paceSeq: 1}
 			}
 			return &l.mu.shared
 		}
 	}
-	st := &clientState{tokens: float64(l.lim.Burst), last: now}
+	st := &clientState{tokens: float64(l.lim.Burst), last: now, paceSeq: 1}
 	l.mu.clients[key] = st
 	return st
 }

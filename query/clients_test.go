@@ -479,6 +479,27 @@ func TestClientPace(t *testing.T) {
 	}
 	waiter.release()
 
+	// Two of a's queries waiting together start a gap apart: one after
+	// a gap, the other a gap after that one started.
+	clock.add(PaceShared)
+	l4 := NewClientLimiter(ClientLimits{InFlight: 8, Slots: 8, SlotsPerClient: 4, PaceGap: gap})
+	l4.now = clock.now
+	a, b, admit = twoClients(t, l4)
+	runNow(admit(b))
+	first := admit(a)
+	if !ran(start(first), gap/2) {
+		t.Fatal("a's first query waited")
+	}
+	s1, s2 := start(admit(a)), start(admit(a))
+	time.Sleep(gap + gap/2)
+	done1, done2 := len(s1), len(s2)
+	if done1+done2 != 1 {
+		t.Fatalf("a gap and a half after a's last start, %d of two siblings started, want 1", done1+done2)
+	}
+	if !ran(s1, 10*gap) || !ran(s2, 10*gap) {
+		t.Fatal("the second sibling never started")
+	}
+
 	// Off: never paced.
 	l3 := NewClientLimiter(ClientLimits{InFlight: 8, Slots: 8, PaceGap: -1})
 	l3.now = clock.now

@@ -1,10 +1,12 @@
 package query
 
 import (
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,10 +31,16 @@ func (l *ClientLimiter) Listener(ln net.Listener) net.Listener {
 
 type connLimiter struct {
 	net.Listener
-	l     *ClientLimiter
-	mu    sync.Mutex
-	conns map[netip.Addr]int // open connections by client
+	l        *ClientLimiter
+	refusing atomic.Int64 // connections being refused
+	mu       sync.Mutex
+	conns    map[netip.Addr]int // open connections by client
 }
+
+// refusingMax bounds the connections being refused at once (each holds a
+// goroutine and a file descriptor for the refusal delay); past it a
+// connection is closed at once, unanswered.
+const refusingMax = 1024
 
 func (c *connLimiter) Accept() (net.Conn, error) {
 	for {
@@ -50,6 +58,11 @@ func (c *connLimiter) Accept() (net.Conn, error) {
 		if n >= c.l.lim.Conns {
 			c.mu.Unlock()
 			c.l.Limited.WithLabelValues("connections").Inc()
+			if c.refusing.Add(1) > refusingMax {
+				c.refusing.Add(-1)
+				conn.Close()
+				continue
+			}
 			go c.refuse(conn, n)
 			continue
 		}
@@ -68,13 +81,23 @@ func (c *connLimiter) Accept() (net.Conn, error) {
 // refuse answers a connection past its client's bound 429, after the
 // refusal delay (the request, if any, is never read), and closes it.
 func (c *connLimiter) refuse(conn net.Conn, open int) {
+	defer c.refusing.Add(-1)
 	defer conn.Close()
 	if d := c.l.lim.RefusalDelay; d > 0 {
 		time.Sleep(refusalWait(d))
 	}
 	body := `{"error":"RateLimitExceeded","message":"this client has ` + strconv.Itoa(open) + ` connections open to this node, its most; reuse them"}` + "\n"
-	conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	conn.Write([]byte("HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body))
+	conn.SetWriteDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte("HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)); err != nil {
+		return
+	}
+	// Closing with the request unread would send a reset, and a client
+	// may then lose the answer: end the writing side, and read what the
+	// client sent (bounded) until it closes its side, as net/http does.
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		conn.SetReadDeadline(time.Now().Add(time.Second))
+		io.Copy(io.Discard, io.LimitReader(conn, 64<<10))
+	}
 }
 
 // limitedConn is a connection counted against its client until closed.
@@ -87,6 +110,15 @@ type limitedConn struct {
 func (c *limitedConn) Close() error {
 	c.once.Do(c.release)
 	return c.Conn.Close()
+}
+
+// CloseWrite ends the connection's writing side (net/http does so before
+// it closes a connection whose request it did not read whole).
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 // clientKey is the client an address counts as: itself, or an IPv6

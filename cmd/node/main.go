@@ -225,8 +225,6 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	return serveErr
 }
 
-// openStore opens the object store at url, counted by metrics registered
-// with reg.
 // paceGap is ClientLimits.PaceGap of --client-pace-gap (0: none).
 func paceGap(d time.Duration) time.Duration {
 	if d == 0 {
@@ -235,6 +233,8 @@ func paceGap(d time.Duration) time.Duration {
 	return d
 }
 
+// openStore opens the object store at url, counted by metrics registered
+// with reg.
 func openStore(url string, reg prometheus.Registerer) (objstore.Store, error) {
 	store, err := objstore.Open(url)
 	if err != nil {
@@ -291,13 +291,12 @@ func publicHandler(qs *query.Server, queryMetrics *query.Metrics, reg *prometheu
 	return pub
 }
 
-// listen starts serving each server on its address; the channel receives
-// the error each one ends with.
 // publicIdleTimeout closes the query API's idle keep-alive connections.
 const publicIdleTimeout = 90 * time.Second
 
-// listen serves each server on its address; the first's listener (the
-// query API's) through public (its per-client connection bound).
+// listen starts serving each server on its address, the first's listener
+// (the query API's) through public (its per-client connection bound); the
+// channel receives the error each one ends with.
 func listen(servers []*http.Server, public func(net.Listener) net.Listener) (<-chan error, error) {
 	errc := make(chan error, len(servers))
 	for i, s := range servers {
