@@ -449,17 +449,26 @@ func TestClientPace(t *testing.T) {
 	runNow(admit(a))
 	runNow(admit(a))
 
+	// withOther is a limiter of lim where b was just served and a's first
+	// query holds a slot; it returns the limiter, that query, and a's
+	// admission of its next ones.
+	withOther := func(lim ClientLimits) (*ClientLimiter, *admission, func() *admission) {
+		t.Helper()
+		l := NewClientLimiter(lim)
+		l.now = clock.now
+		a, b, admit := twoClients(t, l)
+		runNow(admit(b))
+		first := admit(a)
+		if !ran(start(first), gap/2) {
+			t.Fatal("a's first query waited")
+		}
+		return l, first, func() *admission { return admit(a) }
+	}
+
 	// A query granted a slot by its own client's query leaving it is
 	// paced too, while the other client is there.
-	l2 := NewClientLimiter(ClientLimits{InFlight: 8, Slots: 1, PaceGap: gap})
-	l2.now = clock.now
-	a, b, admit = twoClients(t, l2)
-	runNow(admit(b))
-	holder := admit(a)
-	if !ran(start(holder), gap/2) {
-		t.Fatal("a's first query waited")
-	}
-	waiter := admit(a)
+	l2, holder, admitA := withOther(ClientLimits{InFlight: 8, Slots: 1, PaceGap: gap})
+	waiter := admitA()
 	done = start(waiter)
 	for {
 		l2.mu.Lock()
@@ -482,15 +491,8 @@ func TestClientPace(t *testing.T) {
 	// Two of a's queries waiting together start a gap apart: one after
 	// a gap, the other a gap after that one started.
 	clock.add(PaceShared)
-	l4 := NewClientLimiter(ClientLimits{InFlight: 8, Slots: 8, SlotsPerClient: 4, PaceGap: gap})
-	l4.now = clock.now
-	a, b, admit = twoClients(t, l4)
-	runNow(admit(b))
-	first := admit(a)
-	if !ran(start(first), gap/2) {
-		t.Fatal("a's first query waited")
-	}
-	s1, s2 := start(admit(a)), start(admit(a))
+	_, _, admitA = withOther(ClientLimits{InFlight: 8, Slots: 8, SlotsPerClient: 4, PaceGap: gap})
+	s1, s2 := start(admitA()), start(admitA())
 	time.Sleep(gap + gap/2)
 	done1, done2 := len(s1), len(s2)
 	if done1+done2 != 1 {
