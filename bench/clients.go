@@ -516,8 +516,7 @@ func clientsCapacity(ctx context.Context, base string, uris []string, d time.Dur
 // closed loop.
 func clientsPhase(ctx context.Context, self string, pin bool, base string, uris []string, n int, qps float64, flood bool, conns int, d time.Duration) (p ClientsPhase) {
 	var mu sync.Mutex
-	var lat, latLater []time.Duration
-	type timed struct{ at, took time.Duration }
+	type timed struct{ at, took time.Duration } // scheduled at (from the phase's start), latency
 	var all []timed
 	// The normal clients start a second before the phase (their queries
 	// then are not counted), so that a flood meets a node already serving
@@ -586,11 +585,7 @@ func clientsPhase(ctx context.Context, self string, pin bool, base string, uris 
 					switch code {
 					case 200:
 						p.NormalOK++
-						lat = append(lat, took)
 						all = append(all, timed{sched.Sub(start), took})
-						if sched.Sub(start) >= time.Second {
-							latLater = append(latLater, took)
-						}
 					case 429:
 						p.NormalLimited++
 					default:
@@ -603,6 +598,13 @@ func clientsPhase(ctx context.Context, self string, pin bool, base string, uris 
 		})
 	}
 	wg.Wait()
+	var lat, latLater []time.Duration
+	for _, t := range all {
+		lat = append(lat, t.took)
+		if t.at >= time.Second {
+			latLater = append(latLater, t.took)
+		}
+	}
 	slices.Sort(lat)
 	p.NormalP50us, p.NormalP99us = percentile(lat, 0.5), percentile(lat, 0.99)
 	slices.Sort(latLater)

@@ -182,9 +182,8 @@ type clientState struct {
 	inFlight int
 	running  int             // its queries holding an execution slot
 	waiting  []chan struct{} // its queries waiting for a slot, in order
-	left     time.Time       // when one of its queries last left a slot
-	started  time.Time       // when one of its queries last passed its pace
-	paceSeq  uint64          // counts its leaves and starts (from 1), for pace
+	paced    time.Time       // when one of its queries last left a slot or passed its pace
+	paceSeq  uint64          // counts those moments (from 1), for pace
 }
 
 // NewClientLimiter returns a limiter of lim (nil when lim bounds nothing).
@@ -393,12 +392,11 @@ func (l *ClientLimiter) grantLocked() {
 }
 
 // pace waits, while another client was admitted within the last
-// PaceShared, until the limits' PaceGap after the later of the last time
-// one of this client's queries left its slot and the last time one
-// started (passed its pace), so that its queries waiting together start a
+// PaceShared, until the limits' PaceGap after the last time one of this
+// client's queries left its slot or started (passed its pace), so that its queries waiting together start a
 // gap apart, each after a moment in which the node can read its sockets.
-// The wait ends early when the client's last leave or start has not moved
-// while this query slept a gap (whatever the clock says), or past
+// The wait ends early when no query of the client left or started while
+// this query slept a gap (whatever the clock says), or past
 // PaceWaitMax in all; ctx bounds it too.
 func (a *admission) pace(ctx context.Context) error {
 	l := a.l
@@ -410,11 +408,7 @@ func (a *admission) pace(ctx context.Context) error {
 	for {
 		l.mu.Lock()
 		now := l.now()
-		last := a.st.left
-		if a.st.started.After(last) {
-			last = a.st.started
-		}
-		wait := l.lim.PaceGap - now.Sub(last)
+		wait := l.lim.PaceGap - now.Sub(a.st.paced)
 		shared := false
 		for _, r := range l.mu.recent {
 			if r.st != nil && r.st != a.st && now.Sub(r.at) < PaceShared {
@@ -422,7 +416,7 @@ func (a *admission) pace(ctx context.Context) error {
 			}
 		}
 		if wait <= 0 || !shared || a.st.paceSeq == seen || waited >= max(PaceWaitMax, 8*l.lim.PaceGap) {
-			a.st.started = now
+			a.st.paced = now
 			a.st.paceSeq++
 			l.mu.Unlock()
 			return nil
@@ -477,7 +471,7 @@ func (a *admission) leaveSlotLocked() {
 	if a.running {
 		a.running = false
 		a.st.running--
-		a.st.left = a.l.now()
+		a.st.paced = a.l.now()
 		a.st.paceSeq++
 		a.l.mu.free++
 		a.l.grantLocked()

@@ -531,3 +531,41 @@ func TestRefusalWaitJittered(t *testing.T) {
 		t.Fatalf("1,000 refusal waits spread over %v only", hi-lo)
 	}
 }
+
+// Over HTTP, queries refused together are answered apart: each waits
+// its own jittered share of the refusal delay (refusalWait).
+func TestRefusalsAnsweredApart(t *testing.T) {
+	f := newFixture(t)
+	f.write(like(1))
+	f.flush()
+	const d = 400 * time.Millisecond
+	f.qs.Clients = NewClientLimiter(ClientLimits{Rate: 0.001, Burst: 1, InFlight: 8, RefusalDelay: d})
+	q := f.srv.URL + "/xrpc/blue.cerulea.backlinks.listBacklinks?" + url.Values{"target": {post}}.Encode()
+	c := clientFrom("127.0.0.2")
+	if code, _, msg := getFrom(t, c, q); code != 200 {
+		t.Fatalf("the first query: %d %s", code, msg)
+	}
+	took := make(chan time.Duration, 8)
+	for range 8 {
+		go func() {
+			t0 := time.Now()
+			r, err := c.Get(q)
+			if err == nil {
+				io.Copy(io.Discard, r.Body)
+				r.Body.Close()
+			}
+			took <- time.Since(t0)
+		}()
+	}
+	lo, hi := time.Duration(math.MaxInt64), time.Duration(0)
+	for range 8 {
+		w := <-took
+		if w < d/2 {
+			t.Fatalf("a refusal answered after %v, before half the delay (%v)", w, d/2)
+		}
+		lo, hi = min(lo, w), max(hi, w)
+	}
+	if hi-lo < d/8 {
+		t.Fatalf("eight refusals sent together were answered within %v of each other", hi-lo)
+	}
+}

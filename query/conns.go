@@ -3,6 +3,7 @@ package query
 import (
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -41,6 +42,14 @@ type connLimiter struct {
 // goroutine and a file descriptor for the refusal delay); past it a
 // connection is closed at once, unanswered.
 const refusingMax = 1024
+
+// A refused connection's 429 gets refuseIOMax to be written, and then the
+// client's request (at most refuseDrainMax bytes of it, discarded)
+// refuseIOMax to be read until the client closes its side.
+const (
+	refuseIOMax    = time.Second
+	refuseDrainMax = 64 << 10
+)
 
 func (c *connLimiter) Accept() (net.Conn, error) {
 	for {
@@ -86,17 +95,17 @@ func (c *connLimiter) refuse(conn net.Conn, open int) {
 	if d := c.l.lim.RefusalDelay; d > 0 {
 		time.Sleep(refusalWait(d))
 	}
-	body := `{"error":"RateLimitExceeded","message":"this client has ` + strconv.Itoa(open) + ` connections open to this node, its most; reuse them"}` + "\n"
-	conn.SetWriteDeadline(time.Now().Add(time.Second))
-	if _, err := conn.Write([]byte("HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)); err != nil {
+	body := (&apiError{http.StatusTooManyRequests, "RateLimitExceeded", "this client has " + strconv.Itoa(open) + " connections open to this node, its most; reuse them"}).body()
+	conn.SetWriteDeadline(time.Now().Add(refuseIOMax))
+	if _, err := conn.Write(append([]byte("HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"), body...)); err != nil {
 		return
 	}
 	// Closing with the request unread would send a reset, and a client
 	// may then lose the answer: end the writing side, and read what the
 	// client sent (bounded) until it closes its side, as net/http does.
 	if cw, ok := conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-		conn.SetReadDeadline(time.Now().Add(time.Second))
-		io.Copy(io.Discard, io.LimitReader(conn, 64<<10))
+		conn.SetReadDeadline(time.Now().Add(refuseIOMax))
+		io.Copy(io.Discard, io.LimitReader(conn, refuseDrainMax))
 	}
 }
 

@@ -375,7 +375,13 @@ func (s *Server) storeUnavailable(r *http.Request, err error) *apiError {
 func writeErr(w http.ResponseWriter, e *apiError) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.status)
-	json.NewEncoder(w).Encode(map[string]string{"error": e.name, "message": e.message})
+	w.Write(e.body())
+}
+
+// body is e's XRPC error body, a JSON object ending in a newline.
+func (e *apiError) body() []byte {
+	b, _ := json.Marshal(map[string]string{"error": e.name, "message": e.message})
+	return append(b, '\n')
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -138,7 +138,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	qs.MissingTable = queryMetrics.MissingTable                            // eddy_query_missing_table_total
 	qs.StoreUnavailable = queryMetrics.StoreUnavailable                    // eddy_query_store_unavailable_total
 	proxies, _ := query.ParseTrustedProxies(c.trustedProxies)              // checked with the configuration
-	qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: c.clientRate, Burst: c.clientBurst, InFlight: c.clientInFlight, TrustedProxies: proxies, RefusalDelay: query.DefaultRefusalDelay, Slots: c.querySlots, SlotsPerClient: c.clientSlots, PaceGap: paceGap(c.clientPaceGap), Conns: cmp.Or(c.clientConns, -1)})
+	qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: c.clientRate, Burst: c.clientBurst, InFlight: c.clientInFlight, TrustedProxies: proxies, RefusalDelay: query.DefaultRefusalDelay, Slots: c.querySlots, SlotsPerClient: c.clientSlots, PaceGap: cmp.Or(c.clientPaceGap, -1), Conns: cmp.Or(c.clientConns, -1)})
 	if qs.Clients != nil {
 		reg.MustRegister(qs.Clients.Collectors()...)
 	}
@@ -223,14 +223,6 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 		serveErr = nil
 	}
 	return serveErr
-}
-
-// paceGap is ClientLimits.PaceGap of --client-pace-gap (0: none).
-func paceGap(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }
 
 // openStore opens the object store at url, counted by metrics registered
