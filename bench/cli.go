@@ -108,6 +108,9 @@ type Config struct {
 	Shape     string
 	LiveLinks int // --live-links: the live tail after a backfill
 	MegaLinks int // --mega-links (streaming shapes)
+	// CompactFull: after the write phase, merge every run of each tree
+	// into one (lsm.DB.CompactFull), timed on its own.
+	CompactFull bool
 }
 
 // ShapeMem is the in-memory workload (workload.Generate), the default.
@@ -126,6 +129,9 @@ func (c *Config) validate() error {
 		c.NoPebble = true // Pebble is fed the in-memory workload only
 	default:
 		return fmt.Errorf("%w: --shape must be mem, backfill or live", ErrUsage)
+	}
+	if c.CompactFull && c.Shape == ShapeMem {
+		return fmt.Errorf("%w: --compact-full needs a streaming --shape", ErrUsage)
 	}
 	switch c.ProfilePhase {
 	case "all", "write", "query", "cold", "count", "pebble":
@@ -156,6 +162,7 @@ func Flags(c *Config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.Shape, "shape", ShapeMem, "workload: mem (generated whole in memory first, as before; up to ~20M links), backfill (streamed: every repository of the network's history written whole at one stamp, then a live tail) or live (streamed: a live tail only); the streaming shapes hold a sample of targets, not the links, skip Pebble and check every page of the sample")
 	fs.IntVar(&c.LiveLinks, "live-links", 0, "--shape backfill: links of the live tail after the backfill (0: --links/20)")
 	fs.IntVar(&c.MegaLinks, "mega-links", 0, "streaming shapes: about this many links to the mega target (0: min(1,000,000, --links/4))")
+	fs.BoolVar(&c.CompactFull, "compact-full", false, "streaming shapes: after the write phase, merge every run of each tree into one (a major compaction, as after a backfill), timed apart from the writes; the sizes, queries and checks are of the compacted index")
 	return fs
 }
 

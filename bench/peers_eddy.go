@@ -62,9 +62,9 @@ func s3Store(endpoint string) (*s3.Store, error) {
 
 func (p *eddyPeer) config() string {
 	if p.minio != nil {
-		return "lsm engine defaults (64 MiB memtables, fan-in 8, 256 MiB frame cache, mapped table metadata), a local MinIO server as its bucket (S3 API); bytes: the bucket's objects (tables, manifests) and the local metadata directory"
+		return "lsm engine defaults (64 MiB memtables, fan-in 8, 256 MiB frame cache, mapped table metadata), every tree compacted whole at the end as Pebble is, a local MinIO server as its bucket (S3 API); bytes: the bucket's objects (tables, manifests) and the local metadata directory"
 	}
-	return "lsm engine defaults (64 MiB memtables, fan-in 8, 256 MiB frame cache, mapped table metadata), local directory store; bytes: the store and the local metadata directory"
+	return "lsm engine defaults (64 MiB memtables, fan-in 8, 256 MiB frame cache, mapped table metadata), every tree compacted whole at the end as Pebble is, local directory store; bytes: the store and the local metadata directory"
 }
 
 func (p *eddyPeer) add(op *workload.Op) error {
@@ -77,7 +77,7 @@ func (p *eddyPeer) add(op *workload.Op) error {
 func (p *eddyPeer) apply(op *workload.Op) error {
 	err := p.add(op)
 	if errors.Is(err, lsm.ErrFull) {
-		if err := p.finish(context.Background()); err != nil {
+		if err := p.flushCompact(context.Background()); err != nil {
 			return err
 		}
 		err = p.add(op)
@@ -85,7 +85,9 @@ func (p *eddyPeer) apply(op *workload.Op) error {
 	return err
 }
 
-func (p *eddyPeer) finish(ctx context.Context) error {
+// flushCompact flushes the memtables and runs the compactions the policy
+// asks for, as a node does after each flush.
+func (p *eddyPeer) flushCompact(ctx context.Context) error {
 	if err := p.db.Flush(ctx); err != nil {
 		return err
 	}
@@ -95,6 +97,16 @@ func (p *eddyPeer) finish(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// finish flushes and then merges every run of each tree into one, as the
+// Pebble peers are compacted whole at the end.
+func (p *eddyPeer) finish(ctx context.Context) error {
+	if err := p.flushCompact(ctx); err != nil {
+		return err
+	}
+	_, err := p.db.CompactFull(ctx)
+	return err
 }
 
 func (p *eddyPeer) size(ctx context.Context) (int64, string, error) {

@@ -101,8 +101,13 @@ type Result struct {
 	FlushCPUS               float64 `json:"write_flush_cpu_s"`
 	CompactCPUS             float64 `json:"write_compact_cpu_s"`
 	FlushLinksPerSecPerCore float64 `json:"flush_links_per_sec_per_core"`
-	StorePuts               int64   `json:"store_puts"`
-	StorePutBytes           int64   `json:"store_put_bytes"`
+	// With --compact-full: the major compaction after the write phase.
+	FullCompactCPUS     float64 `json:"full_compact_cpu_s,omitempty"`
+	FullCompactWallS    float64 `json:"full_compact_wall_s,omitempty"`
+	FullCompactPutBytes int64   `json:"full_compact_put_bytes,omitempty"`
+	RunsBeforeFull      int     `json:"runs_before_full_compaction,omitempty"`
+	StorePuts           int64   `json:"store_puts"`
+	StorePutBytes       int64   `json:"store_put_bytes"`
 
 	// Queries.
 	Queries        int     `json:"queries"`

@@ -58,6 +58,12 @@ func (b *bench) streamPhases(ctx context.Context) error {
 	if err := b.streamWrite(ctx); err != nil {
 		return fmt.Errorf("write phase: %w", err)
 	}
+	if b.cfg.CompactFull {
+		b.mem.setPhase("full compaction")
+		if err := b.compactFull(ctx); err != nil {
+			return fmt.Errorf("full compaction: %w", err)
+		}
+	}
 	st := b.st
 	res.Links, res.LinksWritten, res.LinksRevoked = st.LiveLinks(), st.Written, st.Revoked
 	res.Revocations, res.Records, res.Accounts, res.Targets = st.Revocations, st.Records, st.Accounts(), st.Targets()
@@ -182,6 +188,24 @@ func (b *bench) streamWrite(ctx context.Context) error {
 	res.StorePuts, res.StorePutBytes = puts.Put.Requests, puts.Put.Bytes
 	b.logf("wrote %d links and %d revocations in %.1fs wall, %.1fs engine CPU (%.0f links/s/core), %.1fs generator CPU: %d flushes, %d compactions",
 		st.Written, st.Revocations, wall.Seconds(), cpu.Seconds(), res.WriteLinksPerSecPerCore, genCPU.Seconds(), res.Flushes, res.Compactions)
+	return nil
+}
+
+// compactFull merges every run of each tree into one and times it.
+func (b *bench) compactFull(ctx context.Context) error {
+	res := b.res
+	res.RunsBeforeFull = len(b.db.View().Manifest.Runs)
+	puts0 := b.counting.Snapshot()
+	runtime.GC()
+	wall0, cpu0 := time.Now(), cpuTime()
+	if _, err := b.db.CompactFull(ctx); err != nil {
+		return err
+	}
+	res.FullCompactCPUS, res.FullCompactWallS = (cpuTime() - cpu0).Seconds(), time.Since(wall0).Seconds()
+	res.FullCompactPutBytes = b.counting.Snapshot().Sub(puts0).Put.Bytes
+	b.logf("full compaction: %d runs became %d in %.1fs wall, %.1fs CPU (%.0f links/s/core), %.2f GB put",
+		res.RunsBeforeFull, len(b.db.View().Manifest.Runs), res.FullCompactWallS, res.FullCompactCPUS,
+		float64(b.st.Written)/res.FullCompactCPUS, float64(res.FullCompactPutBytes)/1e9)
 	return nil
 }
 

@@ -102,25 +102,54 @@ func (db *DB) Compact(ctx context.Context) (bool, error) {
 	defer db.writeMu.Unlock()
 	did := false
 	for _, t := range []Tree{TreeLinks, TreeRevocations} {
-		v := db.View()
-		inputs := PickCompaction(v.Manifest, t, db.opts.CompactionFanIn)
+		inputs := PickCompaction(db.View().Manifest, t, db.opts.CompactionFanIn)
 		if inputs == nil {
 			continue
 		}
-		out, err := CompactRuns(ctx, db.store, db.cat, v, inputs, CompactOptions{
-			ShardTargetBytes: db.opts.ShardTargetBytes, BytesPerSec: db.opts.CompactionBytesPerSec, SpillDir: db.opts.Dir,
-		})
-		if err != nil {
-			return did, fmt.Errorf("compact %s: %w", t, err)
-		}
-		ids := make([]string, len(inputs))
-		for i, r := range inputs {
-			ids[i] = r.ID
-		}
-		if err := db.apply(ctx, func(base uint64) Edit { return Edit{Base: base, Add: []Run{out}, Remove: ids} }); err != nil {
+		if err := db.compactLocked(ctx, t, inputs); err != nil {
 			return did, err
 		}
 		did = true
 	}
 	return did, nil
+}
+
+// CompactFull merges every run of each tree into one (a major
+// compaction: what an index is given after a backfill, when nothing will
+// be written for a while that a smaller merge would rewrite again), and
+// reports whether it did anything. One target's links then sit in one
+// run: fewer groups, fewer runs for a query to ask. It holds what any
+// compaction holds: one output shard at a time, its inputs spilled to
+// local disk.
+func (db *DB) CompactFull(ctx context.Context) (bool, error) {
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	did := false
+	for _, t := range []Tree{TreeLinks, TreeRevocations} {
+		inputs := db.View().Manifest.RunsOf(t)
+		if len(inputs) < 2 {
+			continue
+		}
+		if err := db.compactLocked(ctx, t, inputs); err != nil {
+			return did, err
+		}
+		did = true
+	}
+	return did, nil
+}
+
+// compactLocked merges inputs (runs of tree t) into one run and swaps it
+// in; db.writeMu is held.
+func (db *DB) compactLocked(ctx context.Context, t Tree, inputs []Run) error {
+	out, err := CompactRuns(ctx, db.store, db.cat, db.View(), inputs, CompactOptions{
+		ShardTargetBytes: db.opts.ShardTargetBytes, BytesPerSec: db.opts.CompactionBytesPerSec, SpillDir: db.opts.Dir,
+	})
+	if err != nil {
+		return fmt.Errorf("compact %s: %w", t, err)
+	}
+	ids := make([]string, len(inputs))
+	for i, r := range inputs {
+		ids[i] = r.ID
+	}
+	return db.apply(ctx, func(base uint64) Edit { return Edit{Base: base, Add: []Run{out}, Remove: ids} })
 }

@@ -186,9 +186,19 @@ func runModelCache(t *testing.T, seed uint64, steps int, newStore func(t *testin
 			}
 			m.flush()
 			check(step)
-		case op < 96:
+		case op < 94:
 			if _, err := db.Compact(ctx); err != nil {
 				t.Fatal(err)
+			}
+			check(step)
+		case op < 96:
+			if _, err := db.CompactFull(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, tr := range []Tree{TreeLinks, TreeRevocations} {
+				if n := len(db.View().Manifest.RunsOf(tr)); n > 1 {
+					t.Fatalf("seed %d step %d: %d runs of %s after a full compaction", seed, step, n, tr)
+				}
 			}
 			check(step)
 		default: // reopen: from the same directory, or a fresh node
