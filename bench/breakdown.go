@@ -11,13 +11,32 @@ import (
 	"github.com/eddy-backlinks/eddy/objstore"
 )
 
-// readTable returns every record of a table.
-func readTable(ctx context.Context, store objstore.Store, tree lsm.Tree, id string) ([]byte, error) {
+// readMeta decodes a table's meta from the store, given the dictionary of
+// the table of its run that holds it, if another does.
+func readMeta(ctx context.Context, store objstore.Store, tree lsm.Tree, id string) (*lsm.TableMeta, error) {
 	mb, err := store.Get(ctx, "tables/"+string(tree)+"/"+id+".meta")
 	if err != nil {
 		return nil, err
 	}
 	tm, err := lsm.DecodeMeta(mb)
+	if err != nil {
+		return nil, err
+	}
+	if owner := tm.DictTable(); owner != "" {
+		om, err := readMeta(ctx, store, tree, owner)
+		if err != nil {
+			return nil, err
+		}
+		if err := tm.UseDictOf(om); err != nil {
+			return nil, err
+		}
+	}
+	return tm, nil
+}
+
+// readTable returns every record of a table.
+func readTable(ctx context.Context, store objstore.Store, tree lsm.Tree, id string) ([]byte, error) {
+	tm, err := readMeta(ctx, store, tree, id)
 	if err != nil {
 		return nil, err
 	}

@@ -264,6 +264,18 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 			vote[id] = 0
 		}
 	}
+	d, rankOf := orderDict(&t, vote)
+	for i, id := range ids {
+		ids[i] = rankOf[id]
+	}
+	return d, ids
+}
+
+// orderDict returns the dictionary of the accounts t counted at least
+// twice, most frequent first, ties by value (at most MaxDictEntries), each
+// with its rev from revs (indexed by t's ids: 1 + the rev, 0 for none), and
+// each of t's ids' rank (0 for accounts outside it).
+func orderDict(t *acctTable, revs []uint64) (*accountDict, []uint32) {
 	order := make([]uint32, 0, len(t.accts)/2+1)
 	for id, c := range t.counts {
 		if c >= 2 {
@@ -286,13 +298,100 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 	d := &accountDict{dids: make([]uint64, len(order)), clocks: make([]uint16, len(order)), revs: make([]uint64, len(order))}
 	rankOf := make([]uint32, len(t.accts))
 	for r, id := range order {
-		d.dids[r], d.clocks[r], d.revs[r] = t.accts[id].did, t.accts[id].clock, vote[id]
+		d.dids[r], d.clocks[r], d.revs[r] = t.accts[id].did, t.accts[id].clock, revs[id]
 		rankOf[id] = uint32(r + 1)
 	}
-	for i, id := range ids {
-		ids[i] = rankOf[id]
+	return d, rankOf
+}
+
+// dictCounter counts the accounts of the records it is given, in one
+// pass, and each account's rev by a vote: what a compaction's shared
+// dictionary (one for all the tables of its output run) is built from.
+type dictCounter struct {
+	l     colLayout
+	t     acctTable
+	vote  []uint64
+	votes []uint32
+}
+
+func newDictCounter(l colLayout) *dictCounter {
+	c := &dictCounter{l: l}
+	c.t.init(1 << 16)
+	return c
+}
+
+// dictCountMax bounds the distinct accounts a dictCounter tracks (~40
+// bytes each): once it holds that many, accounts not seen yet are not
+// counted (their records store literals). The dictionary keeps at most
+// MaxDictEntries of them, the most frequent, which a network's most
+// active accounts fill long before.
+const dictCountMax = 4 * MaxDictEntries
+
+// add counts the accounts of recs (whole records of c's layout).
+func (c *dictCounter) add(recs []byte) {
+	w, s := c.l.w, c.l.src()
+	for o := 0; o+w <= len(recs); o += w {
+		a := account{did: binary.BigEndian.Uint64(recs[o+s+16:]), clock: uint16(binary.BigEndian.Uint64(recs[o+s:]) & (1<<clockBits - 1))}
+		var id uint32
+		if len(c.vote) < dictCountMax {
+			id = c.t.add(a)
+		} else if known, ok := c.t.find(a); ok {
+			id = known
+			c.t.counts[id]++
+		} else {
+			continue
+		}
+		if int(id) == len(c.vote) {
+			c.vote, c.votes = append(c.vote, 0), append(c.votes, 0)
+		}
+		switch rev := binary.BigEndian.Uint64(recs[o+w-8:]); {
+		case c.votes[id] == 0:
+			c.vote[id], c.votes[id] = rev, 1
+		case c.vote[id] == rev:
+			c.votes[id]++
+		default:
+			c.votes[id]--
+		}
 	}
-	return d, ids
+}
+
+// dict returns the dictionary of the accounts counted: as
+// buildAccountDict's, but an account's rev is kept only when the vote
+// proves it a majority without a second pass (the candidate's final votes,
+// all its own records, are more than half of the account's), else none
+// (its records' revs are then predicted from their time, as live events'
+// are). A backfilled account (every record at one rev) always keeps it.
+func (c *dictCounter) dict() *accountDict {
+	revs := make([]uint64, len(c.vote))
+	for id, n := range c.t.counts {
+		if 2*c.votes[id] > n {
+			revs[id] = c.vote[id] + 1 // 0 for the largest uint64: none
+		}
+	}
+	d, _ := orderDict(&c.t, revs)
+	return d
+}
+
+// ranksIn returns each record's rank in d (1-based; 0 for an account
+// outside it).
+func ranksIn(recs []byte, l colLayout, d *accountDict) []uint32 {
+	var t acctTable
+	t.init(max(d.len(), 1024))
+	for i := range d.len() {
+		did, clock := d.account(i)
+		t.add(account{did: did, clock: uint16(clock)})
+	}
+	n := len(recs) / l.w
+	s := l.src()
+	ranks := make([]uint32, n)
+	for i := range n {
+		o := i * l.w
+		a := account{did: binary.BigEndian.Uint64(recs[o+s+16:]), clock: uint16(binary.BigEndian.Uint64(recs[o+s:]) & (1<<clockBits - 1))}
+		if id, ok := t.find(a); ok {
+			ranks[i] = id + 1
+		}
+	}
+	return ranks
 }
 
 // acctTable counts distinct accounts: linear probing over slots holding
@@ -339,6 +438,20 @@ func (t *acctTable) add(a account) uint32 {
 		t.place(a, id)
 	}
 	return id
+}
+
+// find returns a's id, if t holds it.
+func (t *acctTable) find(a account) (uint32, bool) {
+	mask := uint64(len(t.slots) - 1)
+	for h := t.hash(a); ; h = (h + 1) & mask {
+		v := t.slots[h]
+		if v == 0 {
+			return 0, false
+		}
+		if t.accts[v-1] == a {
+			return v - 1, true
+		}
+	}
 }
 
 func (t *acctTable) place(a account, id uint32) {

@@ -2,6 +2,7 @@ package lsm
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -72,6 +73,14 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		}
 	}
 	in := compactionInput{store: store, tree: tree, f: f, bits: bits, start: time.Now(), bytesPerSec: opt.BytesPerSec}
+	if l, ok := columnsLayout(f); ok && bits > 0 {
+		// A run of several tables shares one account dictionary, counted
+		// on the first group's records (all of them when there is one
+		// group; else a sample: the groups split the targets by hash, so
+		// each sees the same accounts at about the same rates) and stored
+		// in the run's first table.
+		in.counter = newDictCounter(l)
+	}
 	run := Run{ID: NewID(), Tree: tree, Kind: RunCompacted}
 	for g := range uint32(1) << groupBits {
 		refs, err := groupTables(inputs, tables, groupBits, g)
@@ -139,6 +148,9 @@ func compactGroup(ctx context.Context, in *compactionInput, cat *Catalog, refs [
 	if err := sp.finish(); err != nil {
 		return nil, err
 	}
+	if in.counter != nil {
+		in.shared, in.counter = in.counter.dict(), nil
+	}
 	var out []TableRef
 	buf := getMergeBuf(sp.largest * in.f.Width)
 	defer func() { putMergeBuf(buf) }()
@@ -155,9 +167,16 @@ func compactGroup(ctx context.Context, in *compactionInput, cat *Catalog, refs [
 			continue
 		}
 		part = Fold(in.f, part)
-		ref, err := writeTable(ctx, in.store, cat, in.tree, in.f, part, TableOptions{ShardBits: in.bits, Shard: in.base + uint32(s)})
+		ref, err := writeTable(ctx, in.store, cat, in.tree, in.f, part, TableOptions{
+			ShardBits: in.bits, Shard: in.base + uint32(s), sharedDict: in.shared, dictOwner: in.owner,
+		})
 		if err != nil {
 			return nil, err
+		}
+		if in.shared != nil && in.owner == nil {
+			if in.owner, err = hex.DecodeString(ref.ID); err != nil || len(in.owner) != 16 {
+				return nil, fmt.Errorf("compaction: table ID %q is not 16 bytes of hex", ref.ID)
+			}
 		}
 		out = append(out, ref)
 	}
@@ -194,6 +213,12 @@ type compactionInput struct {
 	start       time.Time
 	bytesRead   int64 // data bytes read so far
 	bytesPerSec int64 // <= 0: unpaced
+	// The output run's shared account dictionary: counter counts the
+	// first group's records while they are read, shared is its result,
+	// owner the ID (binary) of the output's first table, which stores it.
+	counter *dictCounter
+	shared  *accountDict
+	owner   []byte
 }
 
 // read GETs the data object of table id, waits as long as the pace asks,
@@ -229,6 +254,9 @@ func (in *compactionInput) read(ctx context.Context, id string, meta *TableMeta)
 				return &CorruptError{Tree: in.tree, Table: id, Err: err}
 			}
 			return fmt.Errorf("table %s: %w", id, err)
+		}
+		if in.counter != nil {
+			in.counter.add(dst)
 		}
 		// A prefix's records are contiguous and go to one shard: one hash
 		// and one append for each.

@@ -52,10 +52,13 @@
 //
 // # Table format
 //
-// Tables are format version 3 (TableFormatVersion); versions 1 and 2 still
+// Tables are format version 4 (TableFormatVersion); versions 1 to 3 still
 // read (the differences are marked "v2" below; version 3 differs from 2
 // only inside the dictionary section, which holds each account's rev, and
-// in how a columnar frame stores revs: codec.go).
+// in how a columnar frame stores revs: codec.go; version 4 lets the
+// dictionary section refer to the dictionary of another table of the same
+// run instead, and a dictionary hold more entries than half its table's
+// records: table_meta.go, appendDictRef).
 //
 // A table is an immutable sorted run of distinct fixed-width records, stored
 // as two objects: a data object (tables/<tree>/<id>.data, in object storage,

@@ -28,7 +28,10 @@ import (
 // since the dictionary was packed; layout 1 files still map):
 //
 //	0        P       the bucket meta's bytes up to its dictionary section:
-//	                 header, last key, frame entries, filter (doc.go)
+//	                 header, last key, frame entries, filter (doc.go);
+//	                 a table that refers to another's dictionary (format
+//	                 version 4) keeps its 24-byte reference section here
+//	                 too, and has no dictionary arrays (E = 0)
 //	D        wd*E    the dictionary's DIDs (D a multiple of 8): wd = 4
 //	                 when every DID's value is below 2^31 (bit 31 then
 //	                 holds the outline bit, bit 63), else 8 (uint64)
@@ -94,6 +97,12 @@ func encodeLocalMeta(m *TableMeta, meta []byte) ([]byte, error) {
 	}
 	p := sec.hdr + m.Format.Width + int(sec.nFrames)*(frameEntryFixed+m.Format.Width) + int(sec.filterBytes)
 	e := m.dict.len()
+	if m.dictRef != nil {
+		// A reference to another table's dictionary: kept as the bucket
+		// meta has it, after the filter, and no arrays.
+		p += int(sec.dictBytes)
+		e = 0
+	}
 	nf := len(m.Frames)
 	k := (nf + offsetEvery - 1) / offsetEvery
 	d := align8(p)
@@ -314,16 +323,24 @@ func openMapped(region *mapRegion) (*TableMeta, error) {
 	entry := uint64(frameEntryFixed + w)
 	filterAt := uint64(hdr) + uint64(w) + sec.nFrames*entry
 	k := (sec.nFrames + offsetEvery - 1) / offsetEvery
+	var ref []byte // a reference to another table's dictionary (version 4)
+	if filterAt+sec.filterBytes+dictRefSize == p && sec.dictBytes == dictRefSize && dictShared(version) {
+		ref = b[filterAt+sec.filterBytes : p]
+		if !isDictRef(ref) || e != 0 {
+			return nil, corruptf("local meta: a dictionary section that is not a reference")
+		}
+		p -= dictRefSize
+	}
 	switch {
 	case filterAt+sec.filterBytes != p:
 		return nil, corruptf("local meta: prefix %d bytes, its header says %d", p, filterAt+sec.filterBytes)
-	case e > MaxDictEntries, e > m.Records/2:
+	case e > MaxDictEntries, e > m.Records/2 && !dictShared(version):
 		return nil, corruptf("local meta: dictionary of %d entries", e)
-	case d%8 != 0 || o%8 != 0 || d < p || d > end || o > end || d+(wd+2+wr)*e > o || o+8*k != end:
+	case d%8 != 0 || o%8 != 0 || d < p+uint64(len(ref)) || d > end || o > end || d+(wd+2+wr)*e > o || o+8*k != end:
 		return nil, corruptf("local meta: sections at %d, %d, %d bytes", d, o, end)
 	case bucketBytes > MaxMetaBytes:
 		return nil, corruptf("local meta: bucket meta of %d bytes", bucketBytes)
-	case e > 0 && m.transform != transformColumns:
+	case (e > 0 || ref != nil) && m.transform != transformColumns:
 		return nil, corruptf("local meta: a dictionary without the columnar transform")
 	}
 	if m.transform == transformColumns {
@@ -367,6 +384,11 @@ func openMapped(region *mapRegion) (*TableMeta, error) {
 			}
 		}
 		m.dict = dict
+		if ref != nil {
+			if err := m.decodeDictRef(ref); err != nil {
+				return nil, err
+			}
+		}
 	}
 	fb := b[filterAt:p]
 	if sz, err := filterSectionSize(fb, m.filterBits); err != nil {

@@ -38,9 +38,11 @@ const FrameBytesMax = 64 << 10
 // transforms 0-3, zstd frames and 8- or 16-bit binary fuse filters;
 // version 2 adds 8 header bytes, the dictionary section and the columnar
 // frame transform 4 (codec.go); version 3 adds each dictionary account's
-// rev, from which the columnar frames predict the revs of its records.
+// rev, from which the columnar frames predict the revs of its records;
+// version 4 lets a table refer to the dictionary of another table of its
+// run (a compaction's output shares one, table_meta.go).
 // DecodeMeta reads versions 1..TableFormatVersion.
-const TableFormatVersion = 3
+const TableFormatVersion = 4
 
 // Limits. Everything read from a meta is checked against these (and against
 // the meta's own size) before it is trusted.
@@ -94,6 +96,13 @@ type TableOptions struct {
 	transSet  bool
 	frameMax  int  // test hook: records per frame (0: FrameBytesMax/Width)
 	version2  bool // test hook: write format version 2 (no revs in the dictionary)
+
+	// sharedDict, when set, is the account dictionary the table's frames
+	// use: a compaction's, shared by every table of its output run. The
+	// table stores it whole when dictOwner is nil, else a reference to the
+	// table dictOwner names (an ID's 16 bytes), which stores it.
+	sharedDict *accountDict
+	dictOwner  []byte
 }
 
 func (f Format) check() error {
@@ -126,6 +135,14 @@ type TableMeta struct {
 	version    int
 	dict       *accountDict // transformColumns: the account dictionary
 	layout     colLayout    // transformColumns: the record layout
+	// dictRef (format version 4) is the binary ID of the table of the
+	// same run whose dictionary this table's frames use (nil: its own),
+	// dictRefEntries that dictionary's entries. Until useDict resolves it
+	// dict is nil and no frame decodes; dictOwner is then that table's
+	// meta, which keeps its mapping while this one is used.
+	dictRef        []byte
+	dictRefEntries uint32
+	dictOwner      *TableMeta
 	// mapped, when set, is the local file this meta reads its fences,
 	// filter and dictionary from in place (Frames is then nil): see
 	// meta_local.go.
@@ -387,6 +404,9 @@ func (m *TableMeta) decodeColumnsFrame(dst, b []byte, dec *zstd.Decoder) error {
 	}
 	switch b[0] {
 	case frameColumns:
+		if m.dict == nil && m.dictRef != nil {
+			return fmt.Errorf("the dictionary of table %x was not loaded", m.dictRef)
+		}
 		return decodeColumns(dst, b[1:], len(dst)/m.Format.Width, m.layout, m.dict)
 	case frameDeltaZstd:
 		bp := scratchPool.Get().(*[]byte)
@@ -514,7 +534,7 @@ func (m *TableMeta) memBytes() int64 {
 		return m.mapped.heapBytes()
 	}
 	n := int64(m.MetaBytes) + int64(len(m.Frames))*int64(unsafe.Sizeof(FrameMeta{}))
-	if m.dict != nil {
+	if m.dict != nil && m.dictOwner == nil { // a shared one is its table's
 		n += int64(len(m.dict.dids))*8 + int64(len(m.dict.clocks))*2 + int64(len(m.dict.revs))*8
 	}
 	return n

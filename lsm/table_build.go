@@ -134,10 +134,17 @@ func (b *tableBuild) pickTransform() error {
 		return fmt.Errorf("lsm: BuildTable: transform %v for format %+v", b.transform, b.f)
 	}
 	if b.transform == transformColumns {
+		if d := b.opt.sharedDict; d != nil {
+			b.dict, b.ranks = d, ranksIn(b.recs, b.layout, d)
+			return nil
+		}
 		b.dict, b.ranks = buildAccountDict(b.recs, b.layout)
 		if b.opt.version2 {
 			b.dict.revs = nil
 		}
+	}
+	if b.opt.sharedDict != nil || b.opt.dictOwner != nil {
+		return fmt.Errorf("lsm: BuildTable: a shared dictionary for transform %v", b.transform)
 	}
 	return nil
 }
@@ -200,6 +207,15 @@ func verifyTable(f Format, recs, data, meta []byte, opt TableOptions, transform 
 	m, err := DecodeMeta(meta)
 	if err != nil {
 		return err
+	}
+	if m.dictRef != nil {
+		owner := &TableMeta{transform: transformColumns, layout: m.layout, version: m.version, dict: opt.sharedDict}
+		if !bytes.Equal(m.dictRef, opt.dictOwner) {
+			return fmt.Errorf("dictionary reference %x, the table was built with %x", m.dictRef, opt.dictOwner)
+		}
+		if err := m.useDict(owner); err != nil {
+			return err
+		}
 	}
 	w, p := f.Width, f.PrefixLen
 	n := len(recs) / w

@@ -3,6 +3,7 @@ package lsm
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/zeebo/xxh3"
@@ -55,7 +56,11 @@ func (b *tableBuild) encodeMeta(dataBytes int) ([]byte, error) {
 	binary.LittleEndian.PutUint32(meta[60:], uint32(len(meta)-filterStart))
 	if b.transform == transformColumns {
 		dictStart := len(meta)
-		meta = appendDict(meta, b.dict, b.enc)
+		if opt.dictOwner != nil {
+			meta = appendDictRef(meta, opt.dictOwner, b.dict.len())
+		} else {
+			meta = appendDict(meta, b.dict, b.enc)
+		}
 		binary.LittleEndian.PutUint32(meta[64:], uint32(len(meta)-dictStart))
 	}
 	meta = binary.LittleEndian.AppendUint64(meta, xxh3.Hash(meta))
@@ -228,14 +233,100 @@ func (m *TableMeta) decodeDictSection(d []byte) error {
 		return corruptf("columnar transform for width %d prefix %d", m.Format.Width, m.Format.PrefixLen)
 	}
 	m.layout = l
+	if isDictRef(d) {
+		return m.decodeDictRef(d)
+	}
 	dict, err := decodeDict(d, dictHasRevs(m.version))
 	if err != nil {
 		return err
 	}
-	if uint64(dict.len()) > m.Records/2 {
+	if uint64(dict.len()) > m.Records/2 && !dictShared(m.version) {
 		return corruptf("dictionary of %d entries for %d records", dict.len(), m.Records)
 	}
 	m.dict = dict
+	return nil
+}
+
+// A dictionary section of format version 4 may instead refer to the
+// dictionary of another table of the same run (a compaction's output
+// shares one: an account is then stored once a run, not once in every
+// table it has two records in):
+//
+//	0   4   0xffffffff (an own dictionary's entry count is at most
+//	        MaxDictEntries)
+//	4   16  the ID (binary) of the table whose meta holds the dictionary
+//	20  4   that dictionary's entries
+const (
+	dictRefMark = 0xffffffff
+	dictRefSize = 24
+)
+
+// dictShared reports whether tables of format version share dictionaries
+// (version 4 on): a dictionary may then hold more entries than half its
+// own table's records.
+func dictShared(version int) bool { return version >= 4 }
+
+func appendDictRef(dst, owner []byte, entries int) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, dictRefMark)
+	dst = append(dst, owner...)
+	return binary.LittleEndian.AppendUint32(dst, uint32(entries))
+}
+
+// isDictRef reports whether a dictionary section is a reference.
+func isDictRef(d []byte) bool {
+	return len(d) >= 4 && binary.LittleEndian.Uint32(d) == dictRefMark
+}
+
+// decodeDictRef decodes a reference section (isDictRef).
+func (m *TableMeta) decodeDictRef(d []byte) error {
+	switch {
+	case !dictShared(m.version):
+		return corruptf("a dictionary reference in a table of format version %d", m.version)
+	case len(d) != dictRefSize:
+		return corruptf("dictionary reference of %d bytes", len(d))
+	}
+	e := binary.LittleEndian.Uint32(d[20:])
+	if e > MaxDictEntries {
+		return corruptf("dictionary reference to %d entries", e)
+	}
+	m.dictRef, m.dictRefEntries, m.dict = append([]byte(nil), d[4:20]...), e, nil
+	return nil
+}
+
+// DictTable returns the ID of the table of the same run whose meta holds
+// the dictionary this table's frames use, or "" when it holds its own.
+// Its frames decode once UseDictOf was given that table's meta (the
+// catalog does it when it loads a meta).
+func (m *TableMeta) DictTable() string {
+	if m.dictRef == nil {
+		return ""
+	}
+	return hex.EncodeToString(m.dictRef)
+}
+
+// UseDictOf resolves m's dictionary reference (DictTable) to owner's
+// dictionary. It must be called before m is shared between goroutines. A
+// meta that is not the one named, or whose dictionary is not the one m
+// was written with, is ErrCorrupt.
+func (m *TableMeta) UseDictOf(owner *TableMeta) error {
+	if m.dictRef == nil {
+		return fmt.Errorf("lsm: table %s holds its own dictionary", m.Name)
+	}
+	return m.useDict(owner)
+}
+
+func (m *TableMeta) useDict(owner *TableMeta) error {
+	switch {
+	case owner.dictRef != nil:
+		return corruptf("the dictionary's table refers to another's")
+	case owner.transform != transformColumns || owner.dict == nil:
+		return corruptf("the dictionary's table has none")
+	case owner.layout != m.layout || owner.version != m.version:
+		return corruptf("the dictionary's table is of another format")
+	case owner.dict.len() != int(m.dictRefEntries):
+		return corruptf("the dictionary's table has %d entries, the reference says %d", owner.dict.len(), m.dictRefEntries)
+	}
+	m.dict, m.dictOwner = owner.dict, owner
 	return nil
 }
 

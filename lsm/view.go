@@ -128,6 +128,12 @@ func (c *Catalog) localPath(t Tree, id string) string {
 // Add records the meta of a table this node just wrote (or fetched); a
 // meta that does not decode is a *CorruptError.
 func (c *Catalog) Add(t Tree, id string, meta []byte) (*TableMeta, error) {
+	return c.add(context.Background(), t, id, meta)
+}
+
+// add is Add; ctx bounds the fetch of the table whose dictionary this
+// one's frames use, if it is not here yet.
+func (c *Catalog) add(ctx context.Context, t Tree, id string, meta []byte) (*TableMeta, error) {
 	m, err := DecodeMeta(meta)
 	if errors.Is(err, ErrCorrupt) {
 		return nil, &CorruptError{Tree: t, Table: id, Err: err}
@@ -138,12 +144,19 @@ func (c *Catalog) Add(t Tree, id string, meta []byte) (*TableMeta, error) {
 	c.mu.Lock()
 	if c.mu.dropped[id] {
 		c.mu.Unlock()
-		return m, nil // a replaced table a query on an older view asked for: not kept
+		// A replaced table a query on an older view asked for: not kept.
+		if err := c.resolveDict(ctx, t, id, m); err != nil {
+			return nil, err
+		}
+		return m, nil
 	}
 	c.mu.onDisk[id] = true // before the file appears: DropStale leaves it
 	c.mu.Unlock()
 	if !c.maps(t, len(meta)) {
 		if err := writeFileAtomic(c.localPath(t, id), meta); err != nil {
+			return nil, err
+		}
+		if err := c.resolveDict(ctx, t, id, m); err != nil {
 			return nil, err
 		}
 		return c.keep(id, m, true), nil
@@ -161,7 +174,32 @@ func (c *Catalog) Add(t Tree, id string, meta []byte) (*TableMeta, error) {
 		return nil, fmt.Errorf("table %s: %w", id, err)
 	}
 	mm.Name = m.Name
+	if err := c.resolveDict(ctx, t, id, mm); err != nil {
+		return nil, err
+	}
 	return c.keep(id, mm, true), nil
+}
+
+// resolveDict gives m (table id, not yet shared) the dictionary of the
+// table its frames use, if that is another's (TableMeta.DictTable),
+// loading that table's meta as any other. A reference to a table that is
+// not the dictionary's is a *CorruptError of m's table.
+func (c *Catalog) resolveDict(ctx context.Context, t Tree, id string, m *TableMeta) error {
+	owner := m.DictTable()
+	if owner == "" || m.dict != nil {
+		return nil
+	}
+	if owner == id {
+		return &CorruptError{Tree: t, Table: id, Err: corruptf("the table refers to its own dictionary")}
+	}
+	om, err := c.Load(ctx, t, TableRef{ID: owner})
+	if err != nil {
+		return fmt.Errorf("table %s: the dictionary of table %s: %w", id, owner, err)
+	}
+	if err := m.useDict(om); err != nil {
+		return &CorruptError{Tree: t, Table: id, Err: err}
+	}
+	return nil
 }
 
 // Load returns a table's meta: from memory, else local disk, else the
@@ -189,6 +227,9 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 		// The file's layout says whether it is mapped (Add chose).
 		m, err := mapLocalMeta(path)
 		if err == nil {
+			if err := c.resolveDict(ctx, t, ref.ID, m); err != nil {
+				return nil, err
+			}
 			return c.keep(ref.ID, m, true), nil
 		}
 		if errors.Is(err, fs.ErrNotExist) {
@@ -201,7 +242,10 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 	if b, err := os.ReadFile(path); err == nil {
 		if m, err := DecodeMeta(b); err == nil {
 			if c.maps(t, len(b)) {
-				return c.Add(t, ref.ID, b)
+				return c.add(ctx, t, ref.ID, b)
+			}
+			if err := c.resolveDict(ctx, t, ref.ID, m); err != nil {
+				return nil, err
 			}
 			return c.keep(ref.ID, m, true), nil
 		}
@@ -219,7 +263,7 @@ func (c *Catalog) fetch(ctx context.Context, t Tree, ref TableRef) (*TableMeta, 
 	if len(b) > MaxMetaBytes || (ref.MetaBytes != 0 && uint64(len(b)) != ref.MetaBytes) {
 		return nil, &CorruptError{Tree: t, Table: ref.ID, Err: fmt.Errorf("meta of %d bytes, manifest says %d: %w", len(b), ref.MetaBytes, ErrCorrupt)}
 	}
-	return c.Add(t, ref.ID, b)
+	return c.add(ctx, t, ref.ID, b)
 }
 
 // fetchDropped decodes a dropped table's meta from the store for a query
@@ -232,6 +276,9 @@ func (c *Catalog) fetchDropped(ctx context.Context, t Tree, ref TableRef) (*Tabl
 	m, err := DecodeMeta(b)
 	if err != nil {
 		return nil, &CorruptError{Tree: t, Table: ref.ID, Err: err}
+	}
+	if err := c.resolveDict(ctx, t, ref.ID, m); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
