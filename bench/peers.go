@@ -25,7 +25,12 @@ import (
 // users would pick instead, each configured as an expert would, then the
 // same queries against each:
 //
-//   - eddy: the engine (lsm.DB) on a local directory as its store;
+//   - eddy: the engine (lsm.DB) on a local directory as its store,
+//     compacted whole at the end as Pebble is;
+//   - eddy-s3: the same on a MinIO bucket, and its cold queries with the
+//     bucket far away (toxiproxy);
+//   - eddy-http: eddy's index served by the node's query server on a
+//     loopback port and asked over HTTP (peers_http.go);
 //   - pebble-strings: Pebble with Constellation-style string keys
 //     (target|collection|path|did|rkey), default options;
 //   - pebble-expert: Pebble keyed by Eddy's own 64-byte records, zstd on
@@ -45,7 +50,7 @@ import (
 // report.
 
 // peerSystems in report order.
-var peerSystems = []string{"eddy", "eddy-s3", "pebble-strings", "pebble-expert", "pg-seed", "pg-expert"}
+var peerSystems = []string{"eddy", "eddy-s3", "eddy-http", "pebble-strings", "pebble-expert", "pg-seed", "pg-expert"}
 
 // Query classes: the targets of the sample whose live links are nearest
 // each size, and the mega target sized to the large class.
@@ -291,6 +296,8 @@ func peerChild(ctx context.Context, c *peersConfig, log io.Writer) (*PeerResult,
 	switch c.system {
 	case "eddy", "eddy-s3":
 		ps, err = openEddyPeer(ctx, c.dir, c.system == "eddy-s3")
+	case "eddy-http":
+		ps, err = openHTTPPeer(ctx, c.dir, st)
 	case "pebble-strings":
 		ps, err = openPebblePeer(c.dir, false, newPeerNames(st))
 	case "pebble-expert":

@@ -606,6 +606,14 @@ func (s *Stream) Targets() int {
 	return int(n)
 }
 
+// AccountDIDs calls fn with every account's DID field (an inline did:plc
+// sequence number, or an outline).
+func (s *Stream) AccountDIDs(fn func(field uint64)) {
+	for i := range s.acc {
+		fn(s.acc[i].field)
+	}
+}
+
 // URLs calls fn with every URL of the pool, its target ID and its text
 // (for stores keyed by text; the links carry the ID only).
 func (s *Stream) URLs(fn func(id link.RecordID, text string)) {
