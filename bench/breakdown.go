@@ -23,7 +23,11 @@ func readMeta(ctx context.Context, store objstore.Store, tree lsm.Tree, id strin
 		return nil, err
 	}
 	if owner := tm.DictTable(); owner != "" {
-		om, err := readMeta(ctx, store, tree, owner)
+		mb, err := store.Get(ctx, "tables/"+string(tree)+"/"+owner+".meta")
+		if err != nil {
+			return nil, err
+		}
+		om, err := lsm.DecodeMeta(mb) // not resolved: it must hold the dictionary
 		if err != nil {
 			return nil, err
 		}

@@ -128,14 +128,29 @@ func TestSharedDictionary(t *testing.T) {
 	if at < 4 || binary.LittleEndian.Uint32(meta[at-4:]) != dictRefMark {
 		t.Fatal("no dictionary reference in a referring table's meta")
 	}
-	bad := bytes.Clone(meta)
-	copy(bad[at:], other)
-	binary.LittleEndian.PutUint64(bad[len(bad)-8:], xxh3.Hash(bad[:len(bad)-8]))
+	refer := func(to []byte) []byte {
+		b := bytes.Clone(meta)
+		copy(b[at:], to)
+		binary.LittleEndian.PutUint64(b[len(b)-8:], xxh3.Hash(b[:len(b)-8]))
+		return b
+	}
+	// Two tables that refer to each other (a loop), put in the store so
+	// that each is fetched as the other's dictionary.
+	idA, idB := NewID(), NewID()
+	binA, _ := hex.DecodeString(idA)
+	binB, _ := hex.DecodeString(idB)
+	for id, b := range map[string][]byte{idA: refer(binB), idB: refer(binA)} {
+		if err := store.Put(ctx, metaKey(TreeLinks, id), b); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, c := range []*Catalog{NewCatalog(t.TempDir(), store), NewCatalogMapped(t.TempDir(), store)} {
-		_, err := c.Add(TreeLinks, NewID(), bad)
-		var ce *CorruptError
-		if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("a reference to the wrong table: %v, want a *CorruptError", err)
+		for what, b := range map[string][]byte{"another referring table": refer(other), "a loop": refer(binB)} {
+			_, err := c.Add(TreeLinks, idA, b)
+			var ce *CorruptError
+			if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("a reference to %s: %v, want a *CorruptError", what, err)
+			}
 		}
 	}
 }

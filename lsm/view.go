@@ -189,10 +189,15 @@ func (c *Catalog) resolveDict(ctx context.Context, t Tree, id string, m *TableMe
 	if owner == "" || m.dict != nil {
 		return nil
 	}
+	if ctx.Value(resolvingDict{}) != nil {
+		// The table being loaded is a dictionary's: it must hold it. (So
+		// references never chain, nor loop.)
+		return &CorruptError{Tree: t, Table: id, Err: corruptf("the table of a dictionary refers to another's")}
+	}
 	if owner == id {
 		return &CorruptError{Tree: t, Table: id, Err: corruptf("the table refers to its own dictionary")}
 	}
-	om, err := c.Load(ctx, t, TableRef{ID: owner})
+	om, err := c.Load(context.WithValue(ctx, resolvingDict{}, true), t, TableRef{ID: owner})
 	if err != nil {
 		return fmt.Errorf("table %s: the dictionary of table %s: %w", id, owner, err)
 	}
@@ -201,6 +206,9 @@ func (c *Catalog) resolveDict(ctx context.Context, t Tree, id string, m *TableMe
 	}
 	return nil
 }
+
+// resolvingDict marks the context of loading a table for its dictionary.
+type resolvingDict struct{}
 
 // Load returns a table's meta: from memory, else local disk, else the
 // object store (and then keeps a local copy). A local copy that fails its
