@@ -2,10 +2,7 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -16,16 +13,18 @@ import (
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/lsm/workload"
 	"github.com/eddy-backlinks/eddy/query"
+	"github.com/eddy-backlinks/eddy/query/client"
 )
 
 // httpPeer is Eddy answering over HTTP, as a node does: the index the
 // eddy peer writes (the engine, a local directory as its store) served by
 // the node's query server (package query: the handler, the views that load
 // a manifest's table metadata into their own mapped local directory, the
-// 256 MiB frame cache) on a loopback port, and asked through net/http's
-// client over keep-alive connections: listBacklinks pages (oldest first,
-// the targets named as strings, the answer's at-URIs rendered), and
-// /links/all/count counts. What it adds to the engine's figures is what
+// 256 MiB frame cache) on a loopback port, and asked through the
+// project's client (package query/client, eddy-ctl query's) over
+// keep-alive connections: listBacklinks pages (oldest first, the targets
+// named as strings, the answer's at-URIs rendered), and /links/all/count
+// counts. What it adds to the engine's figures is what
 // a client of a node pays: HTTP, JSON, rendering, the admission checks.
 type httpPeer struct {
 	*eddyPeer
@@ -33,8 +32,7 @@ type httpPeer struct {
 	plc    *peerPLC
 	outl   link.Outlines
 	srv    *http.Server
-	base   string
-	client *http.Client
+	client *client.Client // the project's own, as eddy-ctl query uses
 	cancel context.CancelFunc
 }
 
@@ -68,7 +66,7 @@ func (p *peerPLC) DID(seq uint64) (string, bool) {
 }
 
 func (p *httpPeer) config() string {
-	return "the eddy peer's index (engine defaults, compacted whole at the end, local directory store) served by the node's query server (package query: its handler, views with their own mapped metadata directory, a 256 MiB frame cache) on a loopback port; pages by blue.cerulea.backlinks.listBacklinks, counts by /links/all/count, through net/http's client with keep-alive connections"
+	return "the eddy peer's index (engine defaults, compacted whole at the end, local directory store) served by the node's query server (package query: its handler, views with their own mapped metadata directory, a 256 MiB frame cache) on a loopback port; pages by blue.cerulea.backlinks.listBacklinks, counts by /links/all/count, through the project's client (query/client) with keep-alive connections"
 }
 
 // finish writes the index whole, then starts the query server on it.
@@ -98,30 +96,8 @@ func (p *httpPeer) finish(ctx context.Context) error {
 	}
 	p.srv = &http.Server{Handler: qs.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go p.srv.Serve(ln)
-	p.base = "http://" + ln.Addr().String()
-	p.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}, Timeout: time.Minute}
+	p.client = client.New("http://" + ln.Addr().String())
 	return nil
-}
-
-// get asks the server and decodes its JSON answer into v.
-func (p *httpPeer) get(ctx context.Context, path string, q url.Values, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+path+"?"+q.Encode(), nil)
-	if err != nil {
-		return err
-	}
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s: %s", path, resp.Status, body)
-	}
-	return json.Unmarshal(body, v)
 }
 
 func (p *httpPeer) page(ctx context.Context, target link.RecordID, after []byte, limit int) (int, []byte, error) {
@@ -129,15 +105,8 @@ func (p *httpPeer) page(ctx context.Context, target link.RecordID, after []byte,
 	if err != nil {
 		return 0, nil, err
 	}
-	q := url.Values{"target": {t}, "limit": {fmt.Sprint(min(limit, 1000))}}
-	if after != nil {
-		q.Set("cursor", string(after))
-	}
-	var res struct {
-		Backlinks map[string][]string `json:"backlinks"`
-		Cursor    *string             `json:"cursor"`
-	}
-	if err := p.get(ctx, "/xrpc/blue.cerulea.backlinks.listBacklinks", q, &res); err != nil {
+	res, _, err := p.client.ListBacklinks(ctx, t, string(after), min(limit, 1000))
+	if err != nil {
 		return 0, nil, err
 	}
 	n := 0
@@ -161,7 +130,7 @@ func (p *httpPeer) count(ctx context.Context, target link.RecordID) (int, error)
 	var res struct {
 		Links map[string]map[string]int `json:"links"`
 	}
-	if err := p.get(ctx, "/links/all/count", url.Values{"target": {t}}, &res); err != nil {
+	if _, err := p.client.Get(ctx, "/links/all/count", url.Values{"target": {t}}, &res); err != nil {
 		return 0, err
 	}
 	n := 0
