@@ -27,6 +27,7 @@ import (
 //	POST /admin/join                  {"id","raft","http","admin"[,"suffrage","change_suffrage"]} (JoinRequest)
 //	POST /admin/remove                {"id"}
 //	POST /admin/transfer-leadership   {}
+//	POST /admin/compact               {"full": true}: a full compaction on the leader
 
 // adminBodyBytesMax bounds an admin request body.
 const adminBodyBytesMax = 1 << 20
@@ -81,6 +82,10 @@ type Admin struct {
 	Extra func() (viewGeneration uint64, extra map[string]any)
 	// Served, if set, reports ServedGeneration (query.Views.OldestServed).
 	Served func() uint64
+	// Compact, if set, asks this node's write path (the leader's: a
+	// follower forwards the call) for a full compaction and returns what
+	// to answer.
+	Compact func() map[string]any
 	http   *http.Client
 }
 
@@ -104,6 +109,7 @@ func (a *Admin) Handler() http.Handler {
 	mux.HandleFunc("POST /admin/join", a.handleJoin)
 	mux.HandleFunc("POST /admin/remove", a.handleRemove)
 	mux.HandleFunc("POST /admin/transfer-leadership", a.handleTransfer)
+	mux.HandleFunc("POST /admin/compact", a.handleCompact)
 	return a.auth(mux)
 }
 
@@ -370,6 +376,28 @@ func (a *Admin) handleTransfer(w http.ResponseWriter, r *http.Request) {
 	}
 	id, _ := a.node.Leader()
 	writeJSON(w, map[string]string{"leader": id})
+}
+
+// CompactRequest is the body of POST /admin/compact.
+type CompactRequest struct {
+	Full bool `json:"full"` // merge every run of each tree into one (the only kind asked for now)
+}
+
+func (a *Admin) handleCompact(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok || a.forward(w, r, body) {
+		return
+	}
+	var req CompactRequest
+	if err := json.Unmarshal(body, &req); err != nil || !req.Full {
+		writeErr(w, http.StatusBadRequest, "InvalidRequest", `want {"full": true}`)
+		return
+	}
+	if a.Compact == nil {
+		writeErr(w, http.StatusNotImplemented, "NotImplemented", "this node runs no write path")
+		return
+	}
+	writeJSON(w, a.Compact())
 }
 
 // CallError is an error answer of the admin API.

@@ -75,7 +75,7 @@ func ingestSim(t *testing.T, live func(n *simnet.Net) Source, seed int64) map[st
 	bf := &Backfill{Relay: sim.RelayURL(), PLC: sim.PLCURL(), DIDWeb: sim.PLCURL()}
 	src := live(sim)
 	r := &Runner{Config: Config{Node: node, Store: store, Catalog: cat, FlushInterval: 100 * time.Millisecond, MemtableBytes: 1 << 20, GCGrace: time.Nanosecond,
-		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})}, Sources: []Source{bf, src}, CompactionInterval: 200 * time.Millisecond}
+		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})}, Sources: []Source{bf, src}, CompactionInterval: 200 * time.Millisecond, Full: &FullCompaction{}}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	// The world goes on while the index backfills and tails it.
@@ -97,6 +97,21 @@ func ingestSim(t *testing.T, live func(n *simnet.Net) Source, seed int64) map[st
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond) // resyncs queued by the last account events
+	// What an operator does after a backfill: a full compaction, each
+	// tree merged into one run, which the model check below then reads.
+	if len(r.Full.Request()) == 0 {
+		t.Fatal("a full compaction request waits for no tree")
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		m := node.FSM.Manifest()
+		if len(r.Full.Pending()) == 0 && len(m.RunsOf(lsm.TreeLinks)) == 1 && len(m.RunsOf(lsm.TreeRevocations)) <= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("full compaction: trees %v pending, %d runs of links, %d of revocations", r.Full.Pending(), len(m.RunsOf(lsm.TreeLinks)), len(m.RunsOf(lsm.TreeRevocations)))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	cancel()
 	<-done
 	t.Logf("backfill %v; generation %d; outlines %v", bf.Stats().Snapshot(), node.FSM.Manifest().Generation, node.FSM.Summary().Outlines)

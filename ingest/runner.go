@@ -66,6 +66,84 @@ type Runner struct {
 	// SpillDir holds a compaction's inputs between its passes (a
 	// directory on local disk; "": the system's temporary directory).
 	SpillDir string
+	// Full, when set, carries an operator's requests for a full
+	// compaction (eddy-ctl compact --full) to the write path that runs.
+	Full *FullCompaction
+}
+
+// FullCompaction is an operator's request that each tree's runs be merged
+// into one (a major compaction: what an index is given after a backfill,
+// when nothing will be written for a while that a smaller merge would
+// write again): fewer runs for a query to read, and one account dictionary
+// a run. The leader's compaction loop merges, one tree at a time, every
+// run the tree has when it picks the tree; runs flushed meanwhile stay
+// for the ordinary compactions. A request lost with the leader (or a
+// failed merge) is asked again. Safe for concurrent use.
+type FullCompaction struct {
+	mu      sync.Mutex
+	pending map[lsm.Tree]bool
+}
+
+// Request asks for a full compaction of every tree and returns the trees
+// it now waits for.
+func (f *FullCompaction) Request() []lsm.Tree {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pending = map[lsm.Tree]bool{}
+	for _, t := range lsm.Trees {
+		f.pending[t] = true
+	}
+	return f.pendingLocked()
+}
+
+// Pending returns the trees a requested full compaction has not merged
+// yet (nil: none asked, or done).
+func (f *FullCompaction) Pending() []lsm.Tree {
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pendingLocked()
+}
+
+func (f *FullCompaction) pendingLocked() []lsm.Tree {
+	var out []lsm.Tree
+	for _, t := range lsm.Trees {
+		if f.pending[t] {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// inputs returns the runs of tree to merge for a pending request (nil if
+// none is pending, or the tree has fewer than two runs: then it is done).
+func (f *FullCompaction) inputs(m *lsm.Manifest, tree lsm.Tree) []lsm.Run {
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.pending[tree] {
+		return nil
+	}
+	runs := m.RunsOf(tree)
+	if len(runs) < 2 {
+		delete(f.pending, tree)
+		return nil
+	}
+	return runs
+}
+
+// done marks tree merged.
+func (f *FullCompaction) done(tree lsm.Tree) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.pending, tree)
 }
 
 // flushPoll: how often the flush timer checks whether a flush is due.
@@ -254,7 +332,11 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			uploaded()
 		}
 		for _, tree := range lsm.Trees {
-			inputs := lsm.PickCompaction(m, tree, r.FanIn())
+			full := r.Full.inputs(m, tree)
+			inputs := full
+			if inputs == nil {
+				inputs = lsm.PickCompaction(m, tree, r.FanIn())
+			}
 			if inputs == nil {
 				continue
 			}
@@ -280,7 +362,10 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 				inFlight[in.ID] = true
 			}
 			w.OfferCompaction(out, ids)
-			w.log.Info("compacted", "tree", tree, "runs", len(inputs), "records", out.Records())
+			w.log.Info("compacted", "tree", tree, "runs", len(inputs), "records", out.Records(), "full", full != nil)
+			if full != nil {
+				r.Full.done(tree)
+			}
 			break // one at a time
 		}
 	}

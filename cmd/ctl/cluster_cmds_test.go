@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,6 +177,7 @@ type testNode struct {
 	id, raft, admin string
 	node            *cluster.Node
 	srv             *http.Server
+	compacts        atomic.Int32 // full compactions asked of this node's write path
 }
 
 func freeAddr(t *testing.T) string {
@@ -215,6 +217,10 @@ func startNode(t *testing.T, certDir, token, id string, bootstrap bool) *testNod
 	admin, err := cluster.NewAdmin(n.node, token)
 	if err != nil {
 		t.Fatal(err)
+	}
+	admin.Compact = func() map[string]any {
+		n.compacts.Add(1)
+		return map[string]any{"full": true, "pending": []string{"links", "revocations"}, "leader": id}
 	}
 	n.srv = &http.Server{Handler: admin.Handler()}
 	go n.srv.Serve(ln)
@@ -357,6 +363,33 @@ func TestClusterCommands(t *testing.T) {
 	t.Setenv(envTokenFile, tokenFile)
 	mustCtl(t, "status", "--addr", n1.admin)
 	t.Setenv(envTokenFile, "")
+
+	// A full compaction, asked through a follower, reaches the leader's
+	// write path only; without --full it is a usage error.
+	var asked *testNode
+	for _, n := range nodes {
+		if n.id != leader {
+			asked = n
+			break
+		}
+	}
+	out = mustCtl(t, append([]string{"compact", "--full", "--addr", asked.admin}, auth...)...)
+	if !strings.Contains(out, "full compaction asked of leader "+leader) || !strings.Contains(out, "links, revocations") {
+		t.Fatalf("compact --full: %s", out)
+	}
+	for _, n := range nodes {
+		if want := int32(0); n.id == leader {
+			want = 1
+			if got := n.compacts.Load(); got != want {
+				t.Fatalf("the leader %s was asked %d full compactions, want 1", n.id, got)
+			}
+		} else if got := n.compacts.Load(); got != want {
+			t.Fatalf("follower %s was asked %d full compactions, want 0", n.id, got)
+		}
+	}
+	if code, _, _ := ctl(t, append([]string{"compact", "--addr", asked.admin}, auth...)...); code != 2 {
+		t.Fatalf("compact without --full: exit %d, want 2", code)
+	}
 
 	// Leadership moves, asked through a follower.
 	var follower *testNode

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/eddy-backlinks/eddy/cluster"
+)
+
+func init() {
+	register("compact", command{
+		summary: "merge each tree's runs into one on the leader: compact --full --addr ADMIN",
+		run:     runCompact,
+	})
+}
+
+const compactUsage = `Usage: eddy-ctl compact --full --addr ADMIN_ADDRS [--token-file FILE]
+
+Asks the leader (through any member) for a full compaction: each tree's
+runs merged into one, one tree at a time, by the leader's write path in
+the background (its compactions are paced; queries keep being served
+from the manifest as it is until each merge is published). What an
+index is given after a backfill: a query then reads one run, and a run
+stores one account dictionary for all its tables (docs/scale.md). Runs
+flushed while a merge runs stay for the ordinary compactions. The answer
+names the trees still to merge; "eddy-ctl status" shows them
+(full_compaction_pending) on the leader until they are done. A request
+is lost with the leader: ask again.
+
+Flags:
+`
+
+func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, af := adminFlagSet("compact", compactUsage, stderr)
+	full := fs.Bool("full", false, "merge every run of each tree into one (required: the only kind of compaction asked for)")
+	if err := parseAdminArgs(fs, args); err != nil {
+		return err
+	}
+	if !*full {
+		return fmt.Errorf("%w: compact needs --full", errUsage)
+	}
+	c, ctx, cancel, err := af.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	var resp struct {
+		Full    bool     `json:"full"`
+		Pending []string `json:"pending"`
+		Leader  string   `json:"leader"`
+	}
+	// Idempotent: asking twice asks for the same merges.
+	if err := adminCall(ctx, c, http.MethodPost, "/admin/compact", cluster.CompactRequest{Full: true}, &resp, true, stderr, "compact"); err != nil {
+		return err
+	}
+	if af.json {
+		return printJSON(stdout, resp)
+	}
+	fmt.Fprintf(stdout, "full compaction asked of leader %s: trees to merge: %s\n", resp.Leader, strings.Join(resp.Pending, ", "))
+	return nil
+}
