@@ -68,6 +68,48 @@ func TestGCWithLeaderKills(t *testing.T) {
 	want := fmt.Sprint(world.LastTimeUS())
 	lc.waitFor(t, "every node serves the stream's end", 60*time.Second, func() error { return lc.servesCursor("jetstream", want) })
 
+	// An operator's full compaction (through a follower or the leader),
+	// while the queries go on: its inputs are garbage like any replaced
+	// run's, which the bounds below then hold.
+	var admins []string
+	for _, n := range lc.Nodes {
+		admins = append(admins, n.Admin)
+	}
+	runs := func() (links, revs float64, err error) {
+		ln, _, err := lc.leaderStatus()
+		if err != nil {
+			return 0, 0, err
+		}
+		m, err := scrapeMetrics(ln.HTTP)
+		if err != nil {
+			return 0, 0, err
+		}
+		links, _ = family(m, "eddy_lsm_runs", `tree="links"`)
+		revs, _ = family(m, "eddy_lsm_runs", `tree="revocations"`)
+		return links, revs, nil
+	}
+	linksBefore, revsBefore, err := runs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := ctl(t, "compact", "--full", "--addr", strings.Join(admins, ","), "--token-file", lc.TokenFile); !strings.Contains(out, "full compaction asked") {
+		t.Fatalf("compact --full: %s", out)
+	}
+	lc.waitFor(t, "the full compaction merged every tree", 60*time.Second, func() error {
+		_, st, err := lc.leaderStatus()
+		if err != nil {
+			return err
+		}
+		if p, ok := st.Extra["full_compaction_pending"]; ok {
+			return fmt.Errorf("trees %v still to merge", p)
+		}
+		if l, r, err := runs(); err != nil || l != 1 || r > 1 {
+			return fmt.Errorf("%v runs of links, %v of revocations (%v)", l, r, err)
+		}
+		return nil
+	})
+	t.Logf("full compaction: %v runs of links and %v of revocations became one each", linksBefore, revsBefore)
+
 	// After the grace, every leader's garbage is gone.
 	var bucket, tables, live uint64
 	var pending float64
