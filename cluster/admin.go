@@ -86,7 +86,7 @@ type Admin struct {
 	// follower forwards the call) for a full compaction and returns what
 	// to answer.
 	Compact func() map[string]any
-	http   *http.Client
+	http    *http.Client
 }
 
 // NewAdmin returns the admin API of n, requiring token.
