@@ -62,8 +62,22 @@ func TestClientLimitsNode(t *testing.T) {
 	if code, _, b, err := askFrom("127.0.0.4", q, nil); err != nil || code != 200 {
 		t.Fatalf("another client while 127.0.0.2 is limited: %d %s %v", code, b, err)
 	}
-	if code, _, b, err := askFrom("127.0.0.2", q, http.Header{"X-Forwarded-For": {"203.0.113.7"}}); err != nil || code != 429 {
-		t.Fatalf("the limited client forwarding for another address: %d %s %v, want 429", code, b, err)
+	// Its bucket refills one query every two seconds, so one of five
+	// asked back to back (each refusal waits at most 375 ms) may pass; a
+	// forwarded address taken on trust would be a fresh client, and all
+	// five would.
+	passed := 0
+	for range 5 {
+		code, _, b, err := askFrom("127.0.0.2", q, http.Header{"X-Forwarded-For": {"203.0.113.7"}})
+		switch {
+		case err != nil || (code != 200 && code != 429):
+			t.Fatalf("the limited client forwarding for another address: %d %s %v", code, b, err)
+		case code == 200:
+			passed++
+		}
+	}
+	if passed > 1 {
+		t.Fatalf("the limited client forwarding for another address: %d of 5 answered, want at most the one its own bucket refilled", passed)
 	}
 	if code, _, b, err := askFrom("127.0.0.5", q, http.Header{"X-Forwarded-For": {"203.0.113.9"}}); err != nil || code != 200 {
 		t.Fatalf("a client behind the trusted proxy: %d %s %v", code, b, err)
