@@ -77,8 +77,9 @@ type Runner struct {
 // write again): fewer runs for a query to read, and one account dictionary
 // a run. The leader's compaction loop merges, one tree at a time, every
 // run the tree has when it picks the tree; runs flushed meanwhile stay
-// for the ordinary compactions. A request lost with the leader (or a
-// failed merge) is asked again. Safe for concurrent use.
+// for the ordinary compactions. A merge that fails is tried again at the
+// loop's next look; a request is lost with the leader (ask again). Safe
+// for concurrent use.
 type FullCompaction struct {
 	mu      sync.Mutex
 	pending map[lsm.Tree]bool
