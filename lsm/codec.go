@@ -169,6 +169,11 @@ type accountDict struct {
 	revsPacked []byte // from the first entry's rev to past the last's by at least 8 bytes
 	rw         int
 	revBase    uint64
+
+	// index finds an account's rank (ranksIn): built on first use by the
+	// compaction that shares this dictionary among its tables, which
+	// builds them one at a time.
+	index *acctTable
 }
 
 func (d *accountDict) len() int {
@@ -219,6 +224,12 @@ func fitsDID32(did uint64) bool { return did&^(1<<63) < 1<<31 }
 // packDID32 is a DID as dids32 holds it (fitsDID32 must hold).
 func packDID32(did uint64) uint32 { return uint32(did&(1<<31-1)) | uint32(did>>63)<<31 }
 
+// accountAt is the account of the source at offset at of recs (its rkey,
+// whose low bits are the clock id, then 16 bytes on its DID).
+func accountAt(recs []byte, at int) account {
+	return account{did: binary.BigEndian.Uint64(recs[at+16:]), clock: uint16(binary.BigEndian.Uint64(recs[at:]) & (1<<clockBits - 1))}
+}
+
 // buildAccountDict counts the accounts of recs and returns the dictionary
 // (the accounts seen at least twice, most frequent first, ties by value,
 // each with the rev most of its records have) and each record's rank (0
@@ -233,7 +244,7 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 	ids := make([]uint32, n)
 	for i := range n {
 		o := i * l.w
-		a := account{did: binary.BigEndian.Uint64(recs[o+s+16:]), clock: uint16(binary.BigEndian.Uint64(recs[o+s:]) & (1<<clockBits - 1))}
+		a := accountAt(recs, o+s)
 		ids[i] = t.add(a)
 	}
 	// Each account's majority rev: Boyer-Moore's vote in record order
@@ -331,7 +342,7 @@ const dictCountMax = 4 * MaxDictEntries
 func (c *dictCounter) add(recs []byte) {
 	w, s := c.l.w, c.l.src()
 	for o := 0; o+w <= len(recs); o += w {
-		a := account{did: binary.BigEndian.Uint64(recs[o+s+16:]), clock: uint16(binary.BigEndian.Uint64(recs[o+s:]) & (1<<clockBits - 1))}
+		a := accountAt(recs, o+s)
 		var id uint32
 		if len(c.vote) < dictCountMax {
 			id = c.t.add(a)
@@ -375,18 +386,21 @@ func (c *dictCounter) dict() *accountDict {
 // ranksIn returns each record's rank in d (1-based; 0 for an account
 // outside it).
 func ranksIn(recs []byte, l colLayout, d *accountDict) []uint32 {
-	var t acctTable
-	t.init(max(d.len(), 1024))
-	for i := range d.len() {
-		did, clock := d.account(i)
-		t.add(account{did: did, clock: uint16(clock)})
+	if d.index == nil { // built once for all the tables that share d
+		d.index = &acctTable{}
+		d.index.init(max(d.len(), 1024))
+		for i := range d.len() {
+			did, clock := d.account(i)
+			d.index.add(account{did: did, clock: uint16(clock)})
+		}
 	}
+	t := d.index
 	n := len(recs) / l.w
 	s := l.src()
 	ranks := make([]uint32, n)
 	for i := range n {
 		o := i * l.w
-		a := account{did: binary.BigEndian.Uint64(recs[o+s+16:]), clock: uint16(binary.BigEndian.Uint64(recs[o+s:]) & (1<<clockBits - 1))}
+		a := accountAt(recs, o+s)
 		if id, ok := t.find(a); ok {
 			ranks[i] = id + 1
 		}
