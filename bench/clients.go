@@ -39,14 +39,19 @@ import (
 // clients see while one client floods a node, with the per-client limits
 // on (the node's defaults) and off.
 type ClientsResult struct {
-	Targets        int             `json:"targets"`
-	Limit          int             `json:"limit"`
-	LinksPerTarget int             `json:"links_per_target"`
-	Pinned         bool            `json:"pinned"` // server on CPU 0, load on CPU 1 (taskset)
-	CapacityQPS    float64         `json:"capacity_qps"`
-	NormalClients  int             `json:"normal_clients"`
-	NormalQPS      float64         `json:"normal_offered_qps"`
-	FloodConns     int             `json:"flood_conns"`
+	Targets        int     `json:"targets"`
+	Limit          int     `json:"limit"`
+	LinksPerTarget int     `json:"links_per_target"`
+	Pinned         bool    `json:"pinned"` // server on CPU 0, load on CPU 1 (taskset)
+	CapacityQPS    float64 `json:"capacity_qps"`
+	NormalClients  int     `json:"normal_clients"`
+	NormalQPS      float64 `json:"normal_offered_qps"`
+	FloodConns     int     `json:"flood_conns"`
+	// FloodX: the flooder's open loop asks this many times the measured
+	// capacity (0: a closed loop, as fast as it is answered).
+	FloodX float64 `json:"flood_x,omitempty"`
+	// IngestRate: links the server indexes a second while serving.
+	IngestRate     float64         `json:"ingest_rate"`
 	ClientRate     float64         `json:"client_rate"`
 	ClientBurst    int             `json:"client_burst"`
 	ClientInFlight int             `json:"client_in_flight"`
@@ -97,7 +102,12 @@ type ClientsPhase struct {
 	FloodQPS        float64 `json:"flood_qps"`    // asked
 	FloodOKQPS      float64 `json:"flood_ok_qps"` // answered 200
 	FloodLimited    int     `json:"flood_limited"`
-	ServerRSS       int64   `json:"server_rss_bytes"`
+	// The open loop's (--flood-x): queries a second written to its
+	// connections, and connections dialled (again after the node closed
+	// one) a second.
+	FloodSentQPS   float64 `json:"flood_sent_qps,omitempty"`
+	FloodDialsPerS float64 `json:"flood_dials_per_s,omitempty"`
+	ServerRSS      int64   `json:"server_rss_bytes"`
 }
 
 // clientsMain is `eddy-bench clients`: a query server (the node's, over
@@ -118,6 +128,8 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 	limit := fs.Int("limit", 1000, "each query's limit: a page of that many links (the API's most), so that the server, not the clients, is what a query costs")
 	seconds := fs.Float64("seconds", 10, "seconds of each phase")
 	floodConns := fs.Int("flood-conns", 64, "connections of the flooding client")
+	ingestRate := fs.Float64("ingest-rate", 1000, "links the server indexes a second while it serves, a flush every 2 s (the network's rate is a few hundred to a few thousand; 0: none)")
+	floodX := fs.Float64("flood-x", 0, "the flooder asks this many times the measured capacity in an open loop, pipelined on its connections and dialling again those the node closes (0: a closed loop, as fast as it is answered)")
 	rounds := fs.Int("rounds", 3, "rounds of the four phases (each on fresh servers); the medians are reported")
 	clientSlots := fs.Int("client-slots", 0, "the limits' execution slots per client (0: the node's default, a quarter of the slots)")
 	serverProcs := fs.Int("server-procs", 0, "GOMAXPROCS of the server (0: Go's choice, the CPUs it may run on: one when pinned); more Ps than CPUs let a goroutine run while another P sits in a long system call")
@@ -127,7 +139,7 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *targets < 1 || *likes < 1 || *seconds <= 0 || *floodConns < 1 || *rounds < 1 || *limit < 1 || *limit > query.LimitMax || *serverProcs < 0 {
+	if *targets < 1 || *likes < 1 || *seconds <= 0 || *floodConns < 1 || *floodX < 0 || *ingestRate < 0 || *rounds < 1 || *limit < 1 || *limit > query.LimitMax || *serverProcs < 0 {
 		return fmt.Errorf("%w: clients needs positive --targets, --likes, --seconds, --flood-conns, and --limit of 1..%d", ErrUsage, query.LimitMax)
 	}
 	clientsLimit = strconv.Itoa(*limit)
@@ -145,14 +157,14 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 		cmd.Stdout, cmd.Stderr = stdout, stderr
 		return cmd.Run()
 	}
-	res := &ClientsResult{Targets: *targets, Limit: *limit, LinksPerTarget: *likes, Pinned: pin, FloodConns: *floodConns, Seconds: *seconds,
+	res := &ClientsResult{Targets: *targets, Limit: *limit, LinksPerTarget: *likes, Pinned: pin, FloodConns: *floodConns, FloodX: *floodX, IngestRate: *ingestRate, Seconds: *seconds,
 		ClientRate: query.DefaultClientRate, ClientBurst: query.DefaultClientBurst, ClientInFlight: query.DefaultClientInFlight, ClientSlots: *clientSlots, ClientPaceGap: paceGap.String(), ClientConns: *clientConns, ServerProcs: *serverProcs}
 	uris := make([]string, *targets)
 	for i := range uris {
 		uris[i] = clientsPost(i)
 	}
 	start := func(limits bool) (*clientsServer, error) {
-		a := []string{"clients-serve", "--targets", strconv.Itoa(*targets), "--likes", strconv.Itoa(*likes), "--limits=" + strconv.FormatBool(limits), "--client-slots", strconv.Itoa(*clientSlots), "--client-pace-gap", paceGap.String(), "--client-conns", strconv.Itoa(*clientConns)}
+		a := []string{"clients-serve", "--targets", strconv.Itoa(*targets), "--likes", strconv.Itoa(*likes), "--limits=" + strconv.FormatBool(limits), "--client-slots", strconv.Itoa(*clientSlots), "--client-pace-gap", paceGap.String(), "--client-conns", strconv.Itoa(*clientConns), "--ingest-rate", strconv.FormatFloat(*ingestRate, 'f', -1, 64)}
 		cmd := exec.CommandContext(ctx, self, a...)
 		if pin {
 			cmd = exec.CommandContext(ctx, "taskset", append([]string{"-c", "0", self}, a...)...)
@@ -195,7 +207,7 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 			// frame cache, grows the heap to its working size; within the
 			// limits by construction), so that no phase measures a cold
 			// start.
-			clientsPhase(ctx, self, pin, srv.url, uris, res.NormalClients, res.NormalQPS, false, *floodConns, 3*time.Second)
+			clientsPhase(ctx, self, pin, srv.url, uris, res.NormalClients, res.NormalQPS, false, *floodConns, 0, 3*time.Second)
 			srv.latency() // the warm-up's queries are not a phase's
 			for _, flood := range []bool{false, true} {
 				name := map[bool]string{false: "steady", true: "flood"}[flood] + ", limits " + map[bool]string{false: "off", true: "on"}[limits]
@@ -203,12 +215,12 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 					out := filepath.Join(*traceDir, fmt.Sprintf("%s-%d.trace", strings.NewReplacer(", ", "-", " ", "-").Replace(name), round))
 					go srv.trace(out, time.Duration(*seconds*float64(time.Second))/2, 3*time.Second)
 				}
-				p := clientsPhase(ctx, self, pin, srv.url, uris, res.NormalClients, res.NormalQPS, flood, *floodConns, time.Duration(*seconds*float64(time.Second)))
+				p := clientsPhase(ctx, self, pin, srv.url, uris, res.NormalClients, res.NormalQPS, flood, *floodConns, *floodX*res.CapacityQPS, time.Duration(*seconds*float64(time.Second)))
 				p.Name, p.Limits, p.Flood, p.Round = name, limits, flood, round
 				p.ServerP50us, p.ServerP99us, p.ServerSchedP99us = srv.latency()
 				p.ServerRSS = srv.rss()
-				fmt.Fprintf(stderr, "clients: %s: normal p50 %.0fµs p99 %.0fµs (after the first second %.0fµs; %.0f%% of the slowest 1%% in it) (in the server %.0fµs, %.0fµs, scheduler p99 %.0fµs; client timers late p99 %.0fµs; %d sent, %d ok, %d limited, %d failed); flood %.0f/s asked, %.0f/s answered; server RSS %.0f MB\n",
-					name, p.NormalP50us, p.NormalP99us, p.NormalP99AfterFirstSecondUs, 100*p.SlowestInFirstSecond, p.ServerP50us, p.ServerP99us, p.ServerSchedP99us, p.ClientLateP99us, p.NormalSent, p.NormalOK, p.NormalLimited, p.NormalFailed, p.FloodQPS, p.FloodOKQPS, float64(p.ServerRSS)/1e6)
+				fmt.Fprintf(stderr, "clients: %s: normal p50 %.0fµs p99 %.0fµs (after the first second %.0fµs; %.0f%% of the slowest 1%% in it) (in the server %.0fµs, %.0fµs, scheduler p99 %.0fµs; client timers late p99 %.0fµs; %d sent, %d ok, %d limited, %d failed); flood %.0f/s asked, %.0f/s sent, %.0f/s answered, %.0f dials/s; server RSS %.0f MB\n",
+					name, p.NormalP50us, p.NormalP99us, p.NormalP99AfterFirstSecondUs, 100*p.SlowestInFirstSecond, p.ServerP50us, p.ServerP99us, p.ServerSchedP99us, p.ClientLateP99us, p.NormalSent, p.NormalOK, p.NormalLimited, p.NormalFailed, p.FloodQPS, p.FloodSentQPS, p.FloodOKQPS, p.FloodDialsPerS, float64(p.ServerRSS)/1e6)
 				res.Phases = append(res.Phases, p)
 			}
 			srv.stop()
@@ -310,6 +322,7 @@ func clientsServeMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	clientSlots := fs.Int("client-slots", 0, "")
 	paceGap := fs.Duration("client-pace-gap", query.DefaultPaceGap, "")
 	conns := fs.Int("client-conns", query.DefaultClientConns, "")
+	ingestRate := fs.Float64("ingest-rate", 0, "links indexed a second while serving (0: none)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -329,36 +342,42 @@ func clientsServeMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	defer db.Close()
 	codec := &link.Codec{Outlines: link.NewMemOutlines()}
 	var stamp uint64
+	// like indexes liker's like of post t, as ingest would.
+	like := func(t, liker int) error {
+		stamp++
+		rec := `{"$type":"app.bsky.feed.like","subject":{"cid":"bafyreiftot7eltsc3f6g4qktykmbv6jcmdmhcx5osscan6jpdxkpqcmcza","uri":"` + clientsPost(t) + `"},"createdAt":"2026-07-04T14:38:08.999Z"}`
+		m, err := atdata.UnmarshalJSON([]byte(rec))
+		if err != nil {
+			return err
+		}
+		src, err := codec.Record(fmt.Sprintf("did:plc:liker%018d", liker), "app.bsky.feed.like", string(syntax.NewTID(int64(1_700_000_000_000_000+stamp), 0)), true)
+		if err != nil {
+			return err
+		}
+		links, _ := extract.Extract(m)
+		for _, l := range links {
+			tg := codec.TargetKey(&l.Target)
+			loc, err := codec.Location(l.Path, l.StrongRef, true)
+			if err != nil {
+				return err
+			}
+			if err := db.AddBacklink(&link.Backlink{Target: tg, Source: src, Location: loc, SourceRev: stamp}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for t := range *targets {
-		post := clientsPost(t)
 		for k := range *likes {
-			stamp++
-			rec := `{"$type":"app.bsky.feed.like","subject":{"cid":"bafyreiftot7eltsc3f6g4qktykmbv6jcmdmhcx5osscan6jpdxkpqcmcza","uri":"` + post + `"},"createdAt":"2026-07-04T14:38:08.999Z"}`
-			m, err := atdata.UnmarshalJSON([]byte(rec))
-			if err != nil {
+			if err := like(t, k*7919+t%97); err != nil {
 				return err
-			}
-			src, err := codec.Record(fmt.Sprintf("did:plc:liker%018d", k*7919+t%97), "app.bsky.feed.like", string(syntax.NewTID(int64(1_700_000_000_000_000+stamp), 0)), true)
-			if err != nil {
-				return err
-			}
-			links, _ := extract.Extract(m)
-			for _, l := range links {
-				tg := codec.TargetKey(&l.Target)
-				loc, err := codec.Location(l.Path, l.StrongRef, true)
-				if err != nil {
-					return err
-				}
-				if err := db.AddBacklink(&link.Backlink{Target: tg, Source: src, Location: loc, SourceRev: stamp}); err != nil {
-					return err
-				}
 			}
 		}
 	}
 	if err := db.Flush(ctx); err != nil {
 		return err
 	}
-	views := query.NewViews(staticManifest{db}, lsm.NewCatalog(dir+"/cat", store), nil)
+	views := query.NewViews(dbManifest{db}, lsm.NewCatalog(dir+"/cat", store), nil)
 	vctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go views.Run(vctx)
@@ -368,6 +387,42 @@ func clientsServeMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	qs := query.NewServer(views, lsm.NewReader(store, nil), codec, nil)
 	if *limits {
 		qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: query.DefaultClientRate, Burst: query.DefaultClientBurst, InFlight: query.DefaultClientInFlight, RefusalDelay: query.DefaultRefusalDelay, SlotsPerClient: *clientSlots, PaceGap: cmp.Or(*paceGap, -1), Conns: cmp.Or(*conns, -1)})
+	}
+	if *ingestRate > 0 {
+		// Ingest beside the queries, as a leader does: likes of the posts
+		// at the network's rate, a flush every two seconds (the node's
+		// --flush-interval), then what compaction picks; queries switch
+		// to each new generation.
+		go func() {
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			start, flushed := time.Now(), time.Now()
+			liker, added := 1_000_000_000, 0
+			for ctx.Err() == nil {
+				<-tick.C
+				for ; float64(added) < *ingestRate*time.Since(start).Seconds(); added++ {
+					liker++
+					if err := like(liker%*targets, liker); err != nil {
+						fmt.Fprintln(stderr, "clients-serve: ingest:", err)
+						os.Exit(1)
+					}
+				}
+				if time.Since(flushed) >= 2*time.Second {
+					flushed = time.Now()
+					err := db.Flush(ctx)
+					for err == nil {
+						var more bool
+						if more, err = db.Compact(ctx); !more {
+							break
+						}
+					}
+					if err != nil {
+						fmt.Fprintln(stderr, "clients-serve: flush:", err)
+						os.Exit(1)
+					}
+				}
+			}
+		}()
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -452,11 +507,12 @@ func clientsServeMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	return srv.Serve(ln)
 }
 
-// staticManifest is a ManifestSource of a DB that no longer changes.
-type staticManifest struct{ db *lsm.DB }
+// dbManifest is a ManifestSource of a DB in this process: Views looks
+// for a new generation every second.
+type dbManifest struct{ db *lsm.DB }
 
-func (s staticManifest) Manifest() *lsm.Manifest { return s.db.View().Manifest }
-func (s staticManifest) Watch() <-chan struct{}  { return nil }
+func (s dbManifest) Manifest() *lsm.Manifest { return s.db.View().Manifest }
+func (s dbManifest) Watch() <-chan struct{}  { return nil }
 
 // loopbackClient is an HTTP client whose connections come from addr (any
 // address of 127.0.0.0/8 is this host's), keeping up to conns idle.
@@ -512,9 +568,10 @@ func clientsCapacity(ctx context.Context, base string, uris []string, d time.Dur
 }
 
 // clientsPhase runs n normal clients offering qps in all, open loop, for
-// d, and with flood one more client asking from conns connections in a
-// closed loop.
-func clientsPhase(ctx context.Context, self string, pin bool, base string, uris []string, n int, qps float64, flood bool, conns int, d time.Duration) (p ClientsPhase) {
+// d, and with flood one more client asking from conns connections: in a
+// closed loop, or floodRate queries a second in an open loop when
+// floodRate > 0.
+func clientsPhase(ctx context.Context, self string, pin bool, base string, uris []string, n int, qps float64, flood bool, conns int, floodRate float64, d time.Duration) (p ClientsPhase) {
 	var mu sync.Mutex
 	type timed struct{ at, took time.Duration } // scheduled at (from the phase's start), latency
 	var all []timed
@@ -534,7 +591,7 @@ func clientsPhase(ctx context.Context, self string, pin bool, base string, uris 
 		// pinned), so that the kernel, not one Go scheduler, shares the CPU
 		// between it and the normal clients, as between two machines' worth
 		// of clients it would not be shared at all.
-		args := []string{"clients-flood", "--url", base, "--conns", strconv.Itoa(conns), "--targets", strconv.Itoa(len(uris)), "--limit", clientsLimit, "--seconds", strconv.FormatFloat(d.Seconds(), 'f', -1, 64), "--at", strconv.FormatInt(start.UnixNano(), 10)}
+		args := []string{"clients-flood", "--url", base, "--conns", strconv.Itoa(conns), "--targets", strconv.Itoa(len(uris)), "--limit", clientsLimit, "--seconds", strconv.FormatFloat(d.Seconds(), 'f', -1, 64), "--at", strconv.FormatInt(start.UnixNano(), 10), "--rate", strconv.FormatFloat(floodRate, 'f', 0, 64)}
 		floodCmd = exec.CommandContext(ctx, self, args...)
 		if pin {
 			floodCmd = exec.CommandContext(ctx, "taskset", append([]string{"-c", "1", self}, args...)...)
@@ -623,6 +680,7 @@ func clientsPhase(ctx context.Context, self string, pin bool, base string, uris 
 		var f floodResult
 		if err := floodCmd.Wait(); err == nil && json.Unmarshal([]byte(floodOut.String()), &f) == nil {
 			p.FloodQPS, p.FloodOKQPS, p.FloodLimited = float64(f.Asked)/f.Seconds, float64(f.OK)/f.Seconds, f.Limited
+			p.FloodSentQPS, p.FloodDialsPerS = float64(f.Sent)/f.Seconds, float64(f.Dials)/f.Seconds
 		} else {
 			p.FloodQPS = -1 // the flooder failed: the phase says so
 		}
@@ -633,6 +691,10 @@ func clientsPhase(ctx context.Context, self string, pin bool, base string, uris 
 type floodResult struct {
 	Asked, OK, Limited int
 	Seconds            float64
+	// The open loop's (--rate): queries written to a connection (the
+	// others found theirs full or being dialled again), answers neither
+	// 200 nor 429, and connections dialled.
+	Sent, Other, Dials int `json:",omitempty"`
 }
 
 // clientsFloodMain is the flooding client of `eddy-bench clients`: --conns
@@ -647,6 +709,7 @@ func clientsFloodMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	targets := fs.Int("targets", 2000, "")
 	limit := fs.String("limit", "1000", "")
 	at := fs.Int64("at", 0, "when to start, in Unix nanoseconds (0: at once)")
+	rate := fs.Float64("rate", 0, "queries a second in an open loop, pipelined (0: a closed loop)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -655,13 +718,23 @@ func clientsFloodMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	for i := range *targets {
 		uris = append(uris, clientsPost(i))
 	}
-	c := loopbackClient(clientsFloodAddr, *conns)
-	var asked, ok, limited atomic.Int64
 	if *at != 0 {
 		time.Sleep(time.Until(time.Unix(0, *at)))
 	}
 	start := time.Now()
 	deadline := start.Add(time.Duration(*seconds * float64(time.Second)))
+	if *rate > 0 {
+		u, err := url.Parse(*base)
+		if err != nil {
+			return err
+		}
+		f := &openFlood{base: u, uris: uris, limit: *limit, local: &net.TCPAddr{IP: net.ParseIP(clientsFloodAddr)}}
+		f.run(ctx, *conns, *rate, deadline)
+		return json.NewEncoder(stdout).Encode(floodResult{Asked: int(f.asked.Load()), OK: int(f.ok.Load()), Limited: int(f.limited.Load()), Seconds: time.Since(start).Seconds(),
+			Sent: int(f.sent.Load()), Other: int(f.other.Load()), Dials: int(f.dials.Load())})
+	}
+	c := loopbackClient(clientsFloodAddr, *conns)
+	var asked, ok, limited atomic.Int64
 	var wg sync.WaitGroup
 	for w := range *conns {
 		wg.Go(func() {
@@ -678,5 +751,5 @@ func clientsFloodMain(ctx context.Context, args []string, stdout, stderr io.Writ
 		})
 	}
 	wg.Wait()
-	return json.NewEncoder(stdout).Encode(floodResult{int(asked.Load()), int(ok.Load()), int(limited.Load()), time.Since(start).Seconds()})
+	return json.NewEncoder(stdout).Encode(floodResult{Asked: int(asked.Load()), OK: int(ok.Load()), Limited: int(limited.Load()), Seconds: time.Since(start).Seconds()})
 }

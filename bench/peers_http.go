@@ -74,7 +74,7 @@ func (p *httpPeer) finish(ctx context.Context) error {
 	if err := p.eddyPeer.finish(ctx); err != nil {
 		return err
 	}
-	src := staticManifest{p.db}
+	src := dbManifest{p.db}
 	gen := p.db.View().Generation()
 	views := query.NewViews(src, lsm.NewCatalogMapped(filepath.Join(p.dir, "node-meta"), p.store), nil)
 	cache := lsm.NewFrameCache(lsm.DefaultCacheBytes)

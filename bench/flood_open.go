@@ -1,0 +1,176 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// openFlood is the flooding client of `eddy-bench clients --flood-x X`: an
+// open loop that asks rate queries a second whatever the node answers, as
+// a client that ignores 429s and Retry-After would. It cannot be slowed by
+// the node's answers the way a closed loop is (a closed loop waiting for
+// its refusals asks ~0.1x a node's capacity from 64 connections), so the
+// node must shed the load it is offered, not the load it lets in.
+//
+// The queries are HTTP/1.1 requests written back to back on conns
+// connections from one address without waiting for answers (pipelined:
+// the cheapest way for one machine to offer tens of thousands of queries a
+// second, and what a server reading a connection's next request only after
+// answering the last one must bound). A connection the node closes (its
+// bound on a client's connections, or after an answer) is dialled again,
+// so a flooder past the node's --client-conns keeps opening connections
+// too. Each connection holds at most pendingMax bytes not yet taken by
+// the kernel; a query scheduled past that is counted as asked, not sent.
+type openFlood struct {
+	base  *url.URL
+	uris  []string
+	limit string
+	local net.Addr
+
+	asked, sent, ok, limited, other, dials, dialErrs, closed atomic.Int64
+}
+
+// openFloodPendingMax bounds the requests a flooder's connection holds
+// that the kernel has not taken (a full socket): ~1,000 requests.
+const openFloodPendingMax = 256 << 10
+
+type floodConn struct {
+	mu      sync.Mutex
+	pending []byte
+	wake    chan struct{}
+	dead    bool
+}
+
+func (f *openFlood) request(r *mrand.Rand) []byte {
+	q := url.Values{"target": {f.uris[r.IntN(len(f.uris))]}, "limit": {f.limit}}.Encode()
+	return []byte("GET /xrpc/blue.cerulea.backlinks.listBacklinks?" + q + " HTTP/1.1\r\nHost: " + f.base.Host + "\r\n\r\n")
+}
+
+// run asks rate queries a second over conns connections until deadline.
+func (f *openFlood) run(ctx context.Context, conns int, rate float64, deadline time.Time) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	slots := make([]*floodConn, conns)
+	var wg sync.WaitGroup
+	for i := range slots {
+		c := &floodConn{wake: make(chan struct{}, 1)}
+		slots[i] = c
+		wg.Go(func() { f.serveConn(ctx, c) })
+	}
+	r := mrand.New(mrand.NewPCG(7, 2))
+	start := time.Now()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	next := 0
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+		due := int64(rate*time.Since(start).Seconds()) - f.asked.Load()
+		for ; due > 0; due-- {
+			f.asked.Add(1)
+			c := slots[next]
+			next = (next + 1) % len(slots)
+			req := f.request(r)
+			c.mu.Lock()
+			if !c.dead && len(c.pending)+len(req) <= openFloodPendingMax {
+				c.pending = append(c.pending, req...)
+				f.sent.Add(1)
+			}
+			c.mu.Unlock()
+			select {
+			case c.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	wg.Wait()
+}
+
+// serveConn keeps one connection open (dialling again when the node closes
+// it), writes its pending requests and reads the answers.
+func (f *openFlood) serveConn(ctx context.Context, c *floodConn) {
+	d := &net.Dialer{LocalAddr: f.local}
+	for ctx.Err() == nil {
+		f.dials.Add(1)
+		conn, err := d.DialContext(ctx, "tcp", f.base.Host)
+		if err != nil {
+			f.dialErrs.Add(1)
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		// Nothing outlives the phase: a write into a full socket or a read
+		// of an answer still on its way ends at its end.
+		if dl, ok := ctx.Deadline(); ok {
+			conn.SetDeadline(dl)
+		}
+		c.mu.Lock()
+		c.dead = false
+		c.mu.Unlock()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			br := bufio.NewReaderSize(conn, 64<<10)
+			for {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				switch resp.StatusCode {
+				case http.StatusOK:
+					f.ok.Add(1)
+				case http.StatusTooManyRequests:
+					f.limited.Add(1)
+				default:
+					f.other.Add(1)
+				}
+				if resp.Close {
+					return
+				}
+			}
+		}()
+	write:
+		for {
+			select {
+			case <-ctx.Done():
+				break write
+			case <-done:
+				break write
+			case <-c.wake:
+			}
+			c.mu.Lock()
+			b := c.pending
+			c.pending = nil
+			c.mu.Unlock()
+			if len(b) == 0 {
+				continue
+			}
+			if _, err := conn.Write(b); err != nil {
+				break write
+			}
+		}
+		// The connection is done: what was pending on it is lost, as a
+		// flooder's requests on a closed connection are.
+		c.mu.Lock()
+		c.dead = true
+		c.pending = nil
+		c.mu.Unlock()
+		conn.Close()
+		<-done
+		f.closed.Add(1)
+	}
+}
