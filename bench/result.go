@@ -106,8 +106,12 @@ type Result struct {
 	FullCompactWallS    float64 `json:"full_compact_wall_s,omitempty"`
 	FullCompactPutBytes int64   `json:"full_compact_put_bytes,omitempty"`
 	RunsBeforeFull      int     `json:"runs_before_full_compaction,omitempty"`
-	StorePuts           int64   `json:"store_puts"`
-	StorePutBytes       int64   `json:"store_put_bytes"`
+	// The index as written, before --compact-full: its live tables' bytes
+	// and its local directory's, per live link.
+	BytesPerLinkBeforeFull         float64 `json:"bytes_per_link_before_full_compaction,omitempty"`
+	LocalDirBytesPerLinkBeforeFull float64 `json:"local_dir_bytes_per_link_before_full_compaction,omitempty"`
+	StorePuts                      int64   `json:"store_puts"`
+	StorePutBytes                  int64   `json:"store_put_bytes"`
 
 	// Queries.
 	Queries        int     `json:"queries"`

@@ -194,7 +194,19 @@ func (b *bench) streamWrite(ctx context.Context) error {
 // compactFull merges every run of each tree into one and times it.
 func (b *bench) compactFull(ctx context.Context) error {
 	res := b.res
-	res.RunsBeforeFull = len(b.db.View().Manifest.Runs)
+	m := b.db.View().Manifest
+	res.RunsBeforeFull = len(m.Runs)
+	// The index as written, before the merge: its tables' bytes and the
+	// local directory's, a live link each.
+	var tables uint64
+	for _, r := range m.Runs {
+		for _, t := range r.Tables {
+			tables += t.DataBytes + t.MetaBytes
+		}
+	}
+	live := float64(b.st.LiveLinks())
+	res.BytesPerLinkBeforeFull, res.LocalDirBytesPerLinkBeforeFull = float64(tables)/live, float64(b.localDirBytes())/live
+	b.logf("before the full compaction: %.3f bytes/link in the tables, %.3f in the local directory", res.BytesPerLinkBeforeFull, res.LocalDirBytesPerLinkBeforeFull)
 	puts0 := b.counting.Snapshot()
 	runtime.GC()
 	wall0, cpu0 := time.Now(), cpuTime()
