@@ -6,7 +6,7 @@
 #   make bench   runs the Go benchmarks (figures go to docs/bench.md by hand, with the command)
 #   make fuzz    runs every fuzz target for FUZZTIME each
 #   make bench-peers  Eddy, Pebble and PostgreSQL on one workload (docs/bench.md, "Peers"); make bench-scale: docs/scale.md
-#   make bench-clients  other clients' latency while one floods a node, per-client limits on and off (docs/bench.md)
+#   make bench-clients  other clients' latency while one floods a node (a closed loop, then 10x the capacity open loop), per-client limits on and off (docs/bench.md)
 #   make chaos   20 seeded fault schedules on a three-node cluster, every answer checked (docs/reliability.md)
 
 GO        ?= go
@@ -126,6 +126,8 @@ bench-clients:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/eddy-bench ./cmd/bench
 	bin/eddy-bench clients > docs/bench/clients.json.tmp
 	mv docs/bench/clients.json.tmp docs/bench/clients.json
+	bin/eddy-bench clients --flood-x 10 > docs/bench/clients-10x.json.tmp
+	mv docs/bench/clients-10x.json.tmp docs/bench/clients-10x.json
 
 # The storage benchmark at scale (docs/scale.md): bin/eddy-bench lsm
 # --shape backfill (streamed: the network's history, then a live tail) at
