@@ -44,9 +44,13 @@ type ClientsResult struct {
 	LinksPerTarget int     `json:"links_per_target"`
 	Pinned         bool    `json:"pinned"` // server on CPU 0, load on CPU 1 (taskset)
 	CapacityQPS    float64 `json:"capacity_qps"`
-	NormalClients  int     `json:"normal_clients"`
-	NormalQPS      float64 `json:"normal_offered_qps"`
-	FloodConns     int     `json:"flood_conns"`
+	// The latency of the capacity's queries: a load the node sustains at
+	// its capacity (a closed loop of 32 connections, limits off).
+	CapacityP50us float64 `json:"capacity_p50_us"`
+	CapacityP99us float64 `json:"capacity_p99_us"`
+	NormalClients int     `json:"normal_clients"`
+	NormalQPS     float64 `json:"normal_offered_qps"`
+	FloodConns    int     `json:"flood_conns"`
 	// FloodX: the flooder's open loop asks this many times the measured
 	// capacity (0: a closed loop, as fast as it is answered).
 	FloodX float64 `json:"flood_x,omitempty"`
@@ -191,12 +195,12 @@ func clientsMain(ctx context.Context, name string, args []string, stdout, stderr
 			}
 			if res.NormalClients == 0 {
 				// Warm (a closed loop for 3 s), then measure.
-				if clientsCapacity(ctx, srv.url, uris, 3*time.Second) == 0 {
+				if qps, _, _ := clientsCapacity(ctx, srv.url, uris, 3*time.Second); qps == 0 {
 					srv.stop()
 					return errors.New("clients: the server answered no query")
 				}
-				res.CapacityQPS = clientsCapacity(ctx, srv.url, uris, 5*time.Second)
-				fmt.Fprintf(stderr, "clients: capacity %.0f queries/s (closed loop, 32 connections, limits off)\n", res.CapacityQPS)
+				res.CapacityQPS, res.CapacityP50us, res.CapacityP99us = clientsCapacity(ctx, srv.url, uris, 5*time.Second)
+				fmt.Fprintf(stderr, "clients: capacity %.0f queries/s (closed loop, 32 connections, limits off; p50 %.0fµs, p99 %.0fµs)\n", res.CapacityQPS, res.CapacityP50us, res.CapacityP99us)
 				res.NormalQPS = res.CapacityQPS * clientsNormalShare
 				// Each normal client stays at half the per-client rate (a
 				// query costs a token per 100 links of its limit).
@@ -547,24 +551,32 @@ func clientsGet(c *http.Client, u string) int {
 const clientsNormalShare = 0.3
 
 // clientsCapacity is the queries a second the server answers to 32
-// connections asking in a closed loop for d.
-func clientsCapacity(ctx context.Context, base string, uris []string, d time.Duration) float64 {
+// connections asking in a closed loop for d, and their latency's p50 and
+// p99 (µs).
+func clientsCapacity(ctx context.Context, base string, uris []string, d time.Duration) (qps, p50, p99 float64) {
 	c := loopbackClient("127.0.0.2", 32)
-	var ok atomic.Int64
+	var mu sync.Mutex
+	var lat []time.Duration
 	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for w := range 32 {
 		wg.Go(func() {
 			r := mrand.New(mrand.NewPCG(uint64(w), 1))
+			var mine []time.Duration
 			for time.Now().Before(deadline) && ctx.Err() == nil {
+				t0 := time.Now()
 				if clientsGet(c, clientsQuery(base, uris, r)) == 200 {
-					ok.Add(1)
+					mine = append(mine, time.Since(t0))
 				}
 			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	return float64(ok.Load()) / d.Seconds()
+	slices.Sort(lat)
+	return float64(len(lat)) / d.Seconds(), percentile(lat, 0.5), percentile(lat, 0.99)
 }
 
 // clientsPhase runs n normal clients offering qps in all, open loop, for
