@@ -82,10 +82,9 @@ type Admin struct {
 	Extra func() (viewGeneration uint64, extra map[string]any)
 	// Served, if set, reports ServedGeneration (query.Views.OldestServed).
 	Served func() uint64
-	// Compact, if set, asks this node's write path (the leader's: a
-	// follower forwards the call) for a full compaction and returns what
-	// to answer.
-	Compact func() map[string]any
+	// Compact, if set, asks for a full compaction (on the leader: a
+	// follower forwards the call) and returns what to answer.
+	Compact func(ctx context.Context) (map[string]any, error)
 	http    *http.Client
 }
 
@@ -397,7 +396,12 @@ func (a *Admin) handleCompact(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotImplemented, "NotImplemented", "this node runs no write path")
 		return
 	}
-	writeJSON(w, a.Compact())
+	out, err := a.Compact(r.Context())
+	if err != nil {
+		writeErr(w, http.StatusServiceUnavailable, "CompactFailed", err.Error())
+		return
+	}
+	writeJSON(w, out)
 }
 
 // CallError is an error answer of the admin API.

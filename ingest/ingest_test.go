@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -75,7 +76,7 @@ func ingestSim(t *testing.T, live func(n *simnet.Net) Source, seed int64) map[st
 	bf := &Backfill{Relay: sim.RelayURL(), PLC: sim.PLCURL(), DIDWeb: sim.PLCURL()}
 	src := live(sim)
 	r := &Runner{Config: Config{Node: node, Store: store, Catalog: cat, FlushInterval: 100 * time.Millisecond, MemtableBytes: 1 << 20, GCGrace: time.Nanosecond,
-		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})}, Sources: []Source{bf, src}, CompactionInterval: 200 * time.Millisecond, Full: &FullCompaction{}}
+		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})}, Sources: []Source{bf, src}, CompactionInterval: 200 * time.Millisecond}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	// The world goes on while the index backfills and tails it.
@@ -99,16 +100,27 @@ func ingestSim(t *testing.T, live func(n *simnet.Net) Source, seed int64) map[st
 	time.Sleep(300 * time.Millisecond) // resyncs queued by the last account events
 	// What an operator does after a backfill: a full compaction, each
 	// tree merged into one run, which the model check below then reads.
-	if len(r.Full.Request()) == 0 {
-		t.Fatal("a full compaction request waits for no tree")
+	// It is asked while no write path runs, as across a leader change:
+	// the request is replicated state, and the write path that starts
+	// next carries it out.
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
 	}
+	pending, err := RequestFullCompaction(context.Background(), node)
+	if err != nil || len(pending) != len(lsm.Trees) {
+		t.Fatalf("a full compaction request waits for %v (%v), want every tree", pending, err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go func() { done <- r.Run(ctx) }()
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		m := node.FSM.Manifest()
-		if len(r.Full.Pending()) == 0 && len(m.RunsOf(lsm.TreeLinks)) == 1 && len(m.RunsOf(lsm.TreeRevocations)) <= 1 {
+		if len(FullCompactionPending(node.FSM)) == 0 && len(m.RunsOf(lsm.TreeLinks)) == 1 && len(m.RunsOf(lsm.TreeRevocations)) <= 1 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("full compaction: trees %v pending, %d runs of links, %d of revocations", r.Full.Pending(), len(m.RunsOf(lsm.TreeLinks)), len(m.RunsOf(lsm.TreeRevocations)))
+			t.Fatalf("full compaction: trees %v pending, %d runs of links, %d of revocations", FullCompactionPending(node.FSM), len(m.RunsOf(lsm.TreeLinks)), len(m.RunsOf(lsm.TreeRevocations)))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

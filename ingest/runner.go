@@ -3,10 +3,14 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/fsm"
 	"github.com/eddy-backlinks/eddy/internal/corrupt"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/hashicorp/go-hclog"
@@ -66,85 +70,71 @@ type Runner struct {
 	// SpillDir holds a compaction's inputs between its passes (a
 	// directory on local disk; "": the system's temporary directory).
 	SpillDir string
-	// Full, when set, carries an operator's requests for a full
-	// compaction (eddy-ctl compact --full) to the write path that runs.
-	Full *FullCompaction
 }
 
-// FullCompaction is an operator's request that each tree's runs be merged
-// into one (a major compaction: what an index is given after a backfill,
-// when nothing will be written for a while that a smaller merge would
-// write again): fewer runs for a query to read, and one account dictionary
-// a run. The leader's compaction loop merges, one tree at a time, every
-// run the tree has when it picks the tree; runs flushed meanwhile stay
-// for the ordinary compactions. A merge that fails is tried again at the
-// loop's next look; a request is lost with the leader (ask again). Safe
-// for concurrent use.
-type FullCompaction struct {
-	mu      sync.Mutex
-	pending map[lsm.Tree]bool
-}
+// A full compaction is an operator's request that each tree's runs be
+// merged into one (a major compaction: what an index is given after a
+// backfill, when nothing will be written for a while that a smaller merge
+// would write again): fewer runs for a query to read, and one account
+// dictionary a run. The request is a replicated cluster setting per tree
+// (fullCompactionKey + the tree, its value the generation it was asked
+// at), so it outlives the leader that took it: whichever node leads runs
+// it, and every node's status shows it. The leader's compaction loop
+// merges, one tree at a time, every run the tree has when it picks the
+// tree (runs flushed meanwhile stay for the ordinary compactions), and
+// deletes the tree's setting once the merge is published. A merge that
+// fails is tried again at the loop's next look; a leader lost before it
+// published leaves the request to the next one, and one lost between
+// publishing and deleting leaves it a tree of one run (done at once) or
+// of that run and the flushes since (merged once more).
+const fullCompactionKey = "full_compaction:"
 
-// Request asks for a full compaction of every tree and returns the trees
-// it now waits for.
-func (f *FullCompaction) Request() []lsm.Tree {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.pending = map[lsm.Tree]bool{}
+// RequestFullCompaction asks for a full compaction of every tree (on the
+// leader: the setting is proposed through Raft) and returns the trees it
+// now waits for.
+func RequestFullCompaction(ctx context.Context, node *cluster.Node) ([]lsm.Tree, error) {
+	gen := strconv.FormatUint(node.FSM.Manifest().Generation, 10)
 	for _, t := range lsm.Trees {
-		f.pending[t] = true
+		if _, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: fullCompactionKey + string(t), Value: gen}); err != nil {
+			return nil, fmt.Errorf("request a full compaction of %s: %w", t, err)
+		}
 	}
-	return f.pendingLocked()
+	return FullCompactionPending(node.FSM), nil
 }
 
-// Pending returns the trees a requested full compaction has not merged
-// yet (nil: none asked, or done).
-func (f *FullCompaction) Pending() []lsm.Tree {
-	if f == nil {
-		return nil
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.pendingLocked()
-}
-
-func (f *FullCompaction) pendingLocked() []lsm.Tree {
+// FullCompactionPending returns the trees a requested full compaction has
+// not merged yet (nil: none asked, or done), as s says.
+func FullCompactionPending(s *fsm.State) []lsm.Tree {
 	var out []lsm.Tree
 	for _, t := range lsm.Trees {
-		if f.pending[t] {
+		if s.Setting(fullCompactionKey+string(t)) != "" {
 			out = append(out, t)
 		}
 	}
 	return out
 }
 
-// inputs returns the runs of tree to merge for a pending request (nil if
-// none is pending, or the tree has fewer than two runs: then it is done).
-func (f *FullCompaction) inputs(m *lsm.Manifest, tree lsm.Tree) []lsm.Run {
-	if f == nil {
-		return nil
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.pending[tree] {
+// fullInputs returns the runs of tree to merge for a pending full
+// compaction (nil if none is pending, or the tree has fewer than two runs:
+// then it is done, and its request deleted).
+func (r *Runner) fullInputs(ctx context.Context, m *lsm.Manifest, tree lsm.Tree, log hclog.Logger) []lsm.Run {
+	if r.Config.Node.FSM.Setting(fullCompactionKey+string(tree)) == "" {
 		return nil
 	}
 	runs := m.RunsOf(tree)
 	if len(runs) < 2 {
-		delete(f.pending, tree)
+		r.fullDone(ctx, tree, log)
 		return nil
 	}
 	return runs
 }
 
-// done marks tree merged.
-func (f *FullCompaction) done(tree lsm.Tree) {
-	if f == nil {
-		return
+// fullDone deletes tree's full compaction request. A failure (leadership
+// lost) leaves it to the next leader, which finds the tree merged.
+func (r *Runner) fullDone(ctx context.Context, tree lsm.Tree, log hclog.Logger) {
+	if _, err := r.Config.Node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: fullCompactionKey + string(tree)}); err != nil {
+		log.Warn("full compaction: could not mark the tree done", "tree", tree, "error", err)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.pending, tree)
 }
 
 // flushPoll: how often the flush timer checks whether a flush is due.
@@ -311,6 +301,7 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 	defer t.Stop()
 	var inFlight map[string]bool // runs of an offered compaction not yet published
 	uploaded := func() {}        // ends the offered compaction's upload (w.uploads) once published
+	var inFlightFull lsm.Tree    // the tree whose full compaction is in flight ("": none)
 	defer func() { uploaded() }()
 	for {
 		select {
@@ -331,9 +322,13 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			}
 			inFlight = nil
 			uploaded()
+			if inFlightFull != "" {
+				r.fullDone(ctx, inFlightFull, w.log) // merged and published
+				inFlightFull = ""
+			}
 		}
 		for _, tree := range lsm.Trees {
-			full := r.Full.inputs(m, tree)
+			full := r.fullInputs(ctx, m, tree, w.log)
 			inputs := full
 			if inputs == nil {
 				inputs = lsm.PickCompaction(m, tree, r.FanIn())
@@ -365,7 +360,7 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			w.OfferCompaction(out, ids)
 			w.log.Info("compacted", "tree", tree, "runs", len(inputs), "records", out.Records(), "full", full != nil)
 			if full != nil {
-				r.Full.done(tree)
+				inFlightFull = tree
 			}
 			break // one at a time
 		}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/ingest"
+	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -218,9 +220,13 @@ func startNode(t *testing.T, certDir, token, id string, bootstrap bool) *testNod
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin.Compact = func() map[string]any {
+	admin.Compact = func(ctx context.Context) (map[string]any, error) { // as eddy-node's
 		n.compacts.Add(1)
-		return map[string]any{"full": true, "pending": []string{"links", "revocations"}, "leader": id}
+		pending, err := ingest.RequestFullCompaction(ctx, n.node)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"full": true, "pending": pending, "leader": id}, nil
 	}
 	n.srv = &http.Server{Handler: admin.Handler()}
 	go n.srv.Serve(ln)
@@ -385,6 +391,18 @@ func TestClusterCommands(t *testing.T) {
 			}
 		} else if got := n.compacts.Load(); got != want {
 			t.Fatalf("follower %s was asked %d full compactions, want 0", n.id, got)
+		}
+	}
+	// The request is replicated: every node holds it (whichever node
+	// leads next carries it out).
+	for _, n := range nodes {
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			if p := ingest.FullCompactionPending(n.node.FSM); len(p) == len(lsm.Trees) {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("node %s holds a full compaction of %v, want every tree", n.id, p)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	if code, _, _ := ctl(t, append([]string{"compact", "--addr", asked.admin}, auth...)...); code != 2 {

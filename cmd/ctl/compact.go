@@ -27,8 +27,8 @@ index is given after a backfill: a query then reads one run, and a run
 stores one account dictionary for all its tables (docs/scale.md). Runs
 flushed while a merge runs stay for the ordinary compactions. The answer
 names the trees still to merge; "eddy-ctl status" shows them
-(full_compaction_pending) on the leader until they are done. A request
-is lost with the leader: ask again.
+(full_compaction_pending) on every node until they are done. The request
+is replicated: if leadership moves, the next leader carries it out.
 
 Flags:
 `

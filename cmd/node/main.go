@@ -169,18 +169,23 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	if err != nil {
 		return err
 	}
-	full := &ingest.FullCompaction{} // eddy-ctl compact --full, served by the leader's write path
-	admin.Extra = adminExtra(c, node, views, sources, full)
+	admin.Extra = adminExtra(c, node, views, sources)
 	admin.Served = views.OldestServed // what the leader's garbage collector waits for
-	admin.Compact = func() map[string]any {
-		return map[string]any{"full": true, "pending": full.Request(), "leader": node.ID()}
+	// eddy-ctl compact --full (forwarded to the leader): a replicated
+	// request, carried out by whichever node leads.
+	admin.Compact = func(ctx context.Context) (map[string]any, error) {
+		pending, err := ingest.RequestFullCompaction(ctx, node)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"full": true, "pending": pending, "leader": node.ID()}, nil
 	}
 	// The write path runs while this node leads.
 	writePath := &ingest.Supervisor{Node: node, Logger: log, Runner: ingest.Runner{Config: ingest.Config{
 		Node: node, Store: store, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
 		Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir, Corrupt: queryMetrics.Corrupt,
 		GCGrace: c.gcGrace, Members: admin.MembersServed,
-	}, Sources: sources, SpillDir: filepath.Join(c.dataDir, "spill"), CompactionFanIn: c.compactionFanIn, CompactionInterval: c.compactionInterval, Full: full}}
+	}, Sources: sources, SpillDir: filepath.Join(c.dataDir, "spill"), CompactionFanIn: c.compactionFanIn, CompactionInterval: c.compactionInterval}}
 	writePath.Start(bg)
 	servers := []*http.Server{
 		// Idle keep-alive connections are closed after a while: each
@@ -261,7 +266,7 @@ func parseSources(raw []string, log hclog.Logger, metrics *ingest.Metrics, node 
 
 // adminExtra is what /admin/status adds to a node's status: the served
 // generation, the store, and each source's state.
-func adminExtra(c config, node *cluster.Node, views *query.Views, sources []ingest.Source, full *ingest.FullCompaction) func() (uint64, map[string]any) {
+func adminExtra(c config, node *cluster.Node, views *query.Views, sources []ingest.Source) func() (uint64, map[string]any) {
 	return func() (uint64, map[string]any) {
 		v := views.Current()
 		extra := map[string]any{"store": redactStore(c.store), "sources": len(sources)}
@@ -272,7 +277,7 @@ func adminExtra(c config, node *cluster.Node, views *query.Views, sources []inge
 		extra["sources_done"] = done
 		extra["source_status"] = ingest.SourcesStatus(sources, node.FSM.Cursor, time.Now())
 		extra["gc"] = gcStatus(node)
-		if p := full.Pending(); len(p) > 0 {
+		if p := ingest.FullCompactionPending(node.FSM); len(p) > 0 {
 			extra["full_compaction_pending"] = p // the trees a requested full compaction has not merged yet
 		}
 		return v.Generation(), extra
