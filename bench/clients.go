@@ -111,6 +111,7 @@ type ClientsPhase struct {
 	// one) a second.
 	FloodSentQPS   float64 `json:"flood_sent_qps,omitempty"`
 	FloodDialsPerS float64 `json:"flood_dials_per_s,omitempty"`
+	FloodDialErrs  int     `json:"flood_dial_errors,omitempty"`
 	ServerRSS      int64   `json:"server_rss_bytes"`
 }
 
@@ -365,7 +366,14 @@ func clientsServeMain(ctx context.Context, args []string, stdout, stderr io.Writ
 			if err != nil {
 				return err
 			}
-			if err := db.AddBacklink(&link.Backlink{Target: tg, Source: src, Location: loc, SourceRev: stamp}); err != nil {
+			bl := &link.Backlink{Target: tg, Source: src, Location: loc, SourceRev: stamp}
+			err = db.AddBacklink(bl)
+			if errors.Is(err, lsm.ErrFull) {
+				if err = db.Flush(ctx); err == nil {
+					err = db.AddBacklink(bl)
+				}
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -692,7 +700,7 @@ func clientsPhase(ctx context.Context, self string, pin bool, base string, uris 
 		var f floodResult
 		if err := floodCmd.Wait(); err == nil && json.Unmarshal([]byte(floodOut.String()), &f) == nil {
 			p.FloodQPS, p.FloodOKQPS, p.FloodLimited = float64(f.Asked)/f.Seconds, float64(f.OK)/f.Seconds, f.Limited
-			p.FloodSentQPS, p.FloodDialsPerS = float64(f.Sent)/f.Seconds, float64(f.Dials)/f.Seconds
+			p.FloodSentQPS, p.FloodDialsPerS, p.FloodDialErrs = float64(f.Sent)/f.Seconds, float64(f.Dials)/f.Seconds, f.DialErrors
 		} else {
 			p.FloodQPS = -1 // the flooder failed: the phase says so
 		}
@@ -704,9 +712,10 @@ type floodResult struct {
 	Asked, OK, Limited int
 	Seconds            float64
 	// The open loop's (--rate): queries written to a connection (the
-	// others found theirs full or being dialled again), answers neither
-	// 200 nor 429, and connections dialled.
-	Sent, Other, Dials int `json:",omitempty"`
+	// others found theirs full, being dialled again, or ending), answers
+	// neither 200 nor 429, and connections dialled (those that failed
+	// among them).
+	Sent, Other, Dials, DialErrors int `json:",omitempty"`
 }
 
 // clientsFloodMain is the flooding client of `eddy-bench clients`: --conns
@@ -740,10 +749,10 @@ func clientsFloodMain(ctx context.Context, args []string, stdout, stderr io.Writ
 		if err != nil {
 			return err
 		}
-		f := &openFlood{base: u, uris: uris, limit: *limit, local: &net.TCPAddr{IP: net.ParseIP(clientsFloodAddr)}}
+		f := &openFlood{base: u, uris: uris, local: &net.TCPAddr{IP: net.ParseIP(clientsFloodAddr)}}
 		f.run(ctx, *conns, *rate, deadline)
 		return json.NewEncoder(stdout).Encode(floodResult{Asked: int(f.asked.Load()), OK: int(f.ok.Load()), Limited: int(f.limited.Load()), Seconds: time.Since(start).Seconds(),
-			Sent: int(f.sent.Load()), Other: int(f.other.Load()), Dials: int(f.dials.Load())})
+			Sent: int(f.sent.Load()), Other: int(f.other.Load()), Dials: int(f.dials.Load()), DialErrors: int(f.dialErrs.Load())})
 	}
 	c := loopbackClient(clientsFloodAddr, *conns)
 	var asked, ok, limited atomic.Int64

@@ -27,15 +27,16 @@ import (
 // answering the last one must bound). A connection the node closes (its
 // bound on a client's connections, or after an answer) is dialled again,
 // so a flooder past the node's --client-conns keeps opening connections
-// too. Each connection holds at most pendingMax bytes not yet taken by
-// the kernel; a query scheduled past that is counted as asked, not sent.
+// too. Each connection holds at most openFloodPendingMax bytes not yet
+// taken by the kernel; a query scheduled past that, or while its
+// connection is dialled again, is counted as asked, not sent, and so are
+// those pending on a connection when it ends.
 type openFlood struct {
 	base  *url.URL
 	uris  []string
-	limit string
 	local net.Addr
 
-	asked, sent, ok, limited, other, dials, dialErrs, closed atomic.Int64
+	asked, sent, ok, limited, other, dials, dialErrs atomic.Int64
 }
 
 // openFloodPendingMax bounds the requests a flooder's connection holds
@@ -43,15 +44,17 @@ type openFlood struct {
 const openFloodPendingMax = 256 << 10
 
 type floodConn struct {
-	mu      sync.Mutex
-	pending []byte
-	wake    chan struct{}
-	dead    bool
+	mu       sync.Mutex
+	pending  []byte
+	pendingN int // requests in pending
+	wake     chan struct{}
+	dead     bool
 }
 
+// request is a query of clientsQuery's as the bytes of an HTTP/1.1
+// request.
 func (f *openFlood) request(r *mrand.Rand) []byte {
-	q := url.Values{"target": {f.uris[r.IntN(len(f.uris))]}, "limit": {f.limit}}.Encode()
-	return []byte("GET /xrpc/blue.cerulea.backlinks.listBacklinks?" + q + " HTTP/1.1\r\nHost: " + f.base.Host + "\r\n\r\n")
+	return []byte("GET " + clientsQuery("", f.uris, r) + " HTTP/1.1\r\nHost: " + f.base.Host + "\r\n\r\n")
 }
 
 // run asks rate queries a second over conns connections until deadline.
@@ -84,7 +87,7 @@ func (f *openFlood) run(ctx context.Context, conns int, rate float64, deadline t
 			c.mu.Lock()
 			if !c.dead && len(c.pending)+len(req) <= openFloodPendingMax {
 				c.pending = append(c.pending, req...)
-				f.sent.Add(1)
+				c.pendingN++
 			}
 			c.mu.Unlock()
 			select {
@@ -100,7 +103,10 @@ func (f *openFlood) run(ctx context.Context, conns int, rate float64, deadline t
 // it), writes its pending requests and reads the answers.
 func (f *openFlood) serveConn(ctx context.Context, c *floodConn) {
 	d := &net.Dialer{LocalAddr: f.local}
-	for ctx.Err() == nil {
+	// Not past the deadline either: a connection's own deadline (the
+	// same instant) may end it before ctx's timer has fired.
+	dl, _ := ctx.Deadline()
+	for ctx.Err() == nil && time.Now().Before(dl) {
 		f.dials.Add(1)
 		conn, err := d.DialContext(ctx, "tcp", f.base.Host)
 		if err != nil {
@@ -113,9 +119,7 @@ func (f *openFlood) serveConn(ctx context.Context, c *floodConn) {
 		}
 		// Nothing outlives the phase: a write into a full socket or a read
 		// of an answer still on its way ends at its end.
-		if dl, ok := ctx.Deadline(); ok {
-			conn.SetDeadline(dl)
-		}
+		conn.SetDeadline(dl)
 		c.mu.Lock()
 		c.dead = false
 		c.mu.Unlock()
@@ -153,24 +157,24 @@ func (f *openFlood) serveConn(ctx context.Context, c *floodConn) {
 			case <-c.wake:
 			}
 			c.mu.Lock()
-			b := c.pending
-			c.pending = nil
+			b, n := c.pending, c.pendingN
+			c.pending, c.pendingN = nil, 0
 			c.mu.Unlock()
 			if len(b) == 0 {
 				continue
 			}
 			if _, err := conn.Write(b); err != nil {
-				break write
+				break write // a request only partly written is not sent
 			}
+			f.sent.Add(int64(n))
 		}
 		// The connection is done: what was pending on it is lost, as a
 		// flooder's requests on a closed connection are.
 		c.mu.Lock()
 		c.dead = true
-		c.pending = nil
+		c.pending, c.pendingN = nil, 0
 		c.mu.Unlock()
 		conn.Close()
 		<-done
-		f.closed.Add(1)
 	}
 }

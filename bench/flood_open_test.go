@@ -60,6 +60,9 @@ func TestOpenFloodAsksAtItsRate(t *testing.T) {
 	if f.Sent == 0 || f.Sent > f.Asked {
 		t.Errorf("sent %d of %d asked", f.Sent, f.Asked)
 	}
+	if f.Sent < f.OK+f.Limited {
+		t.Errorf("sent %d, fewer than the %d answered", f.Sent, f.OK+f.Limited)
+	}
 	if f.OK == 0 || f.Limited == 0 || f.Other != 0 {
 		t.Errorf("answers: %d ok, %d limited, %d other; want both kinds and no other", f.OK, f.Limited, f.Other)
 	}
@@ -69,5 +72,41 @@ func TestOpenFloodAsksAtItsRate(t *testing.T) {
 	// Every connection the server closed was dialled again.
 	if f.Dials < conns+int(min(closedByServer.Load(), 4)) {
 		t.Errorf("%d dials with %d connections and %d closed by the server", f.Dials, conns, closedByServer.Load())
+	}
+}
+
+// Against a server that answers a connection's query only every 200 ms,
+// the flooder still writes at its rate: its queries are pipelined, not
+// sent one at a time as the answers come.
+func TestOpenFloodPipelines(t *testing.T) {
+	var served atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(200 * time.Millisecond)
+		served.Add(1)
+		w.WriteHeader(http.StatusTooManyRequests)
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	var out, errb bytes.Buffer
+	args := []string{"--url", "http://" + ln.Addr().String(), "--conns", "2", "--targets", "5", "--limit", "7", "--seconds", "1", "--rate", "1000"}
+	if err := clientsFloodMain(context.Background(), args, &out, &errb); err != nil {
+		t.Fatalf("%v: %s", err, errb.String())
+	}
+	var f floodResult
+	if err := json.Unmarshal(out.Bytes(), &f); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	t.Logf("%+v; served %d", f, served.Load())
+	// Two connections answered every 200 ms: at most ~10 answers; a
+	// closed loop would have written ~12 queries, the open loop ~1,000.
+	if f.Limited > 12 || f.OK != 0 {
+		t.Errorf("%d answered 429, %d 200: want at most ~10, all 429", f.Limited, f.OK)
+	}
+	if f.Sent < 900 || f.Dials != 2 {
+		t.Errorf("sent %d queries over %d dials, want ~1,000 over 2 connections", f.Sent, f.Dials)
 	}
 }

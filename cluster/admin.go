@@ -82,9 +82,10 @@ type Admin struct {
 	Extra func() (viewGeneration uint64, extra map[string]any)
 	// Served, if set, reports ServedGeneration (query.Views.OldestServed).
 	Served func() uint64
-	// Compact, if set, asks for a full compaction (on the leader: a
-	// follower forwards the call) and returns what to answer.
-	Compact func(ctx context.Context) (map[string]any, error)
+	// Compact, if set, asks for a full compaction or withdraws one (on
+	// the leader: a follower forwards the call) and returns what to
+	// answer.
+	Compact func(ctx context.Context, req CompactRequest) (map[string]any, error)
 	http    *http.Client
 }
 
@@ -377,9 +378,11 @@ func (a *Admin) handleTransfer(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]string{"leader": id})
 }
 
-// CompactRequest is the body of POST /admin/compact.
+// CompactRequest is the body of POST /admin/compact: one of Full and
+// Cancel.
 type CompactRequest struct {
-	Full bool `json:"full"` // merge every run of each tree into one (the only kind asked for now)
+	Full   bool `json:"full"`             // merge every run of each tree into one (the only kind asked for now)
+	Cancel bool `json:"cancel,omitempty"` // withdraw a requested full compaction
 }
 
 func (a *Admin) handleCompact(w http.ResponseWriter, r *http.Request) {
@@ -388,15 +391,15 @@ func (a *Admin) handleCompact(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req CompactRequest
-	if err := json.Unmarshal(body, &req); err != nil || !req.Full {
-		writeErr(w, http.StatusBadRequest, "InvalidRequest", `want {"full": true}`)
+	if err := json.Unmarshal(body, &req); err != nil || req.Full == req.Cancel {
+		writeErr(w, http.StatusBadRequest, "InvalidRequest", `want {"full": true} or {"cancel": true}`)
 		return
 	}
 	if a.Compact == nil {
 		writeErr(w, http.StatusNotImplemented, "NotImplemented", "this node runs no write path")
 		return
 	}
-	out, err := a.Compact(r.Context())
+	out, err := a.Compact(r.Context(), req)
 	if err != nil {
 		writeErr(w, http.StatusServiceUnavailable, "CompactFailed", err.Error())
 		return

@@ -95,14 +95,35 @@ func TestGCWithLeaderKills(t *testing.T) {
 	if out := ctl(t, "compact", "--full", "--addr", strings.Join(admins, ","), "--token-file", lc.TokenFile); !strings.Contains(out, "full compaction asked") {
 		t.Fatalf("compact --full: %s", out)
 	}
+	// The request is replicated: a follower's status shows it (the
+	// leader merges one tree a compaction tick and deletes a tree's
+	// request only once its merge is published, a tick or more later).
+	lead, err := lc.leader(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range lc.Nodes {
+		if n.ID == lead.ID {
+			continue
+		}
+		lc.waitFor(t, "a follower holding the full compaction request", 2*time.Second, func() error {
+			st, err := lc.status(n)
+			if err != nil {
+				return err
+			}
+			if _, ok := st.Extra["full_compaction_pending"]; !ok {
+				return fmt.Errorf("follower %s shows no full compaction pending", n.ID)
+			}
+			return nil
+		})
+		break
+	}
 	// The leader that took the request dies before it can have merged
-	// every tree (one a compaction tick): the request is replicated, and
-	// the next leader carries it out, its garbage collected like the
-	// rest. (In this small world the ordinary compactions, fan-in 2,
-	// would also end at one run a tree: a lost request fails the ingest
-	// and cmd/ctl tests, TestIngestSimulatedNetwork and
-	// TestClusterCommands, not this one.)
-	lead := lc.killLeader(t)
+	// every tree: the next leader carries it out, its garbage collected
+	// like the rest. (In this small world the ordinary compactions, fan-in
+	// 2, would also end at one run a tree; that a new leader carries out
+	// a request it did not take is TestIngestSimulatedNetwork's.)
+	lead = lc.killLeader(t)
 	t.Logf("SIGKILLed leader %s right after the full compaction request (restarted)", lead.ID)
 	lc.waitFor(t, "the full compaction merged every tree", 60*time.Second, func() error {
 		_, st, err := lc.leaderStatus()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/fsm"
 	"github.com/eddy-backlinks/eddy/ingest/simnet"
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
@@ -253,5 +254,50 @@ func TestIngestSimulatedNetwork(t *testing.T) {
 		if !slices.Equal(v, fh[k]) {
 			t.Fatalf("target %s differs between jetstream and firehose", k)
 		}
+	}
+}
+
+// A full compaction's request is deleted once its merge is published,
+// unless it was asked again meanwhile (for the runs flushed since) or
+// withdrawn; cancelling withdraws every tree's.
+func TestFullCompactionRequests(t *testing.T) {
+	ctx := context.Background()
+	node := oneNode(t)
+	r := &Runner{Config: Config{Node: node}}
+	log := hclog.NewNullLogger()
+	key := fullCompactionKey + string(lsm.TreeLinks)
+	if _, err := RequestFullCompaction(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	first := node.FSM.Setting(key)
+	// Asked again while the first request's merge ran: the generation
+	// moved (a flush), so the request is another one.
+	if _, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: key, Value: first + "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if !r.fullDone(ctx, fullMerge{lsm.TreeLinks, first}, log) {
+		t.Fatal("fullDone failed on the leader")
+	}
+	if got := node.FSM.Setting(key); got != first+"1" {
+		t.Fatalf("the later request %q was deleted (setting %q)", first+"1", got)
+	}
+	if !r.fullDone(ctx, fullMerge{lsm.TreeLinks, first + "1"}, log) || node.FSM.Setting(key) != "" {
+		t.Fatalf("the request carried out stays: %q", node.FSM.Setting(key))
+	}
+	if p := FullCompactionPending(node.FSM); len(p) != len(lsm.Trees)-1 || slices.Contains(p, lsm.TreeLinks) {
+		t.Fatalf("pending %v, want every tree but links", p)
+	}
+	if err := CancelFullCompaction(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if p := FullCompactionPending(node.FSM); len(p) != 0 {
+		t.Fatalf("pending %v after cancelling", p)
+	}
+	// A tree of fewer than two runs is done at once.
+	if _, err := RequestFullCompaction(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if runs, _ := r.fullInputs(ctx, node.FSM.Manifest(), lsm.TreeLinks, log); runs != nil || node.FSM.Setting(key) != "" {
+		t.Fatalf("an empty tree: runs %v, request %q", runs, node.FSM.Setting(key))
 	}
 }

@@ -82,11 +82,14 @@ type Runner struct {
 // it, and every node's status shows it. The leader's compaction loop
 // merges, one tree at a time, every run the tree has when it picks the
 // tree (runs flushed meanwhile stay for the ordinary compactions), and
-// deletes the tree's setting once the merge is published. A merge that
-// fails is tried again at the loop's next look; a leader lost before it
-// published leaves the request to the next one, and one lost between
-// publishing and deleting leaves it a tree of one run (done at once) or
-// of that run and the flushes since (merged once more).
+// deletes the tree's setting once the merge is published, unless it was
+// asked again meanwhile (then the runs flushed since are merged next). A
+// merge that fails is tried again at the loop's next look, until the
+// request is withdrawn (CancelFullCompaction, eddy-ctl compact --cancel);
+// a leader lost before it published leaves the request to the next one,
+// and one lost between publishing and deleting leaves it a tree of one
+// run (done at once) or of that run and the flushes since: merged once
+// more, the whole tree rewritten again.
 const fullCompactionKey = "full_compaction:"
 
 // RequestFullCompaction asks for a full compaction of every tree (on the
@@ -114,27 +117,54 @@ func FullCompactionPending(s *fsm.State) []lsm.Tree {
 	return out
 }
 
+// CancelFullCompaction withdraws a requested full compaction (on the
+// leader): a merge already running is published, no other is started.
+func CancelFullCompaction(ctx context.Context, node *cluster.Node) error {
+	for _, t := range FullCompactionPending(node.FSM) {
+		if _, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: fullCompactionKey + string(t)}); err != nil {
+			return fmt.Errorf("cancel the full compaction of %s: %w", t, err)
+		}
+	}
+	return nil
+}
+
+// fullMerge is a full compaction's merge of one tree, and the request it
+// carries out (the setting's value when the tree was picked).
+type fullMerge struct {
+	tree  lsm.Tree
+	asked string
+}
+
 // fullInputs returns the runs of tree to merge for a pending full
-// compaction (nil if none is pending, or the tree has fewer than two runs:
-// then it is done, and its request deleted).
-func (r *Runner) fullInputs(ctx context.Context, m *lsm.Manifest, tree lsm.Tree, log hclog.Logger) []lsm.Run {
-	if r.Config.Node.FSM.Setting(fullCompactionKey+string(tree)) == "" {
-		return nil
+// compaction and the request's value (nil if none is pending, or the tree
+// has fewer than two runs: then it is done, and its request deleted).
+func (r *Runner) fullInputs(ctx context.Context, m *lsm.Manifest, tree lsm.Tree, log hclog.Logger) ([]lsm.Run, string) {
+	asked := r.Config.Node.FSM.Setting(fullCompactionKey + string(tree))
+	if asked == "" {
+		return nil, ""
 	}
 	runs := m.RunsOf(tree)
 	if len(runs) < 2 {
-		r.fullDone(ctx, tree, log)
-		return nil
+		r.fullDone(ctx, fullMerge{tree, asked}, log)
+		return nil, ""
 	}
-	return runs
+	return runs, asked
 }
 
-// fullDone deletes tree's full compaction request. A failure (leadership
-// lost) leaves it to the next leader, which finds the tree merged.
-func (r *Runner) fullDone(ctx context.Context, tree lsm.Tree, log hclog.Logger) {
-	if _, err := r.Config.Node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: fullCompactionKey + string(tree)}); err != nil {
-		log.Warn("full compaction: could not mark the tree done", "tree", tree, "error", err)
+// fullDone deletes the request f carried out, unless it was asked again
+// since (a later generation's request, for the runs flushed meanwhile,
+// stays) or withdrawn. It reports false if the deletion could not be
+// proposed (leadership lost, a timeout): the caller tries again, so that
+// a merged tree is not merged once more for a request already done.
+func (r *Runner) fullDone(ctx context.Context, f fullMerge, log hclog.Logger) bool {
+	if r.Config.Node.FSM.Setting(fullCompactionKey+string(f.tree)) != f.asked {
+		return true
 	}
+	if _, err := r.Config.Node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: fullCompactionKey + string(f.tree)}); err != nil {
+		log.Warn("full compaction: could not mark the tree done; trying again", "tree", f.tree, "error", err)
+		return false
+	}
+	return true
 }
 
 // flushPoll: how often the flush timer checks whether a flush is due.
@@ -301,7 +331,8 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 	defer t.Stop()
 	var inFlight map[string]bool // runs of an offered compaction not yet published
 	uploaded := func() {}        // ends the offered compaction's upload (w.uploads) once published
-	var inFlightFull lsm.Tree    // the tree whose full compaction is in flight ("": none)
+	var inFlightFull *fullMerge  // the full compaction's merge in flight
+	var doneFull *fullMerge      // a published full merge whose request is not deleted yet
 	defer func() { uploaded() }()
 	for {
 		select {
@@ -322,13 +353,16 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			}
 			inFlight = nil
 			uploaded()
-			if inFlightFull != "" {
-				r.fullDone(ctx, inFlightFull, w.log) // merged and published
-				inFlightFull = ""
+			doneFull, inFlightFull = inFlightFull, nil // merged and published
+		}
+		if doneFull != nil {
+			if !r.fullDone(ctx, *doneFull, w.log) {
+				continue
 			}
+			doneFull = nil
 		}
 		for _, tree := range lsm.Trees {
-			full := r.fullInputs(ctx, m, tree, w.log)
+			full, asked := r.fullInputs(ctx, m, tree, w.log)
 			inputs := full
 			if inputs == nil {
 				inputs = lsm.PickCompaction(m, tree, r.FanIn())
@@ -360,7 +394,7 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			w.OfferCompaction(out, ids)
 			w.log.Info("compacted", "tree", tree, "runs", len(inputs), "records", out.Records(), "full", full != nil)
 			if full != nil {
-				inFlightFull = tree
+				inFlightFull = &fullMerge{tree, asked}
 			}
 			break // one at a time
 		}

@@ -220,7 +220,10 @@ func startNode(t *testing.T, certDir, token, id string, bootstrap bool) *testNod
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin.Compact = func(ctx context.Context) (map[string]any, error) { // as eddy-node's
+	admin.Compact = func(ctx context.Context, req cluster.CompactRequest) (map[string]any, error) { // as eddy-node's
+		if req.Cancel {
+			return map[string]any{"cancelled": true, "leader": id}, ingest.CancelFullCompaction(ctx, n.node)
+		}
 		n.compacts.Add(1)
 		pending, err := ingest.RequestFullCompaction(ctx, n.node)
 		if err != nil {
@@ -405,8 +408,25 @@ func TestClusterCommands(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	if code, _, _ := ctl(t, append([]string{"compact", "--addr", asked.admin}, auth...)...); code != 2 {
-		t.Fatalf("compact without --full: exit %d, want 2", code)
+	// Withdrawn through a follower, on every node.
+	out = mustCtl(t, append([]string{"compact", "--cancel", "--addr", asked.admin}, auth...)...)
+	if !strings.Contains(out, "full compaction withdrawn by leader "+leader) {
+		t.Fatalf("compact --cancel: %s", out)
+	}
+	for _, n := range nodes {
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			if p := ingest.FullCompactionPending(n.node.FSM); len(p) == 0 {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("node %s still holds a full compaction of %v after --cancel", n.id, p)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for _, bad := range [][]string{{"compact"}, {"compact", "--full", "--cancel"}} {
+		if code, _, _ := ctl(t, append(append(bad, "--addr", asked.admin), auth...)...); code != 2 {
+			t.Fatalf("%v: exit %d, want 2", bad, code)
+		}
 	}
 
 	// Leadership moves, asked through a follower.

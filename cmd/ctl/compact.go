@@ -17,7 +17,7 @@ func init() {
 	})
 }
 
-const compactUsage = `Usage: eddy-ctl compact --full --addr ADMIN_ADDRS [--token-file FILE]
+const compactUsage = `Usage: eddy-ctl compact --full|--cancel --addr ADMIN_ADDRS [--token-file FILE]
 
 Asks the leader (through any member) for a full compaction: each tree's
 runs merged into one, one tree at a time, by the leader's write path in
@@ -29,18 +29,21 @@ flushed while a merge runs stay for the ordinary compactions. The answer
 names the trees still to merge; "eddy-ctl status" shows them
 (full_compaction_pending) on every node until they are done. The request
 is replicated: if leadership moves, the next leader carries it out.
+--cancel withdraws it (a merge already running is still published).
+Asking again while a merge runs asks for the runs flushed since too.
 
 Flags:
 `
 
 func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, af := adminFlagSet("compact", compactUsage, stderr)
-	full := fs.Bool("full", false, "merge every run of each tree into one (required: the only kind of compaction asked for)")
+	full := fs.Bool("full", false, "merge every run of each tree into one (the only kind of compaction asked for)")
+	withdraw := fs.Bool("cancel", false, "withdraw a requested full compaction (a merge already running is published; no other starts)")
 	if err := parseAdminArgs(fs, args); err != nil {
 		return err
 	}
-	if !*full {
-		return fmt.Errorf("%w: compact needs --full", errUsage)
+	if *full == *withdraw {
+		return fmt.Errorf("%w: compact needs --full or --cancel", errUsage)
 	}
 	c, ctx, cancel, err := af.connect(ctx)
 	if err != nil {
@@ -48,16 +51,22 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer cancel()
 	var resp struct {
-		Full    bool     `json:"full"`
-		Pending []string `json:"pending"`
-		Leader  string   `json:"leader"`
+		Full      bool     `json:"full"`
+		Cancelled bool     `json:"cancelled,omitempty"`
+		Pending   []string `json:"pending"`
+		Leader    string   `json:"leader"`
 	}
-	// Idempotent: asking twice asks for the same merges.
-	if err := adminCall(ctx, c, http.MethodPost, "/admin/compact", cluster.CompactRequest{Full: true}, &resp, true, stderr, "compact"); err != nil {
+	// Idempotent: asking twice asks for the same merges (of the runs the
+	// trees have then); cancelling twice withdraws nothing more.
+	if err := adminCall(ctx, c, http.MethodPost, "/admin/compact", cluster.CompactRequest{Full: *full, Cancel: *withdraw}, &resp, true, stderr, "compact"); err != nil {
 		return err
 	}
 	if af.json {
 		return printJSON(stdout, resp)
+	}
+	if resp.Cancelled {
+		fmt.Fprintf(stdout, "full compaction withdrawn by leader %s\n", resp.Leader)
+		return nil
 	}
 	fmt.Fprintf(stdout, "full compaction asked of leader %s: trees to merge: %s\n", resp.Leader, strings.Join(resp.Pending, ", "))
 	return nil
