@@ -12,7 +12,7 @@ import (
 
 func init() {
 	register("compact", command{
-		summary: "merge each tree's runs into one on the leader: compact --full --addr ADMIN",
+		summary: "merge each tree's runs into one (a replicated request): compact --full|--cancel --addr ADMIN",
 		run:     runCompact,
 	})
 }
