@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,15 +43,7 @@ func TestOpenFloodAsksAtItsRate(t *testing.T) {
 	defer srv.Close()
 
 	const rate, seconds, conns = 2000.0, 1.0, 4
-	var out, errb bytes.Buffer
-	args := []string{"--url", "http://" + ln.Addr().String(), "--conns", "4", "--targets", "5", "--limit", "7", "--seconds", "1", "--rate", "2000"}
-	if err := clientsFloodMain(context.Background(), args, &out, &errb); err != nil {
-		t.Fatalf("%v: %s", err, errb.String())
-	}
-	var f floodResult
-	if err := json.Unmarshal(out.Bytes(), &f); err != nil {
-		t.Fatalf("%v: %s", err, out.String())
-	}
+	f := openFloodFor(t, ln.Addr().String(), conns, rate)
 	t.Logf("%+v; served %d, closed by the server %d", f, served.Load(), closedByServer.Load())
 	// Open loop: asked at the rate, though the server answers ~4 conns /
 	// 2 ms = 2,000 a second at best and closes every tenth connection.
@@ -91,15 +84,7 @@ func TestOpenFloodPipelines(t *testing.T) {
 	})}
 	go srv.Serve(ln)
 	defer srv.Close()
-	var out, errb bytes.Buffer
-	args := []string{"--url", "http://" + ln.Addr().String(), "--conns", "2", "--targets", "5", "--limit", "7", "--seconds", "1", "--rate", "1000"}
-	if err := clientsFloodMain(context.Background(), args, &out, &errb); err != nil {
-		t.Fatalf("%v: %s", err, errb.String())
-	}
-	var f floodResult
-	if err := json.Unmarshal(out.Bytes(), &f); err != nil {
-		t.Fatalf("%v: %s", err, out.String())
-	}
+	f := openFloodFor(t, ln.Addr().String(), 2, 1000)
 	t.Logf("%+v; served %d", f, served.Load())
 	// Two connections answered every 200 ms: at most ~10 answers; a
 	// closed loop would have written ~12 queries, the open loop ~1,000.
@@ -109,4 +94,20 @@ func TestOpenFloodPipelines(t *testing.T) {
 	if f.Sent < 900 || f.Dials != 2 {
 		t.Errorf("sent %d queries over %d dials, want ~1,000 over 2 connections", f.Sent, f.Dials)
 	}
+}
+
+// openFloodFor runs clients-flood for a second at rate from conns
+// connections against addr (queries of limit 7 over five targets).
+func openFloodFor(t *testing.T, addr string, conns int, rate float64) floodResult {
+	t.Helper()
+	var out, errb bytes.Buffer
+	args := []string{"--url", "http://" + addr, "--conns", strconv.Itoa(conns), "--targets", "5", "--limit", "7", "--seconds", "1", "--rate", strconv.FormatFloat(rate, 'f', -1, 64)}
+	if err := clientsFloodMain(context.Background(), args, &out, &errb); err != nil {
+		t.Fatalf("%v: %s", err, errb.String())
+	}
+	var f floodResult
+	if err := json.Unmarshal(out.Bytes(), &f); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	return f
 }
