@@ -3,6 +3,8 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"flag"
 	"io"
 	mrand "math/rand/v2"
 	"net"
@@ -12,6 +14,73 @@ import (
 	"sync/atomic"
 	"time"
 )
+
+type floodResult struct {
+	Asked, OK, Limited int
+	Seconds            float64
+	// The open loop's (--rate): queries written to a connection (the
+	// others found theirs full, being dialled again, or ending), answers
+	// neither 200 nor 429, and connections dialled (those that failed
+	// among them).
+	Sent, Other, Dials, DialErrors int `json:",omitempty"`
+}
+
+// clientsFloodMain is the flooding client of `eddy-bench clients`: --conns
+// connections from one address asking in a closed loop for --seconds; it
+// prints how many queries it asked and how they were answered.
+func clientsFloodMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("clients-flood", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	base := fs.String("url", "", "")
+	conns := fs.Int("conns", 64, "")
+	seconds := fs.Float64("seconds", 10, "")
+	targets := fs.Int("targets", 2000, "")
+	limit := fs.String("limit", "1000", "")
+	at := fs.Int64("at", 0, "when to start, in Unix nanoseconds (0: at once)")
+	rate := fs.Float64("rate", 0, "queries a second in an open loop, pipelined (0: a closed loop)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	clientsLimit = *limit
+	var uris []string
+	for i := range *targets {
+		uris = append(uris, clientsPost(i))
+	}
+	if *at != 0 {
+		time.Sleep(time.Until(time.Unix(0, *at)))
+	}
+	start := time.Now()
+	deadline := start.Add(time.Duration(*seconds * float64(time.Second)))
+	if *rate > 0 {
+		u, err := url.Parse(*base)
+		if err != nil {
+			return err
+		}
+		f := &openFlood{base: u, uris: uris, local: &net.TCPAddr{IP: net.ParseIP(clientsFloodAddr)}}
+		f.run(ctx, *conns, *rate, deadline)
+		return json.NewEncoder(stdout).Encode(floodResult{Asked: int(f.asked.Load()), OK: int(f.ok.Load()), Limited: int(f.limited.Load()), Seconds: time.Since(start).Seconds(),
+			Sent: int(f.sent.Load()), Other: int(f.other.Load()), Dials: int(f.dials.Load()), DialErrors: int(f.dialErrs.Load())})
+	}
+	c := loopbackClient(clientsFloodAddr, *conns)
+	var asked, ok, limited atomic.Int64
+	var wg sync.WaitGroup
+	for w := range *conns {
+		wg.Go(func() {
+			r := mrand.New(mrand.NewPCG(uint64(w), 2))
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				asked.Add(1)
+				switch clientsGet(c, clientsQuery(*base, uris, r)) {
+				case 200:
+					ok.Add(1)
+				case 429:
+					limited.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return json.NewEncoder(stdout).Encode(floodResult{Asked: int(asked.Load()), OK: int(ok.Load()), Limited: int(limited.Load()), Seconds: time.Since(start).Seconds()})
+}
 
 // openFlood is the flooding client of `eddy-bench clients --flood-x X`: an
 // open loop that asks rate queries a second whatever the node answers, as
