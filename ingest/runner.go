@@ -128,6 +128,25 @@ func CancelFullCompaction(ctx context.Context, node *cluster.Node) error {
 	return nil
 }
 
+// AdminCompact is the admin API's Compact hook of a node (cluster.Admin):
+// it asks for a full compaction, or withdraws one, and says what is
+// pending.
+func AdminCompact(node *cluster.Node) func(context.Context, cluster.CompactRequest) (map[string]any, error) {
+	return func(ctx context.Context, req cluster.CompactRequest) (map[string]any, error) {
+		if req.Cancel {
+			if err := CancelFullCompaction(ctx, node); err != nil {
+				return nil, err
+			}
+			return map[string]any{"full": false, "cancelled": true, "pending": FullCompactionPending(node.FSM), "leader": node.ID()}, nil
+		}
+		pending, err := RequestFullCompaction(ctx, node)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"full": true, "pending": pending, "leader": node.ID()}, nil
+	}
+}
+
 // fullMerge is a full compaction's merge of one tree, and the request it
 // carries out (the setting's value when the tree was picked).
 type fullMerge struct {

@@ -220,16 +220,12 @@ func startNode(t *testing.T, certDir, token, id string, bootstrap bool) *testNod
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin.Compact = func(ctx context.Context, req cluster.CompactRequest) (map[string]any, error) { // as eddy-node's
-		if req.Cancel {
-			return map[string]any{"cancelled": true, "leader": id}, ingest.CancelFullCompaction(ctx, n.node)
+	compact := ingest.AdminCompact(n.node) // eddy-node's
+	admin.Compact = func(ctx context.Context, req cluster.CompactRequest) (map[string]any, error) {
+		if req.Full {
+			n.compacts.Add(1)
 		}
-		n.compacts.Add(1)
-		pending, err := ingest.RequestFullCompaction(ctx, n.node)
-		if err != nil {
-			return nil, err
-		}
-		return map[string]any{"full": true, "pending": pending, "leader": id}, nil
+		return compact(ctx, req)
 	}
 	n.srv = &http.Server{Handler: admin.Handler()}
 	go n.srv.Serve(ln)

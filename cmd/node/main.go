@@ -173,19 +173,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	admin.Served = views.OldestServed // what the leader's garbage collector waits for
 	// eddy-ctl compact --full (forwarded to the leader): a replicated
 	// request, carried out by whichever node leads.
-	admin.Compact = func(ctx context.Context, req cluster.CompactRequest) (map[string]any, error) {
-		if req.Cancel {
-			if err := ingest.CancelFullCompaction(ctx, node); err != nil {
-				return nil, err
-			}
-			return map[string]any{"full": false, "cancelled": true, "pending": ingest.FullCompactionPending(node.FSM), "leader": node.ID()}, nil
-		}
-		pending, err := ingest.RequestFullCompaction(ctx, node)
-		if err != nil {
-			return nil, err
-		}
-		return map[string]any{"full": true, "pending": pending, "leader": node.ID()}, nil
-	}
+	admin.Compact = ingest.AdminCompact(node)
 	// The write path runs while this node leads.
 	writePath := &ingest.Supervisor{Node: node, Logger: log, Runner: ingest.Runner{Config: ingest.Config{
 		Node: node, Store: store, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
