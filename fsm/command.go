@@ -19,11 +19,37 @@ import (
 //
 // Only this file encodes and decodes entries. Entries stay small (a flush
 // names its tables, it never carries their data): EntryBytesMax.
+//
+// Versions: 1, every entry but those below; 2, a flush whose edit adds a
+// run of the names tree (lsm.TreeNames), which a version-1 build would
+// refuse as a bad edit while the others apply it (its manifest would part
+// from theirs for good): such a build stops at the entry instead, and
+// applies it once upgraded.
 const (
-	EntryVersion  = 1
+	EntryVersion  = 2 // the newest this build decodes
 	EntryBytesMax = 4 << 20
 	headerBytes   = 3
 )
+
+// entryVersion is the version an entry of type t with payload v is
+// written in: the oldest that can decode it.
+func entryVersion(t Type, v any) byte {
+	var f *Flush
+	switch x := v.(type) {
+	case Flush:
+		f = &x
+	case *Flush:
+		f = x
+	}
+	if t == TypeFlush && f != nil {
+		for _, r := range f.Edit.Add {
+			if r.Tree == lsm.TreeNames {
+				return 2
+			}
+		}
+	}
+	return 1
+}
 
 // Type is an entry's type.
 type Type uint8
@@ -140,7 +166,7 @@ func Encode(t Type, flags uint8, v any) ([]byte, error) {
 		return nil, fmt.Errorf("encode %s: %w", t, err)
 	}
 	b := make([]byte, 0, headerBytes+len(p))
-	b = append(b, EntryVersion, byte(t), flags)
+	b = append(b, entryVersion(t, v), byte(t), flags)
 	b = append(b, p...)
 	if len(b) > EntryBytesMax {
 		return nil, fmt.Errorf("encode %s: %d bytes: %w", t, len(b), ErrEntryTooBig)

@@ -90,3 +90,35 @@ func TestLeaderEntriesDefaultBuild(t *testing.T) {
 		t.Fatalf("LeaderEntries: %v, %v", es, err)
 	}
 }
+
+// TestFlushOfNamesIsVersion2: a flush that adds a run of the names tree is
+// written as version 2, which a version-1 build refuses to decode (its
+// Apply stops the node: "upgrade this node") instead of refusing the edit
+// as bad and parting from the cluster's manifest; every other entry stays
+// version 1, and this build decodes both.
+func TestFlushOfNamesIsVersion2(t *testing.T) {
+	run := func(tree lsm.Tree) lsm.Run {
+		return lsm.Run{ID: "r-" + string(tree), Tree: tree, Kind: lsm.RunDelta, Tables: []lsm.TableRef{{ID: "t-" + string(tree), Records: 1}}}
+	}
+	for _, c := range []struct {
+		payload any
+		t       Type
+		want    byte
+	}{
+		{Flush{Edit: lsm.Edit{Add: []lsm.Run{run(lsm.TreeLinks), run(lsm.TreeNames)}}}, TypeFlush, 2},
+		{&Flush{Edit: lsm.Edit{Add: []lsm.Run{run(lsm.TreeNames)}}}, TypeFlush, 2},
+		{Flush{Edit: lsm.Edit{Add: []lsm.Run{run(lsm.TreeLinks), run(lsm.TreePLCDID)}}}, TypeFlush, 1},
+		{Setting{Key: "k", Value: string(lsm.TreeNames)}, TypeSetting, 1},
+	} {
+		b, err := Encode(c.t, 0, c.payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b[0] != c.want {
+			t.Errorf("%s %+v: version %d, want %d", c.t, c.payload, b[0], c.want)
+		}
+		if _, err := Decode(b); err != nil {
+			t.Errorf("%s version %d: %v", c.t, b[0], err)
+		}
+	}
+}

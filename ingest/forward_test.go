@@ -226,7 +226,7 @@ func TestWriterForwardEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	reader := lsm.NewReader(store, nil)
-	codec := &link.Codec{Outlines: node.FSM}
+	codec := &link.Codec{Outlines: node.FSM, Names: lsm.NewNameMap(reader, lsm.Views(func() *lsm.View { return view }), 0)}
 	id := func(s src) link.RecordID {
 		r, err := codec.Record(s.did, s.coll, s.rkey, false)
 		if err != nil {

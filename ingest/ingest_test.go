@@ -128,6 +128,11 @@ func ingestSim(t *testing.T, live func(n *simnet.Net) Source, seed int64) map[st
 	cancel()
 	<-done
 	t.Logf("backfill %v; generation %d; outlines %v", bf.Stats().Snapshot(), node.FSM.Manifest().Generation, node.FSM.Summary().Outlines)
+	// Record keys that are not TIDs (profiles' "self") are named in the
+	// bucket, never outlined in the Raft state.
+	if n := node.FSM.Summary().Outlines["rkey"]; n != 0 || len(node.FSM.Manifest().RunsOf(lsm.TreeNames)) == 0 {
+		t.Fatalf("%d rkey outlines, %d runs of names: want none and some", n, len(node.FSM.Manifest().RunsOf(lsm.TreeNames)))
+	}
 
 	return compareModel(t, node, store, world)
 }
@@ -142,7 +147,7 @@ func compareModel(t *testing.T, node *cluster.Node, store objstore.Store, world 
 		t.Fatal(err)
 	}
 	reader := lsm.NewReader(store, nil)
-	codec := &link.Codec{Outlines: node.FSM}
+	codec := &link.Codec{Outlines: node.FSM, Names: lsm.NewNameMap(reader, lsm.Views(func() *lsm.View { return view }), 0)}
 	model := world.LiveLinks()
 	got := map[string][]string{}
 	links, twinsTotal := 0, 0

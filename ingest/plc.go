@@ -113,9 +113,6 @@ type plcFollower struct {
 	// which a writer waiting for this follower holds.
 	cursor atomic.Int64
 
-	vmu  sync.Mutex
-	view *lsm.View
-
 	mu struct {
 		sync.Mutex
 		headAt  time.Time     // start of the latest poll that reached the head
@@ -128,25 +125,8 @@ func newPLCFollower(ctx context.Context, dir *PLCDirectory, w *Writer) *plcFollo
 	f := &plcFollower{dir: dir, w: w, ctx: ctx, kick: make(chan struct{}, 1), ready: make(chan struct{})}
 	f.mu.changed = make(chan struct{})
 	f.cursor.Store(-1)
-	f.m = lsm.NewPLCMap(lsm.NewReader(w.cfg.Store, nil), f.currentView, 0)
+	f.m = lsm.NewPLCMap(w.reader, w.currentView, 0)
 	return f
-}
-
-// currentView is the view of the manifest the leader has applied (the
-// catalog has the meta of every table this leader wrote).
-func (f *plcFollower) currentView(ctx context.Context) (*lsm.View, error) {
-	m := f.w.cfg.Node.FSM.Manifest()
-	f.vmu.Lock()
-	defer f.vmu.Unlock()
-	if f.view != nil && f.view.Generation() == m.Generation {
-		return f.view, nil
-	}
-	v, err := lsm.OpenView(ctx, f.w.cfg.Catalog, m)
-	if err != nil {
-		return nil, fmt.Errorf("plc map: open generation %d: %w", m.Generation, err)
-	}
-	f.view = v
-	return v, nil
 }
 
 // reachedHead records a poll, started at start, that read to the head.

@@ -101,6 +101,11 @@ type Writer struct {
 	codec   link.Codec
 	metrics *Metrics
 	plc     *plcFollower // nil: plc off
+	names   *lsm.NameMap // named record keys (names.go)
+	reader  *lsm.Reader  // the maps' (PLC, names) reads of the bucket
+
+	vmu  sync.Mutex
+	view *lsm.View // currentView's
 
 	flushMu sync.Mutex // one publication at a time
 	// repos keeps a repository written whole (ApplyRepo: its revocation,
@@ -191,7 +196,9 @@ func NewWriter(ctx context.Context, cfg Config) (*Writer, error) {
 	w.pending = fsm.NewPending(cfg.Node.FSM)
 	// Without a PLC directory followed every DID is an outline (the PLC map
 	// stays empty), targets' too; with one, a target's unknown DID is hashed.
-	w.codec = link.Codec{Outlines: w.pending, PLC: cfg.PLC, TargetDIDOutlines: cfg.PLCDirectory == nil}
+	w.reader = lsm.NewReader(cfg.Store, nil)
+	w.names = lsm.NewNameMap(w.reader, w.currentView, 0)
+	w.codec = link.Codec{Outlines: w.pending, PLC: cfg.PLC, Names: w.names, TargetDIDOutlines: cfg.PLCDirectory == nil}
 	if cfg.PLCDirectory != nil {
 		w.plc = newPLCFollower(ctx, cfg.PLCDirectory, w)
 		w.codec.PLC = w.plc
@@ -601,6 +608,7 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 	if w.plc != nil {
 		plcBatch = w.plc.take(cursors) // after the swap too: every PLC entry the swapped links use
 	}
+	nameBatch := w.names.Seal() // and every name
 	w.mu.Unlock()
 	ungate() // swapped: repository writes go on into the new memtables
 
@@ -610,7 +618,7 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 			changed = true
 		}
 	}
-	if links.Len() == 0 && revs.Len() == 0 && comp == nil && !changed && len(outlines) == 0 && plcBatch == nil {
+	if links.Len() == 0 && revs.Len() == 0 && comp == nil && !changed && len(outlines) == 0 && plcBatch == nil && nameBatch == nil {
 		w.spare = [2]*lsm.Memtable{links, revs}
 		return nil
 	}
@@ -641,6 +649,14 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 		}
 		edit.Add = append(edit.Add, runs...)
 	}
+	if nameBatch != nil {
+		run, err := namesRun(ctx, w, nameBatch)
+		if err != nil {
+			w.dead.Store(true)
+			return err
+		}
+		edit.Add = append(edit.Add, run)
+	}
 	if comp != nil {
 		edit.Add = append(edit.Add, comp.add)
 		edit.Remove = comp.remove
@@ -659,6 +675,9 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 	fr := res.(fsm.FlushResult)
 	if plcBatch != nil {
 		w.plc.m.Published(plcBatch, fr.Generation)
+	}
+	if nameBatch != nil {
+		w.names.Published(nameBatch, fr.Generation)
 	}
 	w.metrics.FlushSeconds.Observe(time.Since(start).Seconds())
 	w.metrics.Generation.Set(float64(fr.Generation))

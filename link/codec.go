@@ -32,11 +32,16 @@ var ErrUnknown = errors.New("unknown to the index")
 //   - a DID that has an outline keeps it (so a did:plc outlined before the
 //     PLC directory knew it stays outlined); otherwise a did:plc the PLC map
 //     knows is inline; otherwise it is outlined;
-//   - a record key that is a TID is inline; otherwise it is outlined;
+//   - a record key that is a TID is inline; otherwise, one that has an
+//     outline keeps it; otherwise, with Names, it is named (RKeyNamed);
+//     without, it is outlined;
 //   - collections and paths are outlined.
 type Codec struct {
 	Outlines Outlines
 	PLC      PLC // nil: every DID is outlined
+	// Names holds the strings of named record keys; nil: a record key
+	// that is not a TID is outlined (the tests' and benchmarks' codecs).
+	Names Names
 	// TargetDIDOutlines: a target's DID that has no encoding yet is
 	// outlined, as a source's is (the PLC map off: every DID is an outline
 	// anyway, and links to accounts render); otherwise such a target is
@@ -66,7 +71,68 @@ func (c *Codec) RKey(rkey string, assign bool) (uint64, error) {
 	if v, ok := TIDValue(rkey); ok {
 		return v, nil
 	}
-	return c.outline(OutlineRKey, rkey, assign, OutlinedBit)
+	if c.Names == nil {
+		return c.outline(OutlineRKey, rkey, assign, OutlinedBit)
+	}
+	if id, ok := c.Outlines.Lookup(OutlineRKey, rkey); ok {
+		return OutlinedBit | id, nil // outlined before names: kept
+	}
+	return c.namedRKey(rkey, assign)
+}
+
+// Named record keys: a record key that is not a TID can be anything its
+// application picks (a feed's name, a hash of what the record is about),
+// so there can be millions of them, and an outline of each in every
+// node's memory and in every Raft snapshot would grow with the network.
+// Instead its field holds RKeyNamed and 62 bits from its hash, and the
+// string is stored under that value in the names tree (package lsm), in
+// the bucket, written with the flush of the first link that uses it. The
+// value is the first of SHA-256("eddy/rkey/v1\x00" + rkey)'s 62 bits plus
+// i, i = 0, 1, ..., that does not hold another record key: the leader
+// reads a value before it gives it out and names are never deleted, so
+// every node finds a key's value by the same probe. (With 62 bits and
+// millions of keys a probe past i = 0 is a one-in-billions event; the
+// bound below is never met but by a broken names tree.)
+
+// RKeyNamed tags an outlined rkey field (OutlinedBit set) whose value is a
+// named record key's, not an outline counter (which never reaches 2^62).
+const RKeyNamed uint64 = 1 << 62
+
+// namedProbes bounds the values a record key is looked for at.
+const namedProbes = 64
+
+// rkeyHash is the first value a named record key is looked for at.
+func rkeyHash(rkey string) uint64 {
+	h := sha256.New()
+	h.Write([]byte("eddy/rkey/v1\x00"))
+	h.Write([]byte(rkey))
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+func (c *Codec) namedRKey(rkey string, assign bool) (uint64, error) {
+	if len(rkey) > OutlineBytesMax {
+		return 0, fmt.Errorf("rkey: length %d out of range", len(rkey))
+	}
+	h := rkeyHash(rkey)
+	for i := uint64(0); i < namedProbes; i++ {
+		v := OutlinedBit | RKeyNamed | (h+i)&(RKeyNamed-1)
+		held, ok, err := c.Names.RKeyName(v)
+		if err != nil {
+			return 0, fmt.Errorf("rkey %q: names: %w", rkey, err)
+		}
+		if !ok {
+			if !assign {
+				return 0, fmt.Errorf("rkey %q: %w", rkey, ErrUnknown)
+			}
+			held = c.Names.AddRKeyName(v, rkey)
+		}
+		if held == rkey {
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("rkey %q: %d values in a row hold other record keys: the names tree is broken", rkey, namedProbes)
 }
 
 // Collection encodes a collection NSID.
@@ -251,6 +317,19 @@ func (c *Codec) RenderDID(v uint64) (string, error) {
 
 // RenderRKey turns an rkey field back into the record key.
 func (c *Codec) RenderRKey(v uint64) (string, error) {
+	if v&(OutlinedBit|RKeyNamed) == OutlinedBit|RKeyNamed {
+		if c.Names == nil {
+			return "", fmt.Errorf("named rkey %#x: no names: %w", v, ErrOutlineMissing)
+		}
+		s, ok, err := c.Names.RKeyName(v)
+		if err != nil {
+			return "", fmt.Errorf("named rkey %#x: %w", v, err)
+		}
+		if !ok {
+			return "", fmt.Errorf("named rkey %#x: %w", v, ErrOutlineMissing)
+		}
+		return s, nil
+	}
 	if v&OutlinedBit != 0 {
 		if s, ok := c.Outlines.Name(OutlineRKey, v&^OutlinedBit); ok {
 			return s, nil

@@ -26,3 +26,15 @@ func plcDID(p PLC, seq uint64) (string, bool, error) {
 	s, ok := p.DID(seq)
 	return s, ok, nil
 }
+
+// Names stores the strings of named field values (named record keys: see
+// Codec.RKey), the names tree of package lsm on a node.
+type Names interface {
+	// RKeyName returns the record key stored under the rkey field value
+	// v; false if v holds none. An error is a failed read.
+	RKeyName(v uint64) (string, bool, error)
+	// AddRKeyName gives v to rkey, to be stored with the next flush,
+	// unless v was given to another key meanwhile; it returns the key v
+	// holds then. Only the writer calls it, for a v RKeyName found free.
+	AddRKeyName(v uint64, rkey string) string
+}

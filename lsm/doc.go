@@ -2,7 +2,7 @@
 // bytes, revocations of 32, the PLC map's 24) in immutable sorted tables in
 // an object store, with each table's small metadata on local disk.
 //
-// A tree (Tree: links, revocations, the PLC map's two) is a list of runs; a
+// A tree (Tree: links, revocations, the PLC map's two, names) is a list of runs; a
 // run is one table (a delta run: a flushed memtable) or one table per shard
 // (a compacted run: CompactRuns merges the runs PickCompaction picks: of a
 // size tier in the links tree, by size ratio in the revocation tree). A Manifest

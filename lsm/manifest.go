@@ -23,10 +23,11 @@ const (
 	TreeRevocations Tree = "revocations" // revocations, 32 B
 	TreePLCDID      Tree = "plc_did"     // PLC map, did:plc -> genesis seq, 24 B (plcmap.go)
 	TreePLCSeq      Tree = "plc_seq"     // PLC map, genesis seq -> did:plc, 24 B (plcmap.go)
+	// TreeNames (names.go): hashed field values -> their strings, 64 B.
 )
 
 // Trees is every tree of the index, in the order they are listed.
-var Trees = []Tree{TreeLinks, TreeRevocations, TreePLCDID, TreePLCSeq}
+var Trees = []Tree{TreeLinks, TreeRevocations, TreePLCDID, TreePLCSeq, TreeNames}
 
 // FormatOf returns a tree's record format.
 func FormatOf(t Tree) (Format, error) {
@@ -39,6 +40,8 @@ func FormatOf(t Tree) (Format, error) {
 		return PLCDIDFormat, nil
 	case TreePLCSeq:
 		return PLCSeqFormat, nil
+	case TreeNames:
+		return NamesFormat, nil
 	}
 	return Format{}, fmt.Errorf("unknown tree %q", t)
 }

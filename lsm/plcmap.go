@@ -85,9 +85,20 @@ func PLCSeqRecord(id PLCID, seq uint64) [24]byte {
 }
 
 // lookupMin returns the smallest record of tree whose key starts with
-// prefix (a PrefixLen-byte prefix) in view v, or nil: filters skip tables,
-// fences pick frames, one ranged GET per run, all runs concurrently.
+// prefix (a PrefixLen-byte prefix) in view v, or nil (lookupAll).
 func (r *Reader) lookupMin(ctx context.Context, v *View, tree Tree, prefix []byte) ([]byte, error) {
+	recs, err := r.lookupAll(ctx, v, tree, prefix)
+	if err != nil || len(recs) == 0 {
+		return nil, err
+	}
+	return recs[0], nil
+}
+
+// lookupAll returns every record of tree whose key starts with prefix (a
+// PrefixLen-byte prefix) in view v, sorted, each once: filters skip
+// tables, fences pick frames, one ranged GET per run, all runs
+// concurrently.
+func (r *Reader) lookupAll(ctx context.Context, v *View, tree Tree, prefix []byte) ([][]byte, error) {
 	f, err := FormatOf(tree)
 	if err != nil {
 		return nil, err
@@ -117,18 +128,17 @@ func (r *Reader) lookupMin(ctx context.Context, v *View, tree Tree, prefix []byt
 	if err := r.fetchAll(ctx, groups); err != nil {
 		return nil, err
 	}
-	var best []byte
+	var out [][]byte
 	for i := range groups {
 		for _, recs := range groups[i].frames {
 			lo, hi := prefixRange(recs, f.Width, prefix)
 			for o := lo; o < hi; o += f.Width {
-				if rec := recs[o : o+f.Width]; best == nil || bytes.Compare(rec, best) < 0 {
-					best = rec
-				}
+				out = append(out, slices.Clone(recs[o:o+f.Width]))
 			}
 		}
 	}
-	return slices.Clone(best), nil
+	slices.SortFunc(out, bytes.Compare)
+	return slices.CompactFunc(out, bytes.Equal), nil
 }
 
 // PLCBatch is a set of PLC map entries not yet visible in the view a map

@@ -55,6 +55,11 @@ func (s *Server) helloData(v *lsm.View) helloOut {
 		tables++
 	}
 	out.Stats.OtherData["link_tables"] = tables
+	var names int64
+	for _, t := range m.Tables(lsm.TreeNames) {
+		names += int64(t.Records)
+	}
+	out.Stats.OtherData["name_records"] = names // named record keys (a chunk of 38 bytes a record), repeats not yet merged included
 	if oc, ok := s.Codec.Outlines.(outlineCounter); ok {
 		out.Stats.DIDs = oc.OutlineLen(link.OutlineDID)
 		out.Stats.OtherData["collections"] = int64(oc.OutlineLen(link.OutlineCollection))

@@ -129,7 +129,9 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	// on a cluster that never followed a directory: every DID outlined).
 	plcMap := lsm.NewPLCMap(reader, lsm.Views(views.Current), 0)
 	plcDir, _ := ingest.ParsePLCFlag(c.plc) // checked with the configuration
-	qs := query.NewServer(views, reader, &link.Codec{Outlines: node.FSM, PLC: plcMap}, log)
+	// The names tree renders named record keys (link.Codec.RKey).
+	names := lsm.NewNameMap(reader, lsm.Views(views.Current), 0)
+	qs := query.NewServer(views, reader, &link.Codec{Outlines: node.FSM, PLC: plcMap, Names: names}, log)
 	queryMetrics := query.NewMetrics()
 	if err := queryMetrics.Register(reg); err != nil {
 		return err

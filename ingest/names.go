@@ -1,0 +1,39 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/eddy-backlinks/eddy/lsm"
+)
+
+// The leader's maps in the bucket (the PLC map, the names of named record
+// keys) read the manifest this node has applied, through the writer's
+// reader; what the writer added since is pending in the maps until the
+// flush that publishes it.
+
+// currentView is the view of the manifest the leader has applied (the
+// catalog has the meta of every table this leader wrote).
+func (w *Writer) currentView(ctx context.Context) (*lsm.View, error) {
+	m := w.cfg.Node.FSM.Manifest()
+	w.vmu.Lock()
+	defer w.vmu.Unlock()
+	if w.view != nil && w.view.Generation() == m.Generation {
+		return w.view, nil
+	}
+	v, err := lsm.OpenView(ctx, w.cfg.Catalog, m)
+	if err != nil {
+		return nil, fmt.Errorf("open generation %d: %w", m.Generation, err)
+	}
+	w.view = v
+	return v, nil
+}
+
+// namesRun writes a sealed batch of names as one delta run.
+func namesRun(ctx context.Context, w *Writer, b *lsm.NameBatch) (lsm.Run, error) {
+	run, err := lsm.WriteRun(ctx, w.cfg.Store, w.cfg.Catalog, lsm.TreeNames, lsm.RunDelta, 0, b.Records())
+	if err != nil {
+		return lsm.Run{}, fmt.Errorf("flush %s: %w", lsm.TreeNames, err)
+	}
+	return run, nil
+}

@@ -1,0 +1,156 @@
+package lsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/eddy-backlinks/eddy/link"
+)
+
+// publishNames writes a batch of names as a delta run and applies it.
+func (f *plcFixture) publishNames(b *NameBatch) uint64 {
+	f.t.Helper()
+	run, err := WriteRun(f.ctx, f.store, f.cat, TreeNames, RunDelta, 0, b.Records())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.apply(Edit{Base: f.view.Generation(), Add: []Run{run}})
+	return f.view.Generation()
+}
+
+func newNamesFixture(t *testing.T) *plcFixture {
+	ctx := context.Background()
+	store := newLocalStore(t)
+	f := &plcFixture{t: t, ctx: ctx, store: store, cat: NewCatalog(t.TempDir(), store)}
+	var err error
+	if f.view, err = OpenView(ctx, f.cat, &Manifest{}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// checkNamed renders every value back to its key and encodes every key,
+// read-only, to its value.
+func checkNamed(t *testing.T, c *link.Codec, want map[string]uint64, stage string) {
+	t.Helper()
+	for k, v := range want {
+		got, err := c.RenderRKey(v)
+		if err != nil || got != k {
+			t.Fatalf("%s: RenderRKey(%#x) = %.40q, %v; want %.40q", stage, v, got, err, k)
+		}
+		back, err := c.RKey(k, false)
+		if err != nil || back != v {
+			t.Fatalf("%s: RKey(%.40q) = %#x, %v; want %#x", stage, k, back, err, v)
+		}
+	}
+	if _, err := c.RKey("never-written", false); !errors.Is(err, link.ErrUnknown) {
+		t.Fatalf("%s: an unknown key encodes: %v", stage, err)
+	}
+}
+
+// TestNamedRKeys: record keys that are not TIDs, named through link.Codec
+// in a NameMap: read back while pending, sealed, published, after a
+// compaction into several shards and by a fresh node (its own catalog and
+// reader, a cache smaller than the names); names of every chunk count; a
+// value another key holds is probed past; an outline made before names
+// keeps its value; two strings under one value are corrupt.
+func TestNamedRKeys(t *testing.T) {
+	f := newNamesFixture(t)
+	outl := link.NewMemOutlines()
+	legacy, err := outl.Assign(link.OutlineRKey, "legacy-outline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewNameMap(NewReader(f.store, nil), Views(f.current), 4<<10)
+	c := &link.Codec{Outlines: outl, Names: m}
+
+	// A key whose first value another key holds already: "taken" is
+	// given "squatter"'s first value first (as after a 62-bit collision).
+	probe := NewNameMap(NewReader(f.store, nil), Views(f.current), 0)
+	first, err := (&link.Codec{Outlines: link.NewMemOutlines(), Names: probe}).RKey("squatter", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held := m.Add(NameRKey, first, "taken"); held != "taken" {
+		t.Fatalf("Add on a free value: %q", held)
+	}
+
+	want := map[string]uint64{}
+	keys := []string{"self", "squatter"}
+	for _, n := range []int{1, 37, 38, 39, 76, 77, 512, NameBytesMax} {
+		keys = append(keys, strings.Repeat(string(rune('a'+n%26)), n))
+	}
+	for batch := 0; batch < 3; batch++ {
+		for i := 0; i < 700; i++ {
+			keys = append(keys, fmt.Sprintf("feed-%d-%d", batch, i))
+		}
+		for _, k := range keys {
+			v, err := c.RKey(k, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v&(link.OutlinedBit|link.RKeyNamed) != link.OutlinedBit|link.RKeyNamed {
+				t.Fatalf("RKey(%.20q) = %#x: not tagged as named", k, v)
+			}
+			if old, ok := want[k]; ok && old != v {
+				t.Fatalf("RKey(%.20q) = %#x, then %#x", k, old, v)
+			}
+			want[k] = v
+		}
+		if want["squatter"] != first+1 {
+			t.Fatalf("squatter got %#x; its first value %#x is taken, want the next", want["squatter"], first)
+		}
+		checkNamed(t, c, want, "pending")
+		if got, err := c.RenderRKey(first); err != nil || got != "taken" {
+			t.Fatalf("the taken value renders %q, %v", got, err)
+		}
+		b := m.Seal()
+		checkNamed(t, c, want, "sealed")
+		m.Published(b, f.publishNames(b))
+		checkNamed(t, c, want, "published")
+		keys = keys[:0]
+	}
+	if v, err := c.RKey("legacy-outline", true); err != nil || v != link.OutlinedBit|legacy {
+		t.Fatalf("an outlined key got %#x, %v; want its outline %#x", v, err, link.OutlinedBit|legacy)
+	}
+	if m.Seal() != nil {
+		t.Fatal("names pending after every key was published")
+	}
+
+	runs := f.view.Manifest.RunsOf(TreeNames)
+	out, err := CompactRuns(f.ctx, f.store, f.cat, f.view, runs, CompactOptions{ShardTargetBytes: 1 << 10, SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Tables) < 2 {
+		t.Fatalf("names compacted into %d shards; the test wants several", len(out.Tables))
+	}
+	ids := make([]string, len(runs))
+	for i, r := range runs {
+		ids[i] = r.ID
+	}
+	f.apply(Edit{Base: f.view.Generation(), Add: []Run{out}, Remove: ids})
+	fresh := &plcFixture{t: t, ctx: f.ctx, store: f.store, cat: NewCatalog(t.TempDir(), f.store)}
+	if fresh.view, err = OpenView(f.ctx, fresh.cat, f.view.Manifest); err != nil {
+		t.Fatal(err)
+	}
+	c2 := &link.Codec{Outlines: outl, Names: NewNameMap(NewReader(f.store, nil), Views(fresh.current), 1<<10)}
+	checkNamed(t, c2, want, "compacted, a fresh node")
+
+	// Two strings under one value: every read of it fails as corrupt.
+	v := want["self"]
+	bad := NameRecords(nil, NameRKey, v, "selfish")
+	SortRecords(bad, 64)
+	run, err := WriteRun(f.ctx, f.store, f.cat, TreeNames, RunDelta, 0, bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.apply(Edit{Base: f.view.Generation(), Add: []Run{run}})
+	c3 := &link.Codec{Outlines: outl, Names: NewNameMap(NewReader(f.store, nil), Views(f.current), 0)}
+	if s, err := c3.RenderRKey(v); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a value holding two keys renders %q, %v; want a corrupt error", s, err)
+	}
+}
