@@ -128,10 +128,22 @@ func ingestSim(t *testing.T, live func(n *simnet.Net) Source, seed int64) map[st
 	cancel()
 	<-done
 	t.Logf("backfill %v; generation %d; outlines %v", bf.Stats().Snapshot(), node.FSM.Manifest().Generation, node.FSM.Summary().Outlines)
-	// Record keys that are not TIDs (profiles' "self") are named in the
-	// bucket, never outlined in the Raft state.
+	// Record keys that are not TIDs (profiles' "self") and did:web are
+	// named in the bucket, never outlined in the Raft state.
 	if n := node.FSM.Summary().Outlines["rkey"]; n != 0 || len(node.FSM.Manifest().RunsOf(lsm.TreeNames)) == 0 {
 		t.Fatalf("%d rkey outlines, %d runs of names: want none and some", n, len(node.FSM.Manifest().RunsOf(lsm.TreeNames)))
+	}
+	webs := 0
+	for _, a := range world.Accounts() {
+		if strings.HasPrefix(a.DID, "did:web:") {
+			webs++
+			if _, ok := node.FSM.Lookup(link.OutlineDID, a.DID); ok {
+				t.Fatalf("%s is outlined", a.DID)
+			}
+		}
+	}
+	if webs == 0 {
+		t.Fatal("the world has no did:web account to check")
 	}
 
 	return compareModel(t, node, store, world)

@@ -31,16 +31,17 @@ var ErrUnknown = errors.New("unknown to the index")
 // Encoding rules, which must never change for data already written:
 //   - a DID that has an outline keeps it (so a did:plc outlined before the
 //     PLC directory knew it stays outlined); otherwise a did:plc the PLC map
-//     knows is inline; otherwise it is outlined;
+//     knows is inline; otherwise, with Names, a DID of another method is
+//     named; otherwise it is outlined;
 //   - a record key that is a TID is inline; otherwise, one that has an
-//     outline keeps it; otherwise, with Names, it is named (RKeyNamed);
+//     outline keeps it; otherwise, with Names, it is named (NamedBit);
 //     without, it is outlined;
 //   - collections and paths are outlined.
 type Codec struct {
 	Outlines Outlines
 	PLC      PLC // nil: every DID is outlined
-	// Names holds the strings of named record keys; nil: a record key
-	// that is not a TID is outlined (the tests' and benchmarks' codecs).
+	// Names holds the strings of named record keys and DIDs; nil: they
+	// are outlined (the tests' and benchmarks' codecs).
 	Names Names
 	// TargetDIDOutlines: a target's DID that has no encoding yet is
 	// outlined, as a source's is (the PLC map off: every DID is an outline
@@ -54,7 +55,8 @@ func (c *Codec) DID(did string, assign bool) (uint64, error) {
 	if id, ok := c.Outlines.Lookup(OutlineDID, did); ok {
 		return OutlinedBit | id, nil
 	}
-	if c.PLC != nil && strings.HasPrefix(did, "did:plc:") {
+	plc := strings.HasPrefix(did, "did:plc:")
+	if c.PLC != nil && plc {
 		seq, ok, err := plcSeq(c.PLC, did)
 		if err != nil {
 			return 0, fmt.Errorf("did %q: plc map: %w", did, err)
@@ -62,6 +64,9 @@ func (c *Codec) DID(did string, assign bool) (uint64, error) {
 		if ok && seq <= plcSeqMax {
 			return seq, nil
 		}
+	}
+	if c.Names != nil && !plc {
+		return c.named(NameDID, did, assign)
 	}
 	return c.outline(OutlineDID, did, assign, OutlinedBit)
 }
@@ -77,62 +82,87 @@ func (c *Codec) RKey(rkey string, assign bool) (uint64, error) {
 	if id, ok := c.Outlines.Lookup(OutlineRKey, rkey); ok {
 		return OutlinedBit | id, nil // outlined before names: kept
 	}
-	return c.namedRKey(rkey, assign)
+	return c.named(NameRKey, rkey, assign)
 }
 
-// Named record keys: a record key that is not a TID can be anything its
+// Named values: a record key that is not a TID can be anything its
 // application picks (a feed's name, a hash of what the record is about),
-// so there can be millions of them, and an outline of each in every
-// node's memory and in every Raft snapshot would grow with the network.
-// Instead its field holds RKeyNamed and 62 bits from its hash, and the
-// string is stored under that value in the names tree (package lsm), in
-// the bucket, written with the flush of the first link that uses it. The
-// value is the first of SHA-256("eddy/rkey/v1\x00" + rkey)'s 62 bits plus
-// i, i = 0, 1, ..., that does not hold another record key: the leader
-// reads a value before it gives it out and names are never deleted, so
-// every node finds a key's value by the same probe. (With 62 bits and
-// millions of keys a probe past i = 0 is a one-in-billions event; the
-// bound below is never met but by a broken names tree.)
+// and anyone can make DIDs of methods other than did:plc (did:web, one a
+// domain name), so there can be millions of either, and an outline of
+// each in every node's memory and in every Raft snapshot would grow with
+// the network. Instead the field holds OutlinedBit, NamedBit and 62 bits
+// from the string's hash, and the string is stored under that value in
+// the names tree (package lsm), in the bucket, written with the flush of
+// the first link that uses it. The value is the first of
+// SHA-256(domain + s)'s first 62 bits plus i, i = 0, 1, ..., that does not
+// hold another string of its kind: the leader reads a value before it
+// gives it out and names are never deleted, so every node finds a
+// string's value by the same probe. (With 62 bits and millions of strings
+// a probe past i = 0 is a one-in-billions event; the bound below is never
+// met but by a broken names tree.) A did:plc the PLC map does not know
+// (yet) stays outlined: the map may know it later, and an outline is
+// looked up before the map, from memory, on every encoding of a did:plc.
 
-// RKeyNamed tags an outlined rkey field (OutlinedBit set) whose value is a
-// named record key's, not an outline counter (which never reaches 2^62).
-const RKeyNamed uint64 = 1 << 62
+// NamedBit tags an outlined rkey or did field (OutlinedBit set) whose
+// value is a named string's, not an outline counter (which never reaches
+// 2^62).
+const NamedBit uint64 = 1 << 62
 
-// namedProbes bounds the values a record key is looked for at.
+// namedProbes bounds the values a string is looked for at.
 const namedProbes = 64
 
-// rkeyHash is the first value a named record key is looked for at.
-func rkeyHash(rkey string) uint64 {
+// nameHash is the first value a named string of kind is looked for at.
+func nameHash(kind NameKind, s string) uint64 {
 	h := sha256.New()
-	h.Write([]byte("eddy/rkey/v1\x00"))
-	h.Write([]byte(rkey))
+	switch kind {
+	case NameRKey:
+		h.Write([]byte("eddy/rkey/v1\x00"))
+	default:
+		h.Write([]byte("eddy/did/v1\x00"))
+	}
+	h.Write([]byte(s))
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
 	return binary.BigEndian.Uint64(sum[:8])
 }
 
-func (c *Codec) namedRKey(rkey string, assign bool) (uint64, error) {
-	if len(rkey) > OutlineBytesMax {
-		return 0, fmt.Errorf("rkey: length %d out of range", len(rkey))
+func (c *Codec) named(kind NameKind, s string, assign bool) (uint64, error) {
+	if s == "" || len(s) > OutlineBytesMax {
+		return 0, fmt.Errorf("%s: length %d out of range", kind, len(s))
 	}
-	h := rkeyHash(rkey)
+	h := nameHash(kind, s)
 	for i := uint64(0); i < namedProbes; i++ {
-		v := OutlinedBit | RKeyNamed | (h+i)&(RKeyNamed-1)
-		held, ok, err := c.Names.RKeyName(v)
+		v := OutlinedBit | NamedBit | (h+i)&(NamedBit-1)
+		held, ok, err := c.Names.Name(kind, v)
 		if err != nil {
-			return 0, fmt.Errorf("rkey %q: names: %w", rkey, err)
+			return 0, fmt.Errorf("%s %q: names: %w", kind, s, err)
 		}
 		if !ok {
 			if !assign {
-				return 0, fmt.Errorf("rkey %q: %w", rkey, ErrUnknown)
+				return 0, fmt.Errorf("%s %q: %w", kind, s, ErrUnknown)
 			}
-			held = c.Names.AddRKeyName(v, rkey)
+			held = c.Names.AddName(kind, v, s)
 		}
-		if held == rkey {
+		if held == s {
 			return v, nil
 		}
 	}
-	return 0, fmt.Errorf("rkey %q: %d values in a row hold other record keys: the names tree is broken", rkey, namedProbes)
+	return 0, fmt.Errorf("%s %q: %d values in a row hold other strings: the names tree is broken", kind, s, namedProbes)
+}
+
+// renderNamed returns the string a named value stands for.
+func (c *Codec) renderNamed(kind NameKind, v uint64) (string, error) {
+	if c.Names == nil {
+		return "", fmt.Errorf("named %s %#x: no names: %w", kind, v, ErrOutlineMissing)
+	}
+	s, ok, err := c.Names.Name(kind, v)
+	if err != nil {
+		return "", fmt.Errorf("named %s %#x: %w", kind, v, err)
+	}
+	if !ok {
+		return "", fmt.Errorf("named %s %#x: %w", kind, v, ErrOutlineMissing)
+	}
+	return s, nil
 }
 
 // Collection encodes a collection NSID.
@@ -294,6 +324,9 @@ func TIDValue(rkey string) (uint64, bool) {
 
 // RenderDID turns a did field back into the DID string.
 func (c *Codec) RenderDID(v uint64) (string, error) {
+	if v&(OutlinedBit|NamedBit) == OutlinedBit|NamedBit {
+		return c.renderNamed(NameDID, v)
+	}
 	if v&OutlinedBit != 0 {
 		if s, ok := c.Outlines.Name(OutlineDID, v&^OutlinedBit); ok {
 			return s, nil
@@ -317,18 +350,8 @@ func (c *Codec) RenderDID(v uint64) (string, error) {
 
 // RenderRKey turns an rkey field back into the record key.
 func (c *Codec) RenderRKey(v uint64) (string, error) {
-	if v&(OutlinedBit|RKeyNamed) == OutlinedBit|RKeyNamed {
-		if c.Names == nil {
-			return "", fmt.Errorf("named rkey %#x: no names: %w", v, ErrOutlineMissing)
-		}
-		s, ok, err := c.Names.RKeyName(v)
-		if err != nil {
-			return "", fmt.Errorf("named rkey %#x: %w", v, err)
-		}
-		if !ok {
-			return "", fmt.Errorf("named rkey %#x: %w", v, ErrOutlineMissing)
-		}
-		return s, nil
+	if v&(OutlinedBit|NamedBit) == OutlinedBit|NamedBit {
+		return c.renderNamed(NameRKey, v)
 	}
 	if v&OutlinedBit != 0 {
 		if s, ok := c.Outlines.Name(OutlineRKey, v&^OutlinedBit); ok {

@@ -1,5 +1,7 @@
 package link
 
+import "fmt"
+
 // PLCLookup is a PLC map whose lookups can fail: one read from object
 // storage. Codec uses these methods when its PLC has them, so that a read
 // error is an error, never "unknown": encoding a did:plc the map knows as
@@ -27,14 +29,32 @@ func plcDID(p PLC, seq uint64) (string, bool, error) {
 	return s, ok, nil
 }
 
-// Names stores the strings of named field values (named record keys: see
-// Codec.RKey), the names tree of package lsm on a node.
+// NameKind says which field a named value is of.
+type NameKind uint8
+
+const (
+	NameRKey NameKind = 1 // a record key's (the rkey field)
+	NameDID  NameKind = 2 // a DID's (the did field)
+)
+
+func (k NameKind) String() string {
+	switch k {
+	case NameRKey:
+		return "rkey"
+	case NameDID:
+		return "did"
+	}
+	return fmt.Sprintf("name-kind-%d", uint8(k))
+}
+
+// Names stores the strings of named field values (Codec.RKey, Codec.DID),
+// the names tree of package lsm on a node.
 type Names interface {
-	// RKeyName returns the record key stored under the rkey field value
-	// v; false if v holds none. An error is a failed read.
-	RKeyName(v uint64) (string, bool, error)
-	// AddRKeyName gives v to rkey, to be stored with the next flush,
-	// unless v was given to another key meanwhile; it returns the key v
-	// holds then. Only the writer calls it, for a v RKeyName found free.
-	AddRKeyName(v uint64, rkey string) string
+	// Name returns the string stored under the value v of a kind's
+	// field; false if v holds none. An error is a failed read.
+	Name(kind NameKind, v uint64) (string, bool, error)
+	// AddName gives v to s, to be stored with the next flush, unless v
+	// was given to another string meanwhile; it returns the string v
+	// holds then. Only the writer calls it, for a v Name found free.
+	AddName(kind NameKind, v uint64, s string) string
 }

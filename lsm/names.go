@@ -2,14 +2,15 @@ package lsm
 
 // The names tree: strings stored under the 64-bit field values the index
 // writes in their place when the value is derived from the string's hash
-// (package link: a record key that is not a TID). Such strings can number
+// (package link: a record key that is not a TID, a DID of a method other
+// than did:plc). Such strings can number
 // in the millions, so they live in the bucket, in a tree of this engine
 // (same tables, runs and compaction as the PLC map), not in every node's
 // Raft state as outlines do. A name is never deleted: the value a string
 // was given stays its value.
 //
 //	names (64 B, prefix 16):
-//	0   1   kind (NameRKey)
+//	0   1   kind (link.NameRKey, link.NameDID)
 //	1   7   zero
 //	8   8   value (u64 BE): the field value, tag bits included
 //	16  1   chunk: the string's bytes [38*chunk, 38*chunk+len)
@@ -29,6 +30,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/eddy-backlinks/eddy/link"
 )
 
 // TreeNames holds the names of hashed field values.
@@ -37,11 +40,9 @@ const TreeNames Tree = "names"
 // NamesFormat is the names tree's format.
 var NamesFormat = Format{Width: 64, PrefixLen: 16}
 
-// NameKind says which field a name's value is of.
-type NameKind uint8
-
-// NameRKey: a record key's (the rkey field).
-const NameRKey NameKind = 1
+// NameKind says which field a name's value is of (link.NameRKey,
+// link.NameDID): the records' first byte.
+type NameKind = link.NameKind
 
 const (
 	nameChunkBytes = 38
@@ -174,9 +175,9 @@ func NewNameMap(r *Reader, view func(context.Context) (*View, error), cacheBytes
 	return m
 }
 
-// Name returns the name stored under (kind, v): the cache, the names not
-// yet published, then the view's tables. False if v holds none.
-func (m *NameMap) Name(ctx context.Context, kind NameKind, v uint64) (string, bool, error) {
+// Lookup returns the name stored under (kind, v): the cache, the names
+// not yet published, then the view's tables. False if v holds none.
+func (m *NameMap) Lookup(ctx context.Context, kind NameKind, v uint64) (string, bool, error) {
 	k := nameKey{kind, v}
 	view, err := m.view(ctx)
 	if err != nil {
@@ -296,13 +297,14 @@ func (m *NameMap) cachePutLocked(k nameKey, s string) {
 // link.Names methods.
 const NameLookupTimeout = 30 * time.Second
 
-// RKeyName implements link.Names: the record key stored under the rkey
-// field value v.
-func (m *NameMap) RKeyName(v uint64) (string, bool, error) {
+// Name implements link.Names: Lookup bounded by NameLookupTimeout.
+func (m *NameMap) Name(kind NameKind, v uint64) (string, bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), NameLookupTimeout)
 	defer cancel()
-	return m.Name(ctx, NameRKey, v)
+	return m.Lookup(ctx, kind, v)
 }
 
-// AddRKeyName implements link.Names.
-func (m *NameMap) AddRKeyName(v uint64, s string) string { return m.Add(NameRKey, v, s) }
+// AddName implements link.Names.
+func (m *NameMap) AddName(kind NameKind, v uint64, s string) string { return m.Add(kind, v, s) }
+
+var _ link.Names = (*NameMap)(nil)

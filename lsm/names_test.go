@@ -33,8 +33,8 @@ func newNamesFixture(t *testing.T) *plcFixture {
 }
 
 // checkNamed renders every value back to its key and encodes every key,
-// read-only, to its value.
-func checkNamed(t *testing.T, c *link.Codec, want map[string]uint64, stage string) {
+// read-only, to its value; the same for the DIDs.
+func checkNamed(t *testing.T, c *link.Codec, want, dids map[string]uint64, stage string) {
 	t.Helper()
 	for k, v := range want {
 		got, err := c.RenderRKey(v)
@@ -46,13 +46,26 @@ func checkNamed(t *testing.T, c *link.Codec, want map[string]uint64, stage strin
 			t.Fatalf("%s: RKey(%.40q) = %#x, %v; want %#x", stage, k, back, err, v)
 		}
 	}
+	for d, v := range dids {
+		got, err := c.RenderDID(v)
+		if err != nil || got != d {
+			t.Fatalf("%s: RenderDID(%#x) = %q, %v; want %q", stage, v, got, err, d)
+		}
+		back, err := c.DID(d, false)
+		if err != nil || back != v {
+			t.Fatalf("%s: DID(%q) = %#x, %v; want %#x", stage, d, back, err, v)
+		}
+	}
 	if _, err := c.RKey("never-written", false); !errors.Is(err, link.ErrUnknown) {
 		t.Fatalf("%s: an unknown key encodes: %v", stage, err)
 	}
+	if _, err := c.DID("did:web:never.example", false); !errors.Is(err, link.ErrUnknown) {
+		t.Fatalf("%s: an unknown did:web encodes: %v", stage, err)
+	}
 }
 
-// TestNamedRKeys: record keys that are not TIDs, named through link.Codec
-// in a NameMap: read back while pending, sealed, published, after a
+// TestNamedRKeys: record keys that are not TIDs and DIDs of methods other
+// than did:plc, named through link.Codec in a NameMap: read back while pending, sealed, published, after a
 // compaction into several shards and by a fresh node (its own catalog and
 // reader, a cache smaller than the names); names of every chunk count; a
 // value another key holds is probed past; an outline made before names
@@ -74,11 +87,11 @@ func TestNamedRKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if held := m.Add(NameRKey, first, "taken"); held != "taken" {
+	if held := m.Add(link.NameRKey, first, "taken"); held != "taken" {
 		t.Fatalf("Add on a free value: %q", held)
 	}
 
-	want := map[string]uint64{}
+	want, dids := map[string]uint64{}, map[string]uint64{}
 	keys := []string{"self", "squatter"}
 	for _, n := range []int{1, 37, 38, 39, 76, 77, 512, NameBytesMax} {
 		keys = append(keys, strings.Repeat(string(rune('a'+n%26)), n))
@@ -92,7 +105,7 @@ func TestNamedRKeys(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if v&(link.OutlinedBit|link.RKeyNamed) != link.OutlinedBit|link.RKeyNamed {
+			if v&(link.OutlinedBit|link.NamedBit) != link.OutlinedBit|link.NamedBit {
 				t.Fatalf("RKey(%.20q) = %#x: not tagged as named", k, v)
 			}
 			if old, ok := want[k]; ok && old != v {
@@ -100,17 +113,40 @@ func TestNamedRKeys(t *testing.T) {
 			}
 			want[k] = v
 		}
+		for i := 0; i < 300; i++ {
+			d := fmt.Sprintf("did:web:user%d-%d.example.com", batch, i)
+			v, err := c.DID(d, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v&(link.OutlinedBit|link.NamedBit) != link.OutlinedBit|link.NamedBit {
+				t.Fatalf("DID(%s) = %#x: not tagged as named", d, v)
+			}
+			dids[d] = v
+		}
+		// The same string as a record key and as a DID: two names.
+		if k, d := "did:web:both.example", "did:web:both.example"; batch == 0 {
+			kv, err := c.RKey(k, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dv, err := c.DID(d, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[k], dids[d] = kv, dv
+		}
 		if want["squatter"] != first+1 {
 			t.Fatalf("squatter got %#x; its first value %#x is taken, want the next", want["squatter"], first)
 		}
-		checkNamed(t, c, want, "pending")
+		checkNamed(t, c, want, dids, "pending")
 		if got, err := c.RenderRKey(first); err != nil || got != "taken" {
 			t.Fatalf("the taken value renders %q, %v", got, err)
 		}
 		b := m.Seal()
-		checkNamed(t, c, want, "sealed")
+		checkNamed(t, c, want, dids, "sealed")
 		m.Published(b, f.publishNames(b))
-		checkNamed(t, c, want, "published")
+		checkNamed(t, c, want, dids, "published")
 		keys = keys[:0]
 	}
 	if v, err := c.RKey("legacy-outline", true); err != nil || v != link.OutlinedBit|legacy {
@@ -118,6 +154,12 @@ func TestNamedRKeys(t *testing.T) {
 	}
 	if m.Seal() != nil {
 		t.Fatal("names pending after every key was published")
+	}
+	// With no PLC map, a did:plc stays an outline (the map may know it
+	// later, and an outline is looked up first).
+	plc := "did:plc:r2zybk6op3ymzpz6jhqpkoy5"
+	if v, err := c.DID(plc, true); err != nil || v&(link.OutlinedBit|link.NamedBit) != link.OutlinedBit {
+		t.Fatalf("DID(%s) = %#x, %v; want an outline", plc, v, err)
 	}
 
 	runs := f.view.Manifest.RunsOf(TreeNames)
@@ -138,11 +180,11 @@ func TestNamedRKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	c2 := &link.Codec{Outlines: outl, Names: NewNameMap(NewReader(f.store, nil), Views(fresh.current), 1<<10)}
-	checkNamed(t, c2, want, "compacted, a fresh node")
+	checkNamed(t, c2, want, dids, "compacted, a fresh node")
 
 	// Two strings under one value: every read of it fails as corrupt.
 	v := want["self"]
-	bad := NameRecords(nil, NameRKey, v, "selfish")
+	bad := NameRecords(nil, link.NameRKey, v, "selfish")
 	SortRecords(bad, 64)
 	run, err := WriteRun(f.ctx, f.store, f.cat, TreeNames, RunDelta, 0, bad)
 	if err != nil {
