@@ -150,6 +150,7 @@ type NameMap struct {
 		sync.Mutex
 		open   *NameBatch
 		sealed []*NameBatch // taken by a flush, until the view shows them
+		pruned uint64       // the newest generation a sealed batch was dropped at
 		lru    *list.List   // of nameEntry, most recent first
 		byKey  map[nameKey]*list.Element
 		bytes  int
@@ -179,36 +180,49 @@ func NewNameMap(r *Reader, view func(context.Context) (*View, error), cacheBytes
 // not yet published, then the view's tables. False if v holds none.
 func (m *NameMap) Lookup(ctx context.Context, kind NameKind, v uint64) (string, bool, error) {
 	k := nameKey{kind, v}
-	view, err := m.view(ctx)
-	if err != nil {
-		return "", false, err
-	}
-	m.mu.Lock()
-	m.pruneLocked(view.Generation())
-	if el, ok := m.mu.byKey[k]; ok {
-		m.mu.lru.MoveToFront(el)
-		s := el.Value.(nameEntry).s
+	for attempt := 0; ; attempt++ {
+		// A name, once given, never changes: the cache and the pending
+		// names answer without a view.
+		m.mu.Lock()
+		if el, ok := m.mu.byKey[k]; ok {
+			m.mu.lru.MoveToFront(el)
+			s := el.Value.(nameEntry).s
+			m.mu.Unlock()
+			return s, true, nil
+		}
+		if s, ok := m.pendingLocked(k); ok {
+			m.mu.Unlock()
+			return s, true, nil
+		}
 		m.mu.Unlock()
-		return s, true, nil
-	}
-	if s, ok := m.pendingLocked(k); ok {
+		view, err := m.view(ctx)
+		if err != nil {
+			return "", false, err
+		}
+		p := k.prefix()
+		recs, err := m.reader.lookupAll(ctx, view, TreeNames, p[:])
+		if err != nil {
+			return "", false, err
+		}
+		s, ok, err := nameOf(recs)
+		if err != nil {
+			return "", false, err
+		}
+		m.mu.Lock()
+		if !ok && view.Generation() < m.mu.pruned && attempt < 8 {
+			// A batch was dropped from the pending names (its view
+			// holds it) after the check above, by a lookup with a newer
+			// view than this one read: ask again, with the newest view.
+			m.mu.Unlock()
+			continue
+		}
+		m.pruneLocked(view.Generation())
+		if ok {
+			m.cachePutLocked(k, s)
+		}
 		m.mu.Unlock()
-		return s, true, nil
+		return s, ok, nil
 	}
-	m.mu.Unlock()
-	p := k.prefix()
-	recs, err := m.reader.lookupAll(ctx, view, TreeNames, p[:])
-	if err != nil {
-		return "", false, err
-	}
-	s, ok, err := nameOf(recs)
-	if err != nil || !ok {
-		return "", false, err
-	}
-	m.mu.Lock()
-	m.cachePutLocked(k, s)
-	m.mu.Unlock()
-	return s, true, nil
 }
 
 // Add gives v to s unless a name not yet published holds v already;
@@ -259,6 +273,8 @@ func (m *NameMap) pruneLocked(gen uint64) {
 	for _, b := range m.mu.sealed {
 		if b.gen == 0 || b.gen > gen {
 			keep = append(keep, b)
+		} else {
+			m.mu.pruned = max(m.mu.pruned, gen)
 		}
 	}
 	clear(m.mu.sealed[len(keep):])

@@ -196,3 +196,36 @@ func TestNamedRKeys(t *testing.T) {
 		t.Fatalf("a value holding two keys renders %q, %v; want a corrupt error", s, err)
 	}
 }
+
+// TestNameMapLookupOfOldView: a lookup that read a view older than the one
+// another lookup dropped a published batch at asks again with the newest
+// view, so a name given is never answered "none" in between.
+func TestNameMapLookupOfOldView(t *testing.T) {
+	f := newNamesFixture(t)
+	old := f.view
+	m := NewNameMap(NewReader(f.store, nil), Views(f.current), 0)
+	m.Add(link.NameRKey, 7, "x")
+	b := m.Seal()
+	m.Published(b, f.publishNames(b))
+	// A lookup of a value no name holds reads the new view, and drops
+	// the batch from the pending names.
+	if s, ok, err := m.Lookup(f.ctx, link.NameRKey, 9); err != nil || ok {
+		t.Fatalf("a free value: %q %v %v", s, ok, err)
+	}
+	// A lookup of x whose first view is the old one (taken before the
+	// publication, as by a reader that was descheduled).
+	calls := 0
+	m.view = func(context.Context) (*View, error) {
+		calls++
+		if calls == 1 {
+			return old, nil
+		}
+		return f.view, nil
+	}
+	if s, ok, err := m.Lookup(f.ctx, link.NameRKey, 7); err != nil || !ok || s != "x" {
+		t.Fatalf("x after its batch was dropped, first read from the old view: %q %v %v (%d views)", s, ok, err, calls)
+	}
+	if calls != 2 {
+		t.Fatalf("%d views asked, want 2", calls)
+	}
+}
