@@ -198,6 +198,7 @@ type PLCMap struct {
 		sync.Mutex
 		open   *PLCBatch   // the follower adds here
 		sealed []*PLCBatch // taken by a flush, until the view shows them
+		pruned uint64      // the newest generation a sealed batch was dropped at
 		lru    *list.List  // of plcEntry, most recent first
 		byID   map[PLCID]*list.Element
 		bySeq  map[uint64]*list.Element
@@ -276,6 +277,8 @@ func (m *PLCMap) pruneLocked(gen uint64) {
 	for _, b := range m.mu.sealed {
 		if b.gen == 0 || b.gen > gen {
 			keep = append(keep, b)
+		} else {
+			m.mu.pruned = max(m.mu.pruned, gen)
 		}
 	}
 	clear(m.mu.sealed[len(keep):])
@@ -339,9 +342,20 @@ func (m *PLCMap) SeqOf(ctx context.Context, did string) (uint64, bool, error) {
 	if !ok {
 		return 0, false, nil
 	}
+	for attempt := 0; ; attempt++ {
+		s, ok, stale, err := m.seqOf(ctx, id)
+		if !stale || attempt == 8 {
+			return s, ok, err
+		}
+	}
+}
+
+// seqOf is one try of SeqOf; stale: nothing was found in a view older
+// than one a published batch was dropped at meanwhile, so ask again.
+func (m *PLCMap) seqOf(ctx context.Context, id PLCID) (uint64, bool, bool, error) {
 	v, err := m.view(ctx)
 	if err != nil {
-		return 0, false, err
+		return 0, false, false, err
 	}
 	m.mu.Lock()
 	m.pruneLocked(v.Generation())
@@ -349,32 +363,45 @@ func (m *PLCMap) SeqOf(ctx context.Context, did string) (uint64, bool, error) {
 		m.mu.lru.MoveToFront(el)
 		s := el.Value.(plcEntry).seq
 		m.mu.Unlock()
-		return s, true, nil
+		return s, true, false, nil
 	}
 	if s, ok := m.pendingSeqLocked(id); ok {
 		m.mu.Unlock()
-		return s, true, nil
+		return s, true, false, nil
 	}
 	m.mu.Unlock()
 	var prefix [16]byte
 	copy(prefix[:], id[:])
 	rec, err := m.reader.lookupMin(ctx, v, TreePLCDID, prefix[:])
-	if err != nil || rec == nil {
-		return 0, false, err
+	if err != nil {
+		return 0, false, false, err
+	}
+	if rec == nil {
+		return 0, false, m.staleView(v), nil
 	}
 	s := binary.BigEndian.Uint64(rec[16:])
 	m.mu.Lock()
 	m.cachePutLocked(id, s)
 	m.mu.Unlock()
-	return s, true, nil
+	return s, true, false, nil
 }
 
 // DIDOf returns the did:plc whose genesis operation has sequence number
 // seq, false if the map does not know it.
 func (m *PLCMap) DIDOf(ctx context.Context, seq uint64) (string, bool, error) {
+	for attempt := 0; ; attempt++ {
+		d, ok, stale, err := m.didOf(ctx, seq)
+		if !stale || attempt == 8 {
+			return d, ok, err
+		}
+	}
+}
+
+// didOf is one try of DIDOf (seqOf).
+func (m *PLCMap) didOf(ctx context.Context, seq uint64) (string, bool, bool, error) {
 	v, err := m.view(ctx)
 	if err != nil {
-		return "", false, err
+		return "", false, false, err
 	}
 	m.mu.Lock()
 	m.pruneLocked(v.Generation())
@@ -382,25 +409,36 @@ func (m *PLCMap) DIDOf(ctx context.Context, seq uint64) (string, bool, error) {
 		m.mu.lru.MoveToFront(el)
 		id := el.Value.(plcEntry).id
 		m.mu.Unlock()
-		return id.String(), true, nil
+		return id.String(), true, false, nil
 	}
 	if id, ok := m.pendingIDLocked(seq); ok {
 		m.mu.Unlock()
-		return id.String(), true, nil
+		return id.String(), true, false, nil
 	}
 	m.mu.Unlock()
 	var prefix [8]byte
 	binary.BigEndian.PutUint64(prefix[:], seq)
 	rec, err := m.reader.lookupMin(ctx, v, TreePLCSeq, prefix[:])
-	if err != nil || rec == nil {
-		return "", false, err
+	if err != nil {
+		return "", false, false, err
+	}
+	if rec == nil {
+		return "", false, m.staleView(v), nil
 	}
 	var id PLCID
 	copy(id[:], rec[8:8+PLCIDSize])
 	m.mu.Lock()
 	m.cachePutLocked(id, seq)
 	m.mu.Unlock()
-	return id.String(), true, nil
+	return id.String(), true, false, nil
+}
+
+// staleView says whether a sealed batch was dropped at a generation newer
+// than v's: a lookup that found nothing in v may have missed it.
+func (m *PLCMap) staleView(v *View) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return v.Generation() < m.mu.pruned
 }
 
 // LookupSeq is SeqOf bounded by PLCLookupTimeout (link's error-reporting

@@ -254,3 +254,36 @@ func TestPLCMapRoundTrip(t *testing.T) {
 		t.Fatalf("lost tables: RenderDID gave %v, want a read error", err)
 	}
 }
+
+// TestPLCMapLookupOfOldView: as TestNameMapLookupOfOldView, for both
+// directions of the PLC map.
+func TestPLCMapLookupOfOldView(t *testing.T) {
+	f := newNamesFixture(t)
+	old := f.view
+	m := NewPLCMap(NewReader(f.store, nil), Views(f.current), 0)
+	id1, id2 := randomPLC(t), randomPLC(t)
+	m.Add(id1, 5)
+	m.Add(id2, 6)
+	b := m.Seal()
+	m.Published(b, f.publish(b))
+	if _, ok, err := m.SeqOf(f.ctx, randomPLC(t).String()); ok || err != nil {
+		t.Fatalf("an unknown did:plc: %v %v", ok, err)
+	}
+	calls := 0
+	m.view = func(context.Context) (*View, error) {
+		calls++
+		if calls%2 == 1 {
+			return old, nil // each lookup's first view predates the batch
+		}
+		return f.view, nil
+	}
+	if s, ok, err := m.SeqOf(f.ctx, id1.String()); err != nil || !ok || s != 5 {
+		t.Fatalf("SeqOf, first read from the old view: %d %v %v (%d views)", s, ok, err, calls)
+	}
+	if d, ok, err := m.DIDOf(f.ctx, 6); err != nil || !ok || d != id2.String() {
+		t.Fatalf("DIDOf, first read from the old view: %s %v %v (%d views)", d, ok, err, calls)
+	}
+	if calls != 4 {
+		t.Fatalf("%d views asked, want 4", calls)
+	}
+}
