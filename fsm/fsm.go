@@ -31,7 +31,20 @@ import (
 //	2: JSON of snapshotJSON: version 1 plus the garbage list (a version 1
 //	   snapshot restores with an empty one; its tables are left to the
 //	   leader's orphan sweep)
-const SnapshotVersion = 2
+//	3: version 2 whose manifest has a run of the names tree
+//	   (lsm.TreeNames): a build that reads up to 2 cannot render named
+//	   values and would outline strings already named, so it refuses the
+//	   snapshot, as it stops at the Raft entry that added the run
+//	   (EntryVersion). Written only then; otherwise 2.
+const SnapshotVersion = 3
+
+// snapshotVersion is the version a snapshot of manifest m is written in.
+func snapshotVersion(m *lsm.Manifest) int {
+	if len(m.RunsOf(lsm.TreeNames)) > 0 {
+		return 3
+	}
+	return 2
+}
 
 // ErrStale: an entry built on state that has since changed (a deposed
 // leader's reservation or flush). Nothing was applied.
@@ -363,7 +376,7 @@ func (s *State) Snapshot() (raft.FSMSnapshot, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	v := snapshotJSON{
-		V: SnapshotVersion, Clock: s.mu.clock, Published: s.mu.published, Outlines: map[string][]string{},
+		V: snapshotVersion(s.mu.manifest), Clock: s.mu.clock, Published: s.mu.published, Outlines: map[string][]string{},
 		Cursors: maps.Clone(s.mu.cursors), Manifest: s.mu.manifest.Encode(), Nodes: maps.Clone(s.mu.nodes),
 		Settings: maps.Clone(s.mu.settings), Skipped: s.mu.skipped, Garbage: slices.Clone(s.mu.garbage),
 	}

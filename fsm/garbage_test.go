@@ -92,3 +92,40 @@ func TestSnapshotV1Restores(t *testing.T) {
 		t.Fatal("a newer snapshot restored")
 	}
 }
+
+// A snapshot is version 2 until the manifest has a run of the names tree,
+// then version 3 (which a build reading up to 2 refuses, as it stops at
+// the entry that added the run); both restore here.
+func TestSnapshotVersionOfNames(t *testing.T) {
+	s := New()
+	apply(t, s, TypeFlush, Flush{Edit: lsm.Edit{Base: 0, Add: []lsm.Run{run("r1")}}})
+	version := func(s *State) int {
+		snap, err := s.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sk sink
+		if err := snap.Persist(&sk); err != nil {
+			t.Fatal(err)
+		}
+		var v struct {
+			V int `json:"v"`
+		}
+		if err := json.Unmarshal(sk.Bytes(), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v.V
+	}
+	if v := version(s); v != 2 {
+		t.Fatalf("snapshot version %d without names, want 2", v)
+	}
+	names := lsm.Run{ID: "n1", Tree: lsm.TreeNames, Kind: lsm.RunDelta, Tables: []lsm.TableRef{{ID: "tn1", Records: 1}}}
+	apply(t, s, TypeFlush, Flush{Edit: lsm.Edit{Base: 1, Add: []lsm.Run{names}}})
+	if v := version(s); v != 3 {
+		t.Fatalf("snapshot version %d with a names run, want 3", v)
+	}
+	r := snapRestore(t, s)
+	if got := r.Manifest().RunsOf(lsm.TreeNames); len(got) != 1 || got[0].ID != "n1" {
+		t.Fatalf("restored names runs %+v", got)
+	}
+}

@@ -15,10 +15,10 @@ import (
 // currentView is the view of the manifest the leader has applied (the
 // catalog has the meta of every table this leader wrote).
 func (w *Writer) currentView(ctx context.Context) (*lsm.View, error) {
-	m := w.cfg.Node.FSM.Manifest()
 	w.vmu.Lock()
 	defer w.vmu.Unlock()
-	if w.view != nil && w.view.Generation() == m.Generation {
+	m := w.cfg.Node.FSM.Manifest() // under vmu: the view kept only moves forward
+	if w.view != nil && w.view.Generation() >= m.Generation {
 		return w.view, nil
 	}
 	v, err := lsm.OpenView(ctx, w.cfg.Catalog, m)

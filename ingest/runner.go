@@ -259,7 +259,7 @@ func (r *Runner) queueUnfinishedResyncs(w *Writer) {
 // runSource runs one source from its committed cursor, once the PLC
 // follower has reached the directory's head (and, for a Backfiller, every
 // live source has a committed cursor). A source that stops with an error
-// is logged; a lost leadership stops the write path.
+// is logged; a lost leadership or a failed writer stops the write path.
 func (r *Runner) runSource(ctx context.Context, cancel context.CancelCauseFunc, w *Writer, s Source) {
 	if !w.plcReady(ctx) {
 		return
@@ -273,8 +273,8 @@ func (r *Runner) runSource(ctx context.Context, cancel context.CancelCauseFunc, 
 	err := s.Ingest(ctx, w, r.Config.Node.FSM.Cursor(name))
 	if err != nil && ctx.Err() == nil {
 		w.log.Error("source stopped", "source", name, "error", err)
-		if errors.Is(err, ErrLeadershipLost) {
-			cancel(err)
+		if errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrWriterFailed) {
+			cancel(err) // the supervisor starts the write path again
 		}
 	}
 	if ctx.Err() == nil {

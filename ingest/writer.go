@@ -90,6 +90,19 @@ type Config struct {
 // publication lost the compare-and-set): stop; the new leader resumes.
 var ErrLeadershipLost = errors.New("ingest: leadership lost")
 
+// ErrWriterFailed: a read the writer needs to encode an operation failed
+// (the PLC map or the names tree in the bucket: link.ErrLookup). The
+// operation is not skipped: the writer stops, and the write path starts
+// again from the committed state, which applies it again.
+var ErrWriterFailed = errors.New("ingest: the write path failed")
+
+// failLookup stops the writer on err, a link.ErrLookup (every later call
+// is refused as ErrLeadershipLost).
+func (w *Writer) failLookup(err error) error {
+	w.dead.Store(true)
+	return fmt.Errorf("%w: %w", ErrWriterFailed, err)
+}
+
 // Writer is the write path of one leadership term. It is discarded when
 // leadership is lost: what it had not published is not durable and is
 // replayed by the next leader from the committed cursors.
@@ -309,7 +322,8 @@ func (w *Writer) makeRoomWith(ctx context.Context, gated bool) (bool, error) {
 // fullLocked reports whether the memtables cannot take one more record:
 // its links and their forward entries, twice the bytes of its links.
 func (w *Writer) fullLocked() bool {
-	return w.mu.links.Bytes() > w.cfg.MemtableBytes-2*link.BacklinkSize*extract.LinksPerRecordMax || w.mu.revs.Full()
+	return w.mu.links.Bytes() > w.cfg.MemtableBytes-2*link.BacklinkSize*extract.LinksPerRecordMax || w.mu.revs.Full() ||
+		w.names.PendingBytes() > w.cfg.MemtableBytes // a flood of new record keys (each up to 512 bytes)
 }
 
 // skip counts a bad input that has no operation to name (a queue full, a
@@ -346,6 +360,9 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 			return nil
 		}
 		did, err := w.codec.DID(op.DID, true)
+		if errors.Is(err, link.ErrLookup) {
+			return w.failLookup(err) // not the DID's fault: applied again, never skipped
+		}
 		if err != nil {
 			w.skipOp(source, "bad_did", op, err)
 			return nil
@@ -368,6 +385,9 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 		return nil
 	}
 	src, err := w.codec.Record(op.DID, op.Collection, op.RKey, true)
+	if errors.Is(err, link.ErrLookup) {
+		return w.failLookup(err) // not the record's fault: applied again, never skipped
+	}
 	if err != nil {
 		w.skipOp(source, "bad_source", op, err)
 		return nil
@@ -481,6 +501,10 @@ func (w *Writer) ApplyRepo(ctx context.Context, source, did string, stamp uint64
 	defer w.repos.RUnlock()
 	w.mu.Lock()
 	d, err := w.codec.DID(did, true)
+	if errors.Is(err, link.ErrLookup) {
+		w.mu.Unlock()
+		return w.failLookup(err) // not the DID's fault: the repository is written again, never skipped
+	}
 	if err != nil {
 		w.mu.Unlock()
 		w.skip(source, "bad_did", "did", did, "error", err)
@@ -532,6 +556,9 @@ func (w *Writer) recordLocked(source string, op *event.Op, stamp uint64) error {
 		return nil
 	}
 	src, err := w.codec.Record(op.DID, op.Collection, op.RKey, true)
+	if errors.Is(err, link.ErrLookup) {
+		return w.failLookup(err) // not the record's fault: applied again, never skipped
+	}
 	if err != nil {
 		w.skipOp(source, "bad_source", op, err)
 		return nil

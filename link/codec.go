@@ -26,6 +26,12 @@ const plcSeqMax = 1<<62 - 1
 // has never been seen: no link can refer to it.
 var ErrUnknown = errors.New("unknown to the index")
 
+// ErrLookup wraps a failed read of the PLC map or the names tree (the
+// bucket unreachable, a table gone, a timeout): the string's encoding is
+// not known, which is neither "unknown" nor a bad string, so the writer
+// must not skip the operation but fail it, to be applied again.
+var ErrLookup = errors.New("lookup failed")
+
 // Codec encodes strings into record fields and renders them back.
 //
 // Encoding rules, which must never change for data already written:
@@ -59,7 +65,7 @@ func (c *Codec) DID(did string, assign bool) (uint64, error) {
 	if c.PLC != nil && plc {
 		seq, ok, err := plcSeq(c.PLC, did)
 		if err != nil {
-			return 0, fmt.Errorf("did %q: plc map: %w", did, err)
+			return 0, fmt.Errorf("did %q: plc map: %w: %w", did, ErrLookup, err)
 		}
 		if ok && seq <= plcSeqMax {
 			return seq, nil
@@ -135,7 +141,7 @@ func (c *Codec) named(kind NameKind, s string, assign bool) (uint64, error) {
 		v := OutlinedBit | NamedBit | (h+i)&(NamedBit-1)
 		held, ok, err := c.Names.Name(kind, v)
 		if err != nil {
-			return 0, fmt.Errorf("%s %q: names: %w", kind, s, err)
+			return 0, fmt.Errorf("%s %q: names: %w: %w", kind, s, ErrLookup, err)
 		}
 		if !ok {
 			if !assign {

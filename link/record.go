@@ -14,8 +14,10 @@
 //	16     8    did         repository DID
 //
 // rkey: a TID record key is inline as its 64-bit integer (the top bit of a
-// TID is always 0); any other record key is outlined: bit 63 set, the
-// outline counter (>= 1) below.
+// TID is always 0); any other record key is named: bits 63 and 62
+// (NamedBit) set, 62 bits from its hash below, the key stored under that
+// value in the names tree (Codec.RKey); or, written before names,
+// outlined: bit 63 set, the outline counter (>= 1) below.
 //
 // collection: an outline counter; values below CollectionFirst are reserved:
 // CollectionRepo (0) names a whole repository (rkey 0; a bare-DID target, or
@@ -24,8 +26,10 @@
 // (see Forward entries); no outline counter reaches it.
 //
 // did: a did:plc known to the PLC directory is inline as the sequence number
-// of its genesis operation (bits 63 and 62 clear); every other DID is
-// outlined: bit 63 set, the outline counter below. Bit 62 is reserved.
+// of its genesis operation (bits 63 and 62 clear); a DID of another method
+// is named (bits 63 and 62 set, as a named rkey); any other DID is
+// outlined: bit 63 set, the outline counter below. Bit 62 without bit 63
+// is reserved.
 //
 // A hashed target (an https URL; an at-uri whose authority is a handle, or
 // that names only a collection) has collection CollectionHashed and the 128

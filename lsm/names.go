@@ -228,6 +228,9 @@ func (m *NameMap) Lookup(ctx context.Context, kind NameKind, v uint64) (string, 
 // Add gives v to s unless a name not yet published holds v already;
 // returns the name v holds then. The caller found v free in the view.
 func (m *NameMap) Add(kind NameKind, v uint64, s string) string {
+	if s == "" || len(s) > NameBytesMax {
+		panic(fmt.Sprintf("lsm: a name of %d bytes (link.Codec gives 1 to %d)", len(s), NameBytesMax))
+	}
 	k := nameKey{kind, v}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -1,0 +1,88 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestWriterNeverSkipsOnAFailedNameRead: a record key the index named
+// ("self") that a new leader cannot read back from the bucket (here its
+// names table's data object is gone) fails the operation and stops the
+// writer (ErrWriterFailed, wrapping link.ErrLookup): the delete is neither
+// skipped as a bad source nor its cursor taken, and the write path starts
+// again from the committed state (a new writer, as the supervisor makes),
+// which applies it once the names can be read again.
+func TestWriterNeverSkipsOnAFailedNameRead(t *testing.T) {
+	ctx := context.Background()
+	w, node, store, _ := forwardWriter(t)
+	const alice = "did:plc:aliceaaaaaaaaaaaaaaaaaaa"
+	profile := jsCommit(t, 1_000, alice, "create", "app.bsky.actor.profile", "self",
+		map[string]any{"pinnedPost": strongRef("at://did:plc:bobbbbbbbbbbbbbbbbbbbbbb/app.bsky.feed.post/3mptbyplj5d8b")})
+	if err := w.Apply(ctx, "js", "1", &profile); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runs := node.FSM.Manifest().RunsOf(lsm.TreeNames)
+	if len(runs) != 1 {
+		t.Fatalf("%d runs of names after the flush, want 1", len(runs))
+	}
+	key := "tables/names/" + runs[0].Tables[0].ID + ".data"
+	data, err := store.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new leader's writer: nothing cached.
+	m := NewMetrics()
+	newWriter := func() *Writer {
+		w, err := NewWriter(ctx, Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), Metrics: m,
+			Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	w2 := newWriter()
+	del := jsCommit(t, 2_000, alice, "delete", "app.bsky.actor.profile", "self", nil)
+	err = w2.Apply(ctx, "js", "2", &del)
+	if !errors.Is(err, link.ErrLookup) || !errors.Is(err, ErrWriterFailed) {
+		t.Fatalf("delete with its name unreadable: %v, want ErrWriterFailed and link.ErrLookup", err)
+	}
+	if err := w2.Apply(ctx, "js", "2", &del); !errors.Is(err, ErrLeadershipLost) {
+		t.Fatalf("the failed writer applies again: %v", err)
+	}
+	if n := testutil.ToFloat64(m.Skipped.WithLabelValues("js", "bad_source")); n != 0 {
+		t.Fatalf("%v operations skipped as bad sources", n)
+	}
+	w2.mu.Lock()
+	cursor, revs := w2.mu.cursors["js"], w2.mu.revs.Len()
+	w2.mu.Unlock()
+	if cursor != "" || revs != 0 {
+		t.Fatalf("after the failed delete: cursor %q, %d revocations buffered", cursor, revs)
+	}
+
+	if err := store.Put(ctx, key, data); err != nil {
+		t.Fatal(err)
+	}
+	w2 = newWriter()
+	if err := w2.Apply(ctx, "js", "2", &del); err != nil {
+		t.Fatalf("the delete again, its name readable: %v", err)
+	}
+	w2.mu.Lock()
+	cursor, revs = w2.mu.cursors["js"], w2.mu.revs.Len()
+	w2.mu.Unlock()
+	if cursor != "2" || revs != 1 {
+		t.Fatalf("after the delete: cursor %q, %d revocations buffered", cursor, revs)
+	}
+}
