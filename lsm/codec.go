@@ -283,13 +283,16 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 }
 
 // orderDict returns the dictionary of the accounts t counted at least
-// twice, most frequent first, ties by value (at most MaxDictEntries), each
+// twice whose DID fits 32 bits, most frequent first, ties by value (at most MaxDictEntries), each
 // with its rev from revs (indexed by t's ids: 1 + the rev, 0 for none), and
 // each of t's ids' rank (0 for accounts outside it).
 func orderDict(t *acctTable, revs []uint64) (*accountDict, []uint32) {
 	order := make([]uint32, 0, len(t.accts)/2+1)
 	for id, c := range t.counts {
-		if c >= 2 {
+		// A DID that does not fit 32 bits (a named one: a did:web's hash)
+		// stays out: one would make the mapped metadata hold every
+		// entry's DID in 8 bytes (packWidths); its records carry it.
+		if c >= 2 && fitsDID32(t.accts[id].did) {
 			order = append(order, uint32(id))
 		}
 	}
