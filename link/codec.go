@@ -119,16 +119,13 @@ const namedProbes = 64
 
 // nameHash is the first value a named string of kind is looked for at.
 func nameHash(kind NameKind, s string) uint64 {
-	h := sha256.New()
-	switch kind {
-	case NameRKey:
-		h.Write([]byte("eddy/rkey/v1\x00"))
-	default:
-		h.Write([]byte("eddy/did/v1\x00"))
+	domain := "eddy/did/v1\x00"
+	if kind == NameRKey {
+		domain = "eddy/rkey/v1\x00"
 	}
-	h.Write([]byte(s))
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
+	var buf [64]byte
+	b := append(append(buf[:0], domain...), s...) // on the stack for the usual short strings
+	sum := sha256.Sum256(b)
 	return binary.BigEndian.Uint64(sum[:8])
 }
 

@@ -181,20 +181,9 @@ func NewNameMap(r *Reader, view func(context.Context) (*View, error), cacheBytes
 func (m *NameMap) Lookup(ctx context.Context, kind NameKind, v uint64) (string, bool, error) {
 	k := nameKey{kind, v}
 	for attempt := 0; ; attempt++ {
-		// A name, once given, never changes: the cache and the pending
-		// names answer without a view.
-		m.mu.Lock()
-		if el, ok := m.mu.byKey[k]; ok {
-			m.mu.lru.MoveToFront(el)
-			s := el.Value.(nameEntry).s
-			m.mu.Unlock()
+		if s, ok := m.known(k); ok {
 			return s, true, nil
 		}
-		if s, ok := m.pendingLocked(k); ok {
-			m.mu.Unlock()
-			return s, true, nil
-		}
-		m.mu.Unlock()
 		view, err := m.view(ctx)
 		if err != nil {
 			return "", false, err
@@ -223,6 +212,18 @@ func (m *NameMap) Lookup(ctx context.Context, kind NameKind, v uint64) (string, 
 		m.mu.Unlock()
 		return s, ok, nil
 	}
+}
+
+// known answers a lookup from memory: a name, once given, never changes,
+// so the cache and the pending names answer without a view.
+func (m *NameMap) known(k nameKey) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if el, ok := m.mu.byKey[k]; ok {
+		m.mu.lru.MoveToFront(el)
+		return el.Value.(nameEntry).s, true
+	}
+	return m.pendingLocked(k)
 }
 
 // Add gives v to s unless a name not yet published holds v already;
@@ -318,6 +319,9 @@ const NameLookupTimeout = 30 * time.Second
 
 // Name implements link.Names: Lookup bounded by NameLookupTimeout.
 func (m *NameMap) Name(kind NameKind, v uint64) (string, bool, error) {
+	if s, ok := m.known(nameKey{kind, v}); ok {
+		return s, true, nil // no timer for what memory answers
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), NameLookupTimeout)
 	defer cancel()
 	return m.Lookup(ctx, kind, v)

@@ -229,3 +229,52 @@ func TestNameMapLookupOfOldView(t *testing.T) {
 		t.Fatalf("%d views asked, want 2", calls)
 	}
 }
+
+// BenchmarkNamedRKey: the write path's cost of a non-TID record key: an
+// outline (a map in memory, before names), a named key in the NameMap's
+// cache ("self"), and a key no name holds yet (read-only: the filter
+// probes of the names tree's runs, then ErrUnknown), with 8 runs of names.
+func BenchmarkNamedRKey(b *testing.B) {
+	t := &testing.T{}
+	f := newNamesFixture(t)
+	f.t = t
+	m := NewNameMap(NewReader(f.store, nil), Views(f.current), 0)
+	c := &link.Codec{Outlines: link.NewMemOutlines(), Names: m}
+	for run := 0; run < 8; run++ {
+		for i := 0; i < 1000; i++ {
+			if _, err := c.RKey(fmt.Sprintf("feed-%d-%d", run, i), true); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := c.RKey("self", true); err != nil {
+			b.Fatal(err)
+		}
+		nb := m.Seal()
+		m.Published(nb, f.publishNames(nb))
+	}
+	outl := &link.Codec{Outlines: link.NewMemOutlines()}
+	if _, err := outl.RKey("self", true); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("outline", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := outl.RKey("self", false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("named-cached", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := c.RKey("self", false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("named-absent", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := c.RKey("never-named", false); !errors.Is(err, link.ErrUnknown) {
+				b.Fatal(err)
+			}
+		}
+	})
+}
