@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/objstore/local"
 )
 
 // publishNames writes a batch of names as a delta run and applies it.
@@ -21,11 +22,13 @@ func (f *plcFixture) publishNames(b *NameBatch) uint64 {
 	return f.view.Generation()
 }
 
-func newNamesFixture(t *testing.T) *plcFixture {
+func newNamesFixture(t testing.TB) *plcFixture {
 	ctx := context.Background()
-	store := newLocalStore(t)
+	store, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	f := &plcFixture{t: t, ctx: ctx, store: store, cat: NewCatalog(t.TempDir(), store)}
-	var err error
 	if f.view, err = OpenView(ctx, f.cat, &Manifest{}); err != nil {
 		t.Fatal(err)
 	}
@@ -235,9 +238,7 @@ func TestNameMapLookupOfOldView(t *testing.T) {
 // cache ("self"), and a key no name holds yet (read-only: the filter
 // probes of the names tree's runs, then ErrUnknown), with 8 runs of names.
 func BenchmarkNamedRKey(b *testing.B) {
-	t := &testing.T{}
-	f := newNamesFixture(t)
-	f.t = t
+	f := newNamesFixture(b)
 	m := NewNameMap(NewReader(f.store, nil), Views(f.current), 0)
 	c := &link.Codec{Outlines: link.NewMemOutlines(), Names: m}
 	for run := 0; run < 8; run++ {

@@ -41,7 +41,7 @@ func TestParsePLC(t *testing.T) {
 }
 
 type plcFixture struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	store objstore.Store
 	cat   *Catalog
