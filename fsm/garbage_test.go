@@ -13,16 +13,8 @@ import (
 // snapRestore persists s's snapshot and restores it into a new state.
 func snapRestore(t *testing.T, s *State) *State {
 	t.Helper()
-	snap, err := s.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sk sink
-	if err := snap.Persist(&sk); err != nil {
-		t.Fatal(err)
-	}
 	r := New()
-	if err := r.Restore(io.NopCloser(bytes.NewReader(sk.Bytes()))); err != nil {
+	if err := r.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, s)))); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -100,18 +92,10 @@ func TestSnapshotVersionOfNames(t *testing.T) {
 	s := New()
 	apply(t, s, TypeFlush, Flush{Edit: lsm.Edit{Base: 0, Add: []lsm.Run{run("r1")}}})
 	version := func(s *State) int {
-		snap, err := s.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var sk sink
-		if err := snap.Persist(&sk); err != nil {
-			t.Fatal(err)
-		}
 		var v struct {
 			V int `json:"v"`
 		}
-		if err := json.Unmarshal(sk.Bytes(), &v); err != nil {
+		if err := json.Unmarshal(snapshotBytes(t, s), &v); err != nil {
 			t.Fatal(err)
 		}
 		return v.V

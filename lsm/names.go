@@ -113,7 +113,6 @@ func nameCorrupt(format string, args ...any) error {
 // reads: the leader's codec adds them, its next flush writes them as a
 // run in the same Raft entry as the links that use them.
 type NameBatch struct {
-	gen   uint64 // the generation that published the batch; 0 until then
 	names map[nameKey]string
 	bytes int
 }
@@ -149,9 +148,8 @@ type NameMap struct {
 	mu struct {
 		sync.Mutex
 		open   *NameBatch
-		sealed []*NameBatch // taken by a flush, until the view shows them
-		pruned uint64       // the newest generation a sealed batch was dropped at
-		lru    *list.List   // of nameEntry, most recent first
+		sealed sealed[NameBatch] // taken by a flush, until the view shows them
+		lru    *list.List        // of nameEntry, most recent first
 		byKey  map[nameKey]*list.Element
 		bytes  int
 	}
@@ -198,7 +196,7 @@ func (m *NameMap) Lookup(ctx context.Context, kind NameKind, v uint64) (string, 
 			return "", false, err
 		}
 		m.mu.Lock()
-		if !ok && view.Generation() < m.mu.pruned && attempt < 8 {
+		if !ok && m.mu.sealed.stale(view.Generation()) && attempt < 8 {
 			// A batch was dropped from the pending names (its view
 			// holds it) after the check above, by a lookup with a newer
 			// view than this one read: ask again, with the newest view.
@@ -261,40 +259,26 @@ func (m *NameMap) Seal() *NameBatch {
 	}
 	b := m.mu.open
 	m.mu.open = &NameBatch{names: map[nameKey]string{}}
-	m.mu.sealed = append(m.mu.sealed, b)
+	m.mu.sealed.add(b)
 	return b
 }
 
 // Published says that generation gen holds b's tables.
 func (m *NameMap) Published(b *NameBatch, gen uint64) {
 	m.mu.Lock()
-	b.gen = gen
+	m.mu.sealed.publish(b, gen)
 	m.mu.Unlock()
 }
 
 func (m *NameMap) pruneLocked(gen uint64) {
-	keep := m.mu.sealed[:0]
-	for _, b := range m.mu.sealed {
-		if b.gen == 0 || b.gen > gen {
-			keep = append(keep, b)
-		} else {
-			m.mu.pruned = max(m.mu.pruned, gen)
-		}
-	}
-	clear(m.mu.sealed[len(keep):])
-	m.mu.sealed = keep
+	m.mu.sealed.prune(gen)
 }
 
 func (m *NameMap) pendingLocked(k nameKey) (string, bool) {
 	if s, ok := m.mu.open.names[k]; ok {
 		return s, true
 	}
-	for _, b := range m.mu.sealed {
-		if s, ok := b.names[k]; ok {
-			return s, true
-		}
-	}
-	return "", false
+	return find(&m.mu.sealed, func(b *NameBatch) (string, bool) { s, ok := b.names[k]; return s, ok })
 }
 
 func (m *NameMap) cachePutLocked(k nameKey, s string) {

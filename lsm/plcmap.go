@@ -145,7 +145,6 @@ func (r *Reader) lookupAll(ctx context.Context, v *View, tree Tree, prefix []byt
 // reads: the leader's follower adds them, its next flush writes them as
 // tables in the same Raft entry as the links that use them.
 type PLCBatch struct {
-	gen   uint64 // the generation that published the batch; 0 until then
 	byID  map[PLCID]uint64
 	bySeq map[uint64]PLCID
 }
@@ -196,10 +195,9 @@ type PLCMap struct {
 
 	mu struct {
 		sync.Mutex
-		open   *PLCBatch   // the follower adds here
-		sealed []*PLCBatch // taken by a flush, until the view shows them
-		pruned uint64      // the newest generation a sealed batch was dropped at
-		lru    *list.List  // of plcEntry, most recent first
+		open   *PLCBatch        // the follower adds here
+		sealed sealed[PLCBatch] // taken by a flush, until the view shows them
+		lru    *list.List       // of plcEntry, most recent first
 		byID   map[PLCID]*list.Element
 		bySeq  map[uint64]*list.Element
 	}
@@ -259,7 +257,7 @@ func (m *PLCMap) Seal() *PLCBatch {
 	}
 	b := m.mu.open
 	m.mu.open = newPLCBatch()
-	m.mu.sealed = append(m.mu.sealed, b)
+	m.mu.sealed.add(b)
 	return b
 }
 
@@ -267,46 +265,27 @@ func (m *PLCMap) Seal() *PLCBatch {
 // gen or later, lookups read them from there.
 func (m *PLCMap) Published(b *PLCBatch, gen uint64) {
 	m.mu.Lock()
-	b.gen = gen
+	m.mu.sealed.publish(b, gen)
 	m.mu.Unlock()
 }
 
 // pruneLocked drops the sealed batches the view at generation gen holds.
 func (m *PLCMap) pruneLocked(gen uint64) {
-	keep := m.mu.sealed[:0]
-	for _, b := range m.mu.sealed {
-		if b.gen == 0 || b.gen > gen {
-			keep = append(keep, b)
-		} else {
-			m.mu.pruned = max(m.mu.pruned, gen)
-		}
-	}
-	clear(m.mu.sealed[len(keep):])
-	m.mu.sealed = keep
+	m.mu.sealed.prune(gen)
 }
 
 func (m *PLCMap) pendingSeqLocked(id PLCID) (uint64, bool) {
 	if s, ok := m.mu.open.byID[id]; ok {
 		return s, true
 	}
-	for _, b := range m.mu.sealed {
-		if s, ok := b.byID[id]; ok {
-			return s, true
-		}
-	}
-	return 0, false
+	return find(&m.mu.sealed, func(b *PLCBatch) (uint64, bool) { s, ok := b.byID[id]; return s, ok })
 }
 
 func (m *PLCMap) pendingIDLocked(seq uint64) (PLCID, bool) {
 	if id, ok := m.mu.open.bySeq[seq]; ok {
 		return id, true
 	}
-	for _, b := range m.mu.sealed {
-		if id, ok := b.bySeq[seq]; ok {
-			return id, true
-		}
-	}
-	return PLCID{}, false
+	return find(&m.mu.sealed, func(b *PLCBatch) (PLCID, bool) { id, ok := b.bySeq[seq]; return id, ok })
 }
 
 func (m *PLCMap) cachePutLocked(id PLCID, seq uint64) {
@@ -438,7 +417,7 @@ func (m *PLCMap) didOf(ctx context.Context, seq uint64) (string, bool, bool, err
 func (m *PLCMap) staleView(v *View) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return v.Generation() < m.mu.pruned
+	return m.mu.sealed.stale(v.Generation())
 }
 
 // LookupSeq is SeqOf bounded by PLCLookupTimeout (link's error-reporting

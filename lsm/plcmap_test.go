@@ -186,7 +186,7 @@ func TestPLCMapRoundTrip(t *testing.T) {
 		m.Published(b, gen)
 		checkAll(t, m, want, absent) // from the tables
 		m.mu.Lock()
-		sealed := len(m.mu.sealed)
+		sealed := m.mu.sealed.len()
 		m.mu.Unlock()
 		if sealed != 0 {
 			t.Fatalf("%d sealed batches left after the view showed them", sealed)
