@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/eddy-backlinks/eddy/lsm"
@@ -36,4 +37,17 @@ func namesRun(ctx context.Context, w *Writer, b *lsm.NameBatch) (lsm.Run, error)
 		return lsm.Run{}, fmt.Errorf("flush %s: %w", lsm.TreeNames, err)
 	}
 	return run, nil
+}
+
+// ErrWriterFailed: a read the writer needs to encode an operation failed
+// (the PLC map or the names tree in the bucket: link.ErrLookup). The
+// operation is not skipped: the writer stops, and the write path starts
+// again from the committed state, which applies it again.
+var ErrWriterFailed = errors.New("ingest: the write path failed")
+
+// failLookup stops the writer on err, a link.ErrLookup (every later call
+// is refused as ErrLeadershipLost).
+func (w *Writer) failLookup(err error) error {
+	w.dead.Store(true)
+	return fmt.Errorf("%w: %w", ErrWriterFailed, err)
 }

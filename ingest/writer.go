@@ -90,19 +90,6 @@ type Config struct {
 // publication lost the compare-and-set): stop; the new leader resumes.
 var ErrLeadershipLost = errors.New("ingest: leadership lost")
 
-// ErrWriterFailed: a read the writer needs to encode an operation failed
-// (the PLC map or the names tree in the bucket: link.ErrLookup). The
-// operation is not skipped: the writer stops, and the write path starts
-// again from the committed state, which applies it again.
-var ErrWriterFailed = errors.New("ingest: the write path failed")
-
-// failLookup stops the writer on err, a link.ErrLookup (every later call
-// is refused as ErrLeadershipLost).
-func (w *Writer) failLookup(err error) error {
-	w.dead.Store(true)
-	return fmt.Errorf("%w: %w", ErrWriterFailed, err)
-}
-
 // Writer is the write path of one leadership term. It is discarded when
 // leadership is lost: what it had not published is not durable and is
 // replayed by the next leader from the committed cursors.
