@@ -274,6 +274,9 @@ func (s *Server) didFilter(q url.Values, param string) (dids []uint64, ok bool, 
 		if errors.Is(err, link.ErrUnknown) {
 			continue // this DID never linked anything
 		}
+		if errors.Is(err, link.ErrLookup) {
+			return nil, false, err // the bucket could not be read: a server error, not the caller's
+		}
 		if err != nil {
 			return nil, false, badRequest(param + ": " + err.Error())
 		}
