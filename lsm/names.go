@@ -29,6 +29,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/link"
@@ -114,7 +115,6 @@ func nameCorrupt(format string, args ...any) error {
 // run in the same Raft entry as the links that use them.
 type NameBatch struct {
 	names map[nameKey]string
-	bytes int
 }
 
 // Len is the number of names.
@@ -144,6 +144,9 @@ type NameMap struct {
 	reader *Reader
 	view   func(context.Context) (*View, error)
 	max    int
+	// pendingBytes approximates the open batch's memory: read without the
+	// lock by the writer's memtable check, on every record.
+	pendingBytes atomic.Int64
 
 	mu struct {
 		sync.Mutex
@@ -237,17 +240,13 @@ func (m *NameMap) Add(kind NameKind, v uint64, s string) string {
 		return held
 	}
 	m.mu.open.names[k] = s
-	m.mu.open.bytes += len(s) + nameEntryOverhead
+	m.pendingBytes.Add(int64(len(s) + nameEntryOverhead))
 	return s
 }
 
 // PendingBytes approximates the memory of the names not yet taken by a
 // flush.
-func (m *NameMap) PendingBytes() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.mu.open.bytes
-}
+func (m *NameMap) PendingBytes() int { return int(m.pendingBytes.Load()) }
 
 // Seal takes the pending names for a flush (nil if there are none); they
 // stay visible to Name until Published's generation is in the view.
@@ -259,6 +258,7 @@ func (m *NameMap) Seal() *NameBatch {
 	}
 	b := m.mu.open
 	m.mu.open = &NameBatch{names: map[nameKey]string{}}
+	m.pendingBytes.Store(0)
 	m.mu.sealed.add(b)
 	return b
 }

@@ -149,6 +149,12 @@ func TestNamedRKeys(t *testing.T) {
 		b := m.Seal()
 		checkNamed(t, c, want, dids, "sealed")
 		m.Published(b, f.publishNames(b))
+		m.mu.Lock()
+		held := m.mu.sealed.len()
+		m.mu.Unlock()
+		if held != 0 {
+			t.Fatalf("%d sealed batches kept after their publication", held)
+		}
 		checkNamed(t, c, want, dids, "published")
 		keys = keys[:0]
 	}
@@ -210,8 +216,8 @@ func TestNameMapLookupOfOldView(t *testing.T) {
 	m.Add(link.NameRKey, 7, "x")
 	b := m.Seal()
 	m.Published(b, f.publishNames(b))
-	// A lookup of a value no name holds reads the new view, and drops
-	// the batch from the pending names.
+	// Published dropped the batch from the pending names; a lookup of a
+	// value no name holds reads the new view.
 	if s, ok, err := m.Lookup(f.ctx, link.NameRKey, 9); err != nil || ok {
 		t.Fatalf("a free value: %q %v %v", s, ok, err)
 	}

@@ -18,13 +18,18 @@ type sealedBatch[B any] struct {
 
 func (s *sealed[B]) add(b *B) { s.batches = append(s.batches, sealedBatch[B]{b: b}) }
 
-// publish records that generation gen holds b's tables.
+// publish records that generation gen holds b's tables. The caller (the
+// leader's flush) has applied gen, so its map's views are at gen or later
+// from now on: b, and any batch published before it, are dropped at once
+// (a lookup still holding an older view asks again: stale). Without it a
+// map whose lookups all hit memory would keep every batch it published.
 func (s *sealed[B]) publish(b *B, gen uint64) {
 	for i := range s.batches {
 		if s.batches[i].b == b {
 			s.batches[i].gen = gen
 		}
 	}
+	s.prune(gen)
 }
 
 // prune drops the batches the view at generation gen holds.
