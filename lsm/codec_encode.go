@@ -257,7 +257,7 @@ func (e *colEncoder) appendStream(dst, b []byte) []byte {
 			return append(dst, b[0])
 		}
 	}
-	if len(b) >= 32 {
+	if len(b) >= 32 && huffMayPay(b) {
 		e.huff.Reuse = huff0.ReusePolicyNone
 		mode := byte(modeHuff1X)
 		var out []byte
@@ -278,6 +278,48 @@ func (e *colEncoder) appendStream(dst, b []byte) []byte {
 	dst = append(dst, modeRaw)
 	dst = binary.AppendUvarint(dst, uint64(len(b)))
 	return append(dst, b...)
+}
+
+// huffMayPay reports whether entropy coding b could pay: whether a
+// Huffman code of b's byte frequencies at the Shannon bound, plus a
+// quarter of a byte a symbol for its table (huff0 writes a weight of four
+// bits for each symbol up to the largest, compressed when that is
+// smaller), could come under storing b raw. A stream of near-uniform
+// bytes (the low bits of record keys and clock ids: two streams in five
+// of a backfill's frames) fails, and skips building a table that would
+// be thrown away. The table's quarter byte a symbol is an estimate, not
+// a bound: on four tables of a 100M-link backfill the check skipped 46,700
+// of the 54,000 streams huff0 failed to shrink, and one stream that it
+// would have shrunk, by 4 bytes (the files differ by those 4 bytes).
+func huffMayPay(b []byte) bool {
+	var h [256]uint32
+	for _, c := range b {
+		h[c]++
+	}
+	bits := nLog2n(uint32(len(b)))
+	k := 0
+	for _, c := range h {
+		if c > 0 {
+			bits -= nLog2n(c)
+			k++
+		}
+	}
+	return bits/8+float64(k)/4 < float64(len(b)-binary.MaxVarintLen32)
+}
+
+// nLog2nTable holds n*log2(n) for the small counts huffMayPay meets most.
+var nLog2nTable = func() (t [1024]float64) {
+	for n := 2; n < len(t); n++ {
+		t[n] = float64(n) * math.Log2(float64(n))
+	}
+	return t
+}()
+
+func nLog2n(n uint32) float64 {
+	if n < uint32(len(nLog2nTable)) {
+		return nLog2nTable[n]
+	}
+	return float64(n) * math.Log2(float64(n))
 }
 
 // colDecoder holds decoded streams; pooled.

@@ -168,3 +168,30 @@ func FuzzDecodeColumns(f *testing.F) {
 		}
 	})
 }
+
+// TestHuffMayPay: a stream of uniform random bytes is stored raw without
+// a Huffman table being built; a skewed one is still entropy-coded.
+func TestHuffMayPay(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	uniform := make([]byte, 1000)
+	for i := range uniform {
+		uniform[i] = byte(rng.Uint32())
+	}
+	if huffMayPay(uniform) {
+		t.Error("huffMayPay(1000 uniform random bytes) = true")
+	}
+	skewed := make([]byte, 1000)
+	for i := range skewed {
+		skewed[i] = byte(rng.Uint32() % 16)
+	}
+	if !huffMayPay(skewed) {
+		t.Error("huffMayPay(1000 bytes of 16 values) = false")
+	}
+	var e colEncoder
+	for _, b := range [][]byte{uniform, skewed} {
+		out := e.appendStream(nil, b)
+		if mode := out[0]; (mode == modeRaw) != (&b[0] == &uniform[0]) {
+			t.Errorf("stream of %d bytes written in mode %d", len(b), mode)
+		}
+	}
+}
