@@ -11,7 +11,6 @@ import (
 
 	"github.com/eddy-backlinks/eddy/cluster"
 	"github.com/eddy-backlinks/eddy/fsm"
-	"github.com/eddy-backlinks/eddy/internal/corrupt"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/hashicorp/go-hclog"
 )
@@ -67,6 +66,9 @@ type Runner struct {
 	// CompactionFanIn: runs of a tier merged together (0:
 	// lsm.DefaultCompactionFanIn).
 	CompactionFanIn int
+	// CompactionBytesPerSec paces each merge's reads (0:
+	// lsm.DefaultCompactionBytesPerSec).
+	CompactionBytesPerSec int64
 	// SpillDir holds a compaction's inputs between its passes (a
 	// directory on local disk; "": the system's temporary directory).
 	SpillDir string
@@ -334,88 +336,6 @@ func (r *Runner) flushLoop(ctx context.Context, cancel context.CancelCauseFunc, 
 				cancel(err)
 				return err
 			}
-		}
-	}
-}
-
-// compactLoop merges full tiers in the background and hands each result to
-// the writer, whose next flush publishes it (one serialised publisher, so
-// the compare-and-set never races the flushes).
-func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
-	every := r.CompactionInterval
-	if every <= 0 {
-		every = 5 * time.Second
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	var inFlight map[string]bool // runs of an offered compaction not yet published
-	uploaded := func() {}        // ends the offered compaction's upload (w.uploads) once published
-	var inFlightFull *fullMerge  // the full compaction's merge in flight
-	var doneFull *fullMerge      // a published full merge whose request is not deleted yet
-	defer func() { uploaded() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		m := r.Config.Node.FSM.Manifest()
-		if inFlight != nil {
-			still := false
-			for _, run := range m.Runs {
-				if inFlight[run.ID] {
-					still = true
-				}
-			}
-			if still {
-				continue // the last result is not published yet
-			}
-			inFlight = nil
-			uploaded()
-			doneFull, inFlightFull = inFlightFull, nil // merged and published
-		}
-		if doneFull != nil {
-			if !r.fullDone(ctx, *doneFull, w.log) {
-				continue
-			}
-			doneFull = nil
-		}
-		for _, tree := range lsm.Trees {
-			full, asked := r.fullInputs(ctx, m, tree, w.log)
-			inputs := full
-			if inputs == nil {
-				inputs = lsm.PickCompaction(m, tree, r.FanIn())
-			}
-			if inputs == nil {
-				continue
-			}
-			v, err := lsm.OpenView(ctx, r.Config.Catalog, m)
-			if err != nil {
-				w.log.Warn("compaction: open view", "error", err)
-				break
-			}
-			uploaded = w.uploads.begin() // its tables are unreferenced until published
-			out, err := lsm.CompactRuns(ctx, r.Config.Store, r.Config.Catalog, v, inputs, lsm.CompactOptions{
-				ShardTargetBytes: r.shardTarget(), BytesPerSec: lsm.DefaultCompactionBytesPerSec, SpillDir: r.SpillDir,
-			})
-			corrupt.Note(r.Config.Corrupt, w.log, "compaction", err)
-			if err != nil {
-				uploaded()
-				w.log.Warn("compaction failed", "tree", tree, "error", err)
-				break
-			}
-			ids := make([]string, len(inputs))
-			inFlight = map[string]bool{}
-			for i, in := range inputs {
-				ids[i] = in.ID
-				inFlight[in.ID] = true
-			}
-			w.OfferCompaction(out, ids)
-			w.log.Info("compacted", "tree", tree, "runs", len(inputs), "records", out.Records(), "full", full != nil)
-			if full != nil {
-				inFlightFull = &fullMerge{tree, asked}
-			}
-			break // one at a time
 		}
 	}
 }

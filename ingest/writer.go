@@ -132,8 +132,8 @@ type Writer struct {
 		clockNext   uint64 // next stamp to hand out
 		clockEnd    uint64 // last reserved stamp
 		ex          extract.Extractor
-		bls         []link.Backlink // linksLocked's scratch: one record's backlinks
-		compaction  *compactionResult
+		bls         []link.Backlink    // linksLocked's scratch: one record's backlinks
+		compactions []compactionResult // offered, for the next flush
 		lastFlush   time.Time
 		// resyncs counts resync requests per DID: a finished resync clears
 		// the replicated marker only if no newer request came meanwhile.
@@ -561,10 +561,10 @@ func (w *Writer) SetCursor(source, cursor string) {
 	w.mu.Unlock()
 }
 
-// OfferCompaction hands a finished compaction to the next flush.
+// OfferCompaction hands a finished compaction (of disjoint inputs) to the next flush.
 func (w *Writer) OfferCompaction(add lsm.Run, remove []string) {
 	w.mu.Lock()
-	w.mu.compaction = &compactionResult{add: add, remove: remove}
+	w.mu.compactions = append(w.mu.compactions, compactionResult{add: add, remove: remove})
 	w.mu.Unlock()
 }
 
@@ -607,7 +607,7 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 	links, revs := w.mu.links, w.mu.revs
 	cursors := w.mu.cursors
 	maxStamp := w.mu.maxStamp
-	comp := w.mu.compaction
+	comps := w.mu.compactions
 	w.mu.links, w.mu.revs = w.spare[0], w.spare[1]
 	w.spare = [2]*lsm.Memtable{}
 	if w.mu.links == nil {
@@ -615,7 +615,7 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 		w.mu.revs = lsm.NewMemtable(lsm.RevocationFormat, w.cfg.MemtableBytes)
 	}
 	w.mu.cursors = map[string]string{}
-	w.mu.compaction = nil
+	w.mu.compactions = nil
 	w.mu.lastFlush = start
 	outlines := w.pending.Take() // after the swap: covers every outline the swapped data uses
 	var plcBatch *lsm.PLCBatch
@@ -632,7 +632,7 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 			changed = true
 		}
 	}
-	if links.Len() == 0 && revs.Len() == 0 && comp == nil && !changed && len(outlines) == 0 && plcBatch == nil && nameBatch == nil {
+	if links.Len() == 0 && revs.Len() == 0 && len(comps) == 0 && !changed && len(outlines) == 0 && plcBatch == nil && nameBatch == nil {
 		w.spare = [2]*lsm.Memtable{links, revs}
 		return nil
 	}
@@ -671,9 +671,9 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 		}
 		edit.Add = append(edit.Add, run)
 	}
-	if comp != nil {
-		edit.Add = append(edit.Add, comp.add)
-		edit.Remove = comp.remove
+	for _, c := range comps {
+		edit.Add = append(edit.Add, c.add)
+		edit.Remove = append(edit.Remove, c.remove...)
 	}
 	edit.Base = w.cfg.Node.FSM.Manifest().Generation
 	// Time: the tables the edit removes wait for deletion from it (gc.go).

@@ -1,0 +1,231 @@
+package ingest
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/internal/corrupt"
+	"github.com/eddy-backlinks/eddy/lsm"
+)
+
+// Compaction lanes. A merge of the top tier at the network's scale, or a
+// full compaction, reads and rewrites most of the index: hours of one
+// core on a small node. Merging one set of runs at a time, the leader
+// would hold back meanwhile the merges of the runs it flushes (one every
+// flush interval), and those would pile up by the thousand for every
+// query to read. So the leader merges in two lanes, each one merge at a
+// time, on disjoint runs: the big lane takes full compactions and merges
+// of at least bigMergeBytes of input, the small lane every other merge.
+// Both lanes' results are published by the writer's next flush.
+//
+// Memory: each merge holds one output shard (lsm.DefaultCompactionShardBytes
+// decoded) and the table built from it; a small merge's shards are bounded
+// the same way, so the two lanes at most double the leader's compaction
+// memory.
+const bigMergeBytes = 256 << 20
+
+const (
+	laneBig = iota
+	laneSmall
+)
+
+// lane is one compaction lane's state, owned by compactLoop.
+type lane struct {
+	inputs   map[string]bool // the runs being merged (nil: idle)
+	offered  bool            // the result waits for a flush to publish it
+	uploaded func()          // ends the merge's upload (w.uploads)
+	full     *fullMerge      // the full compaction this merge carries out
+	doneFull *fullMerge      // published; its request not deleted yet
+}
+
+// end makes the lane idle; its merge's tables are no longer an upload in
+// flight (published, or abandoned to the garbage sweep).
+func (l *lane) end() {
+	if l.uploaded != nil {
+		l.uploaded()
+	}
+	l.inputs, l.offered, l.uploaded, l.full = nil, false, nil, nil
+}
+
+// mergeResult is what a lane's merge reports to compactLoop.
+type mergeResult struct {
+	lane int
+	tree lsm.Tree
+	out  lsm.Run
+	ids  []string
+	err  error
+}
+
+// compactLoop merges full tiers and requested full compactions in the
+// background (two lanes) and hands each result to the writer, whose next
+// flush publishes it (one serialised publisher, so the compare-and-set
+// never races the flushes).
+func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
+	every := r.CompactionInterval
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var lanes [2]lane
+	results := make(chan mergeResult, len(lanes)) // never blocks a merge: one each at most
+	var merges sync.WaitGroup
+	defer func() {
+		merges.Wait() // they end with ctx
+		for i := range lanes {
+			lanes[i].end()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case res := <-results:
+			l := &lanes[res.lane]
+			if res.err != nil {
+				l.end()
+				w.log.Warn("compaction failed", "tree", res.tree, "error", res.err)
+				continue
+			}
+			l.offered = true
+			w.OfferCompaction(res.out, res.ids)
+			w.log.Info("compacted", "tree", res.tree, "runs", len(res.ids), "records", res.out.Records(), "full", l.full != nil, "big", res.lane == laneBig)
+			continue
+		case <-t.C:
+		}
+		m := r.Config.Node.FSM.Manifest()
+		present := make(map[string]bool, len(m.Runs))
+		for _, run := range m.Runs {
+			present[run.ID] = true
+		}
+		waiting := false
+		for i := range lanes {
+			l := &lanes[i]
+			if l.offered && !anyPresent(l.inputs, present) {
+				full := l.full
+				l.end() // merged and published
+				l.doneFull = full
+			}
+			if l.doneFull != nil {
+				if !r.fullDone(ctx, *l.doneFull, w.log) {
+					waiting = true // tried again next time, before any merge of its tree starts
+					continue
+				}
+				l.doneFull = nil
+			}
+		}
+		if !waiting {
+			r.startMerges(ctx, w, m, &lanes, results, &merges)
+		}
+	}
+}
+
+// anyPresent reports whether any of runs is in present.
+func anyPresent(runs, present map[string]bool) bool {
+	for id := range runs {
+		if present[id] {
+			return true
+		}
+	}
+	return false
+}
+
+// startMerges starts a merge in each idle lane that has one to do: a
+// pending full compaction in the idle big lane (once the small lane holds
+// none of its tree's runs, so that a quiet tree ends as one run: until
+// then no other merge of the tree starts), else the tiers' next merge in
+// the lane its size belongs to, on runs no lane holds.
+func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, lanes *[2]lane, results chan<- mergeResult, merges *sync.WaitGroup) {
+	busy := map[string]bool{}
+	for i := range lanes {
+		for id := range lanes[i].inputs {
+			busy[id] = true
+		}
+	}
+	for _, tree := range lsm.Trees {
+		if lanes[laneBig].inputs != nil && lanes[laneSmall].inputs != nil {
+			return
+		}
+		big := &lanes[laneBig]
+		fullRunning := big.full != nil && big.full.tree == tree
+		if !fullRunning && big.inputs == nil && r.Config.Node.FSM.Setting(fullCompactionKey+string(tree)) != "" {
+			if holdsTree(m, tree, lanes[laneSmall].inputs) {
+				continue // the small lane drains the tree's runs first; it starts no more of them
+			}
+			full, asked := r.fullInputs(ctx, m, tree, w.log)
+			if full != nil {
+				r.startMerge(ctx, w, m, laneBig, big, tree, full, &fullMerge{tree, asked}, results, merges)
+				continue
+			}
+		}
+		var free lsm.Manifest
+		for _, run := range m.Runs {
+			if !busy[run.ID] {
+				free.Runs = append(free.Runs, run)
+			}
+		}
+		inputs := lsm.PickCompaction(&free, tree, r.FanIn())
+		if inputs == nil {
+			continue
+		}
+		var bytes uint64
+		for _, in := range inputs {
+			bytes += in.Bytes()
+		}
+		i := laneSmall
+		if bytes >= bigMergeBytes {
+			i = laneBig
+		}
+		if lanes[i].inputs != nil {
+			continue
+		}
+		r.startMerge(ctx, w, m, i, &lanes[i], tree, inputs, nil, results, merges)
+		for _, in := range inputs {
+			busy[in.ID] = true
+		}
+	}
+}
+
+// holdsTree reports whether runs holds a run of tree.
+func holdsTree(m *lsm.Manifest, tree lsm.Tree, runs map[string]bool) bool {
+	for _, run := range m.RunsOf(tree) {
+		if runs[run.ID] {
+			return true
+		}
+	}
+	return false
+}
+
+// startMerge starts merging inputs in lane l (index i); the merge reports
+// to results.
+func (r *Runner) startMerge(ctx context.Context, w *Writer, m *lsm.Manifest, i int, l *lane, tree lsm.Tree, inputs []lsm.Run, full *fullMerge, results chan<- mergeResult, merges *sync.WaitGroup) {
+	ids := make([]string, len(inputs))
+	l.inputs = make(map[string]bool, len(inputs))
+	for k, in := range inputs {
+		ids[k] = in.ID
+		l.inputs[in.ID] = true
+	}
+	l.full = full
+	l.uploaded = w.uploads.begin() // its tables are unreferenced until published
+	merges.Go(func() {
+		v, err := lsm.OpenView(ctx, r.Config.Catalog, m)
+		var out lsm.Run
+		if err == nil {
+			out, err = lsm.CompactRuns(ctx, r.Config.Store, r.Config.Catalog, v, inputs, lsm.CompactOptions{
+				ShardTargetBytes: r.shardTarget(), BytesPerSec: r.compactionPace(), SpillDir: r.SpillDir,
+			})
+			corrupt.Note(r.Config.Corrupt, w.log, "compaction", err)
+		}
+		results <- mergeResult{lane: i, tree: tree, out: out, ids: ids, err: err}
+	})
+}
+
+// compactionPace is the compressed input bytes a second each merge reads
+// at most.
+func (r *Runner) compactionPace() int64 {
+	if r.CompactionBytesPerSec > 0 {
+		return r.CompactionBytesPerSec
+	}
+	return lsm.DefaultCompactionBytesPerSec
+}

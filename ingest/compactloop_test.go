@@ -1,0 +1,174 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/ingest/simnet"
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
+	"github.com/eddy-backlinks/eddy/objstore/local"
+	"github.com/hashicorp/go-hclog"
+)
+
+// gatedStore holds back every Get of the data of the tables it is told
+// to, until it is opened.
+type gatedStore struct {
+	objstore.Store
+	mu      sync.Mutex
+	held    map[string]bool // table IDs
+	waiting chan struct{}   // closed at the first Get held back
+	open    chan struct{}
+}
+
+func (s *gatedStore) Get(ctx context.Context, key string) ([]byte, error) {
+	s.mu.Lock()
+	hold := false
+	for id := range s.held {
+		if strings.HasSuffix(key, id+".data") {
+			hold = true
+		}
+	}
+	if hold {
+		select {
+		case <-s.waiting:
+		default:
+			close(s.waiting)
+		}
+	}
+	s.mu.Unlock()
+	if hold {
+		select {
+		case <-s.open:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// While a merge of the big lane cannot finish (a full compaction whose
+// input reads are held back, as a merge of hours would be), the runs
+// flushed meanwhile are still merged by the small lane, so their count
+// stays bounded; once the reads go on, the full compaction is published
+// and the index equals the model.
+func TestSmallMergesGoOnBesideABigOne(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	world := simnet.NewWorld(simnet.Config{Seed: 11, Accounts: 150})
+	world.Step(1500)
+	sim, err := simnet.Serve(world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	node := oneNode(t)
+	disk, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &gatedStore{Store: disk, held: map[string]bool{}, waiting: make(chan struct{}), open: make(chan struct{})}
+	bf := &Backfill{Relay: sim.RelayURL(), PLC: sim.PLCURL(), DIDWeb: sim.PLCURL()}
+	js, err := NewJetstream([]string{sim.JetstreamURL()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{Config: Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), FlushInterval: 50 * time.Millisecond,
+		MemtableBytes: 1 << 20, GCGrace: time.Nanosecond, Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})},
+		Sources: []Source{bf, js}, CompactionInterval: 50 * time.Millisecond, CompactionFanIn: 2}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	for range 5 {
+		world.Step(200)
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitFor(t, "the backfill", 60*time.Second, func() error {
+		if bc, sc := node.FSM.Cursor(bf.Name()), node.FSM.Cursor(js.Name()); !Done(bc) || sc != wantCursor(world, js) {
+			return fmt.Errorf("backfill cursor %q, stream cursor %q", bc, sc)
+		}
+		return nil
+	})
+
+	// Hold back the reads of every links table there is, and ask for a
+	// full compaction: the big lane takes the tree and waits.
+	before := map[string]bool{}
+	store.mu.Lock()
+	for _, run := range node.FSM.Manifest().RunsOf(lsm.TreeLinks) {
+		before[run.ID] = true
+		for _, tb := range run.Tables {
+			store.held[tb.ID] = true
+		}
+	}
+	store.mu.Unlock()
+	if len(before) == 0 {
+		t.Fatal("no links run after the backfill")
+	}
+	if _, err := RequestFullCompaction(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-store.waiting:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the full compaction never read its inputs")
+	}
+	// The network goes on: every flush adds a links run.
+	most, merged := 0, false
+	for range 40 {
+		world.Step(50)
+		time.Sleep(60 * time.Millisecond)
+		newer := 0
+		for _, run := range node.FSM.Manifest().RunsOf(lsm.TreeLinks) {
+			if !before[run.ID] {
+				newer++
+				merged = merged || run.Kind == lsm.RunCompacted
+			}
+		}
+		most = max(most, newer)
+	}
+	if !stillAll(node.FSM.Manifest(), before) {
+		t.Fatal("a run whose reads are held back left the manifest")
+	}
+	if !merged {
+		t.Fatalf("no run flushed during the full compaction was merged (at most %d of them at once)", most)
+	}
+	// Fan-in 2 keeps about one run a tier; 40 flushes of 50 steps make
+	// a few tiers.
+	if most > 12 {
+		t.Fatalf("%d runs flushed during the full compaction were there at once", most)
+	}
+	close(store.open)
+	waitFor(t, "the full compaction", 60*time.Second, func() error {
+		if p := FullCompactionPending(node.FSM); len(p) != 0 {
+			return fmt.Errorf("trees %v pending", p)
+		}
+		if stillAll(node.FSM.Manifest(), before) {
+			return errors.New("the held runs are still there")
+		}
+		if sc := node.FSM.Cursor(js.Name()); sc != wantCursor(world, js) {
+			return fmt.Errorf("stream cursor %q", sc)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	t.Logf("runs flushed beside the full compaction: at most %d at once", most)
+	compareModel(t, node, store, world)
+}
+
+// stillAll reports whether every run of ids is still in m.
+func stillAll(m *lsm.Manifest, ids map[string]bool) bool {
+	n := 0
+	for _, run := range m.Runs {
+		if ids[run.ID] {
+			n++
+		}
+	}
+	return n == len(ids)
+}
