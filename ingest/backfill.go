@@ -64,7 +64,10 @@ type Backfill struct {
 	// Jetstream v2 archive, which holds no records of an account that was
 	// inactive when its server crawled the network).
 	ResyncOnly bool
-	HTTP       *http.Client
+	// NoCompaction: the end of the backfill asks for no full compaction
+	// (compactAfterBackfill).
+	NoCompaction bool
+	HTTP         *http.Client
 	Log        hclog.Logger
 	OnSkip     func(reason string)
 
@@ -502,6 +505,11 @@ func (b *Backfill) Ingest(ctx context.Context, w *Writer, cursor string) error {
 	}
 	for wait := time.Duration(0); ; {
 		err := b.pass(ctx, w, cursor)
+		if err == nil && !b.NoCompaction {
+			if err := compactAfterBackfill(ctx, w.cfg.Node, b.Name()); err != nil {
+				w.log.Warn("backfill done; the full compaction after it is asked again by the next leader", "error", err)
+			}
+		}
 		if err == nil || ctx.Err() != nil || errors.Is(err, ErrLeadershipLost) {
 			return err
 		}

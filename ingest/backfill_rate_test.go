@@ -37,10 +37,13 @@ func TestParseBackfillSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := s.(*Backfill)
-	if b.Relay != "https://relay.example" || b.PLC != "https://plc.example" || b.PerHost != 2 || b.PerHostRate != 5.5 || b.Concurrency != 8 {
+	if b.Relay != "https://relay.example" || b.PLC != "https://plc.example" || b.PerHost != 2 || b.PerHostRate != 5.5 || b.Concurrency != 8 || b.NoCompaction {
 		t.Fatalf("parsed %+v", b)
 	}
-	for _, bad := range []string{"per_host=0", "per_host=x", "rate=0", "rate=-1", "rate=NaN", "concurrency=5000"} {
+	if s, err := ParseSource("backfill+https://relay.example?compact=false", nil); err != nil || !s.(*Backfill).NoCompaction {
+		t.Fatalf("compact=false: %v", err)
+	}
+	for _, bad := range []string{"compact=maybe", "per_host=0", "per_host=x", "rate=0", "rate=-1", "rate=NaN", "concurrency=5000"} {
 		if _, err := ParseSource("backfill+https://relay.example?"+bad, nil); err == nil || !strings.Contains(err.Error(), strings.SplitN(bad, "=", 2)[0]) {
 			t.Errorf("%s: err %v, want one naming the parameter", bad, err)
 		}

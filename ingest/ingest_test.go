@@ -99,6 +99,10 @@ func ingestSim(t *testing.T, live func(n *simnet.Net) Source, seed int64) map[st
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond) // resyncs queued by the last account events
+	// The backfill's end asked for a full compaction, once.
+	if node.FSM.Setting(backfillCompactedKey+bf.Name()) == "" {
+		t.Fatal("the backfill reached its end without asking for a full compaction")
+	}
 	// What an operator does after a backfill: a full compaction, each
 	// tree merged into one run, which the model check below then reads.
 	// It is asked while no write path runs, as across a leader change:
@@ -271,6 +275,34 @@ func TestIngestSimulatedNetwork(t *testing.T) {
 		if !slices.Equal(v, fh[k]) {
 			t.Fatalf("target %s differs between jetstream and firehose", k)
 		}
+	}
+}
+
+// The end of a backfill asks for a full compaction of every tree once:
+// a later leader, whose backfill starts at the end, asks nothing.
+func TestCompactAfterBackfillOnce(t *testing.T) {
+	ctx := context.Background()
+	node := oneNode(t)
+	if err := compactAfterBackfill(ctx, node, "backfill:relay"); err != nil {
+		t.Fatal(err)
+	}
+	if p := FullCompactionPending(node.FSM); len(p) != len(lsm.Trees) {
+		t.Fatalf("pending %v after the backfill's end, want every tree", p)
+	}
+	if err := CancelFullCompaction(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if err := compactAfterBackfill(ctx, node, "backfill:relay"); err != nil {
+		t.Fatal(err)
+	}
+	if p := FullCompactionPending(node.FSM); len(p) != 0 {
+		t.Fatalf("asked again for %v by the same backfill's end", p)
+	}
+	if err := compactAfterBackfill(ctx, node, "backfill:other"); err != nil {
+		t.Fatal(err)
+	}
+	if p := FullCompactionPending(node.FSM); len(p) != len(lsm.Trees) {
+		t.Fatalf("another backfill's end asked for %v, want every tree", p)
 	}
 }
 

@@ -107,6 +107,34 @@ func RequestFullCompaction(ctx context.Context, node *cluster.Node) ([]lsm.Tree,
 	return FullCompactionPending(node.FSM), nil
 }
 
+// backfillCompactedKey + a backfill's name is set once the end of that
+// backfill asked for a full compaction.
+const backfillCompactedKey = "backfill_compacted:"
+
+// compactAfterBackfill asks for a full compaction the first time a
+// backfill reaches its end (on the leader; a later leader finds the
+// setting and asks nothing). A backfill writes the whole history in a few
+// days: its merges leave the index in a dozen or more runs, which every
+// query reads and whose filters and dictionaries each repeat most targets
+// and accounts; merged into one run, the local metadata is about half and
+// a cold query makes one or two GETs instead of about nine (docs/scale.md).
+// The two compaction lanes keep merging what the live stream flushes
+// meanwhile. The request comes before the setting: a leader lost between
+// the two leaves the next one to ask again, a second merge of a tree then
+// of one run and what was flushed since.
+func compactAfterBackfill(ctx context.Context, node *cluster.Node, backfill string) error {
+	key := backfillCompactedKey + backfill
+	if node.FSM.Setting(key) != "" {
+		return nil
+	}
+	if _, err := RequestFullCompaction(ctx, node); err != nil {
+		return err
+	}
+	gen := strconv.FormatUint(node.FSM.Manifest().Generation, 10)
+	_, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: key, Value: gen})
+	return err
+}
+
 // FullCompactionPending returns the trees a requested full compaction has
 // not merged yet (nil: none asked, or done), as s says.
 func FullCompactionPending(s *fsm.State) []lsm.Tree {

@@ -73,7 +73,8 @@ func badEventReason(err error) string {
 //	backfill+https://relay?plc=https://plc.directory   every repository (listRepos, getRepo);
 //	    also &concurrency=N (repositories at once, default 16), &per_host=N
 //	    (at once per PDS host, default 4), &rate=R (fetches started a second
-//	    per PDS host, default unbounded)
+//	    per PDS host, default unbounded), &compact=false (no full compaction
+//	    when the backfill first reaches its end)
 func ParseSource(raw string, log hclog.Logger) (Source, error) {
 	kind, rest, ok := strings.Cut(raw, "+")
 	if !ok {
@@ -113,6 +114,13 @@ func ParseSource(raw string, log hclog.Logger) (Source, error) {
 			bf.ResyncOnly = true
 		default:
 			return nil, fmt.Errorf("source %q: resync_only must be true or false", raw)
+		}
+		switch v := q.Get("compact"); v {
+		case "", "true", "1":
+		case "false", "0":
+			bf.NoCompaction = true
+		default:
+			return nil, fmt.Errorf("source %q: compact must be true or false", raw)
 		}
 		if v := q.Get("rate"); v != "" {
 			r, err := strconv.ParseFloat(v, 64)
