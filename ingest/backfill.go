@@ -68,8 +68,8 @@ type Backfill struct {
 	// (compactAfterBackfill).
 	NoCompaction bool
 	HTTP         *http.Client
-	Log        hclog.Logger
-	OnSkip     func(reason string)
+	Log          hclog.Logger
+	OnSkip       func(reason string)
 
 	hostMu   sync.Mutex
 	hosts    map[string]chan struct{}
