@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eddy-backlinks/eddy/ingest/simnet"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
@@ -60,13 +59,7 @@ func (s *gatedStore) Get(ctx context.Context, key string) ([]byte, error) {
 func TestSmallMergesGoOnBesideABigOne(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	world := simnet.NewWorld(simnet.Config{Seed: 11, Accounts: 150})
-	world.Step(1500)
-	sim, err := simnet.Serve(world)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
+	world, sim := servedWorld(t, 11)
 	node := oneNode(t)
 	disk, err := local.New(t.TempDir())
 	if err != nil {

@@ -54,6 +54,19 @@ func oneNode(t testing.TB) *cluster.Node {
 	return n
 }
 
+// servedWorld makes a simulated network of 150 accounts with 1500 steps
+// of history, served until the test ends.
+func servedWorld(t *testing.T, seed int64) (*simnet.World, *simnet.Net) {
+	world := simnet.NewWorld(simnet.Config{Seed: seed, Accounts: 150})
+	world.Step(1500)
+	sim, err := simnet.Serve(world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	return world, sim
+}
+
 // ingestSim runs the write path against a simulated network: history
 // before the sources connect (reached by the backfill), live steps while
 // they run (reached by the stream), then compares every target of the
@@ -61,13 +74,7 @@ func oneNode(t testing.TB) *cluster.Node {
 func ingestSim(t *testing.T, live func(n *simnet.Net) Source, seed int64) map[string][]string {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	world := simnet.NewWorld(simnet.Config{Seed: seed, Accounts: 150})
-	world.Step(1500)
-	sim, err := simnet.Serve(world)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
+	world, sim := servedWorld(t, seed)
 	node := oneNode(t)
 	store, err := local.New(t.TempDir())
 	if err != nil {
