@@ -19,11 +19,15 @@ import (
 // of at least bigMergeBytes of input, the small lane every other merge.
 // Both lanes' results are published by the writer's next flush.
 //
-// Memory: each merge holds one output shard (lsm.DefaultCompactionShardBytes
-// decoded) and the table built from it; a small merge's shards are bounded
-// the same way, so the two lanes at most double the leader's compaction
-// memory.
-const bigMergeBytes = 256 << 20
+// Memory: a merge holds one output shard of records and the table built
+// from it. The big lane's shards are lsm.DefaultCompactionShardBytes
+// decoded at most, the small lane's a quarter of that (more, smaller
+// tables for runs the big lane merges again later), so the second lane
+// adds a quarter to the leader's compaction memory.
+const (
+	bigMergeBytes        = 256 << 20
+	smallMergeShardBytes = lsm.DefaultCompactionShardBytes / 4
+)
 
 const (
 	laneBig = iota
@@ -208,13 +212,15 @@ func (r *Runner) startMerge(ctx context.Context, w *Writer, m *lsm.Manifest, i i
 	}
 	l.full = full
 	l.uploaded = w.uploads.begin() // its tables are unreferenced until published
+	opt := lsm.CompactOptions{ShardTargetBytes: r.shardTarget(), BytesPerSec: r.compactionPace(), SpillDir: r.SpillDir}
+	if i == laneSmall {
+		opt.ShardBytesMax = smallMergeShardBytes
+	}
 	merges.Go(func() {
 		v, err := lsm.OpenView(ctx, r.Config.Catalog, m)
 		var out lsm.Run
 		if err == nil {
-			out, err = lsm.CompactRuns(ctx, r.Config.Store, r.Config.Catalog, v, inputs, lsm.CompactOptions{
-				ShardTargetBytes: r.shardTarget(), BytesPerSec: r.compactionPace(), SpillDir: r.SpillDir,
-			})
+			out, err = lsm.CompactRuns(ctx, r.Config.Store, r.Config.Catalog, v, inputs, opt)
 			corrupt.Note(r.Config.Corrupt, w.log, "compaction", err)
 		}
 		results <- mergeResult{lane: i, tree: tree, out: out, ids: ids, err: err}
