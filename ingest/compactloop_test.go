@@ -66,7 +66,7 @@ func TestSmallMergesGoOnBesideABigOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := &gatedStore{Store: disk, held: map[string]bool{}, waiting: make(chan struct{}), open: make(chan struct{})}
-	bf := &Backfill{Relay: sim.RelayURL(), PLC: sim.PLCURL(), DIDWeb: sim.PLCURL()}
+	bf := &Backfill{Relay: sim.RelayURL(), PLC: sim.PLCURL(), DIDWeb: sim.PLCURL(), NoCompaction: true}
 	js, err := NewJetstream([]string{sim.JetstreamURL()}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,15 @@ func TestSmallMergesGoOnBesideABigOne(t *testing.T) {
 	})
 
 	// Hold back the reads of every links table there is, and ask for a
-	// full compaction: the big lane takes the tree and waits.
+	// full compaction: the big lane takes the tree and waits. Both while
+	// no write path runs (as across a leader change), so that no merge of
+	// the small lane has started on a held table before the request.
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
 	before := map[string]bool{}
 	store.mu.Lock()
 	for _, run := range node.FSM.Manifest().RunsOf(lsm.TreeLinks) {
@@ -104,6 +112,7 @@ func TestSmallMergesGoOnBesideABigOne(t *testing.T) {
 	if _, err := RequestFullCompaction(ctx, node); err != nil {
 		t.Fatal(err)
 	}
+	go func() { done <- r.Run(ctx) }()
 	select {
 	case <-store.waiting:
 	case <-time.After(30 * time.Second):
