@@ -504,8 +504,9 @@ func (b *Backfill) Ingest(ctx context.Context, w *Writer, cursor string) error {
 		return nil
 	}
 	for wait := time.Duration(0); ; {
+		crossing := !Done(cursor) // this pass, if it succeeds, reaches the listing's end
 		err := b.pass(ctx, w, cursor)
-		if err == nil && !b.NoCompaction {
+		if err == nil && crossing && !b.NoCompaction {
 			if err := compactAfterBackfill(ctx, w.cfg.Node, b.Name()); err != nil {
 				w.log.Warn("backfill done; the full compaction after it is asked again by the next leader", "error", err)
 			}

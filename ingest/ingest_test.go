@@ -286,7 +286,7 @@ func TestIngestSimulatedNetwork(t *testing.T) {
 }
 
 // The end of a backfill asks for a full compaction of every tree once:
-// a later leader, whose backfill starts at the end, asks nothing.
+// the same backfill reaching its end again asks nothing.
 func TestCompactAfterBackfillOnce(t *testing.T) {
 	ctx := context.Background()
 	node := oneNode(t)

@@ -112,16 +112,19 @@ func RequestFullCompaction(ctx context.Context, node *cluster.Node) ([]lsm.Tree,
 const backfillCompactedKey = "backfill_compacted:"
 
 // compactAfterBackfill asks for a full compaction the first time a
-// backfill reaches its end (on the leader; a later leader finds the
-// setting and asks nothing). A backfill writes the whole history in a few
+// backfill reaches its end (on the leader). A backfill writes the whole history in a few
 // days: its merges leave the index in a dozen or more runs, which every
 // query reads and whose filters and dictionaries each repeat most targets
 // and accounts; merged into one run, the local metadata is about half and
 // a cold query makes one or two GETs instead of about nine (docs/scale.md).
 // The two compaction lanes keep merging what the live stream flushes
-// meanwhile. The request comes before the setting: a leader lost between
-// the two leaves the next one to ask again, a second merge of a tree then
-// of one run and what was flushed since.
+// meanwhile. It is asked by the pass that reaches the end, not by a
+// leader whose backfill starts there, so that upgrading a node whose
+// backfill ended long ago does not start a rewrite of the whole index
+// (`eddy-ctl compact --full` does, when wanted); a leader lost between
+// the end's checkpoint and the request leaves it unasked. The setting
+// records that the end asked: a backfill started again under the same
+// name (its cursor reset) asks no second time.
 func compactAfterBackfill(ctx context.Context, node *cluster.Node, backfill string) error {
 	key := backfillCompactedKey + backfill
 	if node.FSM.Setting(key) != "" {
