@@ -141,10 +141,12 @@ func anyPresent(runs, present map[string]bool) bool {
 // then no other merge of the tree starts), else the tiers' next merge in
 // the lane its size belongs to, on runs no lane holds.
 func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, lanes *[2]lane, results chan<- mergeResult, merges *sync.WaitGroup) {
-	busy := map[string]bool{}
-	for i := range lanes {
-		for id := range lanes[i].inputs {
-			busy[id] = true
+	// The runs no lane holds: a merge started below takes runs of its own
+	// tree only, so the other trees' picks need no update.
+	var free lsm.Manifest
+	for _, run := range m.Runs {
+		if !lanes[laneBig].inputs[run.ID] && !lanes[laneSmall].inputs[run.ID] {
+			free.Runs = append(free.Runs, run)
 		}
 	}
 	for _, tree := range lsm.Trees {
@@ -163,12 +165,6 @@ func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, la
 				continue
 			}
 		}
-		var free lsm.Manifest
-		for _, run := range m.Runs {
-			if !busy[run.ID] {
-				free.Runs = append(free.Runs, run)
-			}
-		}
 		inputs := lsm.PickCompaction(&free, tree, r.FanIn())
 		if inputs == nil {
 			continue
@@ -185,9 +181,6 @@ func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, la
 			continue
 		}
 		r.startMerge(ctx, w, m, i, &lanes[i], tree, inputs, nil, results, merges)
-		for _, in := range inputs {
-			busy[in.ID] = true
-		}
 	}
 }
 
@@ -212,7 +205,7 @@ func (r *Runner) startMerge(ctx context.Context, w *Writer, m *lsm.Manifest, i i
 	}
 	l.full = full
 	l.uploaded = w.uploads.begin() // its tables are unreferenced until published
-	opt := lsm.CompactOptions{ShardTargetBytes: r.shardTarget(), BytesPerSec: r.compactionPace(), SpillDir: r.SpillDir}
+	opt := lsm.CompactOptions{ShardTargetBytes: r.shardTarget(), BytesPerSec: lsm.DefaultCompactionBytesPerSec, SpillDir: r.SpillDir}
 	if i == laneSmall {
 		opt.ShardBytesMax = smallMergeShardBytes
 	}
@@ -225,13 +218,4 @@ func (r *Runner) startMerge(ctx context.Context, w *Writer, m *lsm.Manifest, i i
 		}
 		results <- mergeResult{lane: i, tree: tree, out: out, ids: ids, err: err}
 	})
-}
-
-// compactionPace is the compressed input bytes a second each merge reads
-// at most.
-func (r *Runner) compactionPace() int64 {
-	if r.CompactionBytesPerSec > 0 {
-		return r.CompactionBytesPerSec
-	}
-	return lsm.DefaultCompactionBytesPerSec
 }

@@ -66,9 +66,6 @@ type Runner struct {
 	// CompactionFanIn: runs of a tier merged together (0:
 	// lsm.DefaultCompactionFanIn).
 	CompactionFanIn int
-	// CompactionBytesPerSec paces each merge's reads (0:
-	// lsm.DefaultCompactionBytesPerSec).
-	CompactionBytesPerSec int64
 	// SpillDir holds a compaction's inputs between its passes (a
 	// directory on local disk; "": the system's temporary directory).
 	SpillDir string

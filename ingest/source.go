@@ -108,20 +108,15 @@ func ParseSource(raw string, log hclog.Logger) (Source, error) {
 				*p.dst = n
 			}
 		}
-		switch v := q.Get("resync_only"); v {
-		case "", "false", "0":
-		case "true", "1":
-			bf.ResyncOnly = true
-		default:
-			return nil, fmt.Errorf("source %q: resync_only must be true or false", raw)
+		resyncOnly, err := boolParam(q, "resync_only", false)
+		if err != nil {
+			return nil, fmt.Errorf("source %q: %w", raw, err)
 		}
-		switch v := q.Get("compact"); v {
-		case "", "true", "1":
-		case "false", "0":
-			bf.NoCompaction = true
-		default:
-			return nil, fmt.Errorf("source %q: compact must be true or false", raw)
+		compact, err := boolParam(q, "compact", true)
+		if err != nil {
+			return nil, fmt.Errorf("source %q: %w", raw, err)
 		}
+		bf.ResyncOnly, bf.NoCompaction = resyncOnly, !compact
 		if v := q.Get("rate"); v != "" {
 			r, err := strconv.ParseFloat(v, 64)
 			if err != nil || !(r > 0) || r > 1e6 {
@@ -138,4 +133,17 @@ func ParseSource(raw string, log hclog.Logger) (Source, error) {
 		return NewJetstream2(rest, log)
 	}
 	return nil, fmt.Errorf("source %q: unknown kind %q", raw, kind)
+}
+
+// boolParam reads a true/false (or 1/0) query parameter; dflt when absent.
+func boolParam(q url.Values, name string, dflt bool) (bool, error) {
+	switch q.Get(name) {
+	case "":
+		return dflt, nil
+	case "true", "1":
+		return true, nil
+	case "false", "0":
+		return false, nil
+	}
+	return false, fmt.Errorf("%s must be true or false", name)
 }
