@@ -313,6 +313,20 @@ func TestCompactAfterBackfillOnce(t *testing.T) {
 	}
 }
 
+// A leader whose backfill starts at the end of the listing (a restart, an
+// upgrade long after the backfill ended) asks for no full compaction:
+// only the pass that reaches the end does.
+func TestBackfillStartingAtItsEndAsksNoCompaction(t *testing.T) {
+	w, node, _, _ := forwardWriter(t)
+	bf := &Backfill{Relay: "http://127.0.0.1:1"} // never asked: the listing is done
+	if err := bf.Ingest(context.Background(), w, EOFCursor("done")); err != nil {
+		t.Fatal(err)
+	}
+	if p := FullCompactionPending(node.FSM); len(p) != 0 || node.FSM.Setting(backfillCompactedKey+bf.Name()) != "" {
+		t.Fatalf("a backfill that started at its end asked for a full compaction of %v", p)
+	}
+}
+
 // A full compaction's request is deleted once its merge is published,
 // unless it was asked again meanwhile (for the runs flushed since) or
 // withdrawn; cancelling withdraws every tree's.
