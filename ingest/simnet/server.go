@@ -29,7 +29,11 @@ type Net struct {
 	pds       []*httptest.Server
 	relay     *httptest.Server
 	jetstream *httptest.Server
-	zenc      *zstd.Encoder
+	// The servers' base URLs, known before any serves (handlers read
+	// them: a relay's listHosts names itself, a DID document its PDS).
+	plcURL, relayURL, jetstreamURL string
+	pdsURLs                        []string
+	zenc                           *zstd.Encoder
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -58,15 +62,22 @@ func Serve(w *World) (*Net, error) {
 		return nil, fmt.Errorf("simnet: zstd: %w", err)
 	}
 	n := &Net{w: w, zenc: zenc, closing: make(chan struct{}), conns: make(map[*websocket.Conn]struct{})}
-	n.plc = httptest.NewServer(http.HandlerFunc(n.servePLC))
+	n.plc = httptest.NewUnstartedServer(http.HandlerFunc(n.servePLC))
 	for i := 0; i < w.cfg.PDSes; i++ {
-		i := i
-		n.pds = append(n.pds, httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		n.pds = append(n.pds, httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 			n.servePDS(i, rw, r)
 		})))
 	}
-	n.relay = httptest.NewServer(http.HandlerFunc(n.serveRelay))
-	n.jetstream = httptest.NewServer(http.HandlerFunc(n.serveJetstream))
+	n.relay = httptest.NewUnstartedServer(http.HandlerFunc(n.serveRelay))
+	n.jetstream = httptest.NewUnstartedServer(http.HandlerFunc(n.serveJetstream))
+	base := func(s *httptest.Server) string { return "http://" + s.Listener.Addr().String() }
+	n.plcURL, n.relayURL, n.jetstreamURL = base(n.plc), base(n.relay), base(n.jetstream)
+	for _, s := range n.pds {
+		n.pdsURLs = append(n.pdsURLs, base(s))
+	}
+	for _, s := range append([]*httptest.Server{n.plc, n.relay, n.jetstream}, n.pds...) {
+		s.Start()
+	}
 	return n, nil
 }
 
@@ -74,27 +85,27 @@ func Serve(w *World) (*Net, error) {
 func (n *Net) World() *World { return n.w }
 
 // PLCURL is the PLC directory's base URL (GET /export, GET /<did>).
-func (n *Net) PLCURL() string { return n.plc.URL }
+func (n *Net) PLCURL() string { return n.plcURL }
 
 // PDSURL is PDS i's base URL (GET /xrpc/com.atproto.sync.getRepo, …).
-func (n *Net) PDSURL(i int) string { return n.pds[i].URL }
+func (n *Net) PDSURL(i int) string { return n.pdsURLs[i] }
 
 // RelayURL is the relay's base URL (GET /xrpc/com.atproto.sync.listRepos).
-func (n *Net) RelayURL() string { return n.relay.URL }
+func (n *Net) RelayURL() string { return n.relayURL }
 
 // FirehoseURL is the relay's websocket URL: add ?cursor=<seq> to replay.
 func (n *Net) FirehoseURL() string {
-	return "ws" + strings.TrimPrefix(n.relay.URL, "http") + "/xrpc/com.atproto.sync.subscribeRepos"
+	return "ws" + strings.TrimPrefix(n.relayURL, "http") + "/xrpc/com.atproto.sync.subscribeRepos"
 }
 
 // JetstreamURL is the Jetstream websocket URL: add ?cursor=<time_us>,
 // compress=true, wantedCollections=, wantedDids=.
 func (n *Net) JetstreamURL() string {
-	return "ws" + strings.TrimPrefix(n.jetstream.URL, "http") + "/subscribe"
+	return "ws" + strings.TrimPrefix(n.jetstreamURL, "http") + "/subscribe"
 }
 
 // endpoint maps PDS i to its served URL.
-func (n *Net) endpoint(i int) string { return n.pds[i].URL }
+func (n *Net) endpoint(i int) string { return n.pdsURLs[i] }
 
 // DIDDocument returns did's document as served, naming the PDS by its
 // real URL.
@@ -405,7 +416,7 @@ func (n *Net) serveListHosts(rw http.ResponseWriter, r *http.Request) {
 			accounts++
 		}
 	}
-	host := strings.TrimPrefix(n.relay.URL, "http://")
+	host := strings.TrimPrefix(n.relayURL, "http://")
 	writeJSON(rw, http.StatusOK, map[string]any{"hosts": []map[string]any{{
 		"hostname": host, "seq": n.w.LastSeq(), "accountCount": accounts, "status": "active",
 	}}})
