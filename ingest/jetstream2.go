@@ -17,6 +17,7 @@ import (
 	jetstream "github.com/bluesky-social/jetstream"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/eddy-backlinks/eddy/fsm"
 	"github.com/eddy-backlinks/eddy/ingest/event"
 	"github.com/eddy-backlinks/eddy/link"
 )
@@ -58,6 +59,17 @@ const EnvJetstreamAPIKey = "EDDY_JETSTREAM_API_KEY"
 //     and does not fetch it when it comes back, so only a PDS has the
 //     records such an account made before.
 //
+// An archive read from its start is a backfill: the first time the
+// events applied reach the archive's sealed tip (as the client's Stats learned
+// it when it planned the sweep), the leader asks for a full
+// compaction, once, as a backfill source does at the end of its listing
+// (compactAfterBackfill; &compact=false asks none). Whether the read
+// started at the archive's beginning is replicated (backfillStartedKey),
+// so a leader that takes over inside the archive asks at its end too,
+// while a node that resumes from a cursor it committed before this was
+// recorded (an upgrade, the archive read long ago) reads the segments
+// sealed since and asks nothing.
+//
 // A recoverable error of the client (a segment or block that does not
 // download, verify or decode; the client would skip the rest of that
 // segment) stops the session: nothing after the error is applied, the
@@ -72,8 +84,15 @@ type Jetstream2 struct {
 	last   lastEvent
 	// skipLog rate-limits the log lines of skipped inputs.
 	skipLog skipLogger
+	// NoCompaction: the end of an archive read from its start asks for no
+	// full compaction (&compact=false).
+	NoCompaction bool
 	// options are added to every client (tests: batch size, HTTP client).
 	options []jetstream.Option
+	// awaitEnd: this leader reads an archive from its start (the
+	// replicated backfillStartedKey) whose end has not asked for a full
+	// compaction yet.
+	awaitEnd bool
 
 	httpOnce sync.Once
 	http     *http.Client
@@ -211,11 +230,15 @@ func NewJetstream2(raw string, log hclog.Logger) (*Jetstream2, error) {
 		key = strings.TrimSpace(string(b))
 	}
 	for k := range q {
-		if k != "api_key_file" {
+		if k != "api_key_file" && k != "compact" {
 			return nil, fmt.Errorf("jetstream2 url %q: unknown parameter %q", raw, k)
 		}
 	}
-	return &Jetstream2{URL: u.Scheme + "://" + u.Host, APIKey: key, Log: log, inactive: map[string]bool{}}, nil
+	compact, err := boolParam(q, "compact", true)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream2 url %q: %w", raw, err)
+	}
+	return &Jetstream2{URL: u.Scheme + "://" + u.Host, APIKey: key, Log: log, NoCompaction: !compact, inactive: map[string]bool{}}, nil
 }
 
 var (
@@ -259,6 +282,9 @@ func (j *Jetstream2) Ingest(ctx context.Context, w *Writer, cursor string) error
 				"cursor", cursor, "url", j.URL)
 		}
 		after = 0
+	}
+	if err := j.markStart(ctx, w, after); err != nil {
+		return err
 	}
 	return reconnect(ctx, j.Log, "jetstream2", func(int) (string, error) {
 		return j.URL, j.session(ctx, w, &after)
@@ -330,8 +356,45 @@ func (j *Jetstream2) session(ctx context.Context, w *Writer, after *int64) error
 			}
 			*after = int64(ev.Seq)
 		}
+		if j.awaitEnd && atArchiveEnd(c.Stats(), *after) {
+			if err := compactAfterBackfill(ctx, w.cfg.Node, j.Name()); err != nil {
+				return err
+			}
+			j.awaitEnd = false
+			if j.Log != nil {
+				j.Log.Info("jetstream2: the archive read from its start reached its sealed tip; a full compaction asked", "seq", *after)
+			}
+		}
 	}
 	return ctx.Err()
+}
+
+// markStart records, when this leader reads the archive from its
+// beginning (after == 0), that the read is a backfill whose end asks for
+// a full compaction, and sets awaitEnd from the replicated state: a read
+// recorded as started whose end has not asked yet.
+func (j *Jetstream2) markStart(ctx context.Context, w *Writer, after int64) error {
+	node := w.cfg.Node
+	started, compacted := backfillStartedKey+j.Name(), backfillCompactedKey+j.Name()
+	if j.NoCompaction || node.FSM.Setting(compacted) != "" {
+		j.awaitEnd = false
+		return nil
+	}
+	if after == 0 && node.FSM.Setting(started) == "" {
+		if _, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: started, Value: "1"}); err != nil {
+			return fmt.Errorf("jetstream2: record the archive's read from its start: %w", err)
+		}
+	}
+	j.awaitEnd = node.FSM.Setting(started) != ""
+	return nil
+}
+
+// atArchiveEnd says whether the events applied through seq after reach
+// the archive's sealed tip as the client learned it when it planned its
+// sweep (the client counts a page as planned only once its events are
+// delivered, so the stats' residual gap lags the events).
+func atArchiveEnd(st jetstream.Stats, after int64) bool {
+	return st.SealedTip > 0 && after >= 0 && uint64(after) >= st.SealedTip
 }
 
 // archiveBlockError says whether a client error is a whole block or

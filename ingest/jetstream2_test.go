@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 
 	jetstream "github.com/bluesky-social/jetstream"
@@ -172,6 +173,8 @@ func TestNewJetstream2(t *testing.T) {
 		bad           bool
 	}{
 		{"https://jetstream.example.net", "https://jetstream.example.net", "env-key", false},
+		{"https://jetstream.example.net?compact=false", "https://jetstream.example.net", "env-key", false},
+		{"https://jetstream.example.net?compact=maybe", "", "", true},
 		{"http://127.0.0.1:6008/xrpc/anything", "http://127.0.0.1:6008", "env-key", false},
 		{"https://jetstream.example.net?api_key_file=" + keyFile, "https://jetstream.example.net", "file-key", false},
 		{"https://jetstream.example.net?api_key=secret", "", "", true},
@@ -186,6 +189,9 @@ func TestNewJetstream2(t *testing.T) {
 		}
 		if err == nil && (j.URL != c.url || j.APIKey != c.key) {
 			t.Errorf("%s: url %q key %q; want %q %q", c.raw, j.URL, j.APIKey, c.url, c.key)
+		}
+		if err == nil && j.NoCompaction != strings.Contains(c.raw, "compact=false") {
+			t.Errorf("%s: NoCompaction %v", c.raw, j.NoCompaction)
 		}
 	}
 	src, err := ParseSource("jetstream2+https://jetstream.example.net", nil)

@@ -108,6 +108,11 @@ func RequestFullCompaction(ctx context.Context, node *cluster.Node) ([]lsm.Tree,
 // backfill asked for a full compaction.
 const backfillCompactedKey = "backfill_compacted:"
 
+// backfillStartedKey + a source's name is set when a source whose
+// history is a backfill (a Jetstream v2 archive) starts reading it from
+// its beginning: its end then asks for a full compaction.
+const backfillStartedKey = "backfill_started:"
+
 // compactAfterBackfill asks for a full compaction the first time a
 // backfill reaches its end (on the leader). A backfill writes the whole history in a few
 // days: its merges leave the index in a dozen or more runs, which every

@@ -69,7 +69,8 @@ func badEventReason(err error) string {
 //	jetstream+wss://host/subscribe      (several URLs, comma-separated: failover)
 //	firehose+wss://host                 com.atproto.sync.subscribeRepos
 //	jetstream2+https://host             a Jetstream v2 server: its archive, then its live stream
-//	    (&api_key_file=/path; else $EDDY_JETSTREAM_API_KEY)
+//	    (&api_key_file=/path; else $EDDY_JETSTREAM_API_KEY; &compact=false: no
+//	    full compaction when an archive read from its start reaches its end)
 //	backfill+https://relay?plc=https://plc.directory   every repository (listRepos, getRepo);
 //	    also &concurrency=N (repositories at once, default 16), &per_host=N
 //	    (at once per PDS host, default 4), &rate=R (fetches started a second
