@@ -89,10 +89,6 @@ type Jetstream2 struct {
 	NoCompaction bool
 	// options are added to every client (tests: batch size, HTTP client).
 	options []jetstream.Option
-	// awaitEnd: this leader reads an archive from its start (the
-	// replicated backfillStartedKey) whose end has not asked for a full
-	// compaction yet.
-	awaitEnd bool
 
 	httpOnce sync.Once
 	http     *http.Client
@@ -356,11 +352,10 @@ func (j *Jetstream2) session(ctx context.Context, w *Writer, after *int64) error
 			}
 			*after = int64(ev.Seq)
 		}
-		if j.awaitEnd && atArchiveEnd(c.Stats(), *after) {
+		if atArchiveEnd(c.Stats(), *after) && j.awaitsEnd(w.cfg.Node.FSM) {
 			if err := compactAfterBackfill(ctx, w.cfg.Node, j.Name()); err != nil {
 				return err
 			}
-			j.awaitEnd = false
 			if j.Log != nil {
 				j.Log.Info("jetstream2: the archive read from its start reached its sealed tip; a full compaction asked", "seq", *after)
 			}
@@ -371,22 +366,24 @@ func (j *Jetstream2) session(ctx context.Context, w *Writer, after *int64) error
 
 // markStart records, when this leader reads the archive from its
 // beginning (after == 0), that the read is a backfill whose end asks for
-// a full compaction, and sets awaitEnd from the replicated state: a read
-// recorded as started whose end has not asked yet.
+// a full compaction.
 func (j *Jetstream2) markStart(ctx context.Context, w *Writer, after int64) error {
 	node := w.cfg.Node
-	started, compacted := backfillStartedKey+j.Name(), backfillCompactedKey+j.Name()
-	if j.NoCompaction || node.FSM.Setting(compacted) != "" {
-		j.awaitEnd = false
+	started := backfillStartedKey + j.Name()
+	if after != 0 || j.NoCompaction || node.FSM.Setting(started) != "" || node.FSM.Setting(backfillCompactedKey+j.Name()) != "" {
 		return nil
 	}
-	if after == 0 && node.FSM.Setting(started) == "" {
-		if _, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: started, Value: "1"}); err != nil {
-			return fmt.Errorf("jetstream2: record the archive's read from its start: %w", err)
-		}
+	if _, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: started, Value: "1"}); err != nil {
+		return fmt.Errorf("jetstream2: record the archive's read from its start: %w", err)
 	}
-	j.awaitEnd = node.FSM.Setting(started) != ""
 	return nil
+}
+
+// awaitsEnd says whether the archive's end is to ask for a full
+// compaction, as s says: its read from the start was recorded, and no
+// end has asked yet.
+func (j *Jetstream2) awaitsEnd(s *fsm.State) bool {
+	return !j.NoCompaction && s.Setting(backfillStartedKey+j.Name()) != "" && s.Setting(backfillCompactedKey+j.Name()) == ""
 }
 
 // atArchiveEnd says whether the events applied through seq after reach

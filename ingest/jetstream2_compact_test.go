@@ -3,11 +3,11 @@ package ingest
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	jetstream "github.com/bluesky-social/jetstream"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/eddy-backlinks/eddy/fsm"
@@ -61,7 +61,10 @@ func TestJetstream2ArchiveEndAsksFullCompaction(t *testing.T) {
 	}
 	cursor := func() int64 {
 		seq, _, _ := strings.Cut(node.FSM.Cursor("jetstream2"), "@")
-		n, _ := strconv.ParseInt(seq, 10, 64)
+		n, err := intCursor("jetstream2", seq)
+		if err != nil {
+			t.Fatal(err)
+		}
 		return n
 	}
 	waitFor := func(what string, d time.Duration, ok func() bool) {
@@ -103,5 +106,23 @@ func TestJetstream2ArchiveEndAsksFullCompaction(t *testing.T) {
 	if p := FullCompactionPending(node.FSM); len(p) != 0 || node.FSM.Setting(backfillCompactedKey+"jetstream2") != "" || node.FSM.Setting(backfillStartedKey+"jetstream2") != "" {
 		t.Fatalf("a node resuming from its cursor asked for a full compaction: pending %v, %s=%q, %s=%q", p,
 			backfillCompactedKey, node.FSM.Setting(backfillCompactedKey+"jetstream2"), backfillStartedKey, node.FSM.Setting(backfillStartedKey+"jetstream2"))
+	}
+}
+
+// TestAtArchiveEnd: the end is the sealed tip the client planned its
+// sweep to, reached by the events applied; no sealed archive has none.
+func TestAtArchiveEnd(t *testing.T) {
+	for _, c := range []struct {
+		tip   uint64
+		after int64
+		want  bool
+	}{
+		{0, 0, false}, {0, 5, false}, // nothing sealed: no end to reach
+		{100, 0, false}, {100, 99, false},
+		{100, 100, true}, {100, 250, true},
+	} {
+		if got := atArchiveEnd(jetstream.Stats{SealedTip: c.tip, ResidualGap: c.tip / 2}, c.after); got != c.want {
+			t.Errorf("sealed tip %d, applied through %d: %v, want %v", c.tip, c.after, got, c.want)
+		}
 	}
 }
