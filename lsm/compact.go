@@ -1,16 +1,17 @@
 package lsm
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 )
 
 // Compaction limits.
 const (
-	// tierBaseBytes is the size of the smallest tier of size-tiered
-	// compaction; each tier is CompactionFanIn times the one below.
+	// tierBaseBytes: runs of the links tree up to this size make one
+	// tier, its oldest CompactionFanIn runs merged together; larger runs
+	// are merged in windows of similar size (pickSimilar).
 	tierBaseBytes = 1 << 20
 	// DefaultCompactionShardBytes bounds the decoded bytes of one output
 	// shard of a compaction: what a merge holds in memory at once (its
@@ -18,15 +19,6 @@ const (
 	// never split, so a shard of one huge target holds all of it.
 	DefaultCompactionShardBytes = 256 << 20
 )
-
-// tier returns a run's size tier.
-func tier(bytes uint64, fanIn int) int {
-	t := 0
-	for b := uint64(tierBaseBytes); bytes > b; b *= uint64(fanIn) {
-		t++
-	}
-	return t
-}
 
 // Compaction of the revocation tree.
 const (
@@ -48,29 +40,59 @@ const (
 
 // PickCompaction returns the runs of a tree to merge next, or nil. The
 // links tree (and the PLC trees) are size-tiered: the oldest
-// CompactionFanIn runs of the lowest tier that has that many. The
-// revocation tree merges its newest runs into an older one by size
-// ratio (pickRatio).
+// CompactionFanIn runs of the lowest tier (runs up to tierBaseBytes) if it
+// has that many, else the smallest CompactionFanIn larger runs of similar
+// size (pickSimilar). The revocation tree merges its newest runs into an
+// older one by size ratio (pickRatio).
 func PickCompaction(m *Manifest, t Tree, fanIn int) []Run {
 	if t == TreeRevocations {
 		return pickRatio(m.RunsOf(t), revocationMergeRatio, revocationMergeMaxRuns)
 	}
-	byTier := map[int][]Run{}
+	var small, large []Run
 	for _, r := range m.RunsOf(t) {
-		k := tier(r.Bytes(), fanIn)
-		byTier[k] = append(byTier[k], r)
+		if r.Bytes() <= tierBaseBytes {
+			small = append(small, r)
+		} else {
+			large = append(large, r)
+		}
 	}
-	tiers := make([]int, 0, len(byTier))
-	for k := range byTier {
-		tiers = append(tiers, k)
+	if len(small) >= fanIn {
+		return small[:fanIn]
 	}
-	sort.Ints(tiers)
-	for _, k := range tiers {
-		if rs := byTier[k]; len(rs) >= fanIn {
-			return rs[:fanIn]
+	return pickSimilar(large, fanIn)
+}
+
+// pickSimilar returns the fanIn runs of runs that are smallest among
+// those whose largest is at most similarSpread(fanIn) times their
+// smallest, or nil. The tiers of size-tiered compaction are thus set by
+// the runs' sizes themselves, not by fixed bounds: with fixed bounds
+// (1 MiB times a power of fanIn) the merge of fanIn runs just above a
+// bound, a few percent smaller than their sum (a merge folds groups and
+// shares a dictionary), fell under the next bound and stayed in its
+// inputs' tier, to be merged again with the next fanIn-1 (at 1B links a
+// backfill's links were written 4.6 times where log8 of its flushes
+// gives 4.3). Merged outputs are about fanIn times their inputs, more
+// than the spread, so a window never mixes two generations of merges
+// unless flushes differ in size that much.
+func pickSimilar(runs []Run, fanIn int) []Run {
+	if len(runs) < fanIn {
+		return nil
+	}
+	s := slices.Clone(runs)
+	slices.SortStableFunc(s, func(a, b Run) int { return cmp.Compare(a.Bytes(), b.Bytes()) })
+	spread := similarSpread(fanIn)
+	for i := 0; i+fanIn <= len(s); i++ {
+		if s[i+fanIn-1].Bytes() <= spread*s[i].Bytes() {
+			return s[i : i+fanIn]
 		}
 	}
 	return nil
+}
+
+// similarSpread is the largest ratio of the largest to the smallest run
+// of one merge of pickSimilar: half the fan-in, at least 2.
+func similarSpread(fanIn int) uint64 {
+	return uint64(max(2, fanIn/2))
 }
 
 // pickRatio returns the newest runs of runs (oldest first, as

@@ -1,0 +1,150 @@
+package lsm
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+)
+
+// simulateLinksTree flushes n runs of sizes from size into a links tree
+// and merges what PickCompaction picks after each, a merge's output a
+// twentieth of its smaller inputs smaller than their sum (a merge folds
+// groups and shares one dictionary; the largest input, merged before, does
+// not shrink again). It returns the write amplification (bytes flushed and
+// merged over bytes flushed), the most runs the tree held after a flush's
+// merges, and the most runs of at most tierBaseBytes.
+func simulateLinksTree(t *testing.T, n int, size func() uint64) (amp float64, maxRuns, maxSmall int) {
+	t.Helper()
+	m := &Manifest{}
+	id := 0
+	add := func(bytes uint64) {
+		id++
+		m.Runs = append(m.Runs, Run{ID: strconv.Itoa(id), Tree: TreeLinks, Seq: uint64(id), Tables: []TableRef{{ID: strconv.Itoa(id), DataBytes: bytes}}})
+	}
+	var flushed, merged uint64
+	for range n {
+		b := size()
+		add(b)
+		flushed += b
+		for {
+			in := PickCompaction(m, TreeLinks, DefaultCompactionFanIn)
+			if in == nil {
+				break
+			}
+			if len(in) != DefaultCompactionFanIn {
+				t.Fatalf("a merge of %d runs", len(in))
+			}
+			drop := map[string]bool{}
+			var sum, largest uint64
+			for _, r := range in {
+				drop[r.ID] = true
+				sum += r.Bytes()
+				largest = max(largest, r.Bytes())
+			}
+			var keep []Run
+			for _, r := range m.Runs {
+				if !drop[r.ID] {
+					keep = append(keep, r)
+				}
+			}
+			m.Runs = keep
+			out := sum - (sum-largest)/20
+			add(out)
+			merged += out
+		}
+		small := 0
+		for _, r := range m.Runs {
+			if r.Bytes() <= tierBaseBytes {
+				small++
+			}
+		}
+		maxRuns = max(maxRuns, len(m.Runs))
+		maxSmall = max(maxSmall, small)
+	}
+	return float64(flushed+merged) / float64(flushed), maxRuns, maxSmall
+}
+
+// TestPickCompactionWritesLogFanIn: the links tree writes a link about
+// 1 + log8(flushes) times whatever the flushes' size, and keeps at most
+// fan-in minus one runs of each generation (flushes that differ in size
+// twentyfold blur one more). With tiers of fixed bounds (1
+// MiB times a power of 8), flushes of 9 MiB were written 4.1 times over
+// 1,000 flushes (log8 gives 3.3): the merge of eight runs just above a
+// bound fell under the next bound and was merged again in its inputs'
+// tier.
+func TestPickCompactionWritesLogFanIn(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, c := range []struct {
+		name string
+		n    int
+		size func() uint64
+		// blur: generations of runs the size of one, where flushes
+		// differ in size by more than the spread of a merge
+		blur int
+	}{
+		{"9 MiB", 1000, func() uint64 { return 9 << 20 }, 0},
+		{"1.05 MiB", 1000, func() uint64 { return 1100 << 10 }, 0},
+		{"1.2-3 MiB", 1000, func() uint64 { return 1200<<10 + uint64(rng.Int64N(2<<20)) }, 0},
+		{"0.5-10 MiB", 1000, func() uint64 { return 512<<10 + uint64(rng.Int64N(10<<20)) }, 1},
+	} {
+		amp, maxRuns, _ := simulateLinksTree(t, c.n, c.size)
+		gens := math.Log(float64(c.n)) / math.Log(DefaultCompactionFanIn)
+		t.Logf("flushes of %s: write amplification %.2f (1 + log8(%d) = %.2f), at most %d runs", c.name, amp, c.n, 1+gens, maxRuns)
+		if want := 1 + math.Floor(gens); amp > want {
+			t.Errorf("flushes of %s: write amplification %.2f, want <= %.0f", c.name, amp, want)
+		}
+		if limit := (DefaultCompactionFanIn-1)*(int(math.Ceil(gens))+c.blur) + 1; maxRuns > limit {
+			t.Errorf("flushes of %s: %d runs at most, want <= %d", c.name, maxRuns, limit)
+		}
+	}
+	// A node's flushes of a few KB: runs up to 1 MiB are one tier, its
+	// oldest eight merged together, so there are never eight of them
+	// (written ~20 times each, a few hundred bytes a second of merging at
+	// the network's rate; fewer runs for queries to ask).
+	amp, maxRuns, maxSmall := simulateLinksTree(t, 20000, func() uint64 { return 4 << 10 })
+	t.Logf("flushes of 4 KiB: write amplification %.1f, at most %d runs, %d of them up to 1 MiB", amp, maxRuns, maxSmall)
+	if maxSmall >= DefaultCompactionFanIn {
+		t.Errorf("flushes of 4 KiB: %d runs up to 1 MiB at once, want < %d", maxSmall, DefaultCompactionFanIn)
+	}
+	if maxRuns > 24 {
+		t.Errorf("flushes of 4 KiB: %d runs at most, want <= 24", maxRuns)
+	}
+}
+
+// TestPickSimilar: the smallest window of fan-in runs within the spread.
+func TestPickSimilar(t *testing.T) {
+	runs := func(sizes ...uint64) []Run {
+		var rs []Run
+		for i, b := range sizes {
+			rs = append(rs, Run{ID: strconv.Itoa(i), Tables: []TableRef{{DataBytes: b}}})
+		}
+		return rs
+	}
+	ids := func(rs []Run) string {
+		s := ""
+		for _, r := range rs {
+			s += r.ID
+		}
+		return s
+	}
+	for _, c := range []struct {
+		sizes []uint64
+		fanIn int
+		want  string
+	}{
+		{[]uint64{10, 100, 11, 12}, 3, "023"},      // spread 2 at fan-in 3: 10, 11, 12
+		{[]uint64{100, 10, 45, 12}, 3, ""},         // 10, 12, 45 and 12, 45, 100 span more than 2x
+		{[]uint64{100, 10, 50, 400, 90}, 3, "240"}, // 50, 90, 100, smallest first
+		{[]uint64{10, 100, 1000}, 3, ""},
+		{[]uint64{10, 20}, 3, ""},
+		{[]uint64{5, 5, 5, 5, 5, 5, 5, 5}, 8, "01234567"},
+		{[]uint64{5, 5, 5, 5, 5, 5, 5, 21}, 8, ""}, // 21 > 4 x 5
+		{[]uint64{5, 5, 5, 5, 5, 5, 5, 20}, 8, "01234567"},
+	} {
+		got := ids(pickSimilar(runs(c.sizes...), c.fanIn))
+		if got != c.want {
+			t.Errorf("pickSimilar(%v, %d) = %q, want %q", c.sizes, c.fanIn, got, c.want)
+		}
+	}
+}
