@@ -61,10 +61,10 @@ type mergeResult struct {
 	err  error
 }
 
-// compactLoop merges full tiers and requested full compactions in the
-// background (two lanes) and hands each result to the writer, whose next
-// flush publishes it (one serialised publisher, so the compare-and-set
-// never races the flushes).
+// compactLoop merges the runs due (lsm.PickCompaction) and requested
+// full compactions in the background (two lanes) and hands each result
+// to the writer, whose next flush publishes it (one serialised
+// publisher, so the compare-and-set never races the flushes).
 func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 	every := r.CompactionInterval
 	if every <= 0 {
@@ -138,8 +138,10 @@ func anyPresent(runs, present map[string]bool) bool {
 // startMerges starts a merge in each idle lane that has one to do: a
 // pending full compaction in the idle big lane (once the small lane holds
 // none of its tree's runs, so that a quiet tree ends as one run: until
-// then no other merge of the tree starts), else the tiers' next merge in
-// the lane its size belongs to, on runs no lane holds.
+// then no other merge of the tree starts), else the tree's next merge
+// (lsm.PickCompaction) in the lane its size belongs to, on runs no lane
+// holds; while the small lane is busy, the idle big lane takes the
+// smallest merge due of at least bigMergeBytes.
 func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, lanes *[2]lane, results chan<- mergeResult, merges *sync.WaitGroup) {
 	// The runs no lane holds: a merge started below takes runs of its own
 	// tree only, so the other trees' picks need no update.
@@ -165,23 +167,36 @@ func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, la
 				continue
 			}
 		}
-		inputs := lsm.PickCompaction(&free, tree, r.FanIn())
+		inputs, i := pickLane(&free, tree, r.FanIn(), lanes[laneSmall].inputs != nil, lanes[laneBig].inputs != nil)
 		if inputs == nil {
-			continue
-		}
-		var bytes uint64
-		for _, in := range inputs {
-			bytes += in.Bytes()
-		}
-		i := laneSmall
-		if bytes >= bigMergeBytes {
-			i = laneBig
-		}
-		if lanes[i].inputs != nil {
 			continue
 		}
 		r.startMerge(ctx, w, m, i, &lanes[i], tree, inputs, nil, results, merges)
 	}
+}
+
+// pickLane returns the next merge of tree among the runs of free and the
+// lane it goes to: the merge lsm.PickCompaction picks, in the big lane if
+// its inputs hold bigMergeBytes, else the small one; nil if that lane is
+// busy, except that while the small lane is busy the idle big lane takes
+// the smallest merge due of at least bigMergeBytes (a merge of larger
+// runs need not wait behind small ones).
+func pickLane(free *lsm.Manifest, tree lsm.Tree, fanIn int, smallBusy, bigBusy bool) ([]lsm.Run, int) {
+	inputs := lsm.PickCompaction(free, tree, fanIn)
+	if inputs == nil {
+		return nil, 0
+	}
+	switch big := lsm.RunsBytes(inputs) >= bigMergeBytes; {
+	case big && !bigBusy:
+		return inputs, laneBig
+	case !big && !smallBusy:
+		return inputs, laneSmall
+	case !big && !bigBusy:
+		if inputs = lsm.PickCompactionAtLeast(free, tree, fanIn, bigMergeBytes); inputs != nil {
+			return inputs, laneBig
+		}
+	}
+	return nil, 0
 }
 
 // holdsTree reports whether runs holds a run of tree.

@@ -53,9 +53,9 @@ func (s *gatedStore) Get(ctx context.Context, key string) ([]byte, error) {
 
 // While a merge of the big lane cannot finish (a full compaction whose
 // input reads are held back, as a merge of hours would be), the runs
-// flushed meanwhile are still merged by the small lane, so their count
-// stays bounded; once the reads go on, the full compaction is published
-// and the index equals the model.
+// flushed meanwhile are still merged by the small lane, which catches up
+// with them while the full compaction is still held; once the reads go
+// on, the full compaction is published and the index equals the model.
 func TestSmallMergesGoOnBesideABigOne(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -179,4 +179,55 @@ func stillAll(m *lsm.Manifest, ids map[string]bool) bool {
 		}
 	}
 	return n == len(ids)
+}
+
+// TestPickLane: a merge goes to the lane of its size; while the small
+// lane is busy, the idle big lane takes the smallest merge due of at
+// least bigMergeBytes, so larger runs do not wait behind small merges;
+// a busy lane gets nothing.
+func TestPickLane(t *testing.T) {
+	m := &lsm.Manifest{}
+	add := func(sizes ...uint64) {
+		for _, b := range sizes {
+			id := fmt.Sprint(len(m.Runs))
+			m.Runs = append(m.Runs, lsm.Run{ID: id, Tree: lsm.TreeLinks, Seq: uint64(len(m.Runs)), Tables: []lsm.TableRef{{ID: id, DataBytes: b}}})
+		}
+	}
+	add(8<<20, 8<<20)                                    // 0, 1: a small merge
+	add(bigMergeBytes/2, bigMergeBytes/2, bigMergeBytes) // 2-4: a big one
+	name := func(rs []lsm.Run, lane int) string {
+		if rs == nil {
+			return "none"
+		}
+		s := fmt.Sprint(lane, ":")
+		for _, r := range rs {
+			s += " " + r.ID
+		}
+		return s
+	}
+	for _, c := range []struct {
+		smallBusy, bigBusy bool
+		want               string
+	}{
+		{false, false, fmt.Sprint(laneSmall, ": 0 1")},
+		{true, false, fmt.Sprint(laneBig, ": 2 3")},
+		{false, true, fmt.Sprint(laneSmall, ": 0 1")},
+		{true, true, "none"},
+	} {
+		if got := name(pickLane(m, lsm.TreeLinks, 2, c.smallBusy, c.bigBusy)); got != c.want {
+			t.Errorf("small lane busy %v, big lane busy %v: %q, want %q", c.smallBusy, c.bigBusy, got, c.want)
+		}
+	}
+	// Only small merges due: nothing for the big lane.
+	m.Runs = m.Runs[:2]
+	if got := name(pickLane(m, lsm.TreeLinks, 2, true, false)); got != "none" {
+		t.Errorf("only a small merge due, small lane busy: %q, want none", got)
+	}
+	// Only a big merge due and the big lane busy: the small lane does
+	// not take it.
+	m.Runs = nil
+	add(bigMergeBytes, bigMergeBytes)
+	if got := name(pickLane(m, lsm.TreeLinks, 2, false, true)); got != "none" {
+		t.Errorf("a big merge due, big lane busy: %q, want none", got)
+	}
 }

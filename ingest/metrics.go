@@ -277,8 +277,8 @@ func (c *lagEventsCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // CompactionBacklog returns the runs of tree t waiting for a compaction in
-// m: every run of every tier that holds fanIn runs or more, counted as the
-// compactor would take them, fanIn at a time.
+// m: every run lsm.PickCompaction would pick, one merge after another, if
+// the merges' outputs were not counted.
 func CompactionBacklog(m *lsm.Manifest, t lsm.Tree, fanIn int) int {
 	if m == nil || fanIn < 2 {
 		return 0

@@ -101,7 +101,7 @@ func TestMetricsLiveLag(t *testing.T) {
 	}
 }
 
-// The compaction backlog counts the runs of every full tier, as the
+// The compaction backlog counts the runs of every merge due, as the
 // compactor takes them, fan-in at a time.
 func TestCompactionBacklog(t *testing.T) {
 	run := func(id string, tree lsm.Tree, bytes uint64) lsm.Run {

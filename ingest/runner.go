@@ -59,7 +59,7 @@ type Backfiller interface {
 type Runner struct {
 	Config  Config
 	Sources []Source
-	// CompactionInterval: how often to look for a full tier (0: 5 s).
+	// CompactionInterval: how often to look for a merge due (0: 5 s).
 	CompactionInterval time.Duration
 	// ShardTargetBytes for compacted runs (0: lsm default).
 	ShardTargetBytes uint64

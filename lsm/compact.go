@@ -39,14 +39,23 @@ const (
 )
 
 // PickCompaction returns the runs of a tree to merge next, or nil. The
-// links tree (and the PLC trees) are size-tiered: the oldest
+// links tree (and the PLC and names trees) are size-tiered: the oldest
 // CompactionFanIn runs of the lowest tier (runs up to tierBaseBytes) if it
 // has that many, else the smallest CompactionFanIn larger runs of similar
 // size (pickSimilar). The revocation tree merges its newest runs into an
 // older one by size ratio (pickRatio).
 func PickCompaction(m *Manifest, t Tree, fanIn int) []Run {
+	return PickCompactionAtLeast(m, t, fanIn, 0)
+}
+
+// PickCompactionAtLeast is PickCompaction among the merges whose inputs
+// hold at least minBytes: the smallest such window of similar runs, or
+// the pick PickCompaction would make if it is that large. A writer that
+// merges in two lanes by size asks it for the large lane while the small
+// one is busy, so a large merge does not wait behind small ones.
+func PickCompactionAtLeast(m *Manifest, t Tree, fanIn int, minBytes uint64) []Run {
 	if t == TreeRevocations {
-		return pickRatio(m.RunsOf(t), revocationMergeRatio, revocationMergeMaxRuns)
+		return atLeast(pickRatio(m.RunsOf(t), revocationMergeRatio, revocationMergeMaxRuns), minBytes)
 	}
 	var small, large []Run
 	for _, r := range m.RunsOf(t) {
@@ -57,24 +66,51 @@ func PickCompaction(m *Manifest, t Tree, fanIn int) []Run {
 		}
 	}
 	if len(small) >= fanIn {
-		return small[:fanIn]
+		if p := atLeast(small[:fanIn], minBytes); p != nil {
+			return p
+		}
 	}
-	return pickSimilar(large, fanIn)
+	return pickSimilar(large, fanIn, minBytes)
+}
+
+// atLeast returns runs if they hold at least minBytes, else nil.
+func atLeast(runs []Run, minBytes uint64) []Run {
+	if RunsBytes(runs) < minBytes {
+		return nil
+	}
+	return runs
+}
+
+// RunsBytes is the bytes of runs' tables together.
+func RunsBytes(runs []Run) uint64 {
+	var n uint64
+	for _, r := range runs {
+		n += r.Bytes()
+	}
+	return n
 }
 
 // pickSimilar returns the fanIn runs of runs that are smallest among
 // those whose largest is at most similarSpread(fanIn) times their
-// smallest, or nil. The tiers of size-tiered compaction are thus set by
-// the runs' sizes themselves, not by fixed bounds: with fixed bounds
-// (1 MiB times a power of fanIn) the merge of fanIn runs just above a
-// bound, a few percent smaller than their sum (a merge folds groups and
-// shares a dictionary), fell under the next bound and stayed in its
-// inputs' tier, to be merged again with the next fanIn-1 (at 1B links a
-// backfill's links were written 4.6 times where log8 of its flushes
-// gives 4.3). Merged outputs are about fanIn times their inputs, more
-// than the spread, so a window never mixes two generations of merges
-// unless flushes differ in size that much.
-func pickSimilar(runs []Run, fanIn int) []Run {
+// smallest and that hold at least minBytes together, or nil. The tiers
+// of size-tiered compaction are thus set by the runs' sizes themselves,
+// not by fixed bounds: with fixed bounds (1 MiB times a power of fanIn)
+// the merge of fanIn runs just above a bound, a few percent smaller than
+// their sum (a merge folds groups and shares a dictionary), could fall
+// under the next bound and stay in its inputs' tier, to be merged again
+// with the next fanIn-1 (in the simulation of
+// TestPickCompactionWritesLogFanIn, 1,000 flushes of 9 MiB were written
+// 4.1 times a link, 3.3 now; the bench's backfills of 1M-link flushes
+// made the same merges under both rules up to 1B links, except that at
+// 100M eight runs fixed bounds had split between two tiers now merge
+// after the last flush). From a fan-in of 4 on,
+// merged outputs (about fanIn times their inputs) are more than the
+// spread apart from them, so a window does not mix two generations of
+// merges unless flushes differ in size that much; at fan-in 2 or 3 the
+// spread is 2 and an output may join its inputs' peers. Either way each
+// band of sizes within the spread holds fewer than fanIn runs after the
+// merges, so the tree keeps O(fanIn log(size)) runs.
+func pickSimilar(runs []Run, fanIn int, minBytes uint64) []Run {
 	if len(runs) < fanIn {
 		return nil
 	}
@@ -82,7 +118,7 @@ func pickSimilar(runs []Run, fanIn int) []Run {
 	slices.SortStableFunc(s, func(a, b Run) int { return cmp.Compare(a.Bytes(), b.Bytes()) })
 	spread := similarSpread(fanIn)
 	for i := 0; i+fanIn <= len(s); i++ {
-		if s[i+fanIn-1].Bytes() <= spread*s[i].Bytes() {
+		if s[i+fanIn-1].Bytes() <= spread*s[i].Bytes() && RunsBytes(s[i:i+fanIn]) >= minBytes {
 			return s[i : i+fanIn]
 		}
 	}

@@ -65,8 +65,9 @@ func simulateLinksTree(t *testing.T, n int, size func() uint64) (amp float64, ma
 	return float64(flushed+merged) / float64(flushed), maxRuns, maxSmall
 }
 
-// TestPickCompactionWritesLogFanIn: the links tree writes a link about
-// 1 + log8(flushes) times whatever the flushes' size, and keeps at most
+// TestPickCompactionWritesLogFanIn: the links tree writes a link at most
+// 1 + floor(log8(flushes)) times whatever the flushes' size (3.3 for
+// 1,000 flushes of 9 MiB: a flush, then about log8 merges), and keeps at most
 // fan-in minus one runs of each generation (flushes that differ in size
 // twentyfold blur one more). With tiers of fixed bounds (1
 // MiB times a power of 8), flushes of 9 MiB were written 4.1 times over
@@ -99,13 +100,16 @@ func TestPickCompactionWritesLogFanIn(t *testing.T) {
 		}
 	}
 	// A node's flushes of a few KB: runs up to 1 MiB are one tier, its
-	// oldest eight merged together, so there are never eight of them
-	// (written ~20 times each, a few hundred bytes a second of merging at
-	// the network's rate; fewer runs for queries to ask).
+	// oldest eight merged together, so the oldest run of the tier takes in
+	// seven flushes at each merge until it passes 1 MiB: 256 flushes of 4
+	// KiB, 36 merges, a byte rewritten about half as often on average,
+	// then the generations above (80 MiB in runs of ~1 MiB: log8(80) =
+	// 2.1, so at most three). A few hundred bytes a second of merging at
+	// the network's rate, and fewer runs for queries to ask.
 	amp, maxRuns, maxSmall := simulateLinksTree(t, 20000, func() uint64 { return 4 << 10 })
 	t.Logf("flushes of 4 KiB: write amplification %.1f, at most %d runs, %d of them up to 1 MiB", amp, maxRuns, maxSmall)
-	if maxSmall >= DefaultCompactionFanIn {
-		t.Errorf("flushes of 4 KiB: %d runs up to 1 MiB at once, want < %d", maxSmall, DefaultCompactionFanIn)
+	if want := 1 + 36.0/2 + 3; amp > want {
+		t.Errorf("flushes of 4 KiB: write amplification %.1f, want <= %.0f", amp, want)
 	}
 	if maxRuns > 24 {
 		t.Errorf("flushes of 4 KiB: %d runs at most, want <= 24", maxRuns)
@@ -142,9 +146,72 @@ func TestPickSimilar(t *testing.T) {
 		{[]uint64{5, 5, 5, 5, 5, 5, 5, 21}, 8, ""}, // 21 > 4 x 5
 		{[]uint64{5, 5, 5, 5, 5, 5, 5, 20}, 8, "01234567"},
 	} {
-		got := ids(pickSimilar(runs(c.sizes...), c.fanIn))
+		got := ids(pickSimilar(runs(c.sizes...), c.fanIn, 0))
 		if got != c.want {
 			t.Errorf("pickSimilar(%v, %d) = %q, want %q", c.sizes, c.fanIn, got, c.want)
 		}
+	}
+	// With a floor on the inputs' bytes: the smallest window that holds
+	// that much.
+	for _, c := range []struct {
+		sizes    []uint64
+		minBytes uint64
+		want     string
+	}{
+		{[]uint64{10, 11, 12, 100, 110, 120}, 0, "012"},
+		{[]uint64{10, 11, 12, 100, 110, 120}, 33, "012"},
+		{[]uint64{10, 11, 12, 100, 110, 120}, 34, "345"},
+		{[]uint64{10, 11, 12, 100, 110, 120}, 331, ""},
+	} {
+		got := ids(pickSimilar(runs(c.sizes...), 3, c.minBytes))
+		if got != c.want {
+			t.Errorf("pickSimilar(%v, 3, %d) = %q, want %q", c.sizes, c.minBytes, got, c.want)
+		}
+	}
+}
+
+// TestPickCompactionAtLeast: a writer whose small lane is busy asks for a
+// merge of at least a size; it gets one of the larger runs' windows even
+// while the lowest tier or a smaller window waits, and nothing where no
+// merge that large is due. The revocation tree's pick is given only if
+// it is that large.
+func TestPickCompactionAtLeast(t *testing.T) {
+	m := &Manifest{}
+	add := func(tree Tree, sizes ...uint64) {
+		for _, b := range sizes {
+			id := strconv.Itoa(len(m.Runs))
+			m.Runs = append(m.Runs, Run{ID: id, Tree: tree, Seq: uint64(len(m.Runs)), Tables: []TableRef{{ID: id, DataBytes: b}}})
+		}
+	}
+	add(TreeLinks, 1<<10, 1<<10, 1<<10)       // 0-2: the lowest tier
+	add(TreeLinks, 2<<20, 2<<20, 3<<20)       // 3-5: a window of 7 MiB
+	add(TreeLinks, 100<<20, 120<<20, 130<<20) // 6-8: a window of 350 MiB
+	add(TreeRevocations, 8<<20, 2<<20, 1<<20) // 9-11: 10 and 11 merge by ratio
+	ids := func(rs []Run) string {
+		s := ""
+		for _, r := range rs {
+			s += r.ID + " "
+		}
+		return s
+	}
+	for _, c := range []struct {
+		tree     Tree
+		minBytes uint64
+		want     string
+	}{
+		{TreeLinks, 0, "0 1 2 "},
+		{TreeLinks, 4 << 10, "3 4 5 "},
+		{TreeLinks, 256 << 20, "6 7 8 "},
+		{TreeLinks, 351 << 20, ""},
+		{TreeRevocations, 0, "10 11 "},
+		{TreeRevocations, 3 << 20, "10 11 "},
+		{TreeRevocations, 3<<20 + 1, ""},
+	} {
+		if got := ids(PickCompactionAtLeast(m, c.tree, 3, c.minBytes)); got != c.want {
+			t.Errorf("PickCompactionAtLeast(%s, %d) = %q, want %q", c.tree, c.minBytes, got, c.want)
+		}
+	}
+	if got, want := ids(PickCompaction(m, TreeLinks, 3)), "0 1 2 "; got != want {
+		t.Errorf("PickCompaction = %q, want %q", got, want)
 	}
 }

@@ -5,8 +5,8 @@
 // A tree (Tree: links, revocations, the PLC map's two, names) is a list of runs; a
 // run is one table (a delta run: a flushed memtable) or one table per shard
 // (a compacted run: CompactRuns merges the runs PickCompaction picks: of a
-// size tier in the links tree: runs up to 1 MiB, or larger ones of
-// similar size; by size ratio in the revocation tree). A Manifest
+// size tier in the links, PLC and names trees: runs up to 1 MiB, or
+// larger ones of similar size; by size ratio in the revocation tree). A Manifest
 // lists the live runs at one generation and changes only by compare-and-set
 // edits (Edit, Manifest.Apply); a View is a manifest with the metadata of
 // every table loaded (OpenView, through a Catalog), which a node serves

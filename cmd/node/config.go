@@ -106,7 +106,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.IntVar(&c.memtableBytes, "memtable-bytes", ingest.DefaultMemtableBytes, "memory bound of each memtable, bytes (1 MiB..4 GiB)")
 	fs.DurationVar(&c.gcGrace, "gc-grace", lsm.DefaultGCGrace, "how long a table that left the manifest, or an object under tables/ no manifest names, stays in the bucket before the leader deletes it (once every member serves past it); must exceed the longest compaction (1s..24h; below 1m for tests only)")
 	fs.IntVar(&c.compactionFanIn, "compaction-fan-in", lsm.DefaultCompactionFanIn, "runs of a size tier merged by one compaction (2..64)")
-	fs.DurationVar(&c.compactionInterval, "compaction-interval", 5*time.Second, "how often the leader looks for a full tier to compact (100ms..1h)")
+	fs.DurationVar(&c.compactionInterval, "compaction-interval", 5*time.Second, "how often the leader looks for a merge due (100ms..1h)")
 	fs.Int64Var(&c.cacheBytes, "cache-bytes", lsm.DefaultCacheBytes, "bound of the decoded-frame cache, bytes (1 MiB..1 TiB)")
 	fs.Int64Var(&c.metaCacheBytes, "meta-cache-bytes", 0, "0: table metadata is read in place from its files in the data directory (mapped; the page cache holds what is hot); else the bound of a cache of decoded metadata, bytes (1 MiB..1 TiB; the rest decoded again from the data directory)")
 	fs.DurationVar(&c.readyLagMax, "ready-lag-max", 30*time.Second, "/readyz answers 503 when this node has not heard from the leader, or has not served a manifest generation the leader had, for longer than this (500ms..1h)")

@@ -38,7 +38,7 @@ func nodeCollectors(node *cluster.Node, cache *lsm.FrameCache, fanIn int) []prom
 	for _, tree := range lsm.Trees {
 		labels := prometheus.Labels{"tree": string(tree)}
 		cs = append(cs,
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_compaction_backlog_runs", Help: "Runs waiting for a compaction (in tiers holding the fan-in or more), by tree, in the applied manifest.", ConstLabels: labels}, func() float64 {
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_compaction_backlog_runs", Help: "Runs waiting for a compaction (the runs of the merges due, counted one merge after another), by tree, in the applied manifest.", ConstLabels: labels}, func() float64 {
 				return float64(ingest.CompactionBacklog(node.FSM.Manifest(), tree, fanIn))
 			}),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_lsm_runs", Help: "Runs in the applied manifest, by tree.", ConstLabels: labels}, func() float64 {
