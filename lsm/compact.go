@@ -103,11 +103,11 @@ func RunsBytes(runs []Run) uint64 {
 // 4.1 times a link, 3.3 now; the bench's backfills of 1M-link flushes
 // made the same merges under both rules up to 1B links, except that at
 // 100M eight runs fixed bounds had split between two tiers now merge
-// after the last flush). From a fan-in of 4 on,
-// merged outputs (about fanIn times their inputs) are more than the
-// spread apart from them, so a window does not mix two generations of
-// merges unless flushes differ in size that much; at fan-in 2 or 3 the
-// spread is 2 and an output may join its inputs' peers. Either way each
+// after the last flush). From a fan-in of 3 on, merged outputs (about
+// fanIn times their inputs) are more than the spread apart from them, so
+// a window does not mix two generations of merges unless flushes differ
+// in size that much; at fan-in 2 the spread is 2 and an output (a little
+// under twice its inputs) may join its inputs' peers. Either way each
 // band of sizes within the spread holds fewer than fanIn runs after the
 // merges, so the tree keeps O(fanIn log(size)) runs.
 func pickSimilar(runs []Run, fanIn int, minBytes uint64) []Run {

@@ -67,13 +67,12 @@ func simulateLinksTree(t *testing.T, n int, size func() uint64) (amp float64, ma
 
 // TestPickCompactionWritesLogFanIn: the links tree writes a link at most
 // 1 + floor(log8(flushes)) times whatever the flushes' size (3.3 for
-// 1,000 flushes of 9 MiB: a flush, then about log8 merges), and keeps at most
-// fan-in minus one runs of each generation (flushes that differ in size
-// twentyfold blur one more). With tiers of fixed bounds (1
-// MiB times a power of 8), flushes of 9 MiB were written 4.1 times over
-// 1,000 flushes (log8 gives 3.3): the merge of eight runs just above a
-// bound fell under the next bound and was merged again in its inputs'
-// tier.
+// 1,000 flushes of 9 MiB: a flush, then about log8 merges), and keeps at
+// most fan-in minus one runs of each generation (flushes that differ in
+// size twentyfold blur one more). With tiers of fixed bounds (1 MiB times
+// a power of 8), flushes of 9 MiB were written 4.1 times over 1,000
+// flushes: the merge of eight runs just above a bound fell under the next
+// bound and was merged again in its inputs' tier.
 func TestPickCompactionWritesLogFanIn(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, c := range []struct {
