@@ -74,7 +74,7 @@ type Result struct {
 	BucketBytesPerLink    float64 `json:"bucket_bytes_per_link"` // StoreBytes / live links
 	LocalDirBytes         int64   `json:"local_dir_bytes"`       // the DB's local directory: table metas and the manifest
 	ManifestBytes         int64   `json:"manifest_bytes"`        // the local manifest copy
-	WriteAmplification    float64 `json:"write_amplification"`   // bytes PUT in the write phase / bytes of the live tables
+	WriteAmplification    float64 `json:"write_amplification"`   // bytes PUT in the write phase / bytes of the live tables it left (before --compact-full)
 	Tables                int     `json:"tables"`
 	LinkTables            int     `json:"links_tables"`
 	RevTables             int     `json:"revocations_tables"`
@@ -109,6 +109,7 @@ type Result struct {
 	// The index as written, before --compact-full: its live tables' bytes
 	// and its local directory's, per live link.
 	BytesPerLinkBeforeFull         float64 `json:"bytes_per_link_before_full_compaction,omitempty"`
+	TableBytesBeforeFull           uint64  `json:"table_bytes_before_full_compaction,omitempty"`
 	LocalDirBytesPerLinkBeforeFull float64 `json:"local_dir_bytes_per_link_before_full_compaction,omitempty"`
 	StorePuts                      int64   `json:"store_puts"`
 	StorePutBytes                  int64   `json:"store_put_bytes"`

@@ -72,8 +72,15 @@ func (b *bench) size(ctx context.Context, store objstore.Store) error {
 		return nil
 	})
 	res.BucketBytesPerLink = float64(res.StoreBytes) / live
-	if res.DataBytes+res.MetaBytes > 0 {
-		res.WriteAmplification = float64(res.StorePutBytes) / float64(res.DataBytes+res.MetaBytes)
+	// The write phase's PUTs over the tables it left: with --compact-full,
+	// those before the full compaction (whose own PUTs are counted apart),
+	// not the merged index's, which would count the same writes as more.
+	written := uint64(res.DataBytes + res.MetaBytes)
+	if res.TableBytesBeforeFull > 0 {
+		written = res.TableBytesBeforeFull
+	}
+	if written > 0 {
+		res.WriteAmplification = float64(res.StorePutBytes) / float64(written)
 	}
 	res.ManifestBytes = b.manifestBytes()
 	b.logf("size: %.2f bytes/link (%.2f data, %.2f meta) in %d tables of %d runs", res.BytesPerLink, res.DataBytesPerLink, res.MetaBytesPerLink, res.Tables, res.Runs)

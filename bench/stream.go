@@ -205,6 +205,7 @@ func (b *bench) compactFull(ctx context.Context) error {
 		}
 	}
 	live := float64(b.st.LiveLinks())
+	res.TableBytesBeforeFull = tables
 	res.BytesPerLinkBeforeFull, res.LocalDirBytesPerLinkBeforeFull = float64(tables)/live, float64(b.localDirBytes())/live
 	b.logf("before the full compaction: %.3f bytes/link in the tables, %.3f in the local directory", res.BytesPerLinkBeforeFull, res.LocalDirBytesPerLinkBeforeFull)
 	puts0 := b.counting.Snapshot()

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,5 +97,47 @@ func TestBenchServe(t *testing.T) {
 	}
 	if code := run([]string{"serve", "--links", "60000"}, &out, &errb); code != 2 {
 		t.Fatalf("serve without --dir: exit %d, want 2", code)
+	}
+}
+
+// --compact-full: the write amplification is the write phase's PUTs over
+// the tables it left, the same as a run without the full compaction,
+// not over the merged index (smaller, which counted the same writes as
+// more); the full compaction's PUTs are counted apart.
+func TestBenchCompactFullWriteAmplification(t *testing.T) {
+	results := map[bool]map[string]any{}
+	for _, full := range []bool{false, true} {
+		args := []string{"lsm", "--shape", "backfill", "--links", "60000", "--queries", "50", "--memtable-bytes", "131072", "--tmp", t.TempDir(), "--json"}
+		if full {
+			args = append(args, "--compact-full")
+		}
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		}
+		var res map[string]any
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatal(err)
+		}
+		if res["model_check"] != "ok" {
+			t.Fatalf("%v: model_check %v", args, res["model_check"])
+		}
+		results[full] = res
+	}
+	f := func(full bool, k string) float64 { v, _ := results[full][k].(float64); return v }
+	as, merged := f(false, "write_amplification"), f(true, "write_amplification")
+	t.Logf("write amplification %.3f without the full compaction, %.3f with it; tables %.0f as written, %.0f merged",
+		as, merged, f(true, "table_bytes_before_full_compaction"), f(true, "data_bytes")+f(true, "meta_bytes"))
+	if before := f(true, "table_bytes_before_full_compaction"); before <= f(true, "data_bytes")+f(true, "meta_bytes") {
+		t.Fatalf("tables as written %.0f bytes, merged %.0f: the full compaction did not shrink the index, the test shows nothing", before, f(true, "data_bytes")+f(true, "meta_bytes"))
+	}
+	if want := f(true, "store_put_bytes") / f(true, "table_bytes_before_full_compaction"); merged != want {
+		t.Errorf("write amplification %.4f with --compact-full, want the write phase's PUTs over the tables as written, %.4f", merged, want)
+	}
+	if math.Abs(merged-as) > 0.01*as {
+		t.Errorf("write amplification %.3f with --compact-full, %.3f without: the same writes", merged, as)
+	}
+	if f(true, "full_compact_put_bytes") <= 0 {
+		t.Errorf("full_compact_put_bytes = %v", results[true]["full_compact_put_bytes"])
 	}
 }
