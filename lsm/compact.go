@@ -81,7 +81,8 @@ func atLeast(runs []Run, minBytes uint64) []Run {
 	return runs
 }
 
-// RunsBytes is the bytes of runs' tables together.
+// RunsBytes is the data bytes of runs together (Run.Bytes: their tables'
+// data objects, the metadata not counted), the size compaction picks by.
 func RunsBytes(runs []Run) uint64 {
 	var n uint64
 	for _, r := range runs {
