@@ -99,6 +99,12 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	b.mem = newMemWatch("generate")
 	defer b.mem.close()
 	res.Shape = b.cfg.Shape
+	if b.cfg.Shape != ShapeMem {
+		res.Clocks = "host"
+		if b.cfg.AccountClocks {
+			res.Clocks = "account"
+		}
+	}
 	if b.cfg.Shape == ShapeMem {
 		if err := b.generate(); err != nil {
 			return nil, err

@@ -108,6 +108,9 @@ type Config struct {
 	Shape     string
 	LiveLinks int // --live-links: the live tail after a backfill
 	MegaLinks int // --mega-links (streaming shapes)
+	// AccountClocks (--account-clocks): one TID clock id per account, the
+	// streaming shapes' model before this flag.
+	AccountClocks bool
 	// CompactFull: after the write phase, merge every run of each tree
 	// into one (lsm.DB.CompactFull), timed on its own.
 	CompactFull bool
@@ -160,6 +163,7 @@ func Flags(c *Config, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.NoPebble, "no-pebble", false, "skip the Pebble comparison")
 	fs.BoolVar(&c.Breakdown, "breakdown", false, "estimate what each field of a backlink costs in the data objects (rebuilds the tables with one field blanked at a time)")
 	fs.StringVar(&c.Shape, "shape", ShapeMem, "workload: mem (generated whole in memory first, as before; up to ~20M links), backfill (streamed: every repository of the network's history written whole at one stamp, then a live tail) or live (streamed: a live tail only); the streaming shapes hold a sample of targets, not the links, skip Pebble and check every page of the sample")
+	fs.BoolVar(&c.AccountClocks, "account-clocks", false, "streaming shapes: give each account one TID clock id for all its records (the model before real TIDs were measured) instead of its host's, which changes with each restart")
 	fs.IntVar(&c.LiveLinks, "live-links", 0, "--shape backfill: links of the live tail after the backfill (0: --links/20)")
 	fs.IntVar(&c.MegaLinks, "mega-links", 0, "streaming shapes: about this many links to the mega target (0: min(1,000,000, --links/4))")
 	fs.BoolVar(&c.CompactFull, "compact-full", false, "streaming shapes: after the write phase, merge every run of each tree into one (a major compaction, as after a backfill), timed apart from the writes; the sizes, queries and checks are of the compacted index")

@@ -27,7 +27,10 @@ type Result struct {
 	GenerateS    float64 `json:"generate_s"`
 	// The workload's shape (mem, backfill, live) and, for the streaming
 	// shapes, what happened in it and the sample the check covers.
-	Shape           string  `json:"shape"`
+	Shape string `json:"shape"`
+	// Clocks is the streaming shapes' model of TID clock ids: "host" (a
+	// host's, changing with its restarts) or "account" (--account-clocks).
+	Clocks          string  `json:"clocks,omitempty"`
 	Updates         int     `json:"updates,omitempty"`
 	BackfillDeletes int     `json:"backfill_deletes,omitempty"`
 	Repos           int     `json:"repos,omitempty"`

@@ -40,6 +40,7 @@ func (b *bench) newStream() error {
 	t0 := time.Now()
 	st, err := workload.NewStream(workload.StreamConfig{
 		Links: b.cfg.Links, Seed: b.cfg.Seed, Shape: shape, LiveLinks: b.cfg.LiveLinks, MegaLinks: b.cfg.MegaLinks,
+		AccountClocks: b.cfg.AccountClocks,
 	})
 	if err != nil {
 		return err

@@ -58,6 +58,10 @@ type StreamConfig struct {
 	// liked from every corner of the history); 0 means min(1,000,000,
 	// Links/4).
 	MegaLinks int
+	// AccountClocks gives every account one TID clock id (0..1023) for
+	// all its records, the model before real TIDs were measured; the
+	// default is the network's (see clockAt).
+	AccountClocks bool
 }
 
 // Rates of the streaming model (see NewStream).
@@ -78,6 +82,12 @@ const (
 	// ~0.3% of the links to accounts (~600k of 1B links: fewer followers
 	// than there are accounts), not the ~12% plain Zipf gives it.
 	poolZipfQ = 50
+	// TID clock ids (clockAt): accounts live on one of pdsHosts hosts
+	// (selfHostedP of them on their own), and a host's clock id changes
+	// every pdsEpoch µs (a restart of its process).
+	pdsHosts    = 100
+	selfHostedP = 0.02
+	pdsEpoch    = 14 * 24 * 3600 * 1_000_000
 )
 
 // Op is one write: a backlink, or (Revoke) a revocation.
@@ -96,6 +106,7 @@ type sacc struct {
 	field   uint64
 	created int64 // µs
 	clock   uint16
+	host    uint32 // the host its repository lives on (clockAt)
 }
 
 // SampleTarget is a target whose live links the Stream tracks exactly.
@@ -300,6 +311,10 @@ func (s *Stream) makeAccounts(n int) error {
 		h := hash3(s.cfg.Seed, 0xacc, uint64(i))
 		a := &s.acc[i]
 		a.clock = uint16(h & 1023)
+		a.host = uint32(mix(h+6) % pdsHosts)
+		if unit(mix(h+7)) < selfHostedP {
+			a.host = pdsHosts + uint32(i)
+		}
 		a.created = s.accTL.at(unit(mix(h + 1)))
 		x := unit(mix(h + 2))
 		var did string
@@ -365,8 +380,26 @@ func (s *Stream) activeAccount(u float64) int {
 
 // recordID is a record of account a's in collection col at time us (a TID).
 func (s *Stream) recordID(a int, col uint64, us int64, jitter uint64) link.RecordID {
-	t := syntax.NewTID(us+int64(jitter%1000), uint(s.acc[a].clock))
+	t := syntax.NewTID(us+int64(jitter%1000), s.clockAt(a, us))
 	return link.RecordID{RKey: t.Integer(), Collection: col, DID: s.acc[a].field}
+}
+
+// clockAt is the clock id of a TID that account a's host wrote at time us.
+// Measured on real records (the jetstream corpus of 2026-07: 148 records'
+// keys and 160 keys they link to, each of 32 values; repositories' CARs:
+// 11 to 28 clock ids in an account of 30 to 184 records), a TID's clock id
+// is a 5-bit number that the PDS process draws when it starts and gives
+// every record it writes: not the account's, its host's, changing with
+// each restart. So here a host draws a new one every pdsEpoch (with its
+// own phase), and an account's records carry the clock id of its host at
+// their time. With AccountClocks, the account's own id as before.
+func (s *Stream) clockAt(a int, us int64) uint {
+	if s.cfg.AccountClocks {
+		return uint(s.acc[a].clock)
+	}
+	h := uint64(s.acc[a].host)
+	e := (us + int64(mix(h^0x9a5e)%pdsEpoch)) / pdsEpoch
+	return uint(hash3(s.cfg.Seed, 0xc10c+h, uint64(e)) & 31)
 }
 
 // post returns post p of the pool (time order).
