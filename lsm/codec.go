@@ -29,12 +29,22 @@ import (
 //     the codec stores the difference with the previous record, as
 //     fixed-width little-endian byte planes (byte 0 of every difference, then
 //     byte 1, ...), so that each plane is entropy-coded on its own.
-//   - The clock id belongs to the writer of the record (a repository's TID
-//     generator), so it is stored with the DID: the pair (did, clock id) is
-//     an account. The table's meta holds an account dictionary (the pairs
-//     that occur at least twice in the table, most frequent first, at most
-//     MaxDictEntries); a record stores the pair's rank (1-based; popular
-//     accounts get small ranks) or 0 and the pair as a literal.
+//   - The table's meta holds an account dictionary (the accounts that
+//     occur at least twice in the table, most frequent first, at most
+//     MaxDictEntries); a record stores its account's rank (1-based;
+//     popular accounts get small ranks) or 0 and the account as a literal.
+//     Up to format version 4 an account was the pair (did, clock id), on
+//     the guess that a clock id belongs to a repository. Real TIDs say
+//     otherwise: a PDS process draws a 5-bit clock id when it starts and
+//     gives it to every record it writes, so an account's records carry
+//     many (11 to 28 in the real repositories of 30 to 184 records in
+//     testdata), and pairs multiplied the dictionary ~32-fold (past
+//     MaxDictEntries from ~30,000 accounts on). From version 5 an account
+//     is its DID, its dictionary entry holds the clock id most of its
+//     records in the table have, and each record's clock id is a column of
+//     its own: the xor with its entry's (0 for most records of a live
+//     tail, where a host keeps one clock id for weeks; about five bits
+//     once entropy-coded in a backfill of years).
 //   - (collection, location) pairs repeat: each frame lists its distinct
 //     pairs, sorted, and a record stores an index.
 //   - A backfill writes a repository whole at one stamp: the dictionary
@@ -61,9 +71,10 @@ import (
 //	KT           1 byte   time difference width in bytes (0..8)
 //	KD           1 byte   account rank width in bytes (0..3)
 //	KP           1 byte   pair index width in bytes (0..2)
+//	KC           1 byte   version 5 on: clock id width in bytes (0..2)
 //	rate R       varint   rev prediction rate, fixed point (2^32 = 1 rev a
 //	                      microsecond)
-//	streams      ...      6 + KT + KD + KP streams, in this order:
+//	streams      ...      6 + KT + KD + KP (+ KC) streams, in this order:
 //
 //	 0 targets   per group: varint zigzag(target rkey - previous group's
 //	             target rkey) (the first: minus 0), varint collection,
@@ -91,6 +102,9 @@ import (
 //	             r >= 1 the dictionary entry r-1; KD = 0 means all 0
 //	 ...         KP planes of the pair indexes (n of them, < P); KP = 0
 //	             means all 0
+//	 ...         version 5 on: KC planes of the clock ids (n of them): a
+//	             record's clock id xor its account's entry's (< 1024), 0
+//	             for a literal; KC = 0 means all 0
 //
 // A stream is
 //
@@ -102,8 +116,9 @@ import (
 //	           (klauspost/compress/huff0 v1.x, which is part of this format)
 //
 // Record i is rebuilt as: target (the group's), rkey = time << 10 | clock,
-// collection and location from the pair, did and clock from the account,
-// rev. Every stream must be consumed exactly; any inconsistency is
+// collection and location from the pair, did and clock from the account
+// (version 5 on: did from the account, clock from the account's entry xor
+// the plane), rev. Every stream must be consumed exactly; any inconsistency is
 // ErrCorrupt (DecodeFrame checks the frame's checksum before).
 
 // transformColumns is the columnar codec above (table format version 2,
@@ -118,17 +133,30 @@ const MaxDictEntries = 1 << 20
 type colLayout struct {
 	w      int
 	target bool // backlink: a 24-byte target first, a location after the source
+	// clockCol (format version 5 on): an account is its DID alone, and
+	// each record's TID clock id is a column of its own (planes after the
+	// pair indexes); before, an account was the pair (DID, clock id).
+	clockCol bool
 }
 
-func columnsLayout(f Format) (colLayout, bool) {
+// columnsLayout is the columnar layout of format f in tables of format
+// version (0: TableFormatVersion).
+func columnsLayout(f Format, version int) (colLayout, bool) {
+	if version == 0 {
+		version = TableFormatVersion
+	}
 	switch f {
 	case BacklinkFormat:
-		return colLayout{w: 64, target: true}, true
+		return colLayout{w: 64, target: true, clockCol: clockColumn(version)}, true
 	case RevocationFormat:
-		return colLayout{w: 32}, true
+		return colLayout{w: 32, clockCol: clockColumn(version)}, true
 	}
 	return colLayout{}, false
 }
+
+// clockColumn reports whether tables of format version store each
+// record's clock id as a column (version 5 on).
+func clockColumn(version int) bool { return version >= 5 }
 
 // src is the offset of the source rkey (collection +8, did +16).
 func (l colLayout) src() int {
@@ -225,9 +253,14 @@ func fitsDID32(did uint64) bool { return did&^(1<<63) < 1<<31 }
 func packDID32(did uint64) uint32 { return uint32(did&(1<<31-1)) | uint32(did>>63)<<31 }
 
 // accountAt is the account of the source at offset at of recs (its rkey,
-// whose low bits are the clock id, then 16 bytes on its DID).
-func accountAt(recs []byte, at int) account {
-	return account{did: binary.BigEndian.Uint64(recs[at+16:]), clock: uint16(binary.BigEndian.Uint64(recs[at:]) & (1<<clockBits - 1))}
+// whose low bits are the clock id, then 16 bytes on its DID): the DID
+// alone when the layout has a clock column.
+func (l colLayout) accountAt(recs []byte, at int) account {
+	a := account{did: binary.BigEndian.Uint64(recs[at+16:])}
+	if !l.clockCol {
+		a.clock = uint16(binary.BigEndian.Uint64(recs[at:]) & (1<<clockBits - 1))
+	}
+	return a
 }
 
 // buildAccountDict counts the accounts of recs and returns the dictionary
@@ -244,7 +277,7 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 	ids := make([]uint32, n)
 	for i := range n {
 		o := i * l.w
-		a := accountAt(recs, o+s)
+		a := l.accountAt(recs, o+s)
 		ids[i] = t.add(a)
 	}
 	// Each account's majority rev: Boyer-Moore's vote in record order
@@ -275,7 +308,25 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 			vote[id] = 0
 		}
 	}
-	d, rankOf := orderDict(&t, vote)
+	var clocks []uint16
+	if l.clockCol {
+		// Each account's clock id: the candidate of a vote (a majority's
+		// if there is one), from which its records' are predicted.
+		clocks = make([]uint16, len(t.accts))
+		clear(votes)
+		for i, id := range ids {
+			c := uint16(binary.BigEndian.Uint64(recs[i*l.w+s:]) & (1<<clockBits - 1))
+			switch {
+			case votes[id] == 0:
+				clocks[id], votes[id] = c, 1
+			case clocks[id] == c:
+				votes[id]++
+			default:
+				votes[id]--
+			}
+		}
+	}
+	d, rankOf := orderDict(&t, vote, clocks)
 	for i, id := range ids {
 		ids[i] = rankOf[id]
 	}
@@ -284,9 +335,11 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 
 // orderDict returns the dictionary of the accounts t counted at least
 // twice whose DID fits 32 bits, most frequent first, ties by value (at most MaxDictEntries), each
-// with its rev from revs (indexed by t's ids: 1 + the rev, 0 for none), and
-// each of t's ids' rank (0 for accounts outside it).
-func orderDict(t *acctTable, revs []uint64) (*accountDict, []uint32) {
+// with its rev from revs (indexed by t's ids: 1 + the rev, 0 for none) and,
+// when clocks is not nil (a layout with a clock column), its clock id from
+// clocks (else the account's own), and each of t's ids' rank (0 for
+// accounts outside it).
+func orderDict(t *acctTable, revs []uint64, clocks []uint16) (*accountDict, []uint32) {
 	order := make([]uint32, 0, len(t.accts)/2+1)
 	for id, c := range t.counts {
 		// A DID that does not fit 32 bits (a named one: a did:web's hash)
@@ -313,6 +366,9 @@ func orderDict(t *acctTable, revs []uint64) (*accountDict, []uint32) {
 	rankOf := make([]uint32, len(t.accts))
 	for r, id := range order {
 		d.dids[r], d.clocks[r], d.revs[r] = t.accts[id].did, t.accts[id].clock, revs[id]
+		if clocks != nil {
+			d.clocks[r] = clocks[id]
+		}
 		rankOf[id] = uint32(r + 1)
 	}
 	return d, rankOf
@@ -326,6 +382,9 @@ type dictCounter struct {
 	t     acctTable
 	vote  []uint64
 	votes []uint32
+	// With a clock column: each account's clock id by a vote.
+	clock      []uint16
+	clockVotes []uint32
 }
 
 func newDictCounter(l colLayout) *dictCounter {
@@ -345,7 +404,7 @@ const dictCountMax = 4 * MaxDictEntries
 func (c *dictCounter) add(recs []byte) {
 	w, s := c.l.w, c.l.src()
 	for o := 0; o+w <= len(recs); o += w {
-		a := accountAt(recs, o+s)
+		a := c.l.accountAt(recs, o+s)
 		var id uint32
 		if len(c.vote) < dictCountMax {
 			id = c.t.add(a)
@@ -357,6 +416,19 @@ func (c *dictCounter) add(recs []byte) {
 		}
 		if int(id) == len(c.vote) {
 			c.vote, c.votes = append(c.vote, 0), append(c.votes, 0)
+			if c.l.clockCol {
+				c.clock, c.clockVotes = append(c.clock, 0), append(c.clockVotes, 0)
+			}
+		}
+		if c.l.clockCol {
+			switch ck := uint16(binary.BigEndian.Uint64(recs[o+s:]) & (1<<clockBits - 1)); {
+			case c.clockVotes[id] == 0:
+				c.clock[id], c.clockVotes[id] = ck, 1
+			case c.clock[id] == ck:
+				c.clockVotes[id]++
+			default:
+				c.clockVotes[id]--
+			}
 		}
 		switch rev := binary.BigEndian.Uint64(recs[o+w-8:]); {
 		case c.votes[id] == 0:
@@ -382,7 +454,7 @@ func (c *dictCounter) dict() *accountDict {
 			revs[id] = c.vote[id] + 1 // 0 for the largest uint64: none
 		}
 	}
-	d, _ := orderDict(&c.t, revs)
+	d, _ := orderDict(&c.t, revs, c.clock)
 	return d
 }
 
@@ -394,6 +466,9 @@ func ranksIn(recs []byte, l colLayout, d *accountDict) []uint32 {
 		d.index.init(max(d.len(), 1024))
 		for i := range d.len() {
 			did, clock := d.account(i)
+			if l.clockCol { // the entry's clock id predicts, it does not key
+				clock = 0
+			}
 			d.index.add(account{did: did, clock: uint16(clock)})
 		}
 	}
@@ -403,7 +478,7 @@ func ranksIn(recs []byte, l colLayout, d *accountDict) []uint32 {
 	ranks := make([]uint32, n)
 	for i := range n {
 		o := i * l.w
-		a := accountAt(recs, o+s)
+		a := l.accountAt(recs, o+s)
 		if id, ok := t.find(a); ok {
 			ranks[i] = id + 1
 		}
@@ -628,6 +703,11 @@ const (
 	stRevs
 	stFixed
 )
+
+// colStreams bounds a frame's streams: the fixed ones, then at most 8
+// planes of time differences, 3 of ranks, 2 of pair indexes and 2 of
+// clock ids.
+const colStreams = stFixed + 8 + 3 + 2 + 2
 
 // Stream modes.
 const (

@@ -13,8 +13,8 @@ type colDecoder struct {
 	buf  []byte
 	huff huff0.Scratch
 	// The planes gathered into words (rebuild's scratch): time
-	// differences, account ranks, pair indexes.
-	dt, rank, pidx []uint64
+	// differences, account ranks, pair indexes, clock ids.
+	dt, rank, pidx, clock []uint64
 }
 
 var colDecoders = sync.Pool{New: func() any { return new(colDecoder) }}
@@ -71,7 +71,13 @@ func decodeColumns(dst, src []byte, n int, l colLayout, d *accountDict) error {
 	c.dt = gatherPlanes(c.dt, f.n-f.nFirst, f.streams[stFixed:stFixed+f.kt])
 	c.rank = gatherPlanes(c.rank, f.n, f.streams[stFixed+f.kt:stFixed+f.kt+f.kd])
 	c.pidx = gatherPlanes(c.pidx, f.n, f.streams[stFixed+f.kt+f.kd:stFixed+f.kt+f.kd+f.kp])
-	return f.rebuild(dst, l, d, pairs, c.dt, c.rank, c.pidx)
+	var clocks []uint64
+	if l.clockCol {
+		at := stFixed + f.kt + f.kd + f.kp
+		c.clock = gatherPlanes(c.clock, f.n, f.streams[at:at+f.kc])
+		clocks = c.clock
+	}
+	return f.rebuild(dst, l, d, pairs, c.dt, c.rank, c.pidx, clocks)
 }
 
 // gatherPlanes returns the n words whose little-endian bytes are the
@@ -106,12 +112,13 @@ type colFrame struct {
 	n          int // records
 	groups     uint64
 	kt, kd, kp int // plane counts: time differences, account ranks, pair indexes
+	kc         int // clock id planes (layouts with a clock column)
 	rate       uint64
 	nFirst     int // records that start a group (revocations: 1)
-	streams    [stFixed + 8 + 3 + 2][]byte
+	streams    [colStreams][]byte
 }
 
-func (f *colFrame) nStreams() int { return stFixed + f.kt + f.kd + f.kp }
+func (f *colFrame) nStreams() int { return stFixed + f.kt + f.kd + f.kp + f.kc }
 
 // planes returns the time, account and pair planes.
 func (f *colFrame) planes() (t, d, p [][]byte) {
@@ -124,21 +131,28 @@ func (f *colFrame) readHeader(src []byte, l colLayout) ([]byte, error) {
 	n := f.n
 	hdr := colReader{b: src}
 	groups := hdr.uvarint()
-	if hdr.bad || len(hdr.b) < 3 {
+	widths := 3
+	if l.clockCol {
+		widths = 4
+	}
+	if hdr.bad || len(hdr.b) < widths {
 		return nil, colErr("header")
 	}
-	kt, kd, kp := int(hdr.b[0]), int(hdr.b[1]), int(hdr.b[2])
-	hdr.b = hdr.b[3:]
+	kt, kd, kp, kc := int(hdr.b[0]), int(hdr.b[1]), int(hdr.b[2]), 0
+	if l.clockCol {
+		kc = int(hdr.b[3])
+	}
+	hdr.b = hdr.b[widths:]
 	rate := hdr.uvarint()
 	switch {
 	case hdr.bad:
 		return nil, colErr("header")
 	case l.target && (groups < 1 || groups > uint64(n)), !l.target && groups != 0:
 		return nil, colErr("%d groups for %d records", groups, n)
-	case kt > 8 || kd > 3 || kp > 2:
-		return nil, colErr("widths %d %d %d", kt, kd, kp)
+	case kt > 8 || kd > 3 || kp > 2 || kc > 2:
+		return nil, colErr("widths %d %d %d %d", kt, kd, kp, kc)
 	}
-	f.groups, f.kt, f.kd, f.kp, f.rate = groups, kt, kd, kp, rate
+	f.groups, f.kt, f.kd, f.kp, f.kc, f.rate = groups, kt, kd, kp, kc, rate
 	f.nFirst = 1
 	if l.target {
 		f.nFirst = int(groups)
@@ -256,6 +270,12 @@ func (f *colFrame) checkPlanes() error {
 			return colErr("pair plane %d: %d bytes", k, len(p))
 		}
 	}
+	at := stFixed + f.kt + f.kd + f.kp
+	for k, p := range f.streams[at : at+f.kc] {
+		if len(p) != n {
+			return colErr("clock plane %d: %d bytes", k, len(p))
+		}
+	}
 	return nil
 }
 
@@ -287,9 +307,9 @@ func (f *colFrame) readPairs(pairs [][2]uint64, l colLayout) ([][2]uint64, error
 }
 
 // rebuild writes the frame's records into dst from its streams, the
-// account dictionary d and the pairs; every stream must be consumed
-// exactly.
-func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]uint64, dts, ranks, pidxs []uint64) error {
+// account dictionary d and the pairs (and with a clock column, the clock
+// ids); every stream must be consumed exactly.
+func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]uint64, dts, ranks, pidxs, clocks []uint64) error {
 	n, nFirst, rate := f.n, f.nFirst, f.rate
 	np := uint64(len(pairs))
 	streams := &f.streams
@@ -334,15 +354,28 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 		}
 		rank := ranks[i]
 		var did, clock uint64
-		if rank == 0 {
+		switch {
+		case rank == 0:
 			did, clock = lits.uvarint(), lits.uvarint()
 			if clock >= 1<<clockBits {
 				return colErr("literal clock id %d", clock)
 			}
-		} else if rank <= uint64(nd) {
+		case rank <= uint64(nd):
 			did, clock = d.account(int(rank - 1))
-		} else {
+		default:
 			return colErr("account rank %d of %d", rank, nd)
+		}
+		if l.clockCol {
+			// The plane holds the clock id xor the account's entry's;
+			// a literal's 0 (the literal has its clock id).
+			switch c := clocks[i]; {
+			case rank == 0 && c != 0:
+				return colErr("clock plane %d for a literal", c)
+			case c >= 1<<clockBits:
+				return colErr("clock plane %d", c)
+			default:
+				clock ^= c
+			}
 		}
 		pi := pidxs[i]
 		if pi >= np {

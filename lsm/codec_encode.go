@@ -12,8 +12,9 @@ import (
 
 // colEncoder holds one frame's columns while it is encoded; pooled.
 type colEncoder struct {
-	streams [stFixed + 8 + 3 + 2][]byte
+	streams [colStreams][]byte
 	hi      []uint64 // time of each record
+	clocks  []uint16 // clock id of each record (layouts with a clock column)
 	first   []bool
 	pairs   [][2]uint64 // (collection, location) of each record
 	sorted  [][2]uint64 // distinct pairs
@@ -27,8 +28,10 @@ var colEncoders = sync.Pool{New: func() any { return new(colEncoder) }}
 
 // encodeColumns appends the columnar encoding of recs (sorted, whole
 // records of layout l) to dst. ranks are the records' account ranks;
-// dictRevs (format version 3; nil before) the dictionary's revs, by rank - 1.
-func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uint64) []byte {
+// dictRevs (format version 3; nil before) the dictionary's revs, by rank - 1;
+// dictClocks (with a clock column) its accounts' clock ids, from which the
+// clock ids of their records are predicted.
+func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uint64, dictClocks []uint16) []byte {
 	e := colEncoders.Get().(*colEncoder)
 	defer colEncoders.Put(e)
 	n := len(recs) / l.w
@@ -40,8 +43,9 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 	e.ranks = slices.Grow(e.ranks[:0], n)[:n]
 	e.pidx = slices.Grow(e.pidx[:0], n)[:n]
 	e.pairs = slices.Grow(e.pairs[:0], n)[:n]
+	e.clocks = slices.Grow(e.clocks[:0], n)[:n]
 
-	groups, maxD, maxRank := e.fields(recs, l, ranks)
+	groups, maxD, maxRank, maxClock := e.fields(recs, l, ranks, dictClocks)
 	np := e.pairIndexes(n)
 	rate := e.revStream(recs, l.w, dictRevs)
 
@@ -74,9 +78,24 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 		e.streams[at+k] = p
 	}
 	at += kp
+	kc := 0
+	if l.clockCol {
+		kc = bytesFor(uint64(maxClock))
+		for k := range kc {
+			p := e.streams[at+k][:0]
+			for i := range n {
+				p = append(p, byte(e.clocks[i]>>(8*k)))
+			}
+			e.streams[at+k] = p
+		}
+		at += kc
+	}
 
 	dst = binary.AppendUvarint(dst, uint64(groups))
 	dst = append(dst, byte(kt), byte(kd), byte(kp))
+	if l.clockCol {
+		dst = append(dst, byte(kc))
+	}
 	dst = binary.AppendUvarint(dst, rate)
 	for k := range at {
 		dst = e.appendStream(dst, e.streams[k])
@@ -85,10 +104,13 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 }
 
 // fields splits the records into the fixed streams (targets, lengths,
-// first times, literals) and each record's time, group start, account rank
-// and (collection, location) pair. It returns the number of groups, the
-// largest time difference inside a group and the largest rank.
-func (e *colEncoder) fields(recs []byte, l colLayout, ranks []uint32) (groups int, maxD uint64, maxRank uint32) {
+// first times, literals) and each record's time, group start, account
+// rank, (collection, location) pair and (with a clock column) clock id.
+// It returns the number of groups, the largest time difference inside a
+// group, the largest rank and the largest clock plane value: a record's
+// clock id xor its account's in the dictionary (dictClocks, by rank - 1),
+// 0 for a literal (which carries its clock id).
+func (e *colEncoder) fields(recs []byte, l colLayout, ranks []uint32, dictClocks []uint16) (groups int, maxD uint64, maxRank uint32, maxClock uint16) {
 	w, s := l.w, l.src()
 	n := len(recs) / w
 	u := func(i, off int) uint64 { return binary.BigEndian.Uint64(recs[i*w+off:]) }
@@ -126,6 +148,14 @@ func (e *colEncoder) fields(recs []byte, l colLayout, ranks []uint32) (groups in
 		}
 		a := account{did: u(i, s+16), clock: uint16(rk & (1<<clockBits - 1))}
 		r := ranks[i]
+		if l.clockCol {
+			var c uint16 // a literal carries its clock id
+			if r > 0 {
+				c = a.clock ^ dictClocks[r-1]
+			}
+			e.clocks[i] = c
+			maxClock = max(maxClock, c)
+		}
 		e.ranks[i] = r
 		maxRank = max(maxRank, r)
 		if r == 0 {
@@ -140,7 +170,7 @@ func (e *colEncoder) fields(recs []byte, l colLayout, ranks []uint32) (groups in
 	if l.target {
 		e.streams[stLengths] = binary.AppendUvarint(e.streams[stLengths], uint64(n-groupStart))
 	}
-	return groups, maxD, maxRank
+	return groups, maxD, maxRank, maxClock
 }
 
 // pairIndexes writes the pairs stream (the distinct pairs, sorted) and

@@ -91,7 +91,7 @@ func TestMeasureColumns(t *testing.T) {
 				for i := range m.NumFrames() {
 					off, n := m.ByteRange(i, i)
 					fr := data[off : off+n]
-					if err := columnStreamSizes(fr, sizes); err != nil {
+					if err := columnStreamSizes(fr, m.layout.clockCol, sizes); err != nil {
 						t.Fatal(err)
 					}
 					if buf, err = m.DecodeFrame(i, fr, buf); err != nil {
@@ -178,18 +178,25 @@ func measureLoad(t *testing.T, db *DB, wl *workload.Workload) {
 
 // columnStreamSizes adds the stored bytes of each column of a columnar
 // frame (table.go's frame byte 0 included in "frame header") to sizes.
-func columnStreamSizes(fr []byte, sizes map[string]int) error {
+func columnStreamSizes(fr []byte, clockCol bool, sizes map[string]int) error {
 	if fr[0] != frameColumns {
 		sizes["fallback frames"] += len(fr)
 		return nil
 	}
 	r := colReader{b: fr[1:]}
 	r.uvarint()
-	if len(r.b) < 3 {
+	widths := 3
+	if clockCol {
+		widths = 4
+	}
+	if len(r.b) < widths {
 		return errors.New("short header")
 	}
-	kt, kd, kp := int(r.b[0]), int(r.b[1]), int(r.b[2])
-	r.b = r.b[3:]
+	kt, kd, kp, kc := int(r.b[0]), int(r.b[1]), int(r.b[2]), 0
+	if clockCol {
+		kc = int(r.b[3])
+	}
+	r.b = r.b[widths:]
 	r.uvarint()
 	sizes["frame header"] += len(fr) - len(r.b)
 	names := []string{"targets", "group lengths", "time: first of group", "accounts: literals", "pairs", "revs"}
@@ -201,6 +208,9 @@ func columnStreamSizes(fr []byte, sizes map[string]int) error {
 	}
 	for range kp {
 		names = append(names, "pairs: indexes")
+	}
+	for range kc {
+		names = append(names, "clock ids")
 	}
 	for _, name := range names {
 		before := len(r.b)

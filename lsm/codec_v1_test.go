@@ -48,6 +48,11 @@ var v1Fixtures = []v1Fixture{
 	// the version 3 code with EDDY_REWRITE_V3_FIXTURES=1).
 	{3, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(16, 3000) }, 700},
 	{3, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(17, 2000) }, 500},
+	// Version 4: an account is the pair (DID, clock id), a compaction's
+	// run shares one dictionary (written by the version 4 code with
+	// EDDY_REWRITE_V4_FIXTURES=1).
+	{4, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(18, 3000) }, 700},
+	{4, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(19, 2000) }, 500},
 }
 
 // rewriteFixtures regenerates the fixtures of one version (see above).

@@ -73,7 +73,7 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		}
 	}
 	in := compactionInput{store: store, tree: tree, f: f, bits: bits, start: time.Now(), bytesPerSec: opt.BytesPerSec}
-	if l, ok := columnsLayout(f); ok && bits > 0 {
+	if l, ok := columnsLayout(f, TableFormatVersion); ok && bits > 0 {
 		// A run of several tables shares one account dictionary, counted
 		// on the first group's records (all of them when there is one
 		// group; else a sample: the groups split the targets by hash, so

@@ -53,13 +53,15 @@
 //
 // # Table format
 //
-// Tables are format version 4 (TableFormatVersion); versions 1 to 3 still
+// Tables are format version 5 (TableFormatVersion); versions 1 to 4 still
 // read (the differences are marked "v2" below; version 3 differs from 2
 // only inside the dictionary section, which holds each account's rev, and
 // in how a columnar frame stores revs: codec.go; version 4 lets the
 // dictionary section refer to the dictionary of another table of the same
 // run instead, and a dictionary hold more entries than half its table's
-// records: table_meta.go, appendDictRef).
+// records: table_meta.go, appendDictRef; version 5 keys the dictionary by
+// DID alone, its clock ids the usual ones of its accounts, and stores each
+// record's clock id in planes of its own: codec.go).
 //
 // A table is an immutable sorted run of distinct fixed-width records, stored
 // as two objects: a data object (tables/<tree>/<id>.data, in object storage,

@@ -344,7 +344,7 @@ func openMapped(region *mapRegion) (*TableMeta, error) {
 		return nil, corruptf("local meta: a dictionary without the columnar transform")
 	}
 	if m.transform == transformColumns {
-		l, ok := columnsLayout(m.Format)
+		l, ok := columnsLayout(m.Format, version)
 		if !ok {
 			return nil, corruptf("columnar transform for width %d prefix %d", w, m.Format.PrefixLen)
 		}

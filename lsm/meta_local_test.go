@@ -56,8 +56,10 @@ func TestMappedMetaMatchesDecoded(t *testing.T) {
 		{"revocations", RevocationFormat, tblRandomRecords(rng, RevocationFormat, 5000), TableOptions{frameMax: 33}},
 		{"random-links", BacklinkFormat, tblRandomRecords(rng, BacklinkFormat, 3000), TableOptions{frameMax: 31}},
 		{"links-backfill", BacklinkFormat, synthBackfillBacklinks(31, 20000), TableOptions{frameMax: 211}},
-		{"links-version-2", BacklinkFormat, synthBackfillBacklinks(32, 9000), TableOptions{frameMax: 97, version2: true}},
-		{"revocations-version-2", RevocationFormat, tblRandomRecords(rng, RevocationFormat, 5000), TableOptions{frameMax: 33, version2: true}},
+		{"links-version-2", BacklinkFormat, synthBackfillBacklinks(32, 9000), TableOptions{frameMax: 97, version: 2}},
+		{"revocations-version-2", RevocationFormat, tblRandomRecords(rng, RevocationFormat, 5000), TableOptions{frameMax: 33, version: 2}},
+		{"links-version-4", BacklinkFormat, synthBackfillBacklinks(33, 9000), TableOptions{frameMax: 97, version: 4}},
+		{"revocations-version-4", RevocationFormat, tblRandomRecords(rng, RevocationFormat, 5000), TableOptions{frameMax: 33, version: 4}},
 	}
 	store := newLocalStore(t)
 	cat := NewCatalogMapped(t.TempDir(), store)
@@ -448,7 +450,7 @@ func TestMappedDictPacking(t *testing.T) {
 			return d
 		}), TableOptions{frameMax: 300}, 4, 1, true},
 		{"live", synthSortedBacklinks(52, 12000), TableOptions{frameMax: 300}, 0, -1, true},
-		{"version 2", backfill, TableOptions{frameMax: 300, version2: true}, 4, 0, false},
+		{"version 2", backfill, TableOptions{frameMax: 300, version: 2}, 4, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			data, meta, err := BuildTable(BacklinkFormat, tc.recs, tc.opt)

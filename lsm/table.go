@@ -40,9 +40,11 @@ const FrameBytesMax = 64 << 10
 // frame transform 4 (codec.go); version 3 adds each dictionary account's
 // rev, from which the columnar frames predict the revs of its records;
 // version 4 lets a table refer to the dictionary of another table of its
-// run (a compaction's output shares one, table_meta.go).
+// run (a compaction's output shares one, table_meta.go); version 5 stores
+// each record's TID clock id as a column, and an account is its DID alone
+// (codec.go).
 // DecodeMeta reads versions 1..TableFormatVersion.
-const TableFormatVersion = 4
+const TableFormatVersion = 5
 
 // Limits. Everything read from a meta is checked against these (and against
 // the meta's own size) before it is trusted.
@@ -94,8 +96,8 @@ type TableOptions struct {
 
 	transform frameTransform // test hook: the frame transform (if transSet; else chooseTransform)
 	transSet  bool
-	frameMax  int  // test hook: records per frame (0: FrameBytesMax/Width)
-	version2  bool // test hook: write format version 2 (no revs in the dictionary)
+	frameMax  int // test hook: records per frame (0: FrameBytesMax/Width)
+	version   int // test hook: write this older format version (2: no revs in the dictionary; 4: accounts with their clock ids); 0 is TableFormatVersion
 
 	// sharedDict, when set, is the account dictionary the table's frames
 	// use: a compaction's, shared by every table of its output run. The
@@ -103,6 +105,14 @@ type TableOptions struct {
 	// table dictOwner names (an ID's 16 bytes), which stores it.
 	sharedDict *accountDict
 	dictOwner  []byte
+}
+
+// writeVersion is the table format version BuildTable writes.
+func (o TableOptions) writeVersion() int {
+	if o.version != 0 {
+		return o.version
+	}
+	return TableFormatVersion
 }
 
 func (f Format) check() error {

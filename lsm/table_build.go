@@ -122,7 +122,7 @@ func (b *tableBuild) checkRecords() error {
 // for the formats the columnar codec knows, else the best of the zstd
 // ones) and, for columns, the account dictionary.
 func (b *tableBuild) pickTransform() error {
-	layout, columnar := columnsLayout(b.f)
+	layout, columnar := columnsLayout(b.f, b.opt.writeVersion())
 	b.layout = layout
 	b.transform = b.opt.transform
 	switch {
@@ -139,7 +139,7 @@ func (b *tableBuild) pickTransform() error {
 			return nil
 		}
 		b.dict, b.ranks = buildAccountDict(b.recs, b.layout)
-		if b.opt.version2 {
+		if !dictHasRevs(b.opt.writeVersion()) {
 			b.dict.revs = nil
 		}
 	}
@@ -175,7 +175,7 @@ func (b *tableBuild) buildFrames() ([]byte, error) {
 			// Columns (frame byte 0 = 0), or, for records the columns
 			// do not shrink, delta+shuffle and zstd (byte 0 = 1).
 			data = append(data, frameColumns)
-			data = encodeColumns(data, raw, b.layout, b.ranks[s:e], b.dict.revs)
+			data = encodeColumns(data, raw, b.layout, b.ranks[s:e], b.dict.revs, b.dict.clocks)
 			if len(data)-off > len(raw) {
 				data = data[:off]
 				data = append(data, frameDeltaZstd)

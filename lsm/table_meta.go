@@ -20,10 +20,7 @@ func (b *tableBuild) encodeMeta(dataBytes int) ([]byte, error) {
 	size := metaHeader2Size + w + len(frames)*(frameEntryFixed+w) + metaTrailerSize
 	meta := make([]byte, metaHeader2Size, size+filterHeaderSize+len(b.keys)*5/2+b.dict.len()*6+64)
 	copy(meta, metaMagic)
-	version := uint16(TableFormatVersion)
-	if opt.version2 {
-		version = 2
-	}
+	version := uint16(opt.writeVersion())
 	binary.LittleEndian.PutUint16(meta[8:], version)
 	binary.LittleEndian.PutUint16(meta[10:], uint16(w))
 	binary.LittleEndian.PutUint16(meta[12:], uint16(p))
@@ -228,7 +225,7 @@ func (m *TableMeta) decodeDictSection(d []byte) error {
 		}
 		return nil
 	}
-	l, ok := columnsLayout(m.Format)
+	l, ok := columnsLayout(m.Format, m.version)
 	if !ok {
 		return corruptf("columnar transform for width %d prefix %d", m.Format.Width, m.Format.PrefixLen)
 	}

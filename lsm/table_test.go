@@ -321,7 +321,7 @@ func TestTableRoundTripRandom(t *testing.T) {
 		n := 1 + rng.IntN(3000)
 		recs := tblRandomRecords(rng, f, n)
 		tr := frameTransform(rng.IntN(transformCount))
-		if _, ok := columnsLayout(f); !ok && tr == transformColumns {
+		if _, ok := columnsLayout(f, 0); !ok && tr == transformColumns {
 			tr = transformDeltaShuffle
 		}
 		opt := TableOptions{
