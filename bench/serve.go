@@ -75,6 +75,7 @@ func serveMain(ctx context.Context, name string, args []string, stdout, stderr i
 	seed := fs.Uint64("seed", 1, "the run's --seed")
 	shape := fs.String("shape", "backfill", "the run's --shape (backfill or live)")
 	mega := fs.Int("mega-links", 0, "the run's --mega-links")
+	accountClocks := fs.Bool("account-clocks", false, "the run's --account-clocks")
 	queries := fs.Int("queries", 4000, "timed queries")
 	metaCache := fs.Int64("meta-cache-bytes", 0, "0: table metadata mapped and read in place (the default); > 0: a cache of decoded metadata of that size; < 0: all decoded")
 	cache := fs.Int64("cache-bytes", 0, "decoded-frame cache (0: lsm.DefaultCacheBytes)")
@@ -91,7 +92,7 @@ func serveMain(ctx context.Context, name string, args []string, stdout, stderr i
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	st, err := workload.NewStream(workload.StreamConfig{Links: *links, Seed: *seed, Shape: sh, MegaLinks: *mega})
+	st, err := workload.NewStream(workload.StreamConfig{Links: *links, Seed: *seed, Shape: sh, MegaLinks: *mega, AccountClocks: *accountClocks})
 	if err != nil {
 		return err
 	}
