@@ -252,13 +252,32 @@ func fitsDID32(did uint64) bool { return did&^(1<<63) < 1<<31 }
 // packDID32 is a DID as dids32 holds it (fitsDID32 must hold).
 func packDID32(did uint64) uint32 { return uint32(did&(1<<31-1)) | uint32(did>>63)<<31 }
 
+// castVote counts v in a Boyer-Moore majority vote whose candidate and
+// count are *cand and *n: the candidate at the end is the only value that
+// can be a majority of those counted.
+func castVote[T comparable](cand *T, n *uint32, v T) {
+	switch {
+	case *n == 0:
+		*cand, *n = v, 1
+	case *cand == v:
+		*n++
+	default:
+		*n--
+	}
+}
+
+// clockAt is the clock id of the TID rkey at offset at of recs.
+func clockAt(recs []byte, at int) uint16 {
+	return uint16(binary.BigEndian.Uint64(recs[at:]) & (1<<clockBits - 1))
+}
+
 // accountAt is the account of the source at offset at of recs (its rkey,
 // whose low bits are the clock id, then 16 bytes on its DID): the DID
 // alone when the layout has a clock column.
 func (l colLayout) accountAt(recs []byte, at int) account {
 	a := account{did: binary.BigEndian.Uint64(recs[at+16:])}
 	if !l.clockCol {
-		a.clock = uint16(binary.BigEndian.Uint64(recs[at:]) & (1<<clockBits - 1))
+		a.clock = clockAt(recs, at)
 	}
 	return a
 }
@@ -286,14 +305,7 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 	votes := make([]uint32, len(t.accts))
 	revAt := func(i int) uint64 { return binary.BigEndian.Uint64(recs[i*l.w+l.w-8:]) }
 	for i, id := range ids {
-		switch rev := revAt(i); {
-		case votes[id] == 0:
-			vote[id], votes[id] = rev, 1
-		case vote[id] == rev:
-			votes[id]++
-		default:
-			votes[id]--
-		}
+		castVote(&vote[id], &votes[id], revAt(i))
 	}
 	clear(votes)
 	for i, id := range ids {
@@ -315,15 +327,7 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 		clocks = make([]uint16, len(t.accts))
 		clear(votes)
 		for i, id := range ids {
-			c := uint16(binary.BigEndian.Uint64(recs[i*l.w+s:]) & (1<<clockBits - 1))
-			switch {
-			case votes[id] == 0:
-				clocks[id], votes[id] = c, 1
-			case clocks[id] == c:
-				votes[id]++
-			default:
-				votes[id]--
-			}
+			castVote(&clocks[id], &votes[id], clockAt(recs, i*l.w+s))
 		}
 	}
 	d, rankOf := orderDict(&t, vote, clocks)
@@ -420,23 +424,9 @@ func (c *dictCounter) add(recs []byte) {
 				c.clock, c.clockVotes = append(c.clock, 0), append(c.clockVotes, 0)
 			}
 		}
+		castVote(&c.vote[id], &c.votes[id], binary.BigEndian.Uint64(recs[o+w-8:]))
 		if c.l.clockCol {
-			switch ck := uint16(binary.BigEndian.Uint64(recs[o+s:]) & (1<<clockBits - 1)); {
-			case c.clockVotes[id] == 0:
-				c.clock[id], c.clockVotes[id] = ck, 1
-			case c.clock[id] == ck:
-				c.clockVotes[id]++
-			default:
-				c.clockVotes[id]--
-			}
-		}
-		switch rev := binary.BigEndian.Uint64(recs[o+w-8:]); {
-		case c.votes[id] == 0:
-			c.vote[id], c.votes[id] = rev, 1
-		case c.vote[id] == rev:
-			c.votes[id]++
-		default:
-			c.votes[id]--
+			castVote(&c.clock[id], &c.clockVotes[id], clockAt(recs, o+s))
 		}
 	}
 }

@@ -62,32 +62,14 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 		e.streams[at+k] = p
 	}
 	at += kt
-	for k := range kd {
-		p := e.streams[at+k][:0]
-		for i := range n {
-			p = append(p, byte(e.ranks[i]>>(8*k)))
-		}
-		e.streams[at+k] = p
-	}
+	splitPlanes(e.streams[at:at+kd], e.ranks[:n])
 	at += kd
-	for k := range kp {
-		p := e.streams[at+k][:0]
-		for i := range n {
-			p = append(p, byte(e.pidx[i]>>(8*k)))
-		}
-		e.streams[at+k] = p
-	}
+	splitPlanes(e.streams[at:at+kp], e.pidx[:n])
 	at += kp
 	kc := 0
 	if l.clockCol {
 		kc = bytesFor(uint64(maxClock))
-		for k := range kc {
-			p := e.streams[at+k][:0]
-			for i := range n {
-				p = append(p, byte(e.clocks[i]>>(8*k)))
-			}
-			e.streams[at+k] = p
-		}
+		splitPlanes(e.streams[at:at+kc], e.clocks[:n])
 		at += kc
 	}
 
@@ -101,6 +83,18 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 		dst = e.appendStream(dst, e.streams[k])
 	}
 	return dst
+}
+
+// splitPlanes writes byte k of every value into planes[k] (reusing its
+// memory), for each of the planes.
+func splitPlanes[T uint16 | uint32](planes [][]byte, vals []T) {
+	for k := range planes {
+		p := planes[k][:0]
+		for _, v := range vals {
+			p = append(p, byte(v>>(8*k)))
+		}
+		planes[k] = p
+	}
 }
 
 // fields splits the records into the fixed streams (targets, lengths,
