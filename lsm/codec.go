@@ -171,7 +171,8 @@ func colStreamMax(n int) int { return 32*n + 64 }
 
 const clockBits = 10
 
-// account is a (did, clock id) pair.
+// account is a dictionary key: a (did, clock id) pair up to format
+// version 4, from version 5 the DID with clock id 0.
 type account struct {
 	did   uint64
 	clock uint16
@@ -398,7 +399,7 @@ func newDictCounter(l colLayout) *dictCounter {
 }
 
 // dictCountMax bounds the distinct accounts a dictCounter tracks (~40
-// bytes each): once it holds that many, accounts not seen yet are not
+// bytes each, ~46 with a clock column's vote): once it holds that many, accounts not seen yet are not
 // counted (their records store literals). The dictionary keeps at most
 // MaxDictEntries of them, the most frequent, which a network's most
 // active accounts fill long before.
@@ -545,7 +546,7 @@ func (t *acctTable) place(a account, id uint32) {
 	t.slots[h] = id + 1
 }
 
-// appendDict appends the dictionary section of a version 2 or 3 meta:
+// appendDict appends the dictionary section of a version 2 or later meta:
 //
 //	0  4  entries E (0..MaxDictEntries)
 //	4  4  raw length R
@@ -556,6 +557,9 @@ func (t *acctTable) place(a account, id uint32) {
 //	      3E <= R <= 12E (version 3: 4E <= R <= 22E) and R <= 64C + 64
 //
 // A version 3 dictionary has revs (d.revs non-nil), a version 2 one none.
+// Up to version 4 an entry's clock id is part of its account; from
+// version 5 it is the clock id most of the account's records have, from
+// which their clock planes are predicted.
 func appendDict(dst []byte, d *accountDict, enc *zstd.Encoder) []byte {
 	e := d.len()
 	raw := make([]byte, 0, e*10)

@@ -2,9 +2,12 @@ package lsm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/eddy-backlinks/eddy/link"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -12,7 +15,13 @@ import (
 // colTable builds a columnar table of recs and returns its meta and frames.
 func colTable(t testing.TB, f Format, recs []byte, frameMax int) (*TableMeta, [][]byte) {
 	t.Helper()
-	data, meta, err := BuildTable(f, recs, TableOptions{frameMax: frameMax})
+	return colTableVersion(t, f, recs, frameMax, TableFormatVersion)
+}
+
+// colTableVersion is colTable for a table of format version.
+func colTableVersion(t testing.TB, f Format, recs []byte, frameMax, version int) (*TableMeta, [][]byte) {
+	t.Helper()
+	data, meta, err := BuildTable(f, recs, TableOptions{frameMax: frameMax, version: version})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,33 +141,29 @@ func mustDecoder(t testing.TB) *zstd.Decoder {
 }
 
 // FuzzDecodeColumns: the columnar decoder never panics and fails only with
-// its own error class.
+// its own error class, in the layout of version 4 (an account with its
+// clock id) and of the current version (clock ids in planes). The seeds'
+// records carry several clock ids an account, as real ones do.
 func FuzzDecodeColumns(f *testing.F) {
-	for _, tc := range []struct {
-		f    Format
-		recs []byte
-	}{
-		{BacklinkFormat, synthSortedBacklinks(51, 300)},
-		{RevocationFormat, synthRevocations(52, 300)},
-	} {
-		m, frames := colTable(f, tc.f, tc.recs, 64)
-		for i, fr := range frames {
-			f.Add(tc.f.Width, int(m.Frames[i].Records), fr[1:])
+	type key struct{ width, version int }
+	dicts := map[key]*TableMeta{}
+	for _, version := range []int{4, TableFormatVersion} {
+		for _, tc := range []struct {
+			f    Format
+			recs []byte
+		}{
+			{BacklinkFormat, withHostClocks(synthSortedBacklinks(51, 300), link.BacklinkSize, 24)},
+			{RevocationFormat, withHostClocks(synthRevocations(52, 300), 32, 0)},
+		} {
+			m, frames := colTableVersion(f, tc.f, tc.recs, 64, version)
+			dicts[key{tc.f.Width, version}] = m
+			for i, fr := range frames {
+				f.Add(tc.f.Width, version, int(m.Frames[i].Records), fr[1:])
+			}
 		}
 	}
-	dicts := map[int]*TableMeta{}
-	for _, tc := range []struct {
-		f    Format
-		recs []byte
-	}{
-		{BacklinkFormat, synthSortedBacklinks(51, 300)},
-		{RevocationFormat, synthRevocations(52, 300)},
-	} {
-		m, _ := colTable(f, tc.f, tc.recs, 64)
-		dicts[tc.f.Width] = m
-	}
-	f.Fuzz(func(t *testing.T, width, n int, b []byte) {
-		m, ok := dicts[width]
+	f.Fuzz(func(t *testing.T, width, version, n int, b []byte) {
+		m, ok := dicts[key{width, version}]
 		if !ok || n < 1 || n > FrameBytesMax/width {
 			return
 		}
@@ -167,6 +172,27 @@ func FuzzDecodeColumns(f *testing.F) {
 			t.Fatalf("error of another class: %v", err)
 		}
 	})
+}
+
+// withHostClocks gives the TID rkeys (at offset at of each record of
+// width w, the DID 16 bytes after) a clock id of 32 drawn from the time
+// (a new one every 2^18 µs: the synthetic records span seconds, so an
+// account's records get several, as real ones do over years of a host's
+// restarts) and the host (one of three, by DID), instead of their
+// account's one; then sorts them again.
+func withHostClocks(recs []byte, w, at int) []byte {
+	for o := 0; o+w <= len(recs); o += w {
+		rk := binary.BigEndian.Uint64(recs[o+at:])
+		if rk == 0 { // not a record key (a repository's revocation)
+			continue
+		}
+		us := rk >> clockBits
+		host := binary.BigEndian.Uint64(recs[o+at+16:]) % 3
+		clock := ((us>>18 + host*7919) * 0x9e3779b97f4a7c15) >> 59
+		binary.BigEndian.PutUint64(recs[o+at:], us<<clockBits|clock)
+	}
+	SortRecords(recs, w)
+	return synthDedup(recs, w)
 }
 
 // TestHuffMayPay: a stream of uniform random bytes is stored raw without

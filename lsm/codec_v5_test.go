@@ -3,7 +3,11 @@ package lsm
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"math/rand/v2"
 	"os"
 	"testing"
 
@@ -136,5 +140,174 @@ func TestClockColumnOneClockAnAccount(t *testing.T) {
 	t.Logf("%d records: version 4 %d bytes, version 5 %d", len(recs)/BacklinkFormat.Width, size[4], size[5])
 	if float64(size[5]) > 1.01*float64(size[4]) {
 		t.Fatalf("version 5 takes %d bytes, version 4 %d", size[5], size[4])
+	}
+}
+
+// A version 5 frame whose clock planes are wrong is corruption, never a
+// panic or wrong records: a width over 2 bytes, a plane shorter than the
+// frame, a clock id of 1024 or more, a nonzero plane for a literal (which
+// carries its own clock id).
+func TestClockPlaneCorruption(t *testing.T) {
+	recs := withHostClocks(synthSortedBacklinks(61, 2000), BacklinkFormat.Width, 24)
+	m, frames := colTable(t, BacklinkFormat, recs, 300)
+	if !m.layout.clockCol {
+		t.Fatal("the current version has no clock column")
+	}
+	fr := frames[0][1:] // past the frame's transform byte
+	n := int(m.Frames[0].Records)
+	parse := func() (*colFrame, []uint64, []uint64, []uint64, []uint64, [][2]uint64) {
+		t.Helper()
+		c := new(colDecoder)
+		f := &colFrame{n: n}
+		rest, err := f.readHeader(fr, m.layout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.readStreams(f, rest); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.checkPlanes(); err != nil {
+			t.Fatal(err)
+		}
+		pairs, err := f.readPairs(nil, m.layout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := stFixed + f.kt + f.kd + f.kp
+		return f, gatherPlanes(nil, n-f.nFirst, f.streams[stFixed:stFixed+f.kt]),
+			gatherPlanes(nil, n, f.streams[stFixed+f.kt:stFixed+f.kt+f.kd]),
+			gatherPlanes(nil, n, f.streams[stFixed+f.kt+f.kd:at]),
+			gatherPlanes(nil, n, f.streams[at:at+f.kc]), pairs
+	}
+	f, dts, ranks, pidxs, clocks, pairs := parse()
+	if f.kc != 1 {
+		t.Fatalf("clock planes: %d, want 1 (clock ids below 32)", f.kc)
+	}
+	dst := make([]byte, n*BacklinkFormat.Width)
+	if err := f.rebuild(dst, m.layout, m.dict, pairs, dts, ranks, pidxs, clocks); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(dst, recs[:len(dst)]) {
+		t.Fatal("the frame does not rebuild its records")
+	}
+	literal, dictAt := -1, -1
+	for i, r := range ranks {
+		if r == 0 && literal < 0 {
+			literal = i
+		}
+		if r != 0 && dictAt < 0 {
+			dictAt = i
+		}
+	}
+	if literal < 0 || dictAt < 0 {
+		t.Fatalf("no literal (%d) or no dictionary account (%d) in the frame", literal, dictAt)
+	}
+	mustCorrupt := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, errColumns) {
+			t.Fatalf("%s: %v, want a columnar frame error", what, err)
+		}
+	}
+	for _, tc := range []struct {
+		what string
+		i    int
+		v    uint64
+	}{{"a clock plane of 1024", dictAt, 1024}, {"a nonzero plane for a literal", literal, 1}} {
+		bad := append([]uint64(nil), clocks...)
+		bad[tc.i] = tc.v
+		mustCorrupt(tc.what, f.rebuild(dst, m.layout, m.dict, pairs, dts, ranks, pidxs, bad))
+	}
+	f.streams[stFixed+f.kt+f.kd+f.kp] = f.streams[stFixed+f.kt+f.kd+f.kp][1:]
+	mustCorrupt("a short clock plane", f.checkPlanes())
+
+	// The header's clock width, the fourth width byte after the group count.
+	var gb [binary.MaxVarintLen64]byte
+	at := binary.PutUvarint(gb[:], f.groups) + 3
+	bad := bytes.Clone(fr)
+	bad[at] = 3
+	mustCorrupt("a clock width of 3", decodeColumns(dst, bad, n, m.layout, m.dict))
+}
+
+// Clock ids of all ten bits (no real TID generator draws above 31, but
+// the format allows them) take two clock planes and round trip, in a
+// table with its own dictionary and in a compaction's run that shares
+// one.
+func TestClockPlanesTwoBytes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	w := BacklinkFormat.Width
+	var recs []byte
+	for range 30000 {
+		acct := uint64(1 + rng.IntN(500))
+		l := link.Backlink{
+			Target:    link.RecordID{RKey: uint64(rng.IntN(3000)), Collection: 3, DID: 9},
+			Source:    link.RecordID{RKey: uint64(1+rng.IntN(1<<40))<<clockBits | uint64(rng.IntN(1<<clockBits)), Collection: 5, DID: acct},
+			Location:  1,
+			SourceRev: 1000 + acct,
+		}
+		recs = append(recs, make([]byte, w)...)
+		l.Put(recs[len(recs)-w:])
+	}
+	SortRecords(recs, w)
+	recs = synthDedup(recs, w)
+	m, frames := colTable(t, BacklinkFormat, recs, 500)
+	var got, buf []byte
+	for i, fr := range frames {
+		var f colFrame
+		f.n = int(m.Frames[i].Records)
+		if _, err := f.readHeader(fr[1:], m.layout); err != nil {
+			t.Fatal(err)
+		}
+		if f.kc != 2 {
+			t.Fatalf("frame %d: %d clock planes, want 2", i, f.kc)
+		}
+		var err error
+		if buf, err = m.DecodeFrame(i, fr, buf); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf...)
+	}
+	if !bytes.Equal(got, recs) {
+		t.Fatal("the table does not round trip")
+	}
+
+	// A compaction's run shares one dictionary, counted with its
+	// accounts' clock ids by a vote.
+	ctx := context.Background()
+	store := newLocalStore(t)
+	cat := NewCatalog(t.TempDir(), store)
+	in, err := WriteRun(ctx, store, cat, TreeLinks, RunDelta, 0, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, _, err := (&Manifest{}).Apply(Edit{Base: 0, Add: []Run{in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := OpenView(ctx, cat, man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := CompactRuns(ctx, store, cat, v, []Run{in}, CompactOptions{ShardBytesMax: 128 << 10, SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Tables) < 2 {
+		t.Fatalf("%d output tables, want several", len(out.Tables))
+	}
+	got = got[:0]
+	for _, ref := range out.Tables {
+		tm, err := cat.Load(ctx, TreeLinks, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		part, err := readTable(ctx, store, ref, tm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, part...)
+	}
+	SortRecords(got, w)
+	if !bytes.Equal(got, recs) {
+		t.Fatalf("the compacted run decodes to %d records, want %d", len(got)/w, len(recs)/w)
 	}
 }

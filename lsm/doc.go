@@ -107,7 +107,7 @@
 //
 //	offset          size        field
 //	0               8           magic "EDDYMETA"
-//	8               2           format version (1 or 2); a reader refuses
+//	8               2           format version (1 to 5); a reader refuses
 //	                            newer versions with ErrVersion
 //	10              2           record width W (1..MaxWidth)
 //	12              2           key prefix length P (1..W): what queries ask

@@ -27,9 +27,13 @@ func TestSharedDictionary(t *testing.T) {
 	var recs []byte
 	for range 40000 {
 		acct := uint64(rng.IntN(2000))
+		clock := acct % 7 // the account's host's, most of the time
+		if rng.IntN(3) == 0 {
+			clock = uint64(rng.IntN(32)) // before a restart of its host
+		}
 		l := link.Backlink{
 			Target:   link.RecordID{RKey: uint64(rng.IntN(5000)), Collection: 3, DID: 9},
-			Source:   link.RecordID{RKey: rng.Uint64()&^(1<<clockBits-1) | acct%7, Collection: 5, DID: acct},
+			Source:   link.RecordID{RKey: rng.Uint64()&^(1<<clockBits-1) | clock, Collection: 5, DID: acct},
 			Location: link.Location(rng.IntN(4)), SourceRev: 1000 + acct, // a backfill: one rev an account
 		}
 		var b [link.BacklinkSize]byte

@@ -135,6 +135,11 @@ func (b *tableBuild) pickTransform() error {
 	}
 	if b.transform == transformColumns {
 		if d := b.opt.sharedDict; d != nil {
+			if b.opt.version != 0 {
+				// A shared dictionary is counted in the current
+				// version's layout (its keys and its index).
+				return fmt.Errorf("lsm: BuildTable: a shared dictionary in format version %d", b.opt.version)
+			}
 			b.dict, b.ranks = d, ranksIn(b.recs, b.layout, d)
 			return nil
 		}
