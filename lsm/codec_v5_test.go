@@ -3,7 +3,6 @@ package lsm
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -272,42 +271,13 @@ func TestClockPlanesTwoBytes(t *testing.T) {
 
 	// A compaction's run shares one dictionary, counted with its
 	// accounts' clock ids by a vote.
-	ctx := context.Background()
 	store := newLocalStore(t)
 	cat := NewCatalog(t.TempDir(), store)
-	in, err := WriteRun(ctx, store, cat, TreeLinks, RunDelta, 0, recs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	man, _, err := (&Manifest{}).Apply(Edit{Base: 0, Add: []Run{in}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := OpenView(ctx, cat, man)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := CompactRuns(ctx, store, cat, v, []Run{in}, CompactOptions{ShardBytesMax: 128 << 10, SpillDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := writeAndCompact(t, store, cat, recs, 128<<10)
 	if len(out.Tables) < 2 {
 		t.Fatalf("%d output tables, want several", len(out.Tables))
 	}
-	got = got[:0]
-	for _, ref := range out.Tables {
-		tm, err := cat.Load(ctx, TreeLinks, ref)
-		if err != nil {
-			t.Fatal(err)
-		}
-		part, err := readTable(ctx, store, ref, tm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, part...)
-	}
-	SortRecords(got, w)
-	if !bytes.Equal(got, recs) {
+	if got = readRunSorted(t, store, cat, out); !bytes.Equal(got, recs) {
 		t.Fatalf("the compacted run decodes to %d records, want %d", len(got)/w, len(recs)/w)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/zeebo/xxh3"
 )
 
@@ -42,22 +43,7 @@ func TestSharedDictionary(t *testing.T) {
 	}
 	SortRecords(recs, f.Width)
 	recs = Fold(f, recs)
-	in, err := WriteRun(ctx, store, cat, TreeLinks, RunDelta, 0, recs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _, err := (&Manifest{}).Apply(Edit{Base: 0, Add: []Run{in}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := OpenView(ctx, cat, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := CompactRuns(ctx, store, cat, v, []Run{in}, CompactOptions{ShardBytesMax: 256 << 10, SpillDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := writeAndCompact(t, store, cat, recs, 256<<10)
 	if len(out.Tables) < 8 {
 		t.Fatalf("%d output tables, want at least 8", len(out.Tables))
 	}
@@ -101,21 +87,7 @@ func TestSharedDictionary(t *testing.T) {
 	// files (the node restarted), then decoded from the bucket.
 	dir := t.TempDir()
 	for _, c := range []*Catalog{NewCatalogMapped(dir, store), NewCatalogMapped(dir, store), NewCatalogBounded(t.TempDir(), store, 1)} {
-		var got []byte
-		for i := len(out.Tables) - 1; i >= 0; i-- { // the referring tables first
-			ref := out.Tables[i]
-			tm, err := c.Load(ctx, TreeLinks, ref)
-			if err != nil {
-				t.Fatal(err)
-			}
-			part, err := readTable(ctx, store, ref, tm)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, part...)
-		}
-		SortRecords(got, f.Width) // tables split the targets by hash
-		if !bytes.Equal(got, recs) {
+		if got := readRunSorted(t, store, c, out); !bytes.Equal(got, recs) {
 			t.Fatalf("the compacted run decodes to %d records, want %d", len(got)/f.Width, len(recs)/f.Width)
 		}
 	}
@@ -160,6 +132,54 @@ func TestSharedDictionary(t *testing.T) {
 }
 
 // readTable decodes every frame of a table.
+// writeAndCompact writes recs (sorted backlinks) as a run of the links
+// tree and compacts it alone into a run of shards of at most shardBytes,
+// which share one account dictionary.
+func writeAndCompact(t *testing.T, store objstore.Store, cat *Catalog, recs []byte, shardBytes uint64) Run {
+	t.Helper()
+	ctx := context.Background()
+	in, err := WriteRun(ctx, store, cat, TreeLinks, RunDelta, 0, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := (&Manifest{}).Apply(Edit{Base: 0, Add: []Run{in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := OpenView(ctx, cat, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := CompactRuns(ctx, store, cat, v, []Run{in}, CompactOptions{ShardBytesMax: shardBytes, SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// readRunSorted reads every table of a run of the links tree through
+// cat, the referring tables before the one holding the dictionary, and
+// returns their records sorted (the tables split the targets by hash).
+func readRunSorted(t *testing.T, store objstore.Store, cat *Catalog, run Run) []byte {
+	t.Helper()
+	ctx := context.Background()
+	var got []byte
+	for i := len(run.Tables) - 1; i >= 0; i-- {
+		ref := run.Tables[i]
+		tm, err := cat.Load(ctx, TreeLinks, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		part, err := readTable(ctx, store, ref, tm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, part...)
+	}
+	SortRecords(got, BacklinkFormat.Width)
+	return got
+}
+
 func readTable(ctx context.Context, store interface {
 	Get(context.Context, string) ([]byte, error)
 }, ref TableRef, tm *TableMeta) ([]byte, error) {
