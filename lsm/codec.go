@@ -38,10 +38,11 @@ import (
 //     otherwise: a PDS process draws a 5-bit clock id when it starts and
 //     gives it to every record it writes, so an account's records carry
 //     many (11 to 28 in the real repositories of 30 to 184 records in
-//     testdata), and pairs multiplied the dictionary ~32-fold (past
-//     MaxDictEntries from ~30,000 accounts on). From version 5 an account
-//     is its DID, its dictionary entry holds the clock id most of its
-//     records in the table have, and each record's clock id is a column of
+//     testdata), and pairs multiplied the dictionary up to 32-fold (33,000
+//     accounts with 32 pairs each fill MaxDictEntries). From version 5 an account
+//     is its DID, its dictionary entry holds the clock id a vote over its
+//     records in the table picks (their majority's, when there is one),
+//     and each record's clock id is a column of
 //     its own: the xor with its entry's (0 for most records of a live
 //     tail, where a host keeps one clock id for weeks; about five bits
 //     once entropy-coded in a backfill of years).
@@ -558,8 +559,9 @@ func (t *acctTable) place(a account, id uint32) {
 //
 // A version 3 dictionary has revs (d.revs non-nil), a version 2 one none.
 // Up to version 4 an entry's clock id is part of its account; from
-// version 5 it is the clock id most of the account's records have, from
-// which their clock planes are predicted.
+// version 5 it is the clock id a vote over the account's records picks
+// (their majority's, when there is one), from which their clock planes
+// are predicted.
 func appendDict(dst []byte, d *accountDict, enc *zstd.Encoder) []byte {
 	e := d.len()
 	raw := make([]byte, 0, e*10)
