@@ -217,3 +217,49 @@ func TestZipfRankQ(t *testing.T) {
 		t.Fatalf("rank 0 drawn %d times (q 1), %d (q 50) of 100000", top1, top50)
 	}
 }
+
+// Record keys carry clock ids as real TIDs do (clockAt): below 32, shared
+// by the accounts of a host at a time, several over an account's years;
+// with AccountClocks one an account, as before.
+func TestStreamClockIDs(t *testing.T) {
+	for _, accountClocks := range []bool{false, true} {
+		s, err := NewStream(StreamConfig{Links: 200_000, Seed: 3, Shape: ShapeBackfill, AccountClocks: accountClocks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clocks := map[uint64]map[uint64]bool{} // account DID -> clock ids of its records
+		high := 0
+		err = s.Run(func(op *Op) error {
+			if op.Revoke {
+				return nil
+			}
+			src := op.Link.Source
+			c := src.RKey & 1023
+			if c >= 32 {
+				high++
+			}
+			if clocks[src.DID] == nil {
+				clocks[src.DID] = map[uint64]bool{}
+			}
+			clocks[src.DID][c] = true
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		many, most := 0, 0
+		for _, cs := range clocks {
+			most = max(most, len(cs))
+			if len(cs) >= 5 {
+				many++
+			}
+		}
+		t.Logf("account clocks %v: %d accounts, %d with 5 or more clock ids, at most %d; %d keys with a clock id of 32 or more", accountClocks, len(clocks), many, most, high)
+		switch {
+		case accountClocks && most != 1:
+			t.Fatalf("an account has %d clock ids, want 1", most)
+		case !accountClocks && (high != 0 || many < len(clocks)/10):
+			t.Fatalf("%d keys with clock ids of 32 or more, %d of %d accounts with 5 or more", high, many, len(clocks))
+		}
+	}
+}

@@ -386,8 +386,9 @@ func (s *Stream) recordID(a int, col uint64, us int64, jitter uint64) link.Recor
 
 // clockAt is the clock id of a TID that account a's host wrote at time us.
 // Measured on real records (the jetstream corpus of 2026-07: 148 records'
-// keys and 160 keys they link to, each of 32 values; repositories' CARs:
-// 11 to 28 clock ids in an account of 30 to 184 records), a TID's clock id
+// keys and the 160 keys they link to, every clock id below 32 and all 32
+// occurring; repositories' CARs: 11 to 28 clock ids in an account of 30 to
+// 184 records), a TID's clock id
 // is a 5-bit number that the PDS process draws when it starts and gives
 // every record it writes: not the account's, its host's, changing with
 // each restart. So here a host draws a new one every pdsEpoch (with its
