@@ -72,7 +72,8 @@ import (
 //	KT           1 byte   time difference width in bytes (0..8)
 //	KD           1 byte   account rank width in bytes (0..3)
 //	KP           1 byte   pair index width in bytes (0..2)
-//	KC           1 byte   version 5 on: clock id width in bytes (0..2)
+//	KC           1 byte   version 5 on: clock id width in bytes (0..2),
+//	                      or 3: the clock ids' sparse form, one stream
 //	rate R       varint   rev prediction rate, fixed point (2^32 = 1 rev a
 //	                      microsecond)
 //	streams      ...      6 + KT + KD + KP (+ KC) streams, in this order:
@@ -105,7 +106,12 @@ import (
 //	             means all 0
 //	 ...         version 5 on: KC planes of the clock ids (n of them): a
 //	             record's clock id xor its account's entry's (< 1024), 0
-//	             for a literal; KC = 0 means all 0
+//	             for a literal; KC = 0 means all 0. KC = 3: one stream,
+//	             varint m (1..n), then m pairs of varints, (index minus
+//	             the previous pair's index minus 1, or the first's index;
+//	             value 1..1023): the nonzero values, every other one 0
+//	             (for planes that are mostly 0, which cost at least a bit
+//	             a record each in huff0)
 //
 // A stream is
 //
@@ -699,6 +705,9 @@ const (
 	stRevs
 	stFixed
 )
+
+// clockSparse is the KC header value of the clock ids' sparse form.
+const clockSparse = 3
 
 // colStreams bounds a frame's streams: the fixed ones, then at most 8
 // planes of time differences, 3 of ranks, 2 of pair indexes and 2 of

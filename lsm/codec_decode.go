@@ -74,10 +74,45 @@ func decodeColumns(dst, src []byte, n int, l colLayout, d *accountDict) error {
 	var clocks []uint64
 	if l.clockCol {
 		at := stFixed + f.kt + f.kd + f.kp
-		c.clock = gatherPlanes(c.clock, f.n, f.streams[at:at+f.kc])
+		if f.sparse {
+			if c.clock, err = readSparseClocks(c.clock, f.n, f.streams[at]); err != nil {
+				return err
+			}
+		} else {
+			c.clock = gatherPlanes(c.clock, f.n, f.streams[at:at+f.kc])
+		}
 		clocks = c.clock
 	}
 	return f.rebuild(dst, l, d, pairs, c.dt, c.rank, c.pidx, clocks)
+}
+
+// readSparseClocks returns the n clock plane values of a frame whose
+// clock ids are in their sparse form b (codec.go), in w's memory if it is
+// large enough.
+func readSparseClocks(w []uint64, n int, b []byte) ([]uint64, error) {
+	if cap(w) < n {
+		w = make([]uint64, n)
+	}
+	w = w[:n]
+	clear(w)
+	r := colReader{b: b}
+	m := r.uvarint()
+	if r.bad || m < 1 || m > uint64(n) {
+		return nil, colErr("%d sparse clock ids for %d records", m, n)
+	}
+	next := uint64(0) // the least index the next entry may have
+	for range m {
+		gap, v := r.uvarint(), r.uvarint()
+		if r.bad || gap >= uint64(n)-next || v == 0 || v >= 1<<clockBits {
+			return nil, colErr("sparse clock id %d after a gap of %d at %d of %d records", v, gap, next, n)
+		}
+		w[next+gap] = v
+		next += gap + 1
+	}
+	if len(r.b) != 0 {
+		return nil, colErr("sparse clock ids: %d trailing bytes", len(r.b))
+	}
+	return w, nil
 }
 
 // gatherPlanes returns the n words whose little-endian bytes are the
@@ -112,7 +147,8 @@ type colFrame struct {
 	n          int // records
 	groups     uint64
 	kt, kd, kp int // plane counts: time differences, account ranks, pair indexes
-	kc         int // clock id planes (layouts with a clock column)
+	kc         int // clock id streams (layouts with a clock column): planes, or 1 sparse
+	sparse     bool
 	rate       uint64
 	nFirst     int // records that start a group (revocations: 1)
 	streams    [colStreams][]byte
@@ -149,8 +185,11 @@ func (f *colFrame) readHeader(src []byte, l colLayout) ([]byte, error) {
 		return nil, colErr("header")
 	case l.target && (groups < 1 || groups > uint64(n)), !l.target && groups != 0:
 		return nil, colErr("%d groups for %d records", groups, n)
-	case kt > 8 || kd > 3 || kp > 2 || kc > 2:
+	case kt > 8 || kd > 3 || kp > 2 || kc > clockSparse:
 		return nil, colErr("widths %d %d %d %d", kt, kd, kp, kc)
+	}
+	if kc == clockSparse {
+		kc, f.sparse = 1, true
 	}
 	f.groups, f.kt, f.kd, f.kp, f.kc, f.rate = groups, kt, kd, kp, kc, rate
 	f.nFirst = 1
@@ -272,7 +311,7 @@ func (f *colFrame) checkPlanes() error {
 	}
 	at := stFixed + f.kt + f.kd + f.kp
 	for k, p := range f.streams[at : at+f.kc] {
-		if len(p) != n {
+		if len(p) != n && !f.sparse {
 			return colErr("clock plane %d: %d bytes", k, len(p))
 		}
 	}

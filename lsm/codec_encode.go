@@ -69,8 +69,17 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 	kc := 0
 	if l.clockCol {
 		kc = bytesFor(uint64(maxClock))
-		splitPlanes(e.streams[at:at+kc], e.clocks[:n])
-		at += kc
+		// Planes that are mostly 0 cost at least a bit a record each
+		// (huff0's shortest code): the nonzero entries alone are
+		// smaller then.
+		if sp, ok := sparseClocks(e.streams[at][:0], e.clocks[:n], kc*n/8); ok {
+			e.streams[at] = sp
+			kc = clockSparse
+			at++
+		} else {
+			splitPlanes(e.streams[at:at+kc], e.clocks[:n])
+			at += kc
+		}
 	}
 
 	dst = binary.AppendUvarint(dst, uint64(groups))
@@ -83,6 +92,37 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 		dst = e.appendStream(dst, e.streams[k])
 	}
 	return dst
+}
+
+// sparseClocks appends the sparse form of the clock planes' values to
+// dst: varint m, the count of nonzero values, then for each of them in
+// order varint(index - previous index - 1) (the first: its index) and
+// varint(value). It reports false, and stops early, when that would take
+// limit bytes or more, or there is no nonzero value.
+func sparseClocks(dst []byte, vals []uint16, limit int) ([]byte, bool) {
+	m := 0
+	for _, v := range vals {
+		if v != 0 {
+			m++
+		}
+	}
+	if m == 0 || 3*m >= limit { // each entry takes two bytes or more
+		return dst, false
+	}
+	dst = binary.AppendUvarint(dst, uint64(m))
+	prev := -1
+	for i, v := range vals {
+		if v == 0 {
+			continue
+		}
+		dst = binary.AppendUvarint(dst, uint64(i-prev-1))
+		dst = binary.AppendUvarint(dst, uint64(v))
+		prev = i
+		if len(dst) >= limit {
+			return dst, false
+		}
+	}
+	return dst, true
 }
 
 // splitPlanes writes byte k of every value into planes[k] (reusing its

@@ -195,6 +195,9 @@ func columnStreamSizes(fr []byte, clockCol bool, sizes map[string]int) error {
 	kt, kd, kp, kc := int(r.b[0]), int(r.b[1]), int(r.b[2]), 0
 	if clockCol {
 		kc = int(r.b[3])
+		if kc == clockSparse {
+			kc = 1
+		}
 	}
 	r.b = r.b[widths:]
 	r.uvarint()

@@ -41,11 +41,9 @@ func TestVersionHookMatchesFixtures(t *testing.T) {
 // the table as a whole shrinks, and tables whose revs follow time (live
 // events) stay within a few bytes of version 2.
 func TestDictRevs(t *testing.T) {
-	// Version 4 stands for "with revs": versions 3 and 4 store revs
-	// alike, and version 5's clock planes would mix in another change.
 	revBytes := func(f Format, recs []byte, v2 bool) (revs, total int, dictRevs int) {
 		t.Helper()
-		data, meta, err := BuildTable(f, recs, TableOptions{version: map[bool]int{true: 2, false: 4}[v2]})
+		data, meta, err := BuildTable(f, recs, TableOptions{version: map[bool]int{true: 2, false: 0}[v2]})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
@@ -279,5 +280,61 @@ func TestClockPlanesTwoBytes(t *testing.T) {
 	}
 	if got = readRunSorted(t, store, cat, out); !bytes.Equal(got, recs) {
 		t.Fatalf("the compacted run decodes to %d records, want %d", len(got)/w, len(recs)/w)
+	}
+}
+
+// Clock planes that are mostly 0 (here revocations of whole repositories,
+// clock id 0, among an account's records) take their sparse form, which
+// round trips; a wrong sparse stream is corruption.
+func TestSparseClocks(t *testing.T) {
+	recs := synthRevocations(23, 30000)
+	m, frames := colTable(t, RevocationFormat, recs, 0)
+	sparse := 0
+	var got, buf []byte
+	for i, fr := range frames {
+		f := colFrame{n: int(m.Frames[i].Records)}
+		if _, err := f.readHeader(fr[1:], m.layout); err != nil {
+			t.Fatal(err)
+		}
+		if f.sparse {
+			sparse++
+		}
+		var err error
+		if buf, err = m.DecodeFrame(i, fr, buf); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf...)
+	}
+	if !bytes.Equal(got, recs) {
+		t.Fatal("the table does not round trip")
+	}
+	if sparse == 0 {
+		t.Fatalf("none of %d frames has sparse clock ids", len(frames))
+	}
+
+	enc, ok := sparseClocks(nil, []uint16{0, 5, 0, 0, 1023, 0}, 100)
+	if !ok {
+		t.Fatal("sparseClocks refused 2 of 6")
+	}
+	w, err := readSparseClocks(nil, 6, enc)
+	if err != nil || !slices.Equal(w, []uint64{0, 5, 0, 0, 1023, 0}) {
+		t.Fatalf("read back %v (%v)", w, err)
+	}
+	if _, ok := sparseClocks(nil, []uint16{1, 2, 3, 4}, 8); ok {
+		t.Fatal("sparseClocks took every value nonzero under a limit of 2 bytes each")
+	}
+	for _, bad := range [][]byte{
+		{0},             // no entry
+		{7, 0, 1},       // more entries than records
+		{1, 6, 1},       // index 6 of 6
+		{2, 5, 1, 0, 1}, // the second entry past the end
+		{1, 0, 0},       // a value of 0
+		{1, 0, 0x80, 8}, // a value of 1024
+		{1, 0, 1, 9},    // a trailing byte
+		{1, 0x80},       // a truncated varint
+	} {
+		if _, err := readSparseClocks(nil, 6, bad); !errors.Is(err, errColumns) {
+			t.Fatalf("sparse stream %v: %v, want a columnar frame error", bad, err)
+		}
 	}
 }
