@@ -142,11 +142,11 @@ func mustDecoder(t testing.TB) *zstd.Decoder {
 
 // FuzzDecodeColumns: the columnar decoder never panics and fails only with
 // its own error class, in the layout of version 4 (an account with its
-// clock id) and of the current version (clock ids in planes). The seeds'
-// records carry several clock ids an account, as real ones do.
+// clock id) and of the current version (clock ids in planes, or in their
+// sparse form). The seeds' records carry several clock ids an account, as
+// real ones do.
 func FuzzDecodeColumns(f *testing.F) {
-	type key struct{ width, version int }
-	dicts := map[key]*TableMeta{}
+	var tables []*TableMeta // a fuzzed frame decodes with the dictionary of one of these
 	for _, version := range []int{4, TableFormatVersion} {
 		for _, tc := range []struct {
 			f    Format
@@ -154,17 +154,22 @@ func FuzzDecodeColumns(f *testing.F) {
 		}{
 			{BacklinkFormat, withHostClocks(synthSortedBacklinks(51, 300), link.BacklinkSize, 24)},
 			{RevocationFormat, withHostClocks(synthRevocations(52, 300), 32, 0)},
+			{RevocationFormat, synthRevocations(53, 3000)}, // the current version: sparse clock ids
 		} {
-			m, frames := colTableVersion(f, tc.f, tc.recs, 64, version)
-			dicts[key{tc.f.Width, version}] = m
+			m, frames := colTableVersion(f, tc.f, tc.recs, 100, version)
 			for i, fr := range frames {
-				f.Add(tc.f.Width, version, int(m.Frames[i].Records), fr[1:])
+				f.Add(len(tables), int(m.Frames[i].Records), fr[1:])
 			}
+			tables = append(tables, m)
 		}
 	}
-	f.Fuzz(func(t *testing.T, width, version, n int, b []byte) {
-		m, ok := dicts[key{width, version}]
-		if !ok || n < 1 || n > FrameBytesMax/width {
+	f.Fuzz(func(t *testing.T, table, n int, b []byte) {
+		if table < 0 || table >= len(tables) {
+			return
+		}
+		m := tables[table]
+		width := m.Format.Width
+		if n < 1 || n > FrameBytesMax/width {
 			return
 		}
 		dst := make([]byte, n*width)
