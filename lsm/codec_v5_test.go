@@ -250,25 +250,11 @@ func TestClockPlanesTwoBytes(t *testing.T) {
 	SortRecords(recs, w)
 	recs = synthDedup(recs, w)
 	m, frames := colTable(t, BacklinkFormat, recs, 500)
-	var got, buf []byte
-	for i, fr := range frames {
-		var f colFrame
-		f.n = int(m.Frames[i].Records)
-		if _, err := f.readHeader(fr[1:], m.layout); err != nil {
-			t.Fatal(err)
-		}
+	roundTripFrames(t, m, frames, recs, func(i int, f *colFrame) {
 		if f.kc != 2 {
 			t.Fatalf("frame %d: %d clock planes, want 2", i, f.kc)
 		}
-		var err error
-		if buf, err = m.DecodeFrame(i, fr, buf); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, buf...)
-	}
-	if !bytes.Equal(got, recs) {
-		t.Fatal("the table does not round trip")
-	}
+	})
 
 	// A compaction's run shares one dictionary, counted with its
 	// accounts' clock ids by a vote.
@@ -278,7 +264,7 @@ func TestClockPlanesTwoBytes(t *testing.T) {
 	if len(out.Tables) < 2 {
 		t.Fatalf("%d output tables, want several", len(out.Tables))
 	}
-	if got = readRunSorted(t, store, cat, out); !bytes.Equal(got, recs) {
+	if got := readRunSorted(t, store, cat, out); !bytes.Equal(got, recs) {
 		t.Fatalf("the compacted run decodes to %d records, want %d", len(got)/w, len(recs)/w)
 	}
 }
@@ -290,24 +276,11 @@ func TestSparseClocks(t *testing.T) {
 	recs := synthRevocations(23, 30000)
 	m, frames := colTable(t, RevocationFormat, recs, 0)
 	sparse := 0
-	var got, buf []byte
-	for i, fr := range frames {
-		f := colFrame{n: int(m.Frames[i].Records)}
-		if _, err := f.readHeader(fr[1:], m.layout); err != nil {
-			t.Fatal(err)
-		}
+	roundTripFrames(t, m, frames, recs, func(_ int, f *colFrame) {
 		if f.sparse {
 			sparse++
 		}
-		var err error
-		if buf, err = m.DecodeFrame(i, fr, buf); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, buf...)
-	}
-	if !bytes.Equal(got, recs) {
-		t.Fatal("the table does not round trip")
-	}
+	})
 	if sparse == 0 {
 		t.Fatalf("none of %d frames has sparse clock ids", len(frames))
 	}
@@ -336,5 +309,27 @@ func TestSparseClocks(t *testing.T) {
 		if _, err := readSparseClocks(nil, 6, bad); !errors.Is(err, errColumns) {
 			t.Fatalf("sparse stream %v: %v, want a columnar frame error", bad, err)
 		}
+	}
+}
+
+// roundTripFrames reads each frame's header (check looks at it), decodes
+// every frame and fails unless they give recs.
+func roundTripFrames(t *testing.T, m *TableMeta, frames [][]byte, recs []byte, check func(i int, f *colFrame)) {
+	t.Helper()
+	var got, buf []byte
+	for i, fr := range frames {
+		f := colFrame{n: int(m.Frames[i].Records)}
+		if _, err := f.readHeader(fr[1:], m.layout); err != nil {
+			t.Fatal(err)
+		}
+		check(i, &f)
+		var err error
+		if buf, err = m.DecodeFrame(i, fr, buf); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf...)
+	}
+	if !bytes.Equal(got, recs) {
+		t.Fatal("the table does not round trip")
 	}
 }
