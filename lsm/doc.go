@@ -29,7 +29,8 @@
 //	table_build.go    BuildTable
 //	table_meta.go     the meta object: encoding and DecodeMeta
 //	frame.go          the zstd frame transforms (format version 1)
-//	codec.go          the columnar frame codec: layout, account dictionary
+//	codec.go          the columnar frame codec: layout, streams, modes
+//	codec_dict.go     the account dictionary: counting, ranks, its section
 //	codec_encode.go   encodeColumns
 //	codec_decode.go   decodeColumns
 //	filter.go         the binary fuse filter of a table; ShardOf
@@ -142,7 +143,7 @@
 //	                                     the previous frame; other bits zero
 //	                              17  W  the frame's first record (its fence)
 //	H+W+F*(17+W)    B           filter section (below)
-//	...+B           D           v2: dictionary section (codec.go's
+//	...+B           D           v2: dictionary section (codec_dict.go's
 //	                            appendDict: the table's accounts)
 //	...+D           8           xxh3-64 of every byte before it
 //

@@ -1,0 +1,533 @@
+package lsm
+
+import (
+	"cmp"
+	"encoding/binary"
+	"math/bits"
+	"slices"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// A columnar table's account dictionary (codec.go describes the codec):
+// the accounts, how a table or a compaction's run counts and orders them,
+// the open-addressing table that finds their ranks, and the dictionary
+// section of a meta.
+
+// account is a dictionary key: a (did, clock id) pair up to format
+// version 4, from version 5 the DID with clock id 0.
+type account struct {
+	did   uint64
+	clock uint16
+}
+
+// accountDict is a table's account dictionary: entry r-1 has rank r.
+type accountDict struct {
+	dids   []uint64
+	clocks []uint16
+	// revs (format version 3; nil in older tables): 1 + the rev more than
+	// half of the account's records in the table have (a backfill writes a
+	// whole repository at one stamp), from which those records' revs are
+	// predicted; 0 when no rev has a majority (live events each have
+	// their own stamp) or the rev is the largest uint64.
+	revs []uint64
+
+	// A mapped local meta of layout 2 (meta_local.go) packs the
+	// dictionary: dids32 (when set, instead of dids) holds each DID in 4
+	// bytes (bit 31 the outline bit, bit 63 of the DID; the low 31 bits its
+	// value), and revsPacked (when set, instead of revs) each rev in rw
+	// bytes, little-endian: 0 for none, else the rev minus revBase.
+	dids32     []uint32
+	revsPacked []byte // from the first entry's rev to past the last's by at least 8 bytes
+	rw         int
+	revBase    uint64
+
+	// index finds an account's rank (ranksIn): built on first use by the
+	// compaction that shares this dictionary among its tables, which
+	// builds them one at a time.
+	index *acctTable
+}
+
+func (d *accountDict) len() int {
+	if d == nil {
+		return 0
+	}
+	if d.dids32 != nil {
+		return len(d.dids32)
+	}
+	return len(d.dids)
+}
+
+// account is entry i's DID and clock id.
+func (d *accountDict) account(i int) (did, clock uint64) {
+	if d.dids32 != nil {
+		v := d.dids32[i]
+		did = uint64(v &^ (1 << 31))
+		if v>>31 != 0 {
+			did |= 1 << 63
+		}
+		return did, uint64(d.clocks[i])
+	}
+	return d.dids[i], uint64(d.clocks[i])
+}
+
+// hasRevs reports whether the dictionary holds revs (format version 3).
+func (d *accountDict) hasRevs() bool { return d.revs != nil || d.revsPacked != nil }
+
+// rev is entry i's rev as revs holds it (1 + the rev; 0 for none).
+func (d *accountDict) rev(i int) uint64 {
+	if d.revsPacked == nil {
+		return d.revs[i]
+	}
+	if d.rw == 0 {
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.revsPacked[i*d.rw:]) & (1<<(8*d.rw) - 1) // (a shift by 64 is 0: all ones)
+	if v == 0 {
+		return 0
+	}
+	return v + d.revBase
+}
+
+// fitsDID32 reports whether a DID fits dids32: a counter below 2^31, with
+// or without the outline bit.
+func fitsDID32(did uint64) bool { return did&^(1<<63) < 1<<31 }
+
+// packDID32 is a DID as dids32 holds it (fitsDID32 must hold).
+func packDID32(did uint64) uint32 { return uint32(did&(1<<31-1)) | uint32(did>>63)<<31 }
+
+// castVote counts v in a Boyer-Moore majority vote whose candidate and
+// count are *cand and *n: the candidate at the end is the only value that
+// can be a majority of those counted.
+func castVote[T comparable](cand *T, n *uint32, v T) {
+	switch {
+	case *n == 0:
+		*cand, *n = v, 1
+	case *cand == v:
+		*n++
+	default:
+		*n--
+	}
+}
+
+// clockAt is the clock id of the TID rkey at offset at of recs.
+func clockAt(recs []byte, at int) uint16 {
+	return uint16(binary.BigEndian.Uint64(recs[at:]) & (1<<clockBits - 1))
+}
+
+// accountAt is the account of the source at offset at of recs (its rkey,
+// whose low bits are the clock id, then 16 bytes on its DID): the DID
+// alone when the layout has a clock column.
+func (l colLayout) accountAt(recs []byte, at int) account {
+	a := account{did: binary.BigEndian.Uint64(recs[at+16:])}
+	if !l.clockCol {
+		a.clock = clockAt(recs, at)
+	}
+	return a
+}
+
+// buildAccountDict counts the accounts of recs and returns the dictionary
+// (the accounts seen at least twice, most frequent first, ties by value,
+// each with the rev most of its records have) and each record's rank (0
+// for accounts outside it).
+func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
+	n := len(recs) / l.w
+	s := l.src()
+	// An open-addressing table of the distinct accounts (dense ids in
+	// order of first appearance), and each record's id.
+	var t acctTable
+	t.init(max(n/8, 1024))
+	ids := make([]uint32, n)
+	for i := range n {
+		o := i * l.w
+		a := l.accountAt(recs, o+s)
+		ids[i] = t.add(a)
+	}
+	// Each account's majority rev: Boyer-Moore's vote in record order
+	// gives the only candidate, a second pass counts it.
+	vote := make([]uint64, len(t.accts))
+	votes := make([]uint32, len(t.accts))
+	revAt := func(i int) uint64 { return binary.BigEndian.Uint64(recs[i*l.w+l.w-8:]) }
+	for i, id := range ids {
+		castVote(&vote[id], &votes[id], revAt(i))
+	}
+	clear(votes)
+	for i, id := range ids {
+		if revAt(i) == vote[id] {
+			votes[id]++
+		}
+	}
+	for id, c := range t.counts {
+		if 2*votes[id] > c {
+			vote[id]++ // 1 + the rev (0 for the largest: no rev)
+		} else {
+			vote[id] = 0
+		}
+	}
+	var clocks []uint16
+	if l.clockCol {
+		// Each account's clock id: the candidate of a vote (a majority's
+		// if there is one), from which its records' are predicted.
+		clocks = make([]uint16, len(t.accts))
+		clear(votes)
+		for i, id := range ids {
+			castVote(&clocks[id], &votes[id], clockAt(recs, i*l.w+s))
+		}
+	}
+	d, rankOf := orderDict(&t, vote, clocks)
+	for i, id := range ids {
+		ids[i] = rankOf[id]
+	}
+	return d, ids
+}
+
+// orderDict returns the dictionary of the accounts t counted at least
+// twice whose DID fits 32 bits, most frequent first, ties by value (at most MaxDictEntries), each
+// with its rev from revs (indexed by t's ids: 1 + the rev, 0 for none) and,
+// when clocks is not nil (a layout with a clock column), its clock id from
+// clocks (else the account's own), and each of t's ids' rank (0 for
+// accounts outside it).
+func orderDict(t *acctTable, revs []uint64, clocks []uint16) (*accountDict, []uint32) {
+	order := make([]uint32, 0, len(t.accts)/2+1)
+	for id, c := range t.counts {
+		// A DID that does not fit 32 bits (a named one: a did:web's hash)
+		// stays out: one would make the mapped metadata hold every
+		// entry's DID in 8 bytes (packWidths); its records carry it.
+		if c >= 2 && fitsDID32(t.accts[id].did) {
+			order = append(order, uint32(id))
+		}
+	}
+	slices.SortFunc(order, func(x, y uint32) int {
+		if cx, cy := t.counts[x], t.counts[y]; cx != cy {
+			return cmp.Compare(cy, cx)
+		}
+		ax, ay := t.accts[x], t.accts[y]
+		if ax.did != ay.did {
+			return cmp.Compare(ax.did, ay.did)
+		}
+		return cmp.Compare(ax.clock, ay.clock)
+	})
+	if len(order) > MaxDictEntries {
+		order = order[:MaxDictEntries]
+	}
+	d := &accountDict{dids: make([]uint64, len(order)), clocks: make([]uint16, len(order)), revs: make([]uint64, len(order))}
+	rankOf := make([]uint32, len(t.accts))
+	for r, id := range order {
+		d.dids[r], d.clocks[r], d.revs[r] = t.accts[id].did, t.accts[id].clock, revs[id]
+		if clocks != nil {
+			d.clocks[r] = clocks[id]
+		}
+		rankOf[id] = uint32(r + 1)
+	}
+	return d, rankOf
+}
+
+// dictCounter counts the accounts of the records it is given, in one
+// pass, and each account's rev by a vote: what a compaction's shared
+// dictionary (one for all the tables of its output run) is built from.
+type dictCounter struct {
+	l     colLayout
+	t     acctTable
+	vote  []uint64
+	votes []uint32
+	// With a clock column: each account's clock id by a vote.
+	clock      []uint16
+	clockVotes []uint32
+}
+
+func newDictCounter(l colLayout) *dictCounter {
+	c := &dictCounter{l: l}
+	c.t.init(1 << 16)
+	return c
+}
+
+// dictCountMax bounds the distinct accounts a dictCounter tracks (~40
+// bytes each, ~46 with a clock column's vote): once it holds that many, accounts not seen yet are not
+// counted (their records store literals). The dictionary keeps at most
+// MaxDictEntries of them, the most frequent, which a network's most
+// active accounts fill long before.
+const dictCountMax = 4 * MaxDictEntries
+
+// add counts the accounts of recs (whole records of c's layout).
+func (c *dictCounter) add(recs []byte) {
+	w, s := c.l.w, c.l.src()
+	for o := 0; o+w <= len(recs); o += w {
+		a := c.l.accountAt(recs, o+s)
+		var id uint32
+		if len(c.vote) < dictCountMax {
+			id = c.t.add(a)
+		} else if known, ok := c.t.find(a); ok {
+			id = known
+			c.t.counts[id]++
+		} else {
+			continue
+		}
+		if int(id) == len(c.vote) {
+			c.vote, c.votes = append(c.vote, 0), append(c.votes, 0)
+			if c.l.clockCol {
+				c.clock, c.clockVotes = append(c.clock, 0), append(c.clockVotes, 0)
+			}
+		}
+		castVote(&c.vote[id], &c.votes[id], binary.BigEndian.Uint64(recs[o+w-8:]))
+		if c.l.clockCol {
+			castVote(&c.clock[id], &c.clockVotes[id], clockAt(recs, o+s))
+		}
+	}
+}
+
+// dict returns the dictionary of the accounts counted: as
+// buildAccountDict's, but an account's rev is kept only when the vote
+// proves it a majority without a second pass (the candidate's final votes,
+// all its own records, are more than half of the account's), else none
+// (its records' revs are then predicted from their time, as live events'
+// are). A backfilled account (every record at one rev) always keeps it.
+func (c *dictCounter) dict() *accountDict {
+	revs := make([]uint64, len(c.vote))
+	for id, n := range c.t.counts {
+		if 2*c.votes[id] > n {
+			revs[id] = c.vote[id] + 1 // 0 for the largest uint64: none
+		}
+	}
+	d, _ := orderDict(&c.t, revs, c.clock)
+	return d
+}
+
+// ranksIn returns each record's rank in d (1-based; 0 for an account
+// outside it).
+func ranksIn(recs []byte, l colLayout, d *accountDict) []uint32 {
+	if d.index == nil { // built once for all the tables that share d
+		d.index = &acctTable{}
+		d.index.init(max(d.len(), 1024))
+		for i := range d.len() {
+			did, clock := d.account(i)
+			if l.clockCol { // the entry's clock id predicts, it does not key
+				clock = 0
+			}
+			d.index.add(account{did: did, clock: uint16(clock)})
+		}
+	}
+	t := d.index
+	n := len(recs) / l.w
+	s := l.src()
+	ranks := make([]uint32, n)
+	for i := range n {
+		o := i * l.w
+		a := l.accountAt(recs, o+s)
+		if id, ok := t.find(a); ok {
+			ranks[i] = id + 1
+		}
+	}
+	return ranks
+}
+
+// acctTable counts distinct accounts: linear probing over slots holding
+// dense ids + 1.
+type acctTable struct {
+	slots  []uint32
+	accts  []account
+	counts []uint32
+	shift  uint
+}
+
+func (t *acctTable) init(capacity int) {
+	size := 1 << bits.Len(uint(2*capacity-1))
+	t.slots = make([]uint32, size)
+	t.shift = uint(64 - bits.Len(uint(size-1)))
+}
+
+func (t *acctTable) hash(a account) uint64 {
+	return ((a.did ^ uint64(a.clock)<<48) * 0x9e3779b97f4a7c15) >> t.shift
+}
+
+// add counts a and returns its id.
+func (t *acctTable) add(a account) uint32 {
+	mask := uint64(len(t.slots) - 1)
+	for h := t.hash(a); ; h = (h + 1) & mask {
+		v := t.slots[h]
+		if v == 0 {
+			break
+		}
+		if t.accts[v-1] == a {
+			t.counts[v-1]++
+			return v - 1
+		}
+	}
+	id := uint32(len(t.accts))
+	t.accts = append(t.accts, a)
+	t.counts = append(t.counts, 1)
+	if 2*len(t.accts) > len(t.slots) {
+		t.init(len(t.slots))
+		for i, b := range t.accts {
+			t.place(b, uint32(i))
+		}
+	} else {
+		t.place(a, id)
+	}
+	return id
+}
+
+// find returns a's id, if t holds it.
+func (t *acctTable) find(a account) (uint32, bool) {
+	mask := uint64(len(t.slots) - 1)
+	for h := t.hash(a); ; h = (h + 1) & mask {
+		v := t.slots[h]
+		if v == 0 {
+			return 0, false
+		}
+		if t.accts[v-1] == a {
+			return v - 1, true
+		}
+	}
+}
+
+func (t *acctTable) place(a account, id uint32) {
+	mask := uint64(len(t.slots) - 1)
+	h := t.hash(a)
+	for t.slots[h] != 0 {
+		h = (h + 1) & mask
+	}
+	t.slots[h] = id + 1
+}
+
+// appendDict appends the dictionary section of a version 2 or later meta:
+//
+//	0  4  entries E (0..MaxDictEntries)
+//	4  4  raw length R
+//	8  4  compressed length C
+//	12 C  a zstd frame of R bytes: E varint dids, then E bytes (clock ids'
+//	      low bytes), then E bytes (their high bytes, < 4), then (version
+//	      3) E varints: 1 + the account's rev, or 0 (accountDict.revs);
+//	      3E <= R <= 12E (version 3: 4E <= R <= 22E) and R <= 64C + 64
+//
+// A version 3 dictionary has revs (d.revs non-nil), a version 2 one none.
+// Up to version 4 an entry's clock id is part of its account; from
+// version 5 it is the clock id a vote over the account's records picks
+// (their majority's, when there is one), from which their clock planes
+// are predicted.
+func appendDict(dst []byte, d *accountDict, enc *zstd.Encoder) []byte {
+	e := d.len()
+	raw := make([]byte, 0, e*10)
+	for i := range e {
+		raw = binary.AppendUvarint(raw, d.dids[i])
+	}
+	for i := range e {
+		raw = append(raw, byte(d.clocks[i]))
+	}
+	for i := range e {
+		raw = append(raw, byte(d.clocks[i]>>8))
+	}
+	if d != nil && d.revs != nil {
+		for i := range e {
+			raw = binary.AppendUvarint(raw, d.revs[i])
+		}
+	}
+	var z []byte
+	if e > 0 {
+		z = enc.EncodeAll(raw, nil)
+	}
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(e))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(raw)))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(z)))
+	return append(dst, z...)
+}
+
+const dictHeaderSize = 12
+
+// dictHasRevs reports whether the dictionaries of tables of format
+// version hold their accounts' revs (version 3 on).
+func dictHasRevs(version int) bool { return version >= 3 }
+
+// dictRawMax bounds a dictionary's decompressed bytes (22 per entry).
+const dictRawMax = 22 * MaxDictEntries
+
+// dictDecoder decompresses dictionaries: at most the raw length the
+// section declares (WithDecodeAllCapLimit), which is at most dictRawMax.
+var dictDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
+	return zstd.NewReader(nil,
+		zstd.WithDecoderConcurrency(0),
+		zstd.WithDecoderMaxMemory(dictRawMax),
+		zstd.WithDecoderMaxWindow(dictRawMax),
+		zstd.WithDecodeAllCapLimit(true),
+	)
+})
+
+// decodeDict decodes a dictionary section (exactly b), with revs for
+// format version 3.
+func decodeDict(b []byte, withRevs bool) (*accountDict, error) {
+	if len(b) < dictHeaderSize {
+		return nil, corruptf("dictionary section of %d bytes", len(b))
+	}
+	e := uint64(binary.LittleEndian.Uint32(b))
+	r := uint64(binary.LittleEndian.Uint32(b[4:]))
+	c := uint64(binary.LittleEndian.Uint32(b[8:]))
+	switch {
+	case e > MaxDictEntries:
+		return nil, corruptf("dictionary of %d entries", e)
+	case c != uint64(len(b)-dictHeaderSize):
+		return nil, corruptf("dictionary section %d bytes, its header says %d", len(b)-dictHeaderSize, c)
+	case !withRevs && (r < 3*e || r > 12*e), withRevs && (r < 4*e || r > 22*e):
+		return nil, corruptf("dictionary of %d entries in %d bytes", e, r)
+	case e == 0 && c != 0:
+		return nil, corruptf("empty dictionary of %d bytes", c)
+	}
+	// No bound on the compression ratio: a backfill's dictionary (entries
+	// of consecutive DIDs, one rev, clock id 0) compressed more than 64x
+	// and a bound there refused a real table at its own self-check, which
+	// failed the flush for ever. What DecodeMeta allocates is bounded by
+	// the checks above: at most MaxDictEntries entries of at most 22
+	// bytes.
+	d := &accountDict{}
+	if withRevs {
+		d.revs = make([]uint64, e)
+	}
+	if e == 0 {
+		return d, nil
+	}
+	dec, err := dictDecoder()
+	if err != nil {
+		return nil, err
+	}
+	raw, err := dec.DecodeAll(b[dictHeaderSize:], make([]byte, 0, r))
+	if err != nil || uint64(len(raw)) != r {
+		return nil, corruptf("dictionary does not decompress to %d bytes (%v)", r, err)
+	}
+	d.dids = make([]uint64, e)
+	d.clocks = make([]uint16, e)
+	at, err := readUvarints(raw, 0, d.dids, "entry")
+	if err != nil {
+		return nil, err
+	}
+	if uint64(len(raw)-at) < 2*e || !withRevs && uint64(len(raw)-at) != 2*e {
+		return nil, corruptf("dictionary clock ids: %d bytes for %d entries", len(raw)-at, e)
+	}
+	lo, hi := raw[at:at+int(e)], raw[at+int(e):at+2*int(e)]
+	if at, err = readUvarints(raw, at+2*int(e), d.revs, "rev"); err != nil {
+		return nil, err
+	}
+	if at != len(raw) {
+		return nil, corruptf("dictionary: %d bytes left over", len(raw)-at)
+	}
+	for i := range d.clocks {
+		c := uint16(lo[i]) | uint16(hi[i])<<8
+		if c >= 1<<clockBits {
+			return nil, corruptf("dictionary entry %d clock id %d", i, c)
+		}
+		d.clocks[i] = c
+	}
+	return d, nil
+}
+
+// readUvarints fills dst with the varints of raw from at on and returns
+// where they end.
+func readUvarints(raw []byte, at int, dst []uint64, what string) (int, error) {
+	for i := range dst {
+		v, k := binary.Uvarint(raw[at:])
+		if k <= 0 {
+			return 0, corruptf("dictionary %s %d", what, i)
+		}
+		dst[i] = v
+		at += k
+	}
+	return at, nil
+}
