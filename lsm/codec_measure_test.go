@@ -70,6 +70,17 @@ func TestMeasureColumns(t *testing.T) {
 		sizes := map[string]int{}
 		floors := map[string]float64{}
 		for _, r := range db.View().Manifest.RunsOf(tree) {
+			metas := map[string]*TableMeta{} // a run's metas by table ID, for its dictionary
+			for _, tb := range r.Tables {
+				_, mk := TableKeys(tree, tb.ID)
+				mb, err := store.Get(ctx, mk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if metas[tb.ID], err = DecodeMeta(mb); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for _, tb := range r.Tables {
 				dk, mk := TableKeys(tree, tb.ID)
 				mb, err := store.Get(ctx, mk)
@@ -80,9 +91,14 @@ func TestMeasureColumns(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				m, err := DecodeMeta(mb)
-				if err != nil {
-					t.Fatal(err)
+				m := metas[tb.ID]
+				if owner := m.DictTable(); owner != "" {
+					if metas[owner] == nil {
+						t.Fatalf("table %s: its dictionary's table %s is not in its run", tb.ID, owner)
+					}
+					if err := m.UseDictOf(metas[owner]); err != nil {
+						t.Fatal(err)
+					}
 				}
 				sizes["meta: dictionary"] += int(binary.LittleEndian.Uint32(mb[64:]))
 				sizes["meta: filter"] += int(binary.LittleEndian.Uint32(mb[60:]))
