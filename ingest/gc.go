@@ -111,6 +111,9 @@ type collector struct {
 	orphans   map[fsm.TableKey]*orphan
 	blocked   time.Time // since when a due deletion is held back (zero: none)
 	saidAt    time.Time // when that was last logged
+	// afterManifest, if set (tests), runs when a sweep has read the
+	// manifest it judges the listing by.
+	afterManifest func()
 }
 
 func newCollector(w *Writer) *collector {

@@ -35,9 +35,19 @@ func (c *collector) sweep(ctx context.Context) error {
 	}
 	// After the listing: a table published before this read is referenced
 	// here; one published after it is still an upload of this leader (in
-	// flight) or is found referenced by the next sweep.
+	// flight) or is found referenced by the next sweep. The uploads in
+	// flight are read before the manifest: an upload ends only once its
+	// tables are in the applied manifest (or will never be), so one that
+	// ended after this read is seen in flight, and one that ended before
+	// it left its tables referenced in the manifest read next. Read the
+	// other way round, an upload published between the two reads would
+	// look neither in flight nor referenced, and its tables be deleted.
+	inflight := c.w.uploads.oldest()
 	m := c.w.cfg.Node.FSM.Manifest()
 	ref := referenced(m, c.w.cfg.Node.FSM.Garbage())
+	if c.afterManifest != nil {
+		c.afterManifest()
+	}
 	now := time.Now()
 	var due []fsm.TableKey
 	for k, o := range listed {
@@ -64,7 +74,7 @@ func (c *collector) sweep(ctx context.Context) error {
 	if len(due) == 0 {
 		return nil
 	}
-	return c.deleteOrphans(ctx, due)
+	return c.deleteOrphans(ctx, due, inflight)
 }
 
 // referenced is the set of tables the manifest or the garbage list names.
@@ -81,11 +91,13 @@ func referenced(m *lsm.Manifest, garbage []fsm.Garbage) map[fsm.TableKey]bool {
 	return ref
 }
 
-// deleteOrphans deletes the due orphans that no upload in flight may have
-// written and that every member has moved past.
-func (c *collector) deleteOrphans(ctx context.Context, due []fsm.TableKey) error {
-	inflight := c.w.uploads.oldest()
+// deleteOrphans deletes the due orphans that no upload in flight when
+// the sweep read the manifest (inflight: the oldest one's start) may have
+// written, that every member has moved past, and that the manifest does
+// not reference now either (read again after the members were asked).
+func (c *collector) deleteOrphans(ctx context.Context, due []fsm.TableKey, inflight time.Time) error {
 	oldest, _, down := c.served(ctx)
+	ref := referenced(c.w.cfg.Node.FSM.Manifest(), c.w.cfg.Node.FSM.Garbage())
 	deleted, bytes := 0, int64(0)
 	for _, k := range due {
 		o := c.orphans[k]
@@ -94,6 +106,12 @@ func (c *collector) deleteOrphans(ctx context.Context, due []fsm.TableKey) error
 		}
 		if o.gen > oldest {
 			continue // held back like replaced tables (collect says why)
+		}
+		if ref[k] {
+			// Cannot happen by the order of the sweep's reads; should it,
+			// the table is live and the next sweep forgets it.
+			c.log.Warn("an orphan due for deletion is referenced: kept", "tree", k.Tree, "table", k.ID)
+			continue
 		}
 		for _, key := range o.keys {
 			if err := c.w.cfg.Store.Delete(ctx, key); err != nil {

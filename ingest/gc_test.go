@@ -164,3 +164,41 @@ func TestSweepOrphans(t *testing.T) {
 		t.Fatalf("metrics %v", m)
 	}
 }
+
+// An upload published while a sweep judges its listing is never deleted:
+// the sweep reads the uploads in flight before the manifest (and the
+// manifest again before it deletes). Read in the other order, a merge's
+// table first seen during its upload, published and ended between the
+// sweep's two reads, looked neither in flight nor referenced.
+func TestSweepKeepsAnUploadPublishedMeanwhile(t *testing.T) {
+	f := newGCFixture(t)
+	ctx := context.Background()
+	f.served.Store(f.publish([]lsm.Run{f.table("live")}, nil))
+	c := newCollector(f.w)
+	end := f.w.uploads.begin() // a long merge starts uploading
+	out := f.table("merged")
+	if err := c.sweep(ctx); err != nil { // first seen, in flight
+		t.Fatal(err)
+	}
+	time.Sleep(testGrace)
+	published := false
+	c.afterManifest = func() {
+		if published {
+			return
+		}
+		published = true
+		f.served.Store(f.publish([]lsm.Run{out}, nil)) // the merge publishes...
+		end()                                          // ...and its upload ends
+	}
+	if err := c.sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !published || !f.exists(out) {
+		t.Fatalf("the published merge's table was deleted (published %v)", published)
+	}
+	c.afterManifest = nil
+	time.Sleep(testGrace)
+	if err := c.sweep(ctx); err != nil || !f.exists(out) || len(c.orphans) != 0 {
+		t.Fatalf("a referenced table: exists %v, orphans %d (%v)", f.exists(out), len(c.orphans), err)
+	}
+}
