@@ -1,12 +1,14 @@
 package query
 
 import (
+	"context"
 	"encoding/json"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eddy-backlinks/eddy/internal/metricstest"
 	"github.com/eddy-backlinks/eddy/lsm"
@@ -35,6 +37,54 @@ func TestViewsOldestServed(t *testing.T) {
 	release() // a second call is harmless
 	if got := f.views.OldestServed(); got != g2 {
 		t.Fatalf("oldest served %d after release, want %d", got, g2)
+	}
+}
+
+// A query that waits for a generation holds the view it then reads, not
+// the one current when it came: on a node that had opened no manifest, a
+// hold of generation 0 went unreported (a status leaves 0 out), so the
+// collector could delete tables the answer was reading.
+func TestAcquireAtLeastHoldsTheViewItReads(t *testing.T) {
+	f := newFixture(t)
+	before := f.views.Current().Generation()
+	type got struct {
+		v       *lsm.View
+		release func()
+		err     error
+	}
+	ch := make(chan got, 1)
+	go func() {
+		v, release, err := f.views.AcquireAtLeast(context.Background(), before+1)
+		ch <- got{v, release, err}
+	}()
+	f.write(like(0))
+	g1 := f.flush()
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.v.Generation() != g1 || g1 <= before {
+		t.Fatalf("answered from %d, want %d (> %d)", r.v.Generation(), g1, before)
+	}
+	if got := f.views.OldestServed(); got != g1 {
+		t.Fatalf("oldest served %d while the query reads %d", got, g1)
+	}
+	f.write(like(1))
+	g2 := f.flush()
+	if got := f.views.OldestServed(); got != g1 || g2 <= g1 {
+		t.Fatalf("oldest served %d after a flush to %d, while the query reads %d", got, g2, g1)
+	}
+	r.release()
+	if got := f.views.OldestServed(); got != g2 {
+		t.Fatalf("oldest served %d after release, want %d", got, g2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, _, err := f.views.AcquireAtLeast(ctx, g2+1); err == nil {
+		t.Fatal("acquired a generation never made")
+	}
+	if got := f.views.OldestServed(); got != g2 {
+		t.Fatalf("oldest served %d after a wait that failed, want %d", got, g2)
 	}
 }
 

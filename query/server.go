@@ -268,8 +268,8 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 		}
 		// The view is held until the answer is written: the leader's garbage
 		// collector waits for it (Views.OldestServed).
-		v, release := s.Views.Acquire()
-		defer release()
+		var v *lsm.View
+		var release func()
 		if mg := q.Get("minGeneration"); mg != "" {
 			gen, err := strconv.ParseUint(mg, 10, 64)
 			if err != nil {
@@ -281,14 +281,17 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 				wait = MinGenerationWaitMax
 			}
 			wctx, wcancel := context.WithTimeout(ctx, wait)
-			v, err = s.Views.WaitFor(wctx, gen)
+			v, release, err = s.Views.AcquireAtLeast(wctx, gen)
 			wcancel()
 			if err != nil {
 				w.Header().Set("Retry-After", "1")
 				writeErr(w, &apiError{http.StatusServiceUnavailable, "GenerationNotReady", "this node has not applied generation " + mg + " yet; retry"})
 				return
 			}
+		} else {
+			v, release = s.Views.Acquire()
 		}
+		defer release()
 		w.Header().Set(GenerationHeader, strconv.FormatUint(v.Generation(), 10))
 		if adm != nil {
 			// Waiting for a generation does not hold an execution slot;

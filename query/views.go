@@ -211,6 +211,20 @@ func (v *Views) Acquire() (view *lsm.View, release func()) {
 	}
 }
 
+// AcquireAtLeast waits until the served generation is at least gen (or
+// ctx ends), then acquires the current view as Acquire does. Nothing is
+// held while it waits: the hold is on the generation the query reads, so
+// a node reports no older one for it (and never the generation 0 of a
+// node that had opened no manifest yet, which its status leaves out) while
+// the query reads a newer one.
+func (v *Views) AcquireAtLeast(ctx context.Context, gen uint64) (*lsm.View, func(), error) {
+	if _, err := v.WaitFor(ctx, gen); err != nil {
+		return nil, nil, err
+	}
+	view, release := v.Acquire()
+	return view, release, nil
+}
+
 // OldestServed is the oldest manifest generation this node may still read
 // tables of: its current view's, or an older one a query in flight holds
 // (Acquire). Views only move forward, so a query that starts after the call
