@@ -214,6 +214,13 @@ func (a *Admin) MembersServed(ctx context.Context) ([]MemberServed, error) {
 				out[i].Err = err
 				return
 			}
+			if st.ID != out[i].ID {
+				// Another node at the member's address (one started in
+				// its place before it was removed): its generation says
+				// nothing of what the member may still read.
+				out[i].Err = fmt.Errorf("its admin address %s is answered by node %q", ni.Admin, st.ID)
+				return
+			}
 			out[i].Generation = servedOf(st)
 		})
 	}
