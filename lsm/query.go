@@ -440,7 +440,7 @@ func clearGroups(gs []fetchGroup) {
 	gs = gs[:cap(gs)]
 	for i := range gs {
 		clear(gs[i].frames[:cap(gs[i].frames)])
-		gs[i].t, gs[i].err = nil, nil
+		gs[i].t, gs[i].meta, gs[i].err = nil, nil, nil
 		gs[i].own = nil // a count's window of decoded frames: tens of MiB
 	}
 }

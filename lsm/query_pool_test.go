@@ -308,3 +308,25 @@ func TestPrefixRangeAndBounds(t *testing.T) {
 		}
 	}
 }
+
+// A scratch put back in the pool keeps no table alive: neither a group's
+// view table nor its meta (whose mapping, and the local file a dropped
+// table's meta still holds open, would stay while the pool keeps the
+// scratch; bigQueryScratch keeps one for good).
+func TestPutQueryScratchKeepsNoTable(t *testing.T) {
+	meta, vt := &TableMeta{}, &viewTable{}
+	s := &queryScratch{groups: make([]fetchGroup, 2, 4), rgroups: make([]fetchGroup, 1, 2)}
+	s.groups[0] = fetchGroup{t: vt, meta: meta, frames: [][]byte{{1}}, own: [][]byte{{2}}}
+	s.groups[1] = fetchGroup{t: vt, meta: meta}
+	s.groups[:3][2] = fetchGroup{t: vt, meta: meta} // past the length, from an earlier query
+	s.rgroups[0] = fetchGroup{t: vt, meta: meta}
+	groups, rgroups := s.groups[:cap(s.groups)], s.rgroups[:cap(s.rgroups)]
+	putQueryScratch(s)
+	for name, gs := range map[string][]fetchGroup{"groups": groups, "rgroups": rgroups} {
+		for i, g := range gs {
+			if g.t != nil || g.meta != nil || g.own != nil || slices.ContainsFunc(g.frames[:cap(g.frames)], func(b []byte) bool { return b != nil }) {
+				t.Errorf("%s[%d] keeps table %v meta %v own %v frames %v", name, i, g.t != nil, g.meta != nil, g.own != nil, g.frames)
+			}
+		}
+	}
+}
