@@ -107,7 +107,7 @@ type collector struct {
 	w         *Writer
 	log       hclog.Logger
 	grace     time.Duration
-	firstSeen map[fsm.TableKey]time.Time // garbage whose flush carried no time
+	firstSeen map[fsm.TableKey]time.Time // when this collector first saw each garbage entry
 	orphans   map[fsm.TableKey]*orphan
 	blocked   time.Time // since when a due deletion is held back (zero: none)
 	saidAt    time.Time // when that was last logged
@@ -190,16 +190,24 @@ func (c *collector) served(ctx context.Context) (uint64, map[string]uint64, []st
 	return oldest, gens, down
 }
 
-// since is when a garbage table's grace started.
+// since is when a garbage table's grace started, on this leader's clock:
+// the later of the entry's time (the proposing leader's clock, possibly
+// another node's) and when this collector first saw the entry. A clock
+// ahead of the proposer's thus never shortens the grace; a new leader
+// waits a grace for what was pending when it took over.
 func (c *collector) since(g fsm.Garbage, now time.Time) time.Time {
-	if g.Since != 0 {
-		return time.Unix(0, g.Since)
-	}
 	k := fsm.TableKey{Tree: g.Tree, ID: g.ID}
-	if _, ok := c.firstSeen[k]; !ok {
+	first, ok := c.firstSeen[k]
+	if !ok {
+		first = now
 		c.firstSeen[k] = now
 	}
-	return c.firstSeen[k]
+	if g.Since != 0 {
+		if t := time.Unix(0, g.Since); t.After(first) {
+			return t
+		}
+	}
+	return first
 }
 
 // collect deletes the garbage tables that are due and that every member

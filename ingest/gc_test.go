@@ -202,3 +202,29 @@ func TestSweepKeepsAnUploadPublishedMeanwhile(t *testing.T) {
 		t.Fatalf("a referenced table: exists %v, orphans %d (%v)", f.exists(out), len(c.orphans), err)
 	}
 }
+
+// The grace runs on the deleting leader's clock: an entry stamped by a
+// proposer whose clock was far behind (or a new leader's clock far ahead)
+// still waits a whole grace from when this collector first saw it.
+func TestCollectGraceOnOwnClock(t *testing.T) {
+	f := newGCFixture(t)
+	r1 := f.table("r1")
+	f.publish([]lsm.Run{r1}, nil)
+	e := lsm.Edit{Base: f.node.FSM.Manifest().Generation, Add: []lsm.Run{f.table("c1")}, Remove: []string{"r1"}}
+	res, err := f.node.Propose(context.Background(), fsm.TypeFlush, 0, fsm.Flush{Edit: e, Time: time.Now().Add(-time.Hour).UnixNano()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.served.Store(res.(fsm.FlushResult).Generation)
+	c := newCollector(f.w)
+	ctx := context.Background()
+	c.collect(ctx)
+	if !f.exists(r1) {
+		t.Fatal("deleted at first sight: the proposer's clock an hour behind made the grace")
+	}
+	time.Sleep(testGrace)
+	c.collect(ctx)
+	if f.exists(r1) {
+		t.Fatal("still there a grace after this collector first saw it")
+	}
+}
