@@ -108,6 +108,14 @@ type Writer struct {
 	view *lsm.View // currentView's
 
 	flushMu sync.Mutex // one publication at a time
+	// gen (under flushMu) is the manifest generation this writer's next
+	// edit is built on: the one after its barrier, then each of its own
+	// publications'. Only a writer publishes manifest edits, so the state
+	// machine's generation moves past gen only if another term's writer
+	// published meanwhile, and then the edit's compare-and-set refuses
+	// this one whole (it could otherwise land after a newer leader's
+	// flushes, with older stamps and a cursor that skips or repeats).
+	gen uint64
 	// repos keeps a repository written whole (ApplyRepo: its revocation,
 	// then its records, in batches) out of two flushes: each repository
 	// write holds it shared, and every flush holds it exclusively while it
@@ -131,6 +139,7 @@ type Writer struct {
 		maxStamp    uint64
 		clockNext   uint64 // next stamp to hand out
 		clockEnd    uint64 // last reserved stamp
+		clockSeen   uint64 // the clock after this writer's barrier or its last reservation
 		ex          extract.Extractor
 		bls         []link.Backlink    // linksLocked's scratch: one record's backlinks
 		compactions []compactionResult // offered, for the next flush
@@ -209,6 +218,8 @@ func NewWriter(ctx context.Context, cfg Config) (*Writer, error) {
 	w.mu.resyncs = map[string]uint64{}
 	w.mu.resync.init()
 	w.mu.lastFlush = time.Now()
+	w.gen = cfg.Node.FSM.Manifest().Generation
+	w.mu.clockSeen = cfg.Node.FSM.Clock()
 	if err := w.reserveLocked(ctx); err != nil {
 		return nil, err
 	}
@@ -218,15 +229,17 @@ func NewWriter(ctx context.Context, cfg Config) (*Writer, error) {
 // Codec returns the writer's codec (reads see uncommitted outlines too).
 func (w *Writer) Codec() *link.Codec { return &w.codec }
 
+// reserveLocked reserves the writer's next block of stamps, after the
+// clock as this writer last saw it: if another term's writer reserved
+// since, the reservation is refused and this writer stops.
 func (w *Writer) reserveLocked(ctx context.Context) error {
-	after := w.cfg.Node.FSM.Clock()
-	res, err := w.cfg.Node.Propose(ctx, fsm.TypeReserveClock, 0, fsm.ReserveClock{After: after, Count: w.cfg.ClockBlock})
+	res, err := w.cfg.Node.Propose(ctx, fsm.TypeReserveClock, 0, fsm.ReserveClock{After: w.mu.clockSeen, Count: w.cfg.ClockBlock})
 	if err != nil {
 		w.dead.Store(true)
 		return fmt.Errorf("reserve clock: %w: %w", err, ErrLeadershipLost)
 	}
 	end := res.(uint64)
-	w.mu.clockNext, w.mu.clockEnd = end-w.cfg.ClockBlock+1, end
+	w.mu.clockNext, w.mu.clockEnd, w.mu.clockSeen = end-w.cfg.ClockBlock+1, end, end
 	return nil
 }
 
@@ -675,7 +688,7 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 		edit.Add = append(edit.Add, c.add)
 		edit.Remove = append(edit.Remove, c.remove...)
 	}
-	edit.Base = w.cfg.Node.FSM.Manifest().Generation
+	edit.Base = w.gen
 	// Time: the tables the edit removes wait for deletion from it (gc.go).
 	entry := fsm.Flush{Edit: edit, Outlines: outlines, Cursors: cursors, Clock: maxStamp, Time: time.Now().UnixNano()}
 	pubStart := time.Now()
@@ -687,6 +700,7 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 	w.metrics.PublishSeconds.Observe(time.Since(pubStart).Seconds())
 	w.pending.Committed()
 	fr := res.(fsm.FlushResult)
+	w.gen = fr.Generation
 	if plcBatch != nil {
 		w.plc.m.Published(plcBatch, fr.Generation)
 	}
