@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/cluster"
@@ -368,5 +369,51 @@ func TestWriterForwardRoom(t *testing.T) {
 	}
 	if want := records * extract.LinksPerRecordMax; fwd != want || all != 1+2*want {
 		t.Fatalf("%d records, %d forward entries; want %d, %d", all, fwd, 1+2*want, want)
+	}
+}
+
+// Sources applying at once never overflow the memtable: each checks for
+// room and adds its record under one hold of the lock. Checked and added
+// under two, two sources could both find room for one record, and the
+// second fail half-written with lsm.ErrFull (its source then stopped).
+func TestWriterRoomConcurrentSources(t *testing.T) {
+	ctx := context.Background()
+	w, node, store, _ := forwardWriter(t)
+	const did = "did:plc:wq4aajammjtxdomz3e23667t"
+	const sources, records = 8, 16
+	var wg sync.WaitGroup
+	errs := make(chan error, sources)
+	for s := range sources {
+		wg.Go(func() {
+			for r := range records {
+				urls := make([]string, extract.LinksPerRecordMax)
+				for i := range urls {
+					urls[i] = fmt.Sprintf("https://example.com/%d/%d/%d", s, r, i)
+				}
+				at := int64(1783175888000000 + s*1000 + r)
+				op := jsCommit(t, at, did, "create", "app.bsky.feed.post", fmt.Sprintf("3mptbypl%c%c2a", 'a'+s, 'a'+r), map[string]any{"text": "x", "facets": linkFacets(urls...)})
+				if err := w.Apply(ctx, fmt.Sprint("js", s), fmt.Sprint(at), &op); err != nil {
+					errs <- fmt.Errorf("source %d record %d: %w", s, r, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fwd := 0
+	for _, l := range linksTree(t, store, node.FSM.Manifest()) {
+		if l.Target.IsForward() {
+			fwd++
+		}
+	}
+	if want := sources * records * extract.LinksPerRecordMax; fwd != want {
+		t.Fatalf("%d forward entries, want %d", fwd, want)
 	}
 }

@@ -267,10 +267,9 @@ func (w *Writer) Apply(ctx context.Context, source, cursor string, op *event.Op)
 	w.activity.Add(1)
 	w.applying.Add(1)
 	defer w.applying.Add(-1)
-	if err := w.makeRoom(ctx); err != nil {
+	if _, err := w.lockRoom(ctx, true); err != nil {
 		return err
 	}
-	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.metrics.Events.WithLabelValues(source, op.Kind.String()).Inc()
 	if err := w.applyLocked(ctx, source, op); err != nil {
@@ -302,16 +301,31 @@ func (w *Writer) makeRoomInRepo(ctx context.Context) (bool, error) {
 }
 
 // makeRoomWith flushes (gated or not: flush) until the memtables can take
-// one more record, and reports whether it flushed.
+// one more record, and reports whether it flushed. The room is not held:
+// a caller that adds a record must check again under the lock it adds
+// it in (lockRoom, or fullLocked as ApplyRepo's batches do).
 func (w *Writer) makeRoomWith(ctx context.Context, gated bool) (bool, error) {
+	flushed, err := w.lockRoom(ctx, gated)
+	if err == nil {
+		w.mu.Unlock()
+	}
+	return flushed, err
+}
+
+// lockRoom flushes (gated or not: flush) until the memtables can take one
+// more record and returns holding w.mu (unless it fails), so that the
+// record goes in under the same hold as the check: checked and added
+// under two holds, another source (a backfill's batch) could fill the
+// room between them, and the record fail half-written with lsm.ErrFull.
+// It reports whether it flushed.
+func (w *Writer) lockRoom(ctx context.Context, gated bool) (bool, error) {
 	flushed := false
 	for {
 		w.mu.Lock()
-		full := w.fullLocked()
-		w.mu.Unlock()
-		if !full {
+		if !w.fullLocked() {
 			return flushed, nil
 		}
+		w.mu.Unlock()
 		if err := w.flush(ctx, gated); err != nil {
 			return flushed, err
 		}
@@ -499,7 +513,11 @@ func (w *Writer) ApplyRepo(ctx context.Context, source, did string, stamp uint64
 	}
 	w.repos.RLock() // no scheduled flush between its revocation and its last record
 	defer w.repos.RUnlock()
-	w.mu.Lock()
+	// Room for the revocation, checked again under the lock it goes in
+	// with: another source may have filled what makeRoom found.
+	if _, err := w.lockRoom(ctx, false); err != nil {
+		return err
+	}
 	d, err := w.codec.DID(did, true)
 	if errors.Is(err, link.ErrLookup) {
 		w.mu.Unlock()
