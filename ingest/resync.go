@@ -122,6 +122,12 @@ func (w *Writer) requestResync(source, did string, at time.Time) {
 	if !link.ValidDID(did) {
 		return
 	}
+	if !w.resyncer.Load() {
+		// Nothing can fetch it: no marker (it would stay in the
+		// replicated state for good, queued again by every term).
+		w.skip("resync", "no_backfill_source", "did", did)
+		return
+	}
 	w.mu.resyncs[did]++
 	w.mu.cursors[ResyncPrefix+did] = "pending"
 	w.log.Debug("resync requested", "did", did, "request", w.mu.resyncs[did], "source", source, "time", at)
@@ -144,6 +150,15 @@ func (w *Writer) queueUnfinished(did string) {
 	case w.resync <- resyncJob{did: did, seq: w.mu.resyncs[did], check: true}:
 	default:
 	}
+}
+
+// dropUnfinished clears a previous term's marker that no source can
+// fetch (no backfill source).
+func (w *Writer) dropUnfinished(did string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.clearResyncLocked(did)
+	w.skip("resync", "no_backfill_source", "did", did)
 }
 
 // resyncDone records that a repository was fetched again for request seq;

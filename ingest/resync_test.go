@@ -113,6 +113,7 @@ func newResyncFixture(t *testing.T) *resyncFixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	w, _, _, reg := testWriterOf(t, 1<<20)
 	repos := newPresentRepos()
+	w.resyncer.Store(true) // as the runner does with a backfill source among its sources
 	var wg sync.WaitGroup
 	wg.Go(func() { (&Runner{}).resyncLoop(ctx, w, repos) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
@@ -285,4 +286,50 @@ func TestResyncHoldsAtMostHoldMax(t *testing.T) {
 	f.repos.expect(t, x+" written")
 	f.marker(x, "", "written after the holds")
 	f.metrics(resyncHoldMax, 0)
+}
+
+// Without a backfill source nothing can fetch a repository again: an
+// account active again leaves no marker in the replicated state (it would
+// stay for good, queued again by every term), only a count; and the
+// markers an earlier term left are cleared when a term starts.
+func TestResyncWithoutBackfillSource(t *testing.T) {
+	ctx := context.Background()
+	w, node, _, reg := testWriterOf(t, 1<<20)
+	t0 := time.Date(2026, 7, 4, 14, 38, 8, 0, time.UTC)
+	const did, old = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
+	// An earlier term's marker, as a writer with a backfill source leaves it.
+	w.resyncer.Store(true)
+	op := jsAccount(t, t0, old, true)
+	if err := w.Apply(ctx, "jetstream", "1", &op); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := node.FSM.Cursor(ResyncPrefix + old); got != "pending" {
+		t.Fatalf("marker of %s: %q, want pending", old, got)
+	}
+	<-w.resync // its job: this test runs no resync loop
+	w.resyncer.Store(false)
+	(&Runner{Config: Config{Node: node}}).queueUnfinishedResyncs(w)
+	op = jsAccount(t, t0.Add(time.Second), did, true)
+	if err := w.Apply(ctx, "jetstream", "2", &op); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{did, old} {
+		if got := node.FSM.Cursor(ResyncPrefix + d); got != "" {
+			t.Errorf("marker of %s: %q, want none", d, got)
+		}
+	}
+	if n := metricstest.Values(t, reg)["eddy_ingest_skipped_total{reason=no_backfill_source,source=resync}"]; n != 2 {
+		t.Errorf("no_backfill_source skips: %v, want 2", n)
+	}
+	select {
+	case j := <-w.resync:
+		t.Fatalf("queued %+v with nothing to fetch it", j)
+	default:
+	}
 }

@@ -240,6 +240,19 @@ func (r *Runner) Run(ctx context.Context) error {
 	} else if n > 0 {
 		log.Info("removed a cut-short compaction's spill", "files", n)
 	}
+	var resyncer Backfiller
+	live := false
+	for _, s := range r.Sources {
+		if b, ok := s.(Backfiller); ok {
+			resyncer = b
+		} else {
+			live = true
+		}
+	}
+	w.resyncer.Store(resyncer != nil)
+	if resyncer == nil && live {
+		log.Warn("no backfill source: an account active again does not get back the links revoked when it went inactive (a backfill source with resync_only=true fetches its repository again)")
+	}
 	r.queueUnfinishedResyncs(w)
 	var wg sync.WaitGroup
 	if w.plc != nil {
@@ -250,13 +263,6 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 		})
 	}
-	var resyncer Backfiller
-	for _, s := range r.Sources {
-		if b, ok := s.(Backfiller); ok {
-			resyncer = b
-		}
-	}
-	w.resyncer.Store(resyncer != nil)
 	for _, s := range r.Sources {
 		wg.Go(func() { r.runSource(ctx, cancel, w, s) })
 	}
@@ -283,11 +289,24 @@ func (r *Runner) Run(ctx context.Context) error {
 // queued at once, but held back like the others while the repository is
 // ahead of the streams, which replay from the committed cursors
 // (resync.go).
+//
+// Without a backfill source nothing can fetch them: their markers are
+// cleared (published with the next flush), or every term would queue
+// them again and the replicated state keep them for good.
 func (r *Runner) queueUnfinishedResyncs(w *Writer) {
+	var dropped int
 	for k := range r.Config.Node.FSM.Summary().Cursors {
 		if did, ok := strings.CutPrefix(k, ResyncPrefix); ok {
+			if !w.resyncer.Load() {
+				w.dropUnfinished(did)
+				dropped++
+				continue
+			}
 			w.queueUnfinished(did)
 		}
+	}
+	if dropped > 0 {
+		w.log.Warn("resyncs of an earlier term dropped: no backfill source to fetch them", "repositories", dropped)
 	}
 }
 
