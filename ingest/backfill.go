@@ -465,6 +465,20 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 		b.skip("car_did_mismatch", did, fmt.Errorf("CAR is of %s", info.DID))
 		return nil
 	}
+	if len(info.Missing) > 0 {
+		// A partial repository: written, its revocation would kill the
+		// links of the records it does not show. Failed instead, and
+		// fetched again like any other failure.
+		m := info.Missing[0]
+		err := fmt.Errorf("the CAR lacks %d blocks its tree names (the first: %s %s)", len(info.Missing), m.Kind, m.CID)
+		b.stats.add(func(s *BackfillStats) { s.Failed++ })
+		b.setState(did, RepoFailed, "", err)
+		b.skip("partial_car", did, err)
+		if strict {
+			return fmt.Errorf("%s: %w: %v", did, errResyncFailed, err)
+		}
+		return nil
+	}
 	if strict && !w.ResyncReady(did, info.Rev) {
 		return fmt.Errorf("%s: %w", did, ErrResyncHeld)
 	}
