@@ -176,12 +176,21 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	// eddy-ctl compact --full (forwarded to the leader): a replicated
 	// request, carried out by whichever node leads.
 	admin.Compact = ingest.AdminCompact(node)
+	// A compaction cut short by a crash left its spill (gigabytes at
+	// scale): removed now, whatever this node's role (the write path
+	// removes it again when it starts leading).
+	spillDir := filepath.Join(c.dataDir, "spill")
+	if n, err := lsm.RemoveSpills(spillDir); err != nil {
+		log.Warn("remove a cut-short compaction's spill", "error", err)
+	} else if n > 0 {
+		log.Info("removed a cut-short compaction's spill", "files", n)
+	}
 	// The write path runs while this node leads.
 	writePath := &ingest.Supervisor{Node: node, Logger: log, Runner: ingest.Runner{Config: ingest.Config{
 		Node: node, Store: store, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
 		Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir, Corrupt: queryMetrics.Corrupt,
 		GCGrace: c.gcGrace, Members: admin.MembersServed,
-	}, Sources: sources, SpillDir: filepath.Join(c.dataDir, "spill"), CompactionFanIn: c.compactionFanIn, CompactionInterval: c.compactionInterval}}
+	}, Sources: sources, SpillDir: spillDir, CompactionFanIn: c.compactionFanIn, CompactionInterval: c.compactionInterval}}
 	writePath.Start(bg)
 	servers := []*http.Server{
 		// Idle keep-alive connections are closed after a while: each
