@@ -13,8 +13,9 @@ package lsm
 // SHA-256 of its genesis operation: 120 bits, no padding). A DID has one
 // genesis operation, so a key appears at most once in the whole map; a
 // record read twice (a follower replaying from its committed cursor) is
-// identical and folds away. Should two runs ever disagree, the smallest
-// record wins, so a lookup is deterministic on every node.
+// identical and folds away. Should two runs ever disagree, the largest
+// record wins, as Fold keeps it when a compaction merges them, so a
+// lookup gives the same answer on every node, before and after.
 
 import (
 	"bytes"
@@ -84,14 +85,15 @@ func PLCSeqRecord(id PLCID, seq uint64) [24]byte {
 	return r
 }
 
-// lookupMin returns the smallest record of tree whose key starts with
-// prefix (a PrefixLen-byte prefix) in view v, or nil (lookupAll).
-func (r *Reader) lookupMin(ctx context.Context, v *View, tree Tree, prefix []byte) ([]byte, error) {
+// lookupMax returns the largest record of tree whose key starts with
+// prefix (a PrefixLen-byte prefix) in view v, or nil (lookupAll): the one
+// a compaction keeps of records that differ only in their last 8 bytes.
+func (r *Reader) lookupMax(ctx context.Context, v *View, tree Tree, prefix []byte) ([]byte, error) {
 	recs, err := r.lookupAll(ctx, v, tree, prefix)
 	if err != nil || len(recs) == 0 {
 		return nil, err
 	}
-	return recs[0], nil
+	return recs[len(recs)-1], nil
 }
 
 // lookupAll returns every record of tree whose key starts with prefix (a
@@ -351,7 +353,7 @@ func (m *PLCMap) seqOf(ctx context.Context, id PLCID) (uint64, bool, bool, error
 	m.mu.Unlock()
 	var prefix [16]byte
 	copy(prefix[:], id[:])
-	rec, err := m.reader.lookupMin(ctx, v, TreePLCDID, prefix[:])
+	rec, err := m.reader.lookupMax(ctx, v, TreePLCDID, prefix[:])
 	if err != nil {
 		return 0, false, false, err
 	}
@@ -397,7 +399,7 @@ func (m *PLCMap) didOf(ctx context.Context, seq uint64) (string, bool, bool, err
 	m.mu.Unlock()
 	var prefix [8]byte
 	binary.BigEndian.PutUint64(prefix[:], seq)
-	rec, err := m.reader.lookupMin(ctx, v, TreePLCSeq, prefix[:])
+	rec, err := m.reader.lookupMax(ctx, v, TreePLCSeq, prefix[:])
 	if err != nil {
 		return "", false, false, err
 	}

@@ -287,3 +287,43 @@ func TestPLCMapLookupOfOldView(t *testing.T) {
 		t.Fatalf("%d views asked, want 4", calls)
 	}
 }
+
+// Should two runs ever disagree about a did:plc (never, from one PLC
+// directory), a lookup answers what a compaction of them keeps (Fold: the
+// largest record), before and after it: the answer never flips.
+func TestPLCMapDisagreeingRunsAnswerAsCompacted(t *testing.T) {
+	f := newNamesFixture(t)
+	id := randomPLC(t)
+	for _, seq := range []uint64{7, 5} {
+		m := NewPLCMap(NewReader(f.store, nil), Views(f.current), 0)
+		m.Add(id, seq)
+		b := m.Seal()
+		m.Published(b, f.publish(b))
+	}
+	seqOf := func(stage string) uint64 {
+		t.Helper()
+		m := NewPLCMap(NewReader(f.store, nil), Views(f.current), 0) // no cache
+		s, ok, err := m.SeqOf(f.ctx, id.String())
+		if err != nil || !ok {
+			t.Fatalf("%s: SeqOf: %v %v", stage, ok, err)
+		}
+		return s
+	}
+	before := seqOf("two runs")
+	var remove []string
+	runs := f.view.Manifest.RunsOf(TreePLCDID)
+	for _, r := range runs {
+		remove = append(remove, r.ID)
+	}
+	if len(runs) != 2 {
+		t.Fatalf("%d runs", len(runs))
+	}
+	out, err := CompactRuns(f.ctx, f.store, f.cat, f.view, runs, CompactOptions{SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.apply(Edit{Base: f.view.Generation(), Add: []Run{out}, Remove: remove})
+	if after := seqOf("compacted"); before != 7 || after != 7 {
+		t.Fatalf("seq %d before the compaction, %d after; want 7 both", before, after)
+	}
+}
