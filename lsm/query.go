@@ -418,6 +418,9 @@ func putQueryScratch(s *queryScratch) {
 	clearGroups(s.groups)
 	clearGroups(s.rgroups)
 	s.groups, s.rgroups = s.groups[:0], s.rgroups[:0]
+	clear(s.plan[:cap(s.plan)]) // its tables and metas (an error may leave them planned)
+	clear(s.tableMetas[:cap(s.tableMetas)])
+	s.plan, s.tableMetas = s.plan[:0], s.tableMetas[:0]
 	clear(s.byTable)
 	clear(s.scanFrames[:cap(s.scanFrames)])
 	if len(s.byTable) > 1024 {

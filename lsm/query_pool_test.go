@@ -310,7 +310,7 @@ func TestPrefixRangeAndBounds(t *testing.T) {
 }
 
 // A scratch put back in the pool keeps no table alive: neither a group's
-// view table nor its meta (whose mapping, and the local file a dropped
+// or a plan's view table nor its meta (whose mapping, and the local file a dropped
 // table's meta still holds open, would stay while the pool keeps the
 // scratch; bigQueryScratch keeps one for good).
 func TestPutQueryScratchKeepsNoTable(t *testing.T) {
@@ -320,8 +320,21 @@ func TestPutQueryScratchKeepsNoTable(t *testing.T) {
 	s.groups[1] = fetchGroup{t: vt, meta: meta}
 	s.groups[:3][2] = fetchGroup{t: vt, meta: meta} // past the length, from an earlier query
 	s.rgroups[0] = fetchGroup{t: vt, meta: meta}
+	s.plan = append(make([]planEntry, 0, 3), planEntry{t: vt, m: meta}, planEntry{t: vt, m: meta})
+	s.tableMetas = append(make([]*TableMeta, 0, 3), meta, meta)
 	groups, rgroups := s.groups[:cap(s.groups)], s.rgroups[:cap(s.rgroups)]
+	plan, metas := s.plan[:cap(s.plan)], s.tableMetas[:cap(s.tableMetas)]
 	putQueryScratch(s)
+	for i, p := range plan {
+		if p.t != nil || p.m != nil {
+			t.Errorf("plan[%d] keeps its table", i)
+		}
+	}
+	for i, m := range metas {
+		if m != nil {
+			t.Errorf("tableMetas[%d] keeps a meta", i)
+		}
+	}
 	for name, gs := range map[string][]fetchGroup{"groups": groups, "rgroups": rgroups} {
 		for i, g := range gs {
 			if g.t != nil || g.meta != nil || g.own != nil || slices.ContainsFunc(g.frames[:cap(g.frames)], func(b []byte) bool { return b != nil }) {
