@@ -126,8 +126,8 @@ type Flush struct {
 	// committed clock to it (never lowers).
 	Clock uint64 `json:"clock,omitempty"`
 	// Time is the leader's clock when it proposed the entry (unix
-	// nanoseconds): the tables the edit removes wait for deletion from it
-	// (Garbage.Since). Apply never reads a clock of its own.
+	// nanoseconds), recorded as the removed tables' Garbage.Since. Apply
+	// never reads a clock of its own.
 	Time int64 `json:"time,omitempty"`
 }
 

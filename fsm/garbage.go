@@ -14,7 +14,8 @@ import (
 // survives leader changes and snapshots, and whichever node leads next
 // finishes the deletions of its predecessors (ingest/gc.go decides when a
 // table may go: every member serves a generation at or past Generation,
-// and the grace period has passed since Since).
+// and the grace period has passed, on the deleting leader's own clock,
+// since it first saw the entry).
 
 // Garbage is one table that left the manifest and waits for deletion.
 type Garbage struct {
@@ -27,6 +28,8 @@ type Garbage struct {
 	Generation uint64 `json:"generation"`
 	// Since is the proposing leader's clock (unix nanoseconds, Flush.Time)
 	// when the table left; 0 when the flush did not say (an older build).
+	// The grace does not count from it (another node's clock:
+	// ingest/gc.go).
 	Since int64 `json:"since,omitempty"`
 }
 

@@ -191,21 +191,18 @@ func (c *collector) served(ctx context.Context) (uint64, map[string]uint64, []st
 }
 
 // since is when a garbage table's grace started, on this leader's clock:
-// the later of the entry's time (the proposing leader's clock, possibly
-// another node's) and when this collector first saw the entry. A clock
-// ahead of the proposer's thus never shortens the grace; a new leader
-// waits a grace for what was pending when it took over.
+// when this collector first saw the entry. The entry was applied before
+// that, so the grace runs at least a grace period past its commit; the
+// entry's own time (the proposing leader's clock, possibly another
+// node's) is not used: a clock behind would shorten the grace, one ahead
+// would hold the table for as long as it is ahead. A new leader waits a
+// grace for what was pending when it took over.
 func (c *collector) since(g fsm.Garbage, now time.Time) time.Time {
 	k := fsm.TableKey{Tree: g.Tree, ID: g.ID}
 	first, ok := c.firstSeen[k]
 	if !ok {
 		first = now
 		c.firstSeen[k] = now
-	}
-	if g.Since != 0 {
-		if t := time.Unix(0, g.Since); t.After(first) {
-			return t
-		}
 	}
 	return first
 }

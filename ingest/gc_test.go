@@ -203,28 +203,31 @@ func TestSweepKeepsAnUploadPublishedMeanwhile(t *testing.T) {
 	}
 }
 
-// The grace runs on the deleting leader's clock: an entry stamped by a
-// proposer whose clock was far behind (or a new leader's clock far ahead)
-// still waits a whole grace from when this collector first saw it.
+// The grace runs on the deleting leader's clock, from when its collector
+// first saw the entry: an entry stamped by a proposer whose clock was an
+// hour behind still waits a whole grace, and one whose clock was an hour
+// ahead waits no longer than a grace.
 func TestCollectGraceOnOwnClock(t *testing.T) {
-	f := newGCFixture(t)
-	r1 := f.table("r1")
-	f.publish([]lsm.Run{r1}, nil)
-	e := lsm.Edit{Base: f.node.FSM.Manifest().Generation, Add: []lsm.Run{f.table("c1")}, Remove: []string{"r1"}}
-	res, err := f.node.Propose(context.Background(), fsm.TypeFlush, 0, fsm.Flush{Edit: e, Time: time.Now().Add(-time.Hour).UnixNano()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.served.Store(res.(fsm.FlushResult).Generation)
-	c := newCollector(f.w)
-	ctx := context.Background()
-	c.collect(ctx)
-	if !f.exists(r1) {
-		t.Fatal("deleted at first sight: the proposer's clock an hour behind made the grace")
-	}
-	time.Sleep(testGrace)
-	c.collect(ctx)
-	if f.exists(r1) {
-		t.Fatal("still there a grace after this collector first saw it")
+	for _, skew := range []time.Duration{-time.Hour, time.Hour} {
+		f := newGCFixture(t)
+		r1 := f.table("r1")
+		f.publish([]lsm.Run{r1}, nil)
+		e := lsm.Edit{Base: f.node.FSM.Manifest().Generation, Add: []lsm.Run{f.table("c1")}, Remove: []string{"r1"}}
+		res, err := f.node.Propose(context.Background(), fsm.TypeFlush, 0, fsm.Flush{Edit: e, Time: time.Now().Add(skew).UnixNano()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.served.Store(res.(fsm.FlushResult).Generation)
+		c := newCollector(f.w)
+		ctx := context.Background()
+		c.collect(ctx)
+		if !f.exists(r1) {
+			t.Fatalf("proposer's clock %v: deleted at first sight", skew)
+		}
+		time.Sleep(testGrace)
+		c.collect(ctx)
+		if f.exists(r1) {
+			t.Fatalf("proposer's clock %v: still there a grace after this collector first saw it", skew)
+		}
 	}
 }
