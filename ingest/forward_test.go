@@ -380,29 +380,33 @@ func TestWriterRoomConcurrentSources(t *testing.T) {
 	ctx := context.Background()
 	w, node, store, _ := forwardWriter(t)
 	const did = "did:plc:wq4aajammjtxdomz3e23667t"
-	const sources, records = 8, 16
-	var wg sync.WaitGroup
-	errs := make(chan error, sources)
-	for s := range sources {
-		wg.Go(func() {
-			for r := range records {
-				urls := make([]string, extract.LinksPerRecordMax)
-				for i := range urls {
-					urls[i] = fmt.Sprintf("https://example.com/%d/%d/%d", s, r, i)
+	// Rounds: one catches the race most of the time (8 in 10 runs of the
+	// old code), three nearly always.
+	const rounds, sources, records = 3, 8, 16
+	for round := range rounds {
+		var wg sync.WaitGroup
+		errs := make(chan error, sources)
+		for s := range sources {
+			wg.Go(func() {
+				for r := range records {
+					urls := make([]string, extract.LinksPerRecordMax)
+					for i := range urls {
+						urls[i] = fmt.Sprintf("https://example.com/%d/%d/%d/%d", round, s, r, i)
+					}
+					at := int64(1783175888000000 + round*100000 + s*1000 + r)
+					op := jsCommit(t, at, did, "create", "app.bsky.feed.post", fmt.Sprintf("3mptbyp%c%c%c2a", 'a'+round, 'a'+s, 'a'+r), map[string]any{"text": "x", "facets": linkFacets(urls...)})
+					if err := w.Apply(ctx, fmt.Sprint("js", s), fmt.Sprint(at), &op); err != nil {
+						errs <- fmt.Errorf("round %d source %d record %d: %w", round, s, r, err)
+						return
+					}
 				}
-				at := int64(1783175888000000 + s*1000 + r)
-				op := jsCommit(t, at, did, "create", "app.bsky.feed.post", fmt.Sprintf("3mptbypl%c%c2a", 'a'+s, 'a'+r), map[string]any{"text": "x", "facets": linkFacets(urls...)})
-				if err := w.Apply(ctx, fmt.Sprint("js", s), fmt.Sprint(at), &op); err != nil {
-					errs <- fmt.Errorf("source %d record %d: %w", s, r, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
 	}
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -413,7 +417,7 @@ func TestWriterRoomConcurrentSources(t *testing.T) {
 			fwd++
 		}
 	}
-	if want := sources * records * extract.LinksPerRecordMax; fwd != want {
+	if want := rounds * sources * records * extract.LinksPerRecordMax; fwd != want {
 		t.Fatalf("%d forward entries, want %d", fwd, want)
 	}
 }

@@ -152,15 +152,6 @@ func (w *Writer) queueUnfinished(did string) {
 	}
 }
 
-// dropUnfinished clears a previous term's marker that no source can
-// fetch (no backfill source).
-func (w *Writer) dropUnfinished(did string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.clearResyncLocked(did)
-	w.skip("resync", "no_backfill_source", "did", did)
-}
-
 // resyncDone records that a repository was fetched again for request seq;
 // the replicated marker goes only if no newer request is waiting.
 func (w *Writer) resyncDone(j resyncJob) {

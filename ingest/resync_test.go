@@ -290,8 +290,9 @@ func TestResyncHoldsAtMostHoldMax(t *testing.T) {
 
 // Without a backfill source nothing can fetch a repository again: an
 // account active again leaves no marker in the replicated state (it would
-// stay for good, queued again by every term), only a count; and the
-// markers an earlier term left are cleared when a term starts.
+// stay for good, queued again by every term), only a count; a marker an
+// earlier term left (with a backfill source) is not queued, and stays for
+// a later term that has one.
 func TestResyncWithoutBackfillSource(t *testing.T) {
 	ctx := context.Background()
 	w, node, _, reg := testWriterOf(t, 1<<20)
@@ -319,13 +320,14 @@ func TestResyncWithoutBackfillSource(t *testing.T) {
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{did, old} {
-		if got := node.FSM.Cursor(ResyncPrefix + d); got != "" {
-			t.Errorf("marker of %s: %q, want none", d, got)
-		}
+	if got := node.FSM.Cursor(ResyncPrefix + did); got != "" {
+		t.Errorf("marker of %s: %q, want none", did, got)
 	}
-	if n := metricstest.Values(t, reg)["eddy_ingest_skipped_total{reason=no_backfill_source,source=resync}"]; n != 2 {
-		t.Errorf("no_backfill_source skips: %v, want 2", n)
+	if got := node.FSM.Cursor(ResyncPrefix + old); got != "pending" {
+		t.Errorf("the earlier term's marker of %s: %q, want it kept", old, got)
+	}
+	if n := metricstest.Values(t, reg)["eddy_ingest_skipped_total{reason=no_backfill_source,source=resync}"]; n != 1 {
+		t.Errorf("no_backfill_source skips: %v, want 1", n)
 	}
 	select {
 	case j := <-w.resync:

@@ -241,16 +241,18 @@ func (r *Runner) Run(ctx context.Context) error {
 		log.Info("removed a cut-short compaction's spill", "files", n)
 	}
 	var resyncer Backfiller
-	live := false
+	unserved := false // a source whose reactivated accounts nothing fetches again
 	for _, s := range r.Sources {
-		if b, ok := s.(Backfiller); ok {
-			resyncer = b
-		} else {
-			live = true
+		switch s := s.(type) {
+		case Backfiller:
+			resyncer = s
+		case *Jetstream2: // reads them back from its server (jetstream2.go)
+		default:
+			unserved = true
 		}
 	}
 	w.resyncer.Store(resyncer != nil)
-	if resyncer == nil && live {
+	if resyncer == nil && unserved {
 		log.Warn("no backfill source: an account active again does not get back the links revoked when it went inactive (a backfill source with resync_only=true fetches its repository again)")
 	}
 	r.queueUnfinishedResyncs(w)
@@ -288,25 +290,21 @@ func (r *Runner) Run(ctx context.Context) error {
 // finished (their "resync:<did>" markers among the cursors). They are
 // queued at once, but held back like the others while the repository is
 // ahead of the streams, which replay from the committed cursors
-// (resync.go).
-//
-// Without a backfill source nothing can fetch them: their markers are
-// cleared (published with the next flush), or every term would queue
-// them again and the replicated state keep them for good.
+// (resync.go). Without a backfill source nothing can fetch them: they
+// stay, for a later term that has one (no new marker is made meanwhile).
 func (r *Runner) queueUnfinishedResyncs(w *Writer) {
-	var dropped int
+	waiting := 0
 	for k := range r.Config.Node.FSM.Summary().Cursors {
 		if did, ok := strings.CutPrefix(k, ResyncPrefix); ok {
 			if !w.resyncer.Load() {
-				w.dropUnfinished(did)
-				dropped++
+				waiting++
 				continue
 			}
 			w.queueUnfinished(did)
 		}
 	}
-	if dropped > 0 {
-		w.log.Warn("resyncs of an earlier term dropped: no backfill source to fetch them", "repositories", dropped)
+	if waiting > 0 {
+		w.log.Warn("resyncs of an earlier term wait for a leader with a backfill source", "repositories", waiting)
 	}
 }
 

@@ -508,16 +508,22 @@ func (w *Writer) ApplyRepo(ctx context.Context, source, did string, stamp uint64
 	if w.dead.Load() {
 		return ErrLeadershipLost
 	}
-	if err := w.makeRoom(ctx); err != nil {
-		return err
+	// Room for the revocation, checked under the lock it goes in with; a
+	// flush it needs first is gated (it waits for the repositories being
+	// written: nothing of this one is yet).
+	for {
+		w.repos.RLock() // no scheduled flush between its revocation and its last record
+		w.mu.Lock()
+		if !w.fullLocked() {
+			break
+		}
+		w.mu.Unlock()
+		w.repos.RUnlock()
+		if err := w.makeRoom(ctx); err != nil {
+			return err
+		}
 	}
-	w.repos.RLock() // no scheduled flush between its revocation and its last record
 	defer w.repos.RUnlock()
-	// Room for the revocation, checked again under the lock it goes in
-	// with: another source may have filled what makeRoom found.
-	if _, err := w.lockRoom(ctx, false); err != nil {
-		return err
-	}
 	d, err := w.codec.DID(did, true)
 	if errors.Is(err, link.ErrLookup) {
 		w.mu.Unlock()
