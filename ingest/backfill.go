@@ -439,13 +439,7 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 			b.setState(did, RepoGone, "", nil)
 			return w.ApplyRepo(ctx, b.Name(), did, stamp, nil) // the repository is gone: revoke it
 		}
-		b.stats.add(func(s *BackfillStats) { s.Failed++ })
-		b.setState(did, RepoFailed, "", ferr)
-		b.skip("fetch_failed", did, ferr)
-		if strict {
-			return fmt.Errorf("%s: %w: %v", did, errResyncFailed, ferr)
-		}
-		return nil
+		return b.failed(did, "fetch_failed", ferr, strict)
 	}
 	ops := rb.ops[:0]
 	if est := len(car) / 256; cap(ops) < est { // a record and its MST share take 300 bytes or more
@@ -470,14 +464,7 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 		// links of the records it does not show. Failed instead, and
 		// fetched again like any other failure.
 		m := info.Missing[0]
-		err := fmt.Errorf("the CAR lacks %d blocks its tree names (the first: %s %s)", len(info.Missing), m.Kind, m.CID)
-		b.stats.add(func(s *BackfillStats) { s.Failed++ })
-		b.setState(did, RepoFailed, "", err)
-		b.skip("partial_car", did, err)
-		if strict {
-			return fmt.Errorf("%s: %w: %v", did, errResyncFailed, err)
-		}
-		return nil
+		return b.failed(did, "partial_car", fmt.Errorf("the CAR lacks %d blocks its tree names (the first: %s %s)", len(info.Missing), m.Kind, m.CID), strict)
 	}
 	if strict && !w.ResyncReady(did, info.Rev) {
 		return fmt.Errorf("%s: %w", did, ErrResyncHeld)
@@ -487,6 +474,19 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 	}
 	b.stats.add(func(s *BackfillStats) { s.Done++ })
 	b.setState(did, RepoDone, info.Rev, nil)
+	return nil
+}
+
+// failed counts a repository that could not be written, for reason, and
+// records why (it is fetched again later); a resync's failure (strict) is
+// an error, so that its marker stays.
+func (b *Backfill) failed(did, reason string, err error, strict bool) error {
+	b.stats.add(func(s *BackfillStats) { s.Failed++ })
+	b.setState(did, RepoFailed, "", err)
+	b.skip(reason, did, err)
+	if strict {
+		return fmt.Errorf("%s: %w: %v", did, errResyncFailed, err)
+	}
 	return nil
 }
 
