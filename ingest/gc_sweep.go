@@ -93,11 +93,9 @@ func referenced(m *lsm.Manifest, garbage []fsm.Garbage) map[fsm.TableKey]bool {
 
 // deleteOrphans deletes the due orphans that no upload in flight when
 // the sweep read the manifest (inflight: the oldest one's start) may have
-// written, that every member has moved past, and that the manifest does
-// not reference now either (read again after the members were asked).
+// written and that every member has moved past.
 func (c *collector) deleteOrphans(ctx context.Context, due []fsm.TableKey, inflight time.Time) error {
 	oldest, _, down := c.served(ctx)
-	ref := referenced(c.w.cfg.Node.FSM.Manifest(), c.w.cfg.Node.FSM.Garbage())
 	deleted, bytes := 0, int64(0)
 	for _, k := range due {
 		o := c.orphans[k]
@@ -106,12 +104,6 @@ func (c *collector) deleteOrphans(ctx context.Context, due []fsm.TableKey, infli
 		}
 		if o.gen > oldest {
 			continue // held back like replaced tables (collect says why)
-		}
-		if ref[k] {
-			// Cannot happen by the order of the sweep's reads; should it,
-			// the table is live and the next sweep forgets it.
-			c.log.Warn("an orphan due for deletion is referenced: kept", "tree", k.Tree, "table", k.ID)
-			continue
 		}
 		for _, key := range o.keys {
 			if err := c.w.cfg.Store.Delete(ctx, key); err != nil {

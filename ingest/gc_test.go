@@ -166,8 +166,8 @@ func TestSweepOrphans(t *testing.T) {
 }
 
 // An upload published while a sweep judges its listing is never deleted:
-// the sweep reads the uploads in flight before the manifest (and the
-// manifest again before it deletes). Read in the other order, a merge's
+// the sweep reads the uploads in flight before the manifest. Read in the
+// other order, a merge's
 // table first seen during its upload, published and ended between the
 // sweep's two reads, looked neither in flight nor referenced.
 func TestSweepKeepsAnUploadPublishedMeanwhile(t *testing.T) {

@@ -298,28 +298,27 @@ func TestResyncWithoutBackfillSource(t *testing.T) {
 	w, node, _, reg := testWriterOf(t, 1<<20)
 	t0 := time.Date(2026, 7, 4, 14, 38, 8, 0, time.UTC)
 	const did, old = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
+	// reactivate applies an account's reactivation at t and publishes it.
+	reactivate := func(did, cursor string, at time.Time) {
+		t.Helper()
+		op := jsAccount(t, at, did, true)
+		if err := w.Apply(ctx, "jetstream", cursor, &op); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// An earlier term's marker, as a writer with a backfill source leaves it.
 	w.resyncer.Store(true)
-	op := jsAccount(t, t0, old, true)
-	if err := w.Apply(ctx, "jetstream", "1", &op); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	reactivate(old, "1", t0)
 	if got := node.FSM.Cursor(ResyncPrefix + old); got != "pending" {
 		t.Fatalf("marker of %s: %q, want pending", old, got)
 	}
 	<-w.resync // its job: this test runs no resync loop
 	w.resyncer.Store(false)
 	(&Runner{Config: Config{Node: node}}).queueUnfinishedResyncs(w)
-	op = jsAccount(t, t0.Add(time.Second), did, true)
-	if err := w.Apply(ctx, "jetstream", "2", &op); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	reactivate(did, "2", t0.Add(time.Second))
 	if got := node.FSM.Cursor(ResyncPrefix + did); got != "" {
 		t.Errorf("marker of %s: %q, want none", did, got)
 	}

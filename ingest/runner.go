@@ -67,7 +67,10 @@ type Runner struct {
 	// lsm.DefaultCompactionFanIn).
 	CompactionFanIn int
 	// SpillDir holds a compaction's inputs between its passes (a
-	// directory on local disk; "": the system's temporary directory).
+	// directory on local disk; "": the system's temporary directory). A
+	// merge removes its spill when it ends, cut short or not; what a
+	// crash leaves, the process removes when it starts (lsm.RemoveSpills,
+	// cmd/node), whatever the node's role.
 	SpillDir string
 }
 
@@ -235,11 +238,6 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	log := w.log
 	log.Info("write path started", "sources", len(r.Sources), "clock", r.Config.Node.FSM.Clock())
-	if n, err := lsm.RemoveSpills(r.SpillDir); err != nil {
-		log.Warn("remove a cut-short compaction's spill", "error", err)
-	} else if n > 0 {
-		log.Info("removed a cut-short compaction's spill", "files", n)
-	}
 	var resyncer Backfiller
 	unserved := false // a source whose reactivated accounts nothing fetches again
 	for _, s := range r.Sources {
@@ -270,7 +268,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { r.compactLoop(ctx, w) })
 	wg.Go(func() { r.gcLoop(ctx, w) })
-	wg.Go(func() { r.resyncLoop(ctx, w, resyncer) })
+	if resyncer != nil {
+		wg.Go(func() { r.resyncLoop(ctx, w, resyncer) })
+	}
 	result := r.flushLoop(ctx, cancel, w)
 	wg.Wait()
 	if errors.Is(result, context.Canceled) && !errors.Is(result, ErrLeadershipLost) {
@@ -348,10 +348,6 @@ func (r *Runner) resyncLoop(ctx context.Context, w *Writer, b Backfiller) {
 		case now := <-tick.C:
 			w.releaseUnplaced(iw.idle(w, now))
 		case job := <-w.resync:
-			if b == nil {
-				w.skip("resync", "no_backfill_source")
-				continue
-			}
 			w.beginResync(job)
 			err := b.Resync(ctx, w, job.did)
 			w.endResync(job)

@@ -177,8 +177,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	// request, carried out by whichever node leads.
 	admin.Compact = ingest.AdminCompact(node)
 	// A compaction cut short by a crash left its spill (gigabytes at
-	// scale): removed now, whatever this node's role (the write path
-	// removes it again when it starts leading).
+	// scale): removed now, whatever this node's role.
 	spillDir := filepath.Join(c.dataDir, "spill")
 	if n, err := lsm.RemoveSpills(spillDir); err != nil {
 		log.Warn("remove a cut-short compaction's spill", "error", err)
