@@ -31,7 +31,7 @@ import "math/bits"
 //     gives it to every record it writes, so an account's records carry
 //     many (11 to 28 in the real repositories of 30 to 184 records in
 //     testdata), and pairs multiplied the dictionary up to 32-fold (33,000
-//     accounts with 32 pairs each fill MaxDictEntries). From version 5 an account
+//     accounts with 32 pairs each fill the 2^20 entries of version 4). From version 5 an account
 //     is its DID, its dictionary entry holds the clock id a vote over its
 //     records in the table picks (their majority's, when there is one),
 //     and each record's clock id is a column of
@@ -124,9 +124,22 @@ import "math/bits"
 // BacklinkFormat and RevocationFormat only).
 const transformColumns frameTransform = 4
 
-// MaxDictEntries bounds a table's account dictionary (memory: 10 bytes an
-// entry in a decoded meta).
-const MaxDictEntries = 1 << 20
+// MaxDictEntries bounds a table's account dictionary in the format
+// BuildTable writes (memory: 18 bytes an entry in a decoded meta, ~10 in a
+// mapped one). Up to format version 5 the bound was 2^20 (maxDictEntries):
+// a merged index of a billion links has 1.43M accounts, and the ~0.4M past
+// it stored each record's DID and clock id as literals and its rev
+// unpredicted (~0.9 bytes a link, docs/scale.md). Version 6 raises it to
+// 2^22, the accounts a compaction counts anyway (dictCountMax).
+const MaxDictEntries = 1 << 22
+
+// maxDictEntries is the bound of tables of format version.
+func maxDictEntries(version int) int {
+	if version < 6 {
+		return 1 << 20
+	}
+	return MaxDictEntries
+}
 
 // colLayout is the record layout of a format the columnar codec handles.
 type colLayout struct {
@@ -136,6 +149,7 @@ type colLayout struct {
 	// each record's TID clock id is a column of its own (planes after the
 	// pair indexes); before, an account was the pair (DID, clock id).
 	clockCol bool
+	dictMax  int // the dictionary's bound (maxDictEntries)
 }
 
 // columnsLayout is the columnar layout of format f in tables of format
@@ -146,9 +160,9 @@ func columnsLayout(f Format, version int) (colLayout, bool) {
 	}
 	switch f {
 	case BacklinkFormat:
-		return colLayout{w: 64, target: true, clockCol: clockColumn(version)}, true
+		return colLayout{w: 64, target: true, clockCol: clockColumn(version), dictMax: maxDictEntries(version)}, true
 	case RevocationFormat:
-		return colLayout{w: 32, clockCol: clockColumn(version)}, true
+		return colLayout{w: 32, clockCol: clockColumn(version), dictMax: maxDictEntries(version)}, true
 	}
 	return colLayout{}, false
 }

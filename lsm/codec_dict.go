@@ -175,7 +175,7 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 			castVote(&clocks[id], &votes[id], clockAt(recs, i*l.w+s))
 		}
 	}
-	d, rankOf := orderDict(&t, vote, clocks)
+	d, rankOf := orderDict(&t, vote, clocks, l.dictMax)
 	for i, id := range ids {
 		ids[i] = rankOf[id]
 	}
@@ -183,12 +183,12 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 }
 
 // orderDict returns the dictionary of the accounts t counted at least
-// twice whose DID fits 32 bits, most frequent first, ties by value (at most MaxDictEntries), each
+// twice whose DID fits 32 bits, most frequent first, ties by value (at most max), each
 // with its rev from revs (indexed by t's ids: 1 + the rev, 0 for none) and,
 // when clocks is not nil (a layout with a clock column), its clock id from
 // clocks (else the account's own), and each of t's ids' rank (0 for
 // accounts outside it).
-func orderDict(t *acctTable, revs []uint64, clocks []uint16) (*accountDict, []uint32) {
+func orderDict(t *acctTable, revs []uint64, clocks []uint16, max int) (*accountDict, []uint32) {
 	order := make([]uint32, 0, len(t.accts)/2+1)
 	for id, c := range t.counts {
 		// A DID that does not fit 32 bits (a named one: a did:web's hash)
@@ -208,8 +208,8 @@ func orderDict(t *acctTable, revs []uint64, clocks []uint16) (*accountDict, []ui
 		}
 		return cmp.Compare(ax.clock, ay.clock)
 	})
-	if len(order) > MaxDictEntries {
-		order = order[:MaxDictEntries]
+	if len(order) > max {
+		order = order[:max]
 	}
 	d := &accountDict{dids: make([]uint64, len(order)), clocks: make([]uint16, len(order)), revs: make([]uint64, len(order))}
 	rankOf := make([]uint32, len(t.accts))
@@ -243,11 +243,12 @@ func newDictCounter(l colLayout) *dictCounter {
 }
 
 // dictCountMax bounds the distinct accounts a dictCounter tracks (~40
-// bytes each, ~46 with a clock column's vote): once it holds that many, accounts not seen yet are not
-// counted (their records store literals). The dictionary keeps at most
-// MaxDictEntries of them, the most frequent, which a network's most
-// active accounts fill long before.
-const dictCountMax = 4 * MaxDictEntries
+// bytes each, ~46 with a clock column's vote: at most ~190 MB of a
+// compaction's memory): once it holds that many, accounts not seen yet
+// are not counted (their records store literals). The dictionary keeps
+// at most the layout's bound of them (MaxDictEntries from format version
+// 6: all of them), the most frequent.
+const dictCountMax = 1 << 22
 
 // add counts the accounts of recs (whole records of c's layout).
 func (c *dictCounter) add(recs []byte) {
@@ -289,7 +290,7 @@ func (c *dictCounter) dict() *accountDict {
 			revs[id] = c.vote[id] + 1 // 0 for the largest uint64: none
 		}
 	}
-	d, _ := orderDict(&c.t, revs, c.clock)
+	d, _ := orderDict(&c.t, revs, c.clock, c.l.dictMax)
 	return d
 }
 
@@ -392,7 +393,8 @@ func (t *acctTable) place(a account, id uint32) {
 
 // appendDict appends the dictionary section of a version 2 or later meta:
 //
-//	0  4  entries E (0..MaxDictEntries)
+//	0  4  entries E (0..maxDictEntries(version): 2^20 up to version 5,
+//	      2^22 from version 6)
 //	4  4  raw length R
 //	8  4  compressed length C
 //	12 C  a zstd frame of R bytes: E varint dids, then E bytes (clock ids'
@@ -452,9 +454,11 @@ var dictDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
 	)
 })
 
-// decodeDict decodes a dictionary section (exactly b), with revs for
-// format version 3.
-func decodeDict(b []byte, withRevs bool) (*accountDict, error) {
+// decodeDict decodes a dictionary section (exactly b) of a table of
+// format version: with revs from version 3, of at most
+// maxDictEntries(version) entries.
+func decodeDict(b []byte, version int) (*accountDict, error) {
+	withRevs := dictHasRevs(version)
 	if len(b) < dictHeaderSize {
 		return nil, corruptf("dictionary section of %d bytes", len(b))
 	}
@@ -462,8 +466,8 @@ func decodeDict(b []byte, withRevs bool) (*accountDict, error) {
 	r := uint64(binary.LittleEndian.Uint32(b[4:]))
 	c := uint64(binary.LittleEndian.Uint32(b[8:]))
 	switch {
-	case e > MaxDictEntries:
-		return nil, corruptf("dictionary of %d entries", e)
+	case e > uint64(maxDictEntries(version)):
+		return nil, corruptf("dictionary of %d entries (version %d)", e, version)
 	case c != uint64(len(b)-dictHeaderSize):
 		return nil, corruptf("dictionary section %d bytes, its header says %d", len(b)-dictHeaderSize, c)
 	case !withRevs && (r < 3*e || r > 12*e), withRevs && (r < 4*e || r > 22*e):
@@ -475,7 +479,7 @@ func decodeDict(b []byte, withRevs bool) (*accountDict, error) {
 	// of consecutive DIDs, one rev, clock id 0) compressed more than 64x
 	// and a bound there refused a real table at its own self-check, which
 	// failed the flush for ever. What DecodeMeta allocates is bounded by
-	// the checks above: at most MaxDictEntries entries of at most 22
+	// the checks above: at most maxDictEntries entries of at most 22
 	// bytes.
 	d := &accountDict{}
 	if withRevs {

@@ -53,6 +53,11 @@ var v1Fixtures = []v1Fixture{
 	// EDDY_REWRITE_V4_FIXTURES=1).
 	{4, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(18, 3000) }, 700},
 	{4, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(19, 2000) }, 500},
+	// Version 5: an account is its DID, each record's clock id a column
+	// of its own, a dictionary of at most 2^20 entries (written by the
+	// version 5 code with EDDY_REWRITE_V5_FIXTURES=1).
+	{5, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(20, 3000) }, 700},
+	{5, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(21, 2000) }, 500},
 }
 
 // rewriteFixtures regenerates the fixtures of one version (see above).

@@ -54,7 +54,7 @@
 //
 // # Table format
 //
-// Tables are format version 5 (TableFormatVersion); versions 1 to 4 still
+// Tables are format version 6 (TableFormatVersion); versions 1 to 5 still
 // read (the differences are marked "v2" below; version 3 differs from 2
 // only inside the dictionary section, which holds each account's rev, and
 // in how a columnar frame stores revs: codec.go; version 4 lets the
@@ -62,7 +62,8 @@
 // run instead, and a dictionary hold more entries than half its table's
 // records: table_meta.go, appendDictRef; version 5 keys the dictionary by
 // DID alone, its clock ids the usual ones of its accounts, and stores each
-// record's clock id in planes of its own: codec.go).
+// record's clock id in planes of its own: codec.go; version 6 differs from
+// 5 only in its dictionary's bound, 2^22 accounts instead of 2^20).
 //
 // A table is an immutable sorted run of distinct fixed-width records, stored
 // as two objects: a data object (tables/<tree>/<id>.data, in object storage,

@@ -334,7 +334,7 @@ func openMapped(region *mapRegion) (*TableMeta, error) {
 	switch {
 	case filterAt+sec.filterBytes != p:
 		return nil, corruptf("local meta: prefix %d bytes, its header says %d", p, filterAt+sec.filterBytes)
-	case e > MaxDictEntries, e > m.Records/2 && !dictShared(version):
+	case e > uint64(maxDictEntries(version)), e > m.Records/2 && !dictShared(version):
 		return nil, corruptf("local meta: dictionary of %d entries", e)
 	case d%8 != 0 || o%8 != 0 || d < p+uint64(len(ref)) || d > end || o > end || d+(wd+2+wr)*e > o || o+8*k != end:
 		return nil, corruptf("local meta: sections at %d, %d, %d bytes", d, o, end)

@@ -42,9 +42,10 @@ const FrameBytesMax = 64 << 10
 // version 4 lets a table refer to the dictionary of another table of its
 // run (a compaction's output shares one, table_meta.go); version 5 stores
 // each record's TID clock id as a column, and an account is its DID alone
-// (codec.go).
+// (codec.go); version 6 lets a dictionary hold 2^22 accounts instead of
+// 2^20 (maxDictEntries), and is otherwise version 5.
 // DecodeMeta reads versions 1..TableFormatVersion.
-const TableFormatVersion = 5
+const TableFormatVersion = 6
 
 // Limits. Everything read from a meta is checked against these (and against
 // the meta's own size) before it is trusted.

@@ -233,7 +233,7 @@ func (m *TableMeta) decodeDictSection(d []byte) error {
 	if isDictRef(d) {
 		return m.decodeDictRef(d)
 	}
-	dict, err := decodeDict(d, dictHasRevs(m.version))
+	dict, err := decodeDict(d, m.version)
 	if err != nil {
 		return err
 	}
@@ -250,7 +250,7 @@ func (m *TableMeta) decodeDictSection(d []byte) error {
 // table it has two records in):
 //
 //	0   4   0xffffffff (an own dictionary's entry count is at most
-//	        MaxDictEntries)
+//	        maxDictEntries(version))
 //	4   16  the ID (binary) of the table whose meta holds the dictionary
 //	20  4   that dictionary's entries
 const (
@@ -283,8 +283,8 @@ func (m *TableMeta) decodeDictRef(d []byte) error {
 		return corruptf("dictionary reference of %d bytes", len(d))
 	}
 	e := binary.LittleEndian.Uint32(d[20:])
-	if e > MaxDictEntries {
-		return corruptf("dictionary reference to %d entries", e)
+	if e > uint32(maxDictEntries(m.version)) {
+		return corruptf("dictionary reference to %d entries (version %d)", e, m.version)
 	}
 	m.dictRef, m.dictRefEntries, m.dict = append([]byte(nil), d[4:20]...), e, nil
 	return nil
