@@ -2,7 +2,10 @@ package lsm
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -158,5 +161,33 @@ func TestCatalogEvictionWithinBudget(t *testing.T) {
 	}
 	if st := cat.Stats(); st.Bytes > max(budget, m.memBytes()) || st.Metas < 1 {
 		t.Fatalf("after a big meta: %+v (it is %d bytes)", st, m.memBytes())
+	}
+}
+
+// DropStale removes the temporary files an earlier process's crash left,
+// and never one of this process's (a write in flight).
+func TestDropStaleRemovesEarlierTempFiles(t *testing.T) {
+	dir := t.TempDir()
+	links := filepath.Join(dir, "tables", string(TreeLinks))
+	if err := os.MkdirAll(links, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(links, tmpPrefix+"crashed")
+	if err := os.WriteFile(old, []byte("half a meta"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := NewCatalog(dir, nil)
+	inFlight := filepath.Join(links, tmpPrefix+tmpOwn+"writing")
+	if err := os.WriteFile(inFlight, []byte("a meta being written"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DropStale(func(Tree, string) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("an earlier process's temporary file: %v, want removed", err)
+	}
+	if _, err := os.Stat(inFlight); err != nil {
+		t.Fatalf("the catalog's own temporary file: %v, want kept", err)
 	}
 }

@@ -14,8 +14,11 @@ import (
 // what an earlier process on this data directory left behind (tables
 // deleted as garbage while the node was down, a killed leader's uploads
 // that were never published). A table dropped by mistake costs one GET
-// when a view needs it again (Load fetches it). It returns how many files
-// it removed.
+// when a view needs it again (Load fetches it). It also removes the
+// temporary files of writes an earlier process did not finish (a crash
+// between writeFileAtomic's create and rename): those not named as this
+// process's, never one of its own writes in flight. It returns how many
+// meta files it removed.
 func (c *Catalog) DropStale(keep func(t Tree, id string) bool) (int, error) {
 	removed := 0
 	for _, t := range Trees {
@@ -28,6 +31,12 @@ func (c *Catalog) DropStale(keep func(t Tree, id string) bool) (int, error) {
 			return removed, err
 		}
 		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), tmpPrefix) && !e.IsDir() {
+				if err := removeOldTemp(filepath.Join(dir, e.Name())); err != nil {
+					return removed, err
+				}
+				continue
+			}
 			id, ok := strings.CutSuffix(e.Name(), ".meta")
 			if !ok || e.IsDir() || strings.HasPrefix(id, ".") || keep(t, id) {
 				continue
@@ -45,4 +54,16 @@ func (c *Catalog) DropStale(keep func(t Tree, id string) bool) (int, error) {
 		}
 	}
 	return removed, nil
+}
+
+// removeOldTemp removes the temporary file at path unless this process
+// made it.
+func removeOldTemp(path string) error {
+	if strings.HasPrefix(filepath.Base(path), tmpPrefix+tmpOwn) {
+		return nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }

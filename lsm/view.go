@@ -2,6 +2,8 @@ package lsm
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -400,11 +402,22 @@ func (c *Catalog) Drop(t Tree, id string) {
 	_ = os.Remove(c.localPath(t, id))
 }
 
+// tmpPrefix names writeFileAtomic's temporary files; this process's
+// carry tmpOwn after it, so that a file named otherwise was left by an
+// earlier process (a crash between the create and the rename).
+const tmpPrefix = ".tmp-"
+
+var tmpOwn = func() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:]) + "-"
+}()
+
 func writeFileAtomic(path string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), tmpPrefix+tmpOwn+"*")
 	if err != nil {
 		return err
 	}
