@@ -3,9 +3,12 @@ package query
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +88,75 @@ func TestAcquireAtLeastHoldsTheViewItReads(t *testing.T) {
 	}
 	if got := f.views.OldestServed(); got != g2 {
 		t.Fatalf("oldest served %d after a wait that failed, want %d", got, g2)
+	}
+}
+
+// Through the HTTP API: a query with minGeneration holds, from the moment
+// the generation comes, the view it answers from, also while it waits
+// for an execution slot, and says which (X-Eddy-Generation).
+func TestMinGenerationQueryHoldsTheViewItAnswers(t *testing.T) {
+	f := newFixture(t)
+	l := NewClientLimiter(ClientLimits{InFlight: 8, Slots: 1})
+	f.qs.Clients = l
+	f.write(like(0))
+	g0 := f.flush()
+	l.mu.Lock()
+	l.mu.free = 0 // the only slot is taken
+	l.mu.Unlock()
+	type answer struct {
+		code int
+		gen  string
+		body string
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		u := f.srv.URL + "/xrpc/blue.cerulea.backlinks.listBacklinks?" + url.Values{"target": {post}, "minGeneration": {strconv.FormatUint(g0+1, 10)}}.Encode()
+		r, err := http.Get(u)
+		if err != nil {
+			ch <- answer{code: -1, body: err.Error()}
+			return
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		ch <- answer{r.StatusCode, r.Header.Get(GenerationHeader), string(b)}
+	}()
+	// The query waits for g0+1 (holding nothing from before it).
+	time.Sleep(50 * time.Millisecond)
+	f.write(like(1))
+	g1 := f.flush()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l.mu.Lock()
+		queued := len(l.mu.ring)
+		l.mu.Unlock()
+		if queued > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the query never waited for a slot")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	f.write(like(2))
+	g2 := f.flush()
+	if got := f.views.OldestServed(); got != g1 || g1 <= g0 || g2 <= g1 {
+		t.Fatalf("oldest served %d while the query waits to answer from %d (flushes %d, %d, %d)", got, g1, g0, g1, g2)
+	}
+	l.mu.Lock()
+	l.mu.free = 1
+	l.grantLocked()
+	l.mu.Unlock()
+	a := <-ch
+	if a.code != http.StatusOK || a.gen != strconv.FormatUint(g1, 10) {
+		t.Fatalf("answer %d from generation %q, want 200 from %d: %s", a.code, a.gen, g1, a.body)
+	}
+	l1, _ := like(1)
+	l2, _ := like(2)
+	if !strings.Contains(a.body, l1) || strings.Contains(a.body, l2) {
+		t.Fatalf("the answer of generation %d: %s", g1, a.body)
+	}
+	if got := f.views.OldestServed(); got != g2 {
+		t.Fatalf("oldest served %d after the answer, want %d", got, g2)
 	}
 }
 
