@@ -122,6 +122,39 @@ func TestCatalogDropThenLoad(t *testing.T) {
 	}
 }
 
+// A Drop between an add's write of the local file and its keep (the
+// leader's GC dropping a table a flush or fetch is adding) leaves neither
+// the file nor the meta behind, in either layout.
+func TestCatalogDropDuringAdd(t *testing.T) {
+	defer func() { addHook = func(string, bool) {} }()
+	for _, mapped := range []bool{false, true} {
+		for _, afterWrite := range []bool{false, true} {
+			store := newLocalStore(t)
+			cat := NewCatalog(t.TempDir(), store)
+			if mapped {
+				cat = NewCatalogMapped(t.TempDir(), store)
+			}
+			ref, meta := catalogTable(t, store, 50)
+			addHook = func(id string, written bool) {
+				if written == afterWrite {
+					cat.Drop(TreeLinks, id)
+				}
+			}
+			m, err := cat.Add(TreeLinks, ref.ID, meta)
+			addHook = func(string, bool) {}
+			if err != nil || m.Records != 50 {
+				t.Fatalf("mapped %v, drop after the write %v: add: %v, %v", mapped, afterWrite, m, err)
+			}
+			if _, err := os.Stat(cat.localPath(TreeLinks, ref.ID)); !os.IsNotExist(err) {
+				t.Fatalf("mapped %v, drop after the write %v: the dropped table's local meta stays: %v", mapped, afterWrite, err)
+			}
+			if st := cat.Stats(); st.Metas != 0 || st.Bytes != 0 {
+				t.Fatalf("mapped %v, drop after the write %v: the dropped table is held: %+v", mapped, afterWrite, st)
+			}
+		}
+	}
+}
+
 // However used every meta is, the cache ends each addition within its
 // budget (but for the one just added).
 func TestCatalogEvictionWithinBudget(t *testing.T) {

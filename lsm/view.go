@@ -155,23 +155,35 @@ func (c *Catalog) add(ctx context.Context, t Tree, id string, meta []byte) (*Tab
 	c.mu.onDisk[id] = true // before the file appears: DropStale leaves it
 	c.mu.Unlock()
 	if !c.maps(t, len(meta)) {
+		addHook(id, false)
 		if err := writeFileAtomic(c.localPath(t, id), meta); err != nil {
 			return nil, err
 		}
+		addHook(id, true)
 		if err := c.resolveDict(ctx, t, id, m); err != nil {
 			return nil, err
 		}
-		return c.keep(id, m, true), nil
+		return c.keep(t, id, m, true), nil
 	}
 	local, err := encodeLocalMeta(m, meta)
 	if err != nil {
 		return nil, &CorruptError{Tree: t, Table: id, Err: err}
 	}
 	path := c.localPath(t, id)
+	addHook(id, false)
 	if err := writeFileAtomic(path, local); err != nil {
 		return nil, err
 	}
+	addHook(id, true)
 	mm, err := mapLocalMeta(path)
+	if errors.Is(err, fs.ErrNotExist) && c.isDropped(id) {
+		// Dropped (and its file removed) since the check above: the
+		// caller reads the decoded meta, the catalog keeps nothing.
+		if err := c.resolveDict(ctx, t, id, m); err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("table %s: %w", id, err)
 	}
@@ -179,8 +191,18 @@ func (c *Catalog) add(ctx context.Context, t Tree, id string, meta []byte) (*Tab
 	if err := c.resolveDict(ctx, t, id, mm); err != nil {
 		return nil, err
 	}
-	return c.keep(id, mm, true), nil
+	return c.keep(t, id, mm, true), nil
 }
+
+func (c *Catalog) isDropped(id string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.mu.dropped[id]
+}
+
+// addHook is called (tests) before add writes a local file and after
+// (written).
+var addHook = func(id string, written bool) {}
 
 // resolveDict gives m (table id, not yet shared) the dictionary of the
 // table its frames use, if that is another's (TableMeta.DictTable),
@@ -226,10 +248,7 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 		return e.m, nil
 	}
 	c.misses.Add(1)
-	c.mu.RLock()
-	dropped := c.mu.dropped[ref.ID]
-	c.mu.RUnlock()
-	if dropped {
+	if c.isDropped(ref.ID) {
 		return c.fetchDropped(ctx, t, ref)
 	}
 	path := c.localPath(t, ref.ID)
@@ -240,7 +259,7 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 			if err := c.resolveDict(ctx, t, ref.ID, m); err != nil {
 				return nil, err
 			}
-			return c.keep(ref.ID, m, true), nil
+			return c.keep(t, ref.ID, m, true), nil
 		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return c.fetch(ctx, t, ref)
@@ -257,7 +276,7 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 			if err := c.resolveDict(ctx, t, ref.ID, m); err != nil {
 				return nil, err
 			}
-			return c.keep(ref.ID, m, true), nil
+			return c.keep(t, ref.ID, m, true), nil
 		}
 		_ = os.Remove(path) // corrupt local copy (or another layout's): refetch
 	}
@@ -319,11 +338,18 @@ func (c *Catalog) ensure(ctx context.Context, t Tree, ref TableRef) error {
 
 // keep adds a decoded meta to the cache (or returns the one another
 // goroutine added first) and evicts what the budget asks, never m itself.
-func (c *Catalog) keep(id string, m *TableMeta, onDisk bool) *TableMeta {
+// onDisk says the caller wrote or found its local file.
+func (c *Catalog) keep(t Tree, id string, m *TableMeta, onDisk bool) *TableMeta {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mu.dropped[id] {
-		return m // dropped meanwhile: the caller uses it, the catalog forgets it
+		// Dropped meanwhile: the caller uses it, the catalog forgets it,
+		// and the file an add wrote after Drop removed it goes too (a
+		// mapping of it stays valid).
+		if onDisk {
+			_ = os.Remove(c.localPath(t, id))
+		}
+		return m
 	}
 	if onDisk {
 		c.mu.onDisk[id] = true
