@@ -266,7 +266,13 @@ func columnFloors(recs []byte, m *TableMeta, floors map[string]float64) {
 	u := func(i, off int) uint64 { return binary.BigEndian.Uint64(recs[i*w+off:]) }
 	accts := map[account]int{}
 	pairs := map[[2]uint64]int{}
-	var diffs, firsts []uint64
+	var diffs, firsts, targetDiffs []uint64
+	tColls, tDIDs := map[uint64]int{}, map[uint64]int{}
+	var prevTarget uint64
+	// With a clock column: each DID's clock ids, for the floor of the
+	// clock planes (a record's clock id xor its DID's most frequent one
+	// in the table).
+	clocks := map[uint64]map[uint16]int{}
 	for i := range n {
 		first := i == 0 || (l.target && string(recs[i*w:i*w+24]) != string(recs[(i-1)*w:(i-1)*w+24]))
 		hi := u(i, s) >> clockBits
@@ -279,7 +285,21 @@ func columnFloors(recs []byte, m *TableMeta, floors map[string]float64) {
 		} else {
 			diffs = append(diffs, hi-prev)
 		}
-		accts[account{u(i, s+16), uint16(u(i, s) & 1023)}]++
+		if first && l.target {
+			targetDiffs = append(targetDiffs, zigzag(u(i, 0)-prevTarget))
+			prevTarget = u(i, 0)
+			tColls[u(i, 8)]++
+			tDIDs[u(i, 16)]++
+		}
+		did, clock := u(i, s+16), uint16(u(i, s)&1023)
+		if l.clockCol {
+			if clocks[did] == nil {
+				clocks[did] = map[uint16]int{}
+			}
+			clocks[did][clock]++
+			clock = 0
+		}
+		accts[account{did, clock}]++
 		p := [2]uint64{u(i, s+8), 0}
 		if l.target {
 			p[1] = u(i, s+24)
@@ -290,6 +310,27 @@ func columnFloors(recs []byte, m *TableMeta, floors map[string]float64) {
 	floors["time: first of group"] += magnitudeBits(firsts)
 	floors["accounts (order 0)"] += order0Bits(accts, n)
 	floors["pairs (order 0)"] += order0Bits(pairs, n)
+	if l.target {
+		// A group's target: its rkey's difference from the previous
+		// group's (magnitude), its collection and DID (order 0 over the
+		// table's groups).
+		floors["targets"] += magnitudeBits(targetDiffs) + order0Bits(tColls, len(targetDiffs)) + order0Bits(tDIDs, len(targetDiffs))
+	}
+	if l.clockCol {
+		xors := map[uint16]int{}
+		for _, cs := range clocks {
+			var usual uint16
+			for c, k := range cs {
+				if k > cs[usual] || k == cs[usual] && c < usual {
+					usual = c
+				}
+			}
+			for c, k := range cs {
+				xors[c^usual] += k
+			}
+		}
+		floors["clock ids"] += order0Bits(xors, n)
+	}
 }
 
 func order0Bits[K comparable](counts map[K]int, n int) float64 {
