@@ -7,7 +7,7 @@ import (
 )
 
 // DefaultCacheBytes bounds the decoded-frame cache: 256 MiB holds about
-// four thousand 64 KiB frames (four million backlinks), the hot set of a
+// two thousand 128 KiB frames (four million backlinks), the hot set of a
 // small node.
 const DefaultCacheBytes = 256 << 20
 

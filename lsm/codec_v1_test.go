@@ -58,6 +58,10 @@ var v1Fixtures = []v1Fixture{
 	// version 5 code with EDDY_REWRITE_V5_FIXTURES=1).
 	{5, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(20, 3000) }, 700},
 	{5, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(21, 2000) }, 500},
+	// Version 6: version 5 with a dictionary of up to 2^22 accounts
+	// (written by the version 6 code with EDDY_REWRITE_V6_FIXTURES=1).
+	{6, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(22, 3000) }, 700},
+	{6, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(23, 2000) }, 500},
 }
 
 // rewriteFixtures regenerates the fixtures of one version (see above).

@@ -270,7 +270,7 @@ func TestCountWindows(t *testing.T) {
 		if err != nil || n != uint64(wl.LiveCount(wl.Mega)) {
 			t.Fatalf("window %d: mega count %d (%v), want %d", w, n, err, wl.LiveCount(wl.Mega))
 		}
-		// A window reads at least windowFramesMin frames of each run (~8,000
+		// A window reads at least windowBytesMin of each run (~8,000
 		// links), so the small windows cut the target into a few steps.
 		if (w == 200 && st.CountWindows < 3) || (w == 1<<20 && st.CountWindows != 1) {
 			t.Fatalf("window %d: %d windows", w, st.CountWindows)

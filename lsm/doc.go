@@ -54,7 +54,7 @@
 //
 // # Table format
 //
-// Tables are format version 6 (TableFormatVersion); versions 1 to 5 still
+// Tables are format version 7 (TableFormatVersion); versions 1 to 6 still
 // read (the differences are marked "v2" below; version 3 differs from 2
 // only inside the dictionary section, which holds each account's rev, and
 // in how a columnar frame stores revs: codec.go; version 4 lets the
@@ -63,7 +63,9 @@
 // records: table_meta.go, appendDictRef; version 5 keys the dictionary by
 // DID alone, its clock ids the usual ones of its accounts, and stores each
 // record's clock id in planes of its own: codec.go; version 6 differs from
-// 5 only in its dictionary's bound, 2^22 accounts instead of 2^20).
+// 5 only in its dictionary's bound, 2^22 accounts instead of 2^20; version
+// 7 differs from 6 only in its frames' bound, 128 KiB of records instead
+// of 64: frameBytes).
 //
 // A table is an immutable sorted run of distinct fixed-width records, stored
 // as two objects: a data object (tables/<tree>/<id>.data, in object storage,
@@ -77,9 +79,10 @@
 // The concatenation of the table's frames, frame 0 at offset 0, each frame
 // directly after the previous one: no header, padding or trailer, so any run
 // of adjacent frames is one byte range (ByteRange). Frame i holds records
-// [r_i, r_i + n_i) of the table, where n_i >= 1 and n_i*W <= FrameBytesMax:
+// [r_i, r_i + n_i) of the table, where n_i >= 1 and n_i*W <= F, F 64 KiB
+// up to version 6 and 128 KiB (FrameBytesMax) from version 7:
 //
-//   - BuildTable fills a frame with FrameBytesMax/W records, but ends it
+//   - BuildTable fills a frame with F/W records, but ends it
 //     early, at the last key-prefix boundary among its final eighth, if there
 //     is one, so that a prefix with few records rarely straddles two frames;
 //   - with frame transform 4 (columns, v2 only; BacklinkFormat and
@@ -99,7 +102,7 @@
 //     partial word XORed instead, then shuffled;
 //   - the result is compressed as one zstd frame (RFC 8878): single segment,
 //     no dictionary, no zstd content checksum (the meta holds a checksum of
-//     the compressed bytes), window <= FrameBytesMax.
+//     the compressed bytes), window <= F.
 //
 // # Meta object
 //
@@ -137,7 +140,7 @@
 //	H               W           the table's last record (MaxKey)
 //	H+W             F*(17+W)    frame entries, in order:
 //	                              0   4  compressed length (1..maxFrameLength)
-//	                              4   4  records n_i (1..FrameBytesMax/W)
+//	                              4   4  records n_i (1..F/W)
 //	                              8   8  xxh3-64 of the compressed bytes
 //	                              16  1  flags: bit 0 "continues": the first
 //	                                     record's P-byte prefix also appears in

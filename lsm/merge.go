@@ -23,9 +23,18 @@ type window struct {
 	spread bool
 }
 
-// windowFramesMin: a target spanning at most this many frames of a table
-// is read whole (512 KiB of 64 KiB frames, about 8,000 links).
-const windowFramesMin = 8
+// windowBytesMin: a target spanning at most this many bytes of a table's
+// frames is read whole (512 KiB: 8 frames of 64 KiB, 4 of format 7's 128
+// KiB; about 8,000 links).
+const windowBytesMin = 512 << 10
+
+// windowFramesMin is windowBytesMin in frames of m's table.
+func (m *TableMeta) windowFramesMin() int { return windowBytesMin / frameBytes(m.version) }
+
+// framesFor is how many frames of m's table want links fill, and two more.
+func (m *TableMeta) framesFor(want int) int {
+	return want/(frameBytes(m.version)/link.BacklinkSize) + 2
+}
 
 // cursorKey writes the 56-byte prefix of a position (target, source,
 // location) into k and returns it.
@@ -107,7 +116,7 @@ func planRoundOne(ctx context.Context, v *View, prefix, key []byte, w window, s 
 		p := planEntry{t: t, m: m, run: ri, first: first, last: last, lo: first, hi: last}
 		// Targets of a few frames are read whole (one GET, no second
 		// round); a window pays off for popular targets.
-		if p.windowed = w.want > 0 && last-first+1 > windowFramesMin; p.windowed {
+		if p.windowed = w.want > 0 && last-first+1 > m.windowFramesMin(); p.windowed {
 			if key != nil && !p.seek(key, w.reverse) {
 				continue // nothing past the cursor here
 			}
@@ -115,13 +124,13 @@ func planRoundOne(ctx context.Context, v *View, prefix, key []byte, w window, s 
 		}
 		s.plan = append(s.plan, p)
 	}
-	wantFrames := w.want/(FrameBytesMax/link.BacklinkSize) + 2
 	for i := range s.plan {
 		p := &s.plan[i]
 		if p.windowed {
-			need := max(windowFramesMin, wantFrames)
+			minFrames, wantFrames := p.m.windowFramesMin(), p.m.framesFor(w.want)
+			need := max(minFrames, wantFrames)
 			if w.spread && left > 0 {
-				need = max(windowFramesMin, (wantFrames*(p.hi-p.lo+1)+left-1)/left)
+				need = max(minFrames, (wantFrames*(p.hi-p.lo+1)+left-1)/left)
 			}
 			if !w.reverse {
 				p.hi = min(p.last, p.lo+need-1)
@@ -282,8 +291,8 @@ func mergeCandidates(target link.RecordID, f *Filter, w window, horizon *Cursor,
 		k += 2 * len(fs)
 	}
 	// A forward page stops merging once it has its window's links (the
-	// runs' frames read hold up to windowFramesMin frames each, eight
-	// thousand links, where a page wants a hundred and fifty): what was
+	// runs' frames read hold up to windowBytesMin each, eight thousand
+	// links, where a page wants a hundred and fifty): what was
 	// merged ends at the position of its last link, the new horizon.
 	stop := 0
 	if w.want > 0 && !w.spread && !w.reverse {

@@ -128,7 +128,7 @@ func TestWindowedPagingMatchesAll(t *testing.T) {
 		}
 	}
 	// A cold first page reads less than the whole target: the compacted
-	// run (more than windowFramesMin frames of the target) is read only in
+	// run (more than windowBytesMin of the target) is read only in
 	// part; the small delta runs are read whole.
 	readBytes := func(f func()) int64 {
 		db.reader.cache = NewFrameCache(0)

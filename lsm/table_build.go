@@ -38,7 +38,7 @@ func BuildTable(f Format, recs []byte, opt TableOptions) (data, meta []byte, err
 	if b.enc, err = encoderFor(opt.CompressionLevel); err != nil {
 		return nil, nil, err
 	}
-	b.perFrame = FrameBytesMax / w
+	b.perFrame = frameBytes(opt.writeVersion()) / w
 	if opt.frameMax > 0 {
 		b.perFrame = min(b.perFrame, opt.frameMax)
 	}

@@ -338,7 +338,7 @@ func (m *TableMeta) decodeFrameEntries(b []byte, nFrames int) error {
 	m.MaxKey = keys[:w:w]
 	copy(m.MaxKey, b)
 	m.Frames = make([]FrameMeta, nFrames)
-	perFrame := uint32(FrameBytesMax / w)
+	perFrame := uint32(frameBytes(m.version) / w)
 	var offset, records uint64
 	at := w
 	for i := range m.Frames {
