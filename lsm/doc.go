@@ -79,10 +79,10 @@
 // The concatenation of the table's frames, frame 0 at offset 0, each frame
 // directly after the previous one: no header, padding or trailer, so any run
 // of adjacent frames is one byte range (ByteRange). Frame i holds records
-// [r_i, r_i + n_i) of the table, where n_i >= 1 and n_i*W <= F, F 64 KiB
-// up to version 6 and 128 KiB (FrameBytesMax) from version 7:
+// [r_i, r_i + n_i) of the table, where n_i >= 1 and n_i*W <= FB, FB 64 KiB
+// up to version 6 and 128 KiB (FrameBytesMax) from version 7 (frameBytes):
 //
-//   - BuildTable fills a frame with F/W records, but ends it
+//   - BuildTable fills a frame with FB/W records, but ends it
 //     early, at the last key-prefix boundary among its final eighth, if there
 //     is one, so that a prefix with few records rarely straddles two frames;
 //   - with frame transform 4 (columns, v2 only; BacklinkFormat and
@@ -102,7 +102,7 @@
 //     partial word XORed instead, then shuffled;
 //   - the result is compressed as one zstd frame (RFC 8878): single segment,
 //     no dictionary, no zstd content checksum (the meta holds a checksum of
-//     the compressed bytes), window <= F.
+//     the compressed bytes), window <= FB.
 //
 // # Meta object
 //
@@ -112,7 +112,7 @@
 //
 //	offset          size        field
 //	0               8           magic "EDDYMETA"
-//	8               2           format version (1 to 5); a reader refuses
+//	8               2           format version (1 to 7); a reader refuses
 //	                            newer versions with ErrVersion
 //	10              2           record width W (1..MaxWidth)
 //	12              2           key prefix length P (1..W): what queries ask
@@ -139,8 +139,8 @@
 //	68              4           v2: reserved, zero
 //	H               W           the table's last record (MaxKey)
 //	H+W             F*(17+W)    frame entries, in order:
-//	                              0   4  compressed length (1..maxFrameLength)
-//	                              4   4  records n_i (1..F/W)
+//	                              0   4  compressed length (1..FB+1024)
+//	                              4   4  records n_i (1..FB/W)
 //	                              8   8  xxh3-64 of the compressed bytes
 //	                              16  1  flags: bit 0 "continues": the first
 //	                                     record's P-byte prefix also appears in

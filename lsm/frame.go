@@ -25,7 +25,7 @@ import (
 // targets, repository targets for follows/blocks, 4% hashed URLs; sources
 // with TID rkeys in time order and random clock ids, 1M Zipf-active
 // authors among 40M DIDs, ~30 collections and ~25 paths; revs increasing)
-// and 512K revocations derived from them. Frames of FrameBytesMax. Single
+// and 512K revocations derived from them. Frames of 64 KiB. Single
 // core of a shared 2-vCPU VM (AMD EPYC, Go 1.26, klauspost/compress
 // v1.20.4), best of 3; speeds are noisy (other tenants), sizes exact.
 // Reproduce: go test ./lsm -run TestMeasureFrameCodecs -v -lsm.measure

@@ -41,13 +41,16 @@ func (c *Catalog) DropStale(keep func(t Tree, id string) bool) (int, error) {
 			if !ok || e.IsDir() || strings.HasPrefix(id, ".") || keep(t, id) {
 				continue
 			}
+			// The check and the removal in one hold of the lock: an add
+			// marks its table on disk under it before writing the file.
 			c.mu.Lock()
-			inUse := c.mu.onDisk[id] || c.mu.metas[id] != nil
-			c.mu.Unlock()
-			if inUse {
+			if c.mu.onDisk[id] || c.mu.metas[id] != nil {
+				c.mu.Unlock()
 				continue
 			}
-			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			err := os.Remove(filepath.Join(dir, e.Name()))
+			c.mu.Unlock()
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return removed, err
 			}
 			removed++

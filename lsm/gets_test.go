@@ -25,7 +25,7 @@ func writeRuns(t *testing.T, db *DB, target link.RecordID, nRuns int) {
 	for r := 0; r < nRuns; r++ {
 		n := 50
 		if r == 0 {
-			n = 5000 // > one 64 KiB frame of 1024 links
+			n = 5000 // > one 128 KiB frame of 2048 links
 		}
 		for i := 0; i < n; i++ {
 			stamp++

@@ -94,7 +94,7 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 func planRoundOne(ctx context.Context, v *View, prefix, key []byte, w window, s *queryScratch, st *Stats) error {
 	s.groups, s.cut, s.runOf = s.groups[:0], s.cut[:0], s.runOf[:0]
 	s.plan = s.plan[:0]
-	left := 0 // frames the windowed runs have left of the target, in the window's direction
+	left := 0 // bytes of frames the windowed runs have left of the target, in the window's direction
 	for ri, vr := range v.trees[TreeLinks] {
 		t := vr.tableFor(prefix)
 		if t == nil {
@@ -120,7 +120,7 @@ func planRoundOne(ctx context.Context, v *View, prefix, key []byte, w window, s 
 			if key != nil && !p.seek(key, w.reverse) {
 				continue // nothing past the cursor here
 			}
-			left += p.hi - p.lo + 1
+			left += (p.hi - p.lo + 1) * frameBytes(m.version)
 		}
 		s.plan = append(s.plan, p)
 	}
@@ -130,7 +130,9 @@ func planRoundOne(ctx context.Context, v *View, prefix, key []byte, w window, s 
 			minFrames, wantFrames := p.m.windowFramesMin(), p.m.framesFor(w.want)
 			need := max(minFrames, wantFrames)
 			if w.spread && left > 0 {
-				need = max(minFrames, (wantFrames*(p.hi-p.lo+1)+left-1)/left)
+				// Each run's share of want by its bytes left (a table of
+				// format 7 has frames twice an older one's).
+				need = max(minFrames, (wantFrames*(p.hi-p.lo+1)*frameBytes(p.m.version)+left-1)/left)
 			}
 			if !w.reverse {
 				p.hi = min(p.last, p.lo+need-1)

@@ -48,6 +48,11 @@ type spillBlock struct {
 
 // newSpill creates the spill file in dir (os.TempDir() when "") for
 // records of width w split into shards.
+// spillBlockBytes bounds a spill block's records (uncompressed): the first
+// pass holds one pending block per output shard, so this bounds its
+// memory (2^11 shards: 128 MiB); it does not depend on the tables' frames.
+const spillBlockBytes = 64 << 10
+
 func newSpill(dir string, w, shards int) (*spill, error) {
 	if dir == "" {
 		dir = os.TempDir()
@@ -61,7 +66,7 @@ func newSpill(dir string, w, shards int) (*spill, error) {
 		return nil, fmt.Errorf("compaction spill: %w", err)
 	}
 	return &spill{
-		file: file, bw: bufio.NewWriterSize(file, 1<<20), w: w, perBlock: FrameBytesMax / w,
+		file: file, bw: bufio.NewWriterSize(file, 1<<20), w: w, perBlock: spillBlockBytes / w,
 		pend: make([][]byte, shards), open: make([]bool, shards), shards: make([][]spillSeq, shards), records: make([]int, shards),
 	}, nil
 }

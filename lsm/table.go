@@ -40,7 +40,7 @@ const FrameBytesMax = 128 << 10
 // record's full time and target, its pair list and its fence; at 100M
 // links of the backfill, frames twice as large took 0.21 bytes a link
 // less (bucket and local) and 8% less CPU to write, warm queries the same
-// (docs/scale.md, "Frames of 128 KiB").
+// (docs/scale.md, "Formats 6 and 7").
 func frameBytes(version int) int {
 	if version < 7 {
 		return 64 << 10

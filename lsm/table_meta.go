@@ -339,6 +339,7 @@ func (m *TableMeta) decodeFrameEntries(b []byte, nFrames int) error {
 	copy(m.MaxKey, b)
 	m.Frames = make([]FrameMeta, nFrames)
 	perFrame := uint32(frameBytes(m.version) / w)
+	maxLength := uint32(frameBytes(m.version) + maxFrameLength - FrameBytesMax)
 	var offset, records uint64
 	at := w
 	for i := range m.Frames {
@@ -354,7 +355,7 @@ func (m *TableMeta) decodeFrameEntries(b []byte, nFrames int) error {
 		fr.First = keys[(i+1)*w : (i+2)*w : (i+2)*w]
 		copy(fr.First, e[frameEntryFixed:])
 		switch {
-		case fr.Length == 0 || fr.Length > maxFrameLength:
+		case fr.Length == 0 || fr.Length > maxLength:
 			return corruptf("frame %d length %d", i, fr.Length)
 		case fr.Records == 0 || fr.Records > perFrame:
 			return corruptf("frame %d holds %d records", i, fr.Records)
