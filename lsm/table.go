@@ -38,9 +38,10 @@ const FrameBytesMax = 128 << 10
 // format version: 64 KiB up to version 6, FrameBytesMax (128 KiB) from
 // version 7. Every frame pays for its own Huffman tables, its first
 // record's full time and target, its pair list and its fence; at 100M
-// links of the backfill, frames twice as large took 0.21 bytes a link
-// less (bucket and local) and 8% less CPU to write, warm queries the same
-// (docs/scale.md, "Formats 6 and 7").
+// links of the backfill, frames twice as large took 0.22 bytes a link
+// less (bucket and local), wrote at the same speed within the host's
+// noise and answered warm queries as fast; a cold query of a small target
+// decodes twice the records (docs/scale.md, "Formats 6 and 7").
 func frameBytes(version int) int {
 	if version < 7 {
 		return 64 << 10
