@@ -247,11 +247,13 @@ func newDictCounter(l colLayout) *dictCounter {
 // compaction's memory): once it holds that many, accounts not seen yet
 // are not counted (their records store literals). The dictionary keeps
 // at most the layout's bound of them (MaxDictEntries from format version
-// 6: all of them), the most frequent. The dictionary built from them
-// costs the compaction ~18 bytes an entry, and ranksIn's index of it
-// ~28 more: at the bound ~190 MB besides the counter (~45 MB for the
-// 1.43M accounts of a billion links); decoding a full one from a bucket
-// meta takes up to dictRawMax (92 MB) more for a moment.
+// 6: all of them), the most frequent. Building the dictionary takes
+// ~35 bytes an account more while the counter is alive (~85 in all,
+// ~350 MB at the bound), and the dictionary and ranksIn's index of it
+// ~50 bytes an entry after, while the output's tables are built (~210
+// MB at the bound, ~70 MB for the 1.43M accounts of a billion links);
+// decoding a full one from a bucket meta takes up to dictRawMax (92 MB)
+// more for a moment.
 const dictCountMax = 1 << 22
 
 // add counts the accounts of recs (whole records of c's layout).
