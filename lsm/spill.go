@@ -14,7 +14,7 @@ import (
 )
 
 // spill holds a compaction's input records between its two passes: a
-// temporary file of compressed blocks (each up to FrameBytesMax of
+// temporary file of compressed blocks (each up to spillBlockBytes of
 // records, delta-shuffled and S2-compressed: a fast codec, as the spill
 // is written and read once) and,
 // in memory, each output shard's sorted sequences of blocks. A sequence is
@@ -46,13 +46,13 @@ type spillBlock struct {
 	n    int32 // records
 }
 
-// newSpill creates the spill file in dir (os.TempDir() when "") for
-// records of width w split into shards.
 // spillBlockBytes bounds a spill block's records (uncompressed): the first
 // pass holds one pending block per output shard, so this bounds its
 // memory (2^11 shards: 128 MiB); it does not depend on the tables' frames.
 const spillBlockBytes = 64 << 10
 
+// newSpill creates the spill file in dir (os.TempDir() when "") for
+// records of width w split into shards.
 func newSpill(dir string, w, shards int) (*spill, error) {
 	if dir == "" {
 		dir = os.TempDir()

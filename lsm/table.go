@@ -29,7 +29,7 @@ var (
 // FrameBytesMax is the most uncompressed bytes in a frame of any table
 // (frameBytes gives a format version's): small enough that a query for a
 // rare key reads little (a frame of the columnar codec compresses to
-// ~15 KiB), large enough that zstd has context and that the fences (one
+// ~18 KiB on average), large enough that zstd has context and that the fences (one
 // per frame) stay about 1/1,600 of the uncompressed data. One ranged GET
 // reads adjacent frames.
 const FrameBytesMax = 128 << 10
@@ -38,7 +38,7 @@ const FrameBytesMax = 128 << 10
 // format version: 64 KiB up to version 6, FrameBytesMax (128 KiB) from
 // version 7. Every frame pays for its own Huffman tables, its first
 // record's full time and target, its pair list and its fence; at 100M
-// links of the backfill, frames twice as large took 0.22 bytes a link
+// links of the backfill, frames twice as large took 0.21 bytes a link
 // less (bucket and local), wrote at the same speed within the host's
 // noise and answered warm queries as fast; a cold query of a small target
 // decodes twice the records (docs/scale.md, "Formats 6 and 7").
@@ -115,7 +115,7 @@ type TableOptions struct {
 
 	transform frameTransform // test hook: the frame transform (if transSet; else chooseTransform)
 	transSet  bool
-	frameMax  int // test hook: records per frame (0: FrameBytesMax/Width)
+	frameMax  int // test hook: records per frame (0: frameBytes(version)/Width)
 	version   int // test hook: write this older format version (2: no revs in the dictionary; 4: accounts with their clock ids); 0 is TableFormatVersion
 
 	// sharedDict, when set, is the account dictionary the table's frames
