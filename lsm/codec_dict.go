@@ -254,7 +254,7 @@ func newDictCounter(l colLayout) *dictCounter {
 // MB at the bound, ~70 MB for the 1.43M accounts of a billion links);
 // decoding a full one from a bucket meta takes up to dictRawMax (92 MB)
 // more for a moment.
-const dictCountMax = 1 << 22
+const dictCountMax = MaxDictEntries
 
 // add counts the accounts of recs (whole records of c's layout).
 func (c *dictCounter) add(recs []byte) {

@@ -85,7 +85,9 @@ const (
 	MaxMetaBytes = 1 << 30
 	// maxFrameLength bounds a compressed frame: zstd never expands its
 	// input by more than a few bytes per 128 KiB block.
-	maxFrameLength = FrameBytesMax + 1024
+	maxFrameLength = FrameBytesMax + frameSlack
+	// frameSlack is what a compressed frame may exceed its records by.
+	frameSlack = 1024
 )
 
 // Meta layout sizes.

@@ -339,7 +339,7 @@ func (m *TableMeta) decodeFrameEntries(b []byte, nFrames int) error {
 	copy(m.MaxKey, b)
 	m.Frames = make([]FrameMeta, nFrames)
 	perFrame := uint32(frameBytes(m.version) / w)
-	maxLength := uint32(frameBytes(m.version) + maxFrameLength - FrameBytesMax)
+	maxLength := uint32(frameBytes(m.version) + frameSlack)
 	var offset, records uint64
 	at := w
 	for i := range m.Frames {

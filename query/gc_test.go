@@ -120,8 +120,14 @@ func TestMinGenerationQueryHoldsTheViewItAnswers(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		ch <- answer{r.StatusCode, r.Header.Get(GenerationHeader), string(b)}
 	}()
-	// The query waits for g0+1 (holding nothing from before it).
-	time.Sleep(50 * time.Millisecond)
+	// The query has come (the limiter counts it before it reads the
+	// parameters) and waits for g0+1, holding nothing from before it.
+	for deadline := time.Now().Add(10 * time.Second); l.inFlight("127.0.0.1") < 1; time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the query never came")
+		}
+	}
+	time.Sleep(20 * time.Millisecond) // past the parameters, into the wait
 	f.write(like(1))
 	g1 := f.flush()
 	deadline := time.Now().Add(10 * time.Second)
