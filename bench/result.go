@@ -104,6 +104,10 @@ type Result struct {
 	FlushCPUS               float64 `json:"write_flush_cpu_s"`
 	CompactCPUS             float64 `json:"write_compact_cpu_s"`
 	FlushLinksPerSecPerCore float64 `json:"flush_links_per_sec_per_core"`
+	// The most local disk one compaction's spill files took at once in
+	// the write phase (and, with --compact-full, in the full compaction).
+	SpillPeakBytes            int64 `json:"spill_peak_bytes"`
+	FullCompactSpillPeakBytes int64 `json:"full_compact_spill_peak_bytes,omitempty"`
 	// With --compact-full: the major compaction after the write phase.
 	FullCompactCPUS     float64 `json:"full_compact_cpu_s,omitempty"`
 	FullCompactWallS    float64 `json:"full_compact_wall_s,omitempty"`

@@ -109,6 +109,7 @@ func (b *bench) streamWrite(ctx context.Context) error {
 	b.logf("generating and writing %d links on one core (GOMAXPROCS=1)", b.cfg.Links)
 	prev := runtime.GOMAXPROCS(1)
 	defer runtime.GOMAXPROCS(prev)
+	lsm.ResetSpillPeak()
 	runtime.GC()
 	puts0 := b.counting.Snapshot()
 
@@ -185,6 +186,7 @@ func (b *bench) streamWrite(ctx context.Context) error {
 	res.WriteLinksPerSecWall = n / wall.Seconds()
 	res.FlushLinksPerSecPerCore = n / (flushCPU + time.Duration(res.AddCPUS*float64(time.Second))).Seconds()
 	res.WriteMethod = "links written / process CPU time (getrusage user+sys) of the whole write phase (adds, flushes, compactions, final flush) minus the generator's CPU time measured around each batch of 4096 ops, run with GOMAXPROCS=1"
+	res.SpillPeakBytes = lsm.SpillPeakBytes()
 	puts := b.counting.Snapshot().Sub(puts0)
 	res.StorePuts, res.StorePutBytes = puts.Put.Requests, puts.Put.Bytes
 	b.logf("wrote %d links and %d revocations in %.1fs wall, %.1fs engine CPU (%.0f links/s/core), %.1fs generator CPU: %d flushes, %d compactions",
@@ -211,15 +213,17 @@ func (b *bench) compactFull(ctx context.Context) error {
 	b.logf("before the full compaction: %.3f bytes/link in the tables, %.3f in the local directory", res.BytesPerLinkBeforeFull, res.LocalDirBytesPerLinkBeforeFull)
 	puts0 := b.counting.Snapshot()
 	runtime.GC()
+	lsm.ResetSpillPeak()
 	wall0, cpu0 := time.Now(), cpuTime()
 	if _, err := b.db.CompactFull(ctx); err != nil {
 		return err
 	}
 	res.FullCompactCPUS, res.FullCompactWallS = (cpuTime() - cpu0).Seconds(), time.Since(wall0).Seconds()
 	res.FullCompactPutBytes = b.counting.Snapshot().Sub(puts0).Put.Bytes
-	b.logf("full compaction: %d runs became %d in %.1fs wall, %.1fs CPU (%.0f links/s/core), %.2f GB put",
+	res.FullCompactSpillPeakBytes = lsm.SpillPeakBytes()
+	b.logf("full compaction: %d runs became %d in %.1fs wall, %.1fs CPU (%.0f links/s/core), %.2f GB put, spill files at most %.2f GB",
 		res.RunsBeforeFull, len(b.db.View().Manifest.Runs), res.FullCompactWallS, res.FullCompactCPUS,
-		float64(b.st.Written)/res.FullCompactCPUS, float64(res.FullCompactPutBytes)/1e9)
+		float64(b.st.Written)/res.FullCompactCPUS, float64(res.FullCompactPutBytes)/1e9, float64(res.FullCompactSpillPeakBytes)/1e9)
 	return nil
 }
 

@@ -30,18 +30,22 @@ type CompactOptions struct {
 
 // CompactRuns merges runs of one tree into one compacted run, in bounded
 // memory and local disk, in two passes per group of output shards. A group
-// is the output shards that every input splits the same way: the inputs'
-// coarsest shard split (a delta run's one table makes one group of all);
-// with inputs of 2^k shards each, 2^k groups, each reading only its own
-// input tables. The first pass reads the group's input tables, one at a
-// time, frame by frame, and splits their records by output shard into a
-// spill file on local disk (compressed blocks; each input table's records
-// of a shard are one sorted sequence of blocks). The second builds the
-// group's output shard by shard: it merges the shard's sequences (a heap
-// over one block of each), folds identical records to the newest rev and
-// writes the table. Memory: the largest output shard's records (bounded by
-// ShardBytesMax but for a single target bigger than that) and its table,
-// plus a block per sequence; disk: the group's records, compressed.
+// is the output shards that the inputs split the same way: with inputs of
+// 2^k shards each, 2^k groups, each reading only its own input tables.
+// Inputs split more coarsely than the groups (a delta run's one table, a
+// small compacted run), when they hold little enough of the records
+// (less than a group's share: groupPlan), are read once ahead into a spill of their own, split by
+// group, and each group takes its part from there; else they set the
+// groups (one group of all, at worst). The first pass reads the group's
+// input tables, one at a time, frame by frame, and splits their records by
+// output shard into a spill file on local disk (compressed blocks; each
+// input table's records of a shard are one sorted sequence of blocks). The
+// second builds the group's output shard by shard: it merges the shard's
+// sequences (a heap over one block of each), folds identical records to
+// the newest rev and writes the table. Memory: the largest output shard's
+// records (bounded by ShardBytesMax but for a single target bigger than
+// that) and its table, plus a block per sequence; disk: the group's
+// records, compressed, and the coarse inputs' (fewer).
 func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *View, inputs []Run, opt CompactOptions) (Run, error) {
 	if len(inputs) == 0 {
 		return Run{}, errors.New("compaction of no runs")
@@ -60,10 +64,7 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		records += r.Records()
 	}
 	bits := compactionBits(total, records*uint64(f.Width), opt)
-	groupBits := bits
-	for _, r := range inputs {
-		groupBits = min(groupBits, runShardBits(r))
-	}
+	groupBits := groupPlan(inputs, bits)
 	tables := map[string]*viewTable{}
 	for _, vr := range v.trees[tree] {
 		for _, t := range vr.tables {
@@ -81,13 +82,24 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		// in the run's first table.
 		in.counter = newDictCounter(l)
 	}
+	// The coarse inputs' records, split by group (nil when there are none).
+	var coarse *spill
+	if groupBits > 0 {
+		var err error
+		if coarse, err = spillCoarse(ctx, &in, inputs, tables, groupBits, opt.SpillDir); err != nil {
+			return Run{}, err
+		}
+		if coarse != nil {
+			defer coarse.close()
+		}
+	}
 	run := Run{ID: NewID(), Tree: tree, Kind: RunCompacted}
 	for g := range uint32(1) << groupBits {
 		refs, err := groupTables(inputs, tables, groupBits, g)
 		if err != nil {
 			return Run{}, err
 		}
-		out, err := compactGroup(ctx, &in, cat, refs, opt.SpillDir, bits-groupBits, g)
+		out, err := compactGroup(ctx, &in, cat, refs, coarse, opt.SpillDir, bits-groupBits, g)
 		if err != nil {
 			return Run{}, err
 		}
@@ -107,12 +119,45 @@ func runShardBits(r Run) uint8 {
 	return r.Tables[0].ShardBits
 }
 
+// groupPlan returns the shard bits of a compaction's groups, for an
+// output of bits shard bits: the most, b, such that the inputs of fewer
+// shard bits than b (read ahead into a spill split by group) hold less
+// than a group's share of the records, 1/2^b of them. The spill of those
+// coarse inputs is then smaller than a group's, and a delta run among large
+// compacted inputs (the newest flush in a full compaction) no longer
+// makes one group, and one spill, of the whole index. Inputs that all have
+// k shard bits or more give k groups or more, as before.
+func groupPlan(inputs []Run, bits uint8) uint8 {
+	var total uint64
+	for _, r := range inputs {
+		total += r.Records()
+	}
+	var g uint8
+	for b := uint8(1); b <= bits; b++ {
+		var coarse uint64
+		for _, r := range inputs {
+			if runShardBits(r) < b {
+				coarse += r.Records()
+			}
+		}
+		if coarse<<b >= total {
+			break
+		}
+		g = b
+	}
+	return g
+}
+
 // groupTables returns the input tables of shard group g (of groupBits
-// bits): those whose records all hash into it.
+// bits): those whose records all hash into it. Inputs of fewer shard bits
+// (the coarse ones, spilled ahead) are left out.
 func groupTables(inputs []Run, tables map[string]*viewTable, groupBits uint8, g uint32) ([]*viewTable, error) {
 	var out []*viewTable
 	for _, r := range inputs {
 		b := runShardBits(r)
+		if b < groupBits {
+			continue
+		}
 		for _, ref := range r.Tables {
 			if b > 0 && ref.Shard>>(b-groupBits) != g {
 				continue
@@ -127,15 +172,61 @@ func groupTables(inputs []Run, tables map[string]*viewTable, groupBits uint8, g 
 	return out, nil
 }
 
-// compactGroup runs both passes over one group's input tables: its
-// 2^localBits output shards are g<<localBits + 0, 1, ...
-func compactGroup(ctx context.Context, in *compactionInput, cat *Catalog, refs []*viewTable, spillDir string, localBits uint8, g uint32) ([]TableRef, error) {
+// spillCoarse reads the inputs of fewer shard bits than groupBits (nil if
+// there are none) into a spill whose shards are the groups.
+func spillCoarse(ctx context.Context, in *compactionInput, inputs []Run, tables map[string]*viewTable, groupBits uint8, spillDir string) (*spill, error) {
+	var refs []*viewTable
+	for _, r := range inputs {
+		if runShardBits(r) >= groupBits {
+			continue
+		}
+		for _, ref := range r.Tables {
+			t := tables[ref.ID]
+			if t == nil {
+				return nil, fmt.Errorf("table %s of run %s not in the view", ref.ID, r.ID)
+			}
+			refs = append(refs, t)
+		}
+	}
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	sp, err := newSpill(spillDir, in.f.Width, 1<<groupBits)
+	if err != nil {
+		return nil, err
+	}
+	// Split by group, uncounted: each group's part is counted (the
+	// first group's, for the dictionary) when that group takes it.
+	counter := in.counter
+	in.counter, in.spill, in.splitBits, in.base = nil, sp, groupBits, 0
+	defer func() { in.counter = counter }()
+	for _, t := range refs {
+		meta, err := t.load(ctx)
+		if err == nil {
+			err = in.read(ctx, t.ref.ID, meta)
+		}
+		if err != nil {
+			sp.close()
+			return nil, err
+		}
+	}
+	if err := sp.finish(); err != nil {
+		sp.close()
+		return nil, err
+	}
+	return sp, nil
+}
+
+// compactGroup runs both passes over one group's input tables and its
+// part of the coarse inputs' spill (coarse, nil if none): its 2^localBits
+// output shards are g<<localBits + 0, 1, ...
+func compactGroup(ctx context.Context, in *compactionInput, cat *Catalog, refs []*viewTable, coarse *spill, spillDir string, localBits uint8, g uint32) ([]TableRef, error) {
 	sp, err := newSpill(spillDir, in.f.Width, 1<<localBits)
 	if err != nil {
 		return nil, err
 	}
 	defer sp.close()
-	in.spill, in.base = sp, g<<localBits
+	in.spill, in.splitBits, in.base = sp, in.bits, g<<localBits
 	for _, t := range refs {
 		meta, err := t.load(ctx)
 		if err != nil {
@@ -145,9 +236,27 @@ func compactGroup(ctx context.Context, in *compactionInput, cat *Catalog, refs [
 			return nil, err
 		}
 	}
+	if coarse != nil {
+		// Each coarse table's records of this group, one sorted
+		// sequence of the coarse spill, split into the output shards as
+		// a table's are.
+		for i := range coarse.shards[g] {
+			err := coarse.eachBlock(&coarse.shards[g][i], func(recs []byte) error {
+				return in.split("coarse spill", recs)
+			})
+			if err == nil {
+				err = sp.endSequence()
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		coarse.shards[g] = nil
+	}
 	if err := sp.finish(); err != nil {
 		return nil, err
 	}
+	noteSpillBytes(sp.off + coarseBytes(coarse))
 	if in.counter != nil {
 		in.shared, in.counter = in.counter.dict(), nil
 	}
@@ -208,7 +317,8 @@ type compactionInput struct {
 	tree        Tree
 	f           Format
 	bits        uint8  // the output's shard bits
-	base        uint32 // the first output shard of the group being read
+	splitBits   uint8  // the bits records are split by: the output's, or the groups' (the coarse spill)
+	base        uint32 // the first shard (of splitBits) of the spill being written
 	spill       *spill
 	start       time.Time
 	bytesRead   int64 // data bytes read so far
@@ -244,7 +354,6 @@ func (in *compactionInput) read(ctx context.Context, id string, meta *TableMeta)
 	if uint64(len(data)) != meta.DataBytes {
 		return &CorruptError{Tree: in.tree, Table: id, Err: fmt.Errorf("%d data bytes, meta says %d: %w", len(data), meta.DataBytes, ErrCorrupt)}
 	}
-	f := in.f
 	var dst []byte
 	for i := range meta.NumFrames() {
 		off, n := meta.ByteRange(i, i)
@@ -255,28 +364,39 @@ func (in *compactionInput) read(ctx context.Context, id string, meta *TableMeta)
 			}
 			return fmt.Errorf("table %s: %w", id, err)
 		}
-		if in.counter != nil {
-			in.counter.add(dst)
-		}
-		// A prefix's records are contiguous and go to one shard: one hash
-		// and one append for each.
-		w, p := f.Width, f.PrefixLen
-		for o := 0; o < len(dst); {
-			e := o + w
-			for e < len(dst) && string(dst[e:e+p]) == string(dst[o:o+p]) {
-				e += w
-			}
-			s := ShardOf(dst[o:o+p], in.bits) - in.base
-			if int(s) >= len(in.spill.shards) {
-				return &CorruptError{Tree: in.tree, Table: id, Err: fmt.Errorf("prefix %x outside its shard: %w", dst[o:o+p], ErrCorrupt)}
-			}
-			if err := in.spill.add(int(s), dst[o:e]); err != nil {
-				return err
-			}
-			o = e
+		if err := in.split(id, dst); err != nil {
+			return err
 		}
 	}
 	// The table's records of each shard end here: the next table's start
 	// new sorted sequences.
 	return in.spill.endSequence()
+}
+
+// split counts records (whole, sorted) for the dictionary while it is
+// counted, and adds them to the spill, each to its shard of splitBits.
+// from names where they come from, for the error of a record outside the
+// spill's shards (a *CorruptError).
+func (in *compactionInput) split(from string, recs []byte) error {
+	if in.counter != nil {
+		in.counter.add(recs)
+	}
+	// A prefix's records are contiguous and go to one shard: one hash and
+	// one append for each.
+	w, p := in.f.Width, in.f.PrefixLen
+	for o := 0; o < len(recs); {
+		e := o + w
+		for e < len(recs) && string(recs[e:e+p]) == string(recs[o:o+p]) {
+			e += w
+		}
+		s := ShardOf(recs[o:o+p], in.splitBits) - in.base
+		if int(s) >= len(in.spill.shards) {
+			return &CorruptError{Tree: in.tree, Table: from, Err: fmt.Errorf("prefix %x outside its shard: %w", recs[o:o+p], ErrCorrupt)}
+		}
+		if err := in.spill.add(int(s), recs[o:e]); err != nil {
+			return err
+		}
+		o = e
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
@@ -78,6 +79,9 @@ func TestCompactRunsStreaming(t *testing.T) {
 	SortRecords(all, f.Width)
 	SortRecords(compacted, f.Width)
 	spillDir := t.TempDir()
+	// groups is the spill files the compaction makes: one a group, and
+	// one more for the coarse inputs when it has any (-1: as groupPlan
+	// says, TestGroupPlan checks it).
 	check := func(name string, inputs []Run, want []byte, most uint64, groups int64) {
 		t.Helper()
 		spills0 := spillsCreated.Load()
@@ -90,8 +94,18 @@ func TestCompactRunsStreaming(t *testing.T) {
 			n += r.Records()
 		}
 		wantBits := compactionBits(0, n*uint64(f.Width), CompactOptions{ShardBytesMax: most})
+		if groups < 0 {
+			g := groupPlan(inputs, wantBits)
+			groups = 1 << g
+			for _, r := range inputs {
+				if runShardBits(r) < g {
+					groups++ // the coarse spill
+					break
+				}
+			}
+		}
 		if n := spillsCreated.Load() - spills0; n != groups {
-			t.Fatalf("%s, shard bytes %d: %d spill groups, want %d", name, most, n, groups)
+			t.Fatalf("%s, shard bytes %d: %d spill files, want %d", name, most, n, groups)
 		}
 		if len(out.Tables) == 0 || out.Tables[0].ShardBits != wantBits {
 			t.Fatalf("%s, shard bytes %d: %d tables of %d bits, want %d bits", name, most, len(out.Tables), out.Tables[0].ShardBits, wantBits)
@@ -135,13 +149,91 @@ func TestCompactRunsStreaming(t *testing.T) {
 	}
 	want := Fold(f, all)
 	for _, most := range []uint64{1 << 30, 64 << 10, 4 << 10} {
-		check("every run", v.Manifest.RunsOf(TreeLinks), want, most, 1) // a delta run among the inputs: one group
+		// Half the records in delta runs: one group.
+		check("every run", v.Manifest.RunsOf(TreeLinks), want, most, 1)
 	}
 	// Only the compacted runs (1 to 3 shard bits): with many output
-	// shards, two groups, each reading only its own input tables.
+	// shards, groups that each read only their own input tables, the
+	// coarser inputs spilled ahead by group when they are few enough.
 	wantCompacted := Fold(f, compacted)
 	check("compacted runs", compactedRuns, wantCompacted, 1<<30, 1) // one output shard: one group
-	check("compacted runs", compactedRuns, wantCompacted, 4<<10, 2) // the coarsest input has 1 shard bit
+	check("compacted runs", compactedRuns, wantCompacted, 4<<10, -1)
+	// The compacted runs and a small delta run (the newest flush in a
+	// full compaction): several groups, the delta run's records spilled
+	// once ahead and each group taking its part, instead of one group of
+	// everything.
+	var small []byte
+	for i := range 200 {
+		l := link.Backlink{
+			Target:    link.RecordID{RKey: uint64(rng.IntN(300)), Collection: 3, DID: 9},
+			Source:    link.RecordID{RKey: uint64(i), Collection: 5, DID: 77},
+			SourceRev: 99,
+		}
+		var b [link.BacklinkSize]byte
+		l.Put(b[:])
+		small = append(small, b[:]...)
+	}
+	SortRecords(small, f.Width)
+	smallRun, err := WriteRun(ctx, store, cat, TreeLinks, RunDelta, 0, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, _, err := v.Manifest.Apply(Edit{Base: v.Manifest.Generation, Add: []Run{smallRun}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err = OpenView(ctx, cat, m2); err != nil {
+		t.Fatal(err)
+	}
+	mixed := append(slices.Clone(compactedRuns), smallRun)
+	wantMixed := append(slices.Clone(compacted), small...)
+	SortRecords(wantMixed, f.Width)
+	wantMixed = Fold(f, wantMixed)
+	if g := groupPlan(mixed, 8); g < 1 {
+		t.Fatalf("a delta run of 200 records beside %d compacted records makes %d group bits", len(compacted)/f.Width, g)
+	}
+	check("compacted runs and a small delta run", mixed, wantMixed, 4<<10, -1)
+}
+
+// groupPlan gives the most group bits for which the inputs split more
+// coarsely than the groups hold less than a group's share of the records.
+func TestGroupPlan(t *testing.T) {
+	run := func(records uint64, bits uint8) Run {
+		if bits == 0 {
+			return Run{Kind: RunDelta, Tables: []TableRef{{Records: records}}}
+		}
+		r := Run{Kind: RunCompacted}
+		for s := range uint32(1) << bits {
+			r.Tables = append(r.Tables, TableRef{Records: records >> bits, ShardBits: bits, Shard: s})
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name   string
+		inputs []Run
+		bits   uint8
+		want   uint8
+	}{
+		{"delta runs only", []Run{run(1000, 0), run(1000, 0)}, 3, 0},
+		{"similar compacted runs", []Run{run(8<<10, 2), run(8<<10, 2), run(8<<10, 2)}, 5, 2},
+		{"no output shards", []Run{run(8<<10, 4), run(1000, 0)}, 0, 0},
+		// 1M records in 4 bits and a delta of 1,000: the delta is at most
+		// a group's share up to 4 bits (and the output's bits bound it).
+		{"a full compaction's newest flush", []Run{run(1<<20, 4), run(1000, 0)}, 8, 4},
+		{"a full compaction's newest flush, fewer output bits", []Run{run(1<<20, 4), run(1000, 0)}, 2, 2},
+		// Runs of 4 and 2 bits and a delta: at 3 bits the 2-bit run
+		// (1/5 of the records) is more than a group's share (1/8).
+		{"runs of several sizes", []Run{run(4<<20, 4), run(1<<20, 2), run(1000, 0)}, 8, 2},
+		// A delta run of half the records: one group.
+		{"a large delta run", []Run{run(1<<20, 4), run(1<<20, 0)}, 8, 0},
+		// A delta run of a quarter of the records: less than a group's
+		// share at 1 bit, not at 2.
+		{"a delta run of a quarter", []Run{run(3<<20, 4), run(1<<20, 0)}, 8, 1},
+	} {
+		if got := groupPlan(tc.inputs, tc.bits); got != tc.want {
+			t.Errorf("%s: %d group bits, want %d", tc.name, got, tc.want)
+		}
+	}
 }
 
 // RemoveSpills removes what a crashed compaction left, and nothing else.

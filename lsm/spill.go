@@ -223,24 +223,48 @@ func (it *spillIter) next() (bool, error) {
 	}
 	b := it.seq.blocks[it.block]
 	it.block++
-	it.comp = growLen(it.comp, int(b.clen))
-	if _, err := it.sp.file.ReadAt(it.comp, b.off); err != nil {
-		return false, fmt.Errorf("read compaction spill: %w", err)
+	if err := it.sp.readBlock(b, &it.comp, &it.tmp, &it.recs); err != nil {
+		return false, err
 	}
-	size := int(b.n) * it.sp.w
-	if n, err := s2.DecodedLen(it.comp); err != nil || n != size {
-		return false, fmt.Errorf("compaction spill block at %d: %d bytes, want %d (%v): %w", b.off, n, size, err, ErrCorrupt)
-	}
-	it.tmp = growLen(it.tmp, size)
-	var err error
-	it.tmp, err = s2.Decode(it.tmp, it.comp)
-	if err != nil || len(it.tmp) != size {
-		return false, fmt.Errorf("compaction spill block at %d: %d bytes, want %d (%v): %w", b.off, len(it.tmp), size, err, ErrCorrupt)
-	}
-	it.recs = growLen(it.recs, size)
-	decodeTransform(transformDeltaShuffle, it.recs, it.tmp, it.sp.w)
 	it.at = 0
 	return true, nil
+}
+
+// readBlock reads block b into *recs, through the buffers *comp and *tmp
+// (each grown as needed).
+func (sp *spill) readBlock(b spillBlock, comp, tmp, recs *[]byte) error {
+	*comp = growLen(*comp, int(b.clen))
+	if _, err := sp.file.ReadAt(*comp, b.off); err != nil {
+		return fmt.Errorf("read compaction spill: %w", err)
+	}
+	size := int(b.n) * sp.w
+	if n, err := s2.DecodedLen(*comp); err != nil || n != size {
+		return fmt.Errorf("compaction spill block at %d: %d bytes, want %d (%v): %w", b.off, n, size, err, ErrCorrupt)
+	}
+	*tmp = growLen(*tmp, size)
+	var err error
+	*tmp, err = s2.Decode(*tmp, *comp)
+	if err != nil || len(*tmp) != size {
+		return fmt.Errorf("compaction spill block at %d: %d bytes, want %d (%v): %w", b.off, len(*tmp), size, err, ErrCorrupt)
+	}
+	*recs = growLen(*recs, size)
+	decodeTransform(transformDeltaShuffle, *recs, *tmp, sp.w)
+	return nil
+}
+
+// eachBlock calls fn with the records of each block of seq, in order; the
+// slice is reused for the next block.
+func (sp *spill) eachBlock(seq *spillSeq, fn func(recs []byte) error) error {
+	var comp, tmp, recs []byte
+	for _, b := range seq.blocks {
+		if err := sp.readBlock(b, &comp, &tmp, &recs); err != nil {
+			return err
+		}
+		if err := fn(recs); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // spillHeap is a binary min-heap of sequences by their head records.
@@ -290,8 +314,40 @@ func RemoveSpills(dir string) (int, error) {
 }
 
 // spillsCreated counts the spill files made (one per group of a
-// compaction); the tests read it.
+// compaction, and one for its coarse inputs if it has any); the tests read
+// it.
 var spillsCreated atomic.Int64
+
+// spillPeak is the most local disk a compaction's spill files took at once
+// (a group's and the coarse inputs'), since the process started.
+var spillPeak atomic.Int64
+
+// noteSpillBytes records n bytes of spill files at once.
+func noteSpillBytes(n int64) {
+	for {
+		p := spillPeak.Load()
+		if n <= p || spillPeak.CompareAndSwap(p, n) {
+			return
+		}
+	}
+}
+
+// coarseBytes is the size of a compaction's coarse spill (0 for nil).
+func coarseBytes(sp *spill) int64 {
+	if sp == nil {
+		return 0
+	}
+	return sp.off
+}
+
+// SpillPeakBytes is the most local disk the spill files of one compaction
+// took at once, over every compaction of this process since it started or
+// since ResetSpillPeak.
+func SpillPeakBytes() int64 { return spillPeak.Load() }
+
+// ResetSpillPeak starts SpillPeakBytes again from 0 (a benchmark's next
+// phase).
+func ResetSpillPeak() { spillPeak.Store(0) }
 
 // mergeBufCache keeps the last compaction's merge buffer (its largest
 // output shard's records) for the next one, and lets it go after
