@@ -1,10 +1,12 @@
 package lsm
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/objstore"
@@ -29,23 +31,26 @@ type CompactOptions struct {
 }
 
 // CompactRuns merges runs of one tree into one compacted run, in bounded
-// memory and local disk, in two passes per group of output shards. A group
-// is the output shards that the inputs split the same way: with inputs of
-// 2^k shards each, 2^k groups, each reading only its own input tables.
-// Inputs split more coarsely than the groups (a delta run's one table, a
-// small compacted run), when they hold little enough of the records
-// (less than a group's share: groupPlan), are read once ahead into a spill of their own, split by
-// group, and each group takes its part from there; else they set the
-// groups (one group of all, at worst). The first pass reads the group's
-// input tables, one at a time, frame by frame, and splits their records by
-// output shard into a spill file on local disk (compressed blocks; each
-// input table's records of a shard are one sorted sequence of blocks). The
-// second builds the group's output shard by shard: it merges the shard's
-// sequences (a heap over one block of each), folds identical records to
-// the newest rev and writes the table. Memory: the largest output shard's
-// records (bounded by ShardBytesMax but for a single target bigger than
-// that) and its table, plus a block per sequence; disk: the group's
-// records, compressed, and the coarse inputs' (fewer).
+// memory and local disk. It builds the output shard by shard, in order.
+// Each input table is read once, when the first output shard it holds
+// records of comes up (a table of k shard bits holds those of 2^(bits-k)
+// consecutive output shards; a delta run's one table, all of them): frame
+// by frame, its records are split by output shard into a spill file of its
+// own on local disk (compressed blocks; its records of a shard are one
+// sorted sequence), removed once its last output shard is built. An output
+// shard is the merge of its sequences in every open spill (a heap over one
+// block of each), identical records folded to the newest rev, written as a
+// table. Memory: the largest output shard's records (bounded by
+// ShardBytesMax but for a single target bigger than that) and its table,
+// a block per sequence, and spillPendMax of pending blocks while a table
+// is split. Local disk: each input run's open table (at most one a run,
+// 256 MiB of records decoded), compressed, and the dictionary's sample
+// (below); never the whole merge, however the inputs are split.
+//
+// A run of several tables shares one account dictionary, stored in its
+// first table: counted on the records of the first output shards, at
+// least dictSampleRecords of them (all, for a smaller merge), which are
+// all spilled before the first table is written.
 func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *View, inputs []Run, opt CompactOptions) (Run, error) {
 	if len(inputs) == 0 {
 		return Run{}, errors.New("compaction of no runs")
@@ -64,7 +69,6 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		records += r.Records()
 	}
 	bits := compactionBits(total, records*uint64(f.Width), opt)
-	groupBits := groupPlan(inputs, bits)
 	tables := map[string]*viewTable{}
 	for _, vr := range v.trees[tree] {
 		for _, t := range vr.tables {
@@ -73,42 +77,131 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 			}
 		}
 	}
-	in := compactionInput{store: store, tree: tree, f: f, bits: bits, start: time.Now(), bytesPerSec: opt.BytesPerSec}
-	if l, ok := columnsLayout(f, TableFormatVersion); ok && bits > 0 {
-		// A run of several tables shares one account dictionary, counted
-		// on the first group's records (all of them when there is one
-		// group; else a sample: the groups split the targets by hash, so
-		// each sees the same accounts at about the same rates) and stored
-		// in the run's first table.
-		in.counter = newDictCounter(l)
+	plan, err := planRanges(inputs, tables, bits)
+	if err != nil {
+		return Run{}, err
 	}
-	// The coarse inputs' records, split by group (nil when there are none).
-	var coarse *spill
-	if groupBits > 0 {
-		var err error
-		if coarse, err = spillCoarse(ctx, &in, inputs, tables, groupBits, opt.SpillDir); err != nil {
-			return Run{}, err
+	in := compactionInput{store: store, tree: tree, f: f, bits: bits, start: time.Now(), bytesPerSec: opt.BytesPerSec}
+	shards := uint32(1) << bits
+	// The output shards the dictionary is counted on: [0, counted).
+	counted := shards
+	if l, ok := columnsLayout(f, TableFormatVersion); ok && bits > 0 {
+		in.counter = newDictCounter(l)
+		if records > dictSampleRecords {
+			counted = uint32((uint64(shards)*dictSampleRecords + records - 1) / records)
 		}
-		if coarse != nil {
-			defer coarse.close()
+	}
+	in.counted = counted
+	var open []*rangeSpill
+	defer func() {
+		for _, o := range open {
+			o.sp.close()
 		}
+	}()
+	next := 0 // the next table of plan to read
+	// readUpTo reads every table whose first output shard is below end,
+	// in the inputs' order (the dictionary's rev votes depend on the order
+	// records are counted in: oldest run first, as one pass over the
+	// inputs would).
+	readUpTo := func(end uint32) error {
+		k := next
+		for k < len(plan) && plan[k].lo < end {
+			k++
+		}
+		batch := plan[next:k]
+		slices.SortFunc(batch, func(a, b rangeTable) int { return cmp.Compare(a.seq, b.seq) })
+		for _, rt := range batch {
+			rs, err := in.readRange(ctx, rt, opt.SpillDir)
+			if err != nil {
+				return err
+			}
+			open = append(open, rs)
+		}
+		next = k
+		var n int64
+		for _, o := range open {
+			n += o.sp.off
+		}
+		noteSpillBytes(n)
+		spillsOpenPeak.Store(max(spillsOpenPeak.Load(), int64(len(open))))
+		return nil
 	}
 	run := Run{ID: NewID(), Tree: tree, Kind: RunCompacted}
-	for g := range uint32(1) << groupBits {
-		refs, err := groupTables(inputs, tables, groupBits, g)
+	// Shards split the records by hash, so about evenly: room for the
+	// mean and a sixteenth, grown if a shard needs more.
+	buf := getMergeBuf(int(records/uint64(shards)+records/uint64(shards)/16) * f.Width)
+	defer func() { putMergeBuf(buf) }()
+	for o := range shards {
+		if ctx.Err() != nil {
+			return Run{}, ctx.Err()
+		}
+		end := o + 1
+		if in.counter != nil {
+			end = counted // the dictionary's sample, read first
+		}
+		if err := readUpTo(end); err != nil {
+			return Run{}, err
+		}
+		if in.counter != nil {
+			in.shared, in.counter = in.counter.dict(), nil
+		}
+		part, err := mergeShard(open, o, buf[:0])
+		if err != nil {
+			return Run{}, fmt.Errorf("compaction: %w", err)
+		}
+		buf = part
+		// Spills whose last output shard this was are done.
+		kept := open[:0]
+		for _, rs := range open {
+			if rs.hi == o+1 {
+				rs.sp.close()
+			} else {
+				kept = append(kept, rs)
+			}
+		}
+		clear(open[len(kept):])
+		open = kept
+		if len(part) == 0 {
+			continue
+		}
+		part = Fold(in.f, part)
+		ref, err := writeTable(ctx, in.store, cat, in.tree, in.f, part, TableOptions{
+			ShardBits: in.bits, Shard: o, sharedDict: in.shared, dictOwner: in.owner,
+		})
 		if err != nil {
 			return Run{}, err
 		}
-		out, err := compactGroup(ctx, &in, cat, refs, coarse, opt.SpillDir, bits-groupBits, g)
-		if err != nil {
-			return Run{}, err
+		if in.shared != nil && in.owner == nil {
+			if in.owner, err = hex.DecodeString(ref.ID); err != nil || len(in.owner) != 16 {
+				return Run{}, fmt.Errorf("compaction: table ID %q is not 16 bytes of hex", ref.ID)
+			}
 		}
-		run.Tables = append(run.Tables, out...)
+		run.Tables = append(run.Tables, ref)
 	}
 	if len(run.Tables) == 0 {
 		return Run{}, fmt.Errorf("compaction of %d runs produced nothing", len(inputs))
 	}
 	return run, nil
+}
+
+// dictSampleRecords: a compaction's shared account dictionary is counted
+// on the records of its first output shards, at least this many (2^25,
+// about as many as the first of 16 groups of a 512M-link merge, which the
+// dictionary was counted on before).
+var dictSampleRecords uint64 = 1 << 25 // a var for tests
+
+// rangeTable is an input table and the output shards it holds records
+// of, [lo, hi).
+type rangeTable struct {
+	t      *viewTable
+	lo, hi uint32
+	seq    int // its place in the inputs' order
+}
+
+// rangeSpill is an input table's records, split by output shard [lo, hi).
+type rangeSpill struct {
+	sp     *spill
+	lo, hi uint32
 }
 
 // runShardBits is the shard bits of a run's tables (a delta run: 0).
@@ -119,177 +212,79 @@ func runShardBits(r Run) uint8 {
 	return r.Tables[0].ShardBits
 }
 
-// groupPlan returns the shard bits of a compaction's groups, for an
-// output of bits shard bits: the most, b, such that the inputs of fewer
-// shard bits than b (read ahead into a spill split by group) hold less
-// than a group's share of the records, 1/2^b of them. The spill of those
-// coarse inputs is then smaller than a group's, and a delta run among large
-// compacted inputs (the newest flush in a full compaction) no longer
-// makes one group, and one spill, of the whole index. Inputs that all have
-// k shard bits or more give k groups or more, as before.
-func groupPlan(inputs []Run, bits uint8) uint8 {
-	var total uint64
-	for _, r := range inputs {
-		total += r.Records()
-	}
-	var g uint8
-	for b := uint8(1); b <= bits; b++ {
-		var coarse uint64
-		for _, r := range inputs {
-			if runShardBits(r) < b {
-				coarse += r.Records()
-			}
-		}
-		if coarse<<b >= total {
-			break
-		}
-		g = b
-	}
-	return g
-}
-
-// groupTables returns the input tables of shard group g (of groupBits
-// bits): those whose records all hash into it. Inputs of fewer shard bits
-// (the coarse ones, spilled ahead) are left out.
-func groupTables(inputs []Run, tables map[string]*viewTable, groupBits uint8, g uint32) ([]*viewTable, error) {
-	var out []*viewTable
+// planRanges returns every input table with the output shards (of bits)
+// it holds records of, by first output shard (in input order among
+// equals).
+func planRanges(inputs []Run, tables map[string]*viewTable, bits uint8) ([]rangeTable, error) {
+	var plan []rangeTable
 	for _, r := range inputs {
 		b := runShardBits(r)
-		if b < groupBits {
-			continue
-		}
 		for _, ref := range r.Tables {
-			if b > 0 && ref.Shard>>(b-groupBits) != g {
-				continue
-			}
 			t := tables[ref.ID]
 			if t == nil {
 				return nil, fmt.Errorf("table %s of run %s not in the view", ref.ID, r.ID)
 			}
-			out = append(out, t)
+			var lo, hi uint32
+			switch {
+			case b == 0:
+				lo, hi = 0, 1<<bits
+			case b <= bits:
+				lo, hi = ref.Shard<<(bits-b), (ref.Shard+1)<<(bits-b)
+			default: // finer than the output: several tables a shard
+				lo = ref.Shard >> (b - bits)
+				hi = lo + 1
+			}
+			plan = append(plan, rangeTable{t: t, lo: lo, hi: hi, seq: len(plan)})
 		}
 	}
-	return out, nil
+	slices.SortStableFunc(plan, func(a, b rangeTable) int { return cmp.Compare(a.lo, b.lo) })
+	return plan, nil
 }
 
-// spillCoarse reads the inputs of fewer shard bits than groupBits (nil if
-// there are none) into a spill whose shards are the groups.
-func spillCoarse(ctx context.Context, in *compactionInput, inputs []Run, tables map[string]*viewTable, groupBits uint8, spillDir string) (*spill, error) {
-	var refs []*viewTable
-	for _, r := range inputs {
-		if runShardBits(r) >= groupBits {
-			continue
-		}
-		for _, ref := range r.Tables {
-			t := tables[ref.ID]
-			if t == nil {
-				return nil, fmt.Errorf("table %s of run %s not in the view", ref.ID, r.ID)
-			}
-			refs = append(refs, t)
-		}
-	}
-	if len(refs) == 0 {
-		return nil, nil
-	}
-	sp, err := newSpill(spillDir, in.f.Width, 1<<groupBits)
+// readRange reads table rt into a new spill of its output shards.
+func (in *compactionInput) readRange(ctx context.Context, rt rangeTable, spillDir string) (*rangeSpill, error) {
+	meta, err := rt.t.load(ctx)
 	if err != nil {
 		return nil, err
 	}
-	// Split by group, uncounted: each group's part is counted (the
-	// first group's, for the dictionary) when that group takes it.
-	counter := in.counter
-	in.counter, in.spill, in.splitBits, in.base = nil, sp, groupBits, 0
-	defer func() { in.counter = counter }()
-	for _, t := range refs {
-		meta, err := t.load(ctx)
-		if err == nil {
-			err = in.read(ctx, t.ref.ID, meta)
-		}
-		if err != nil {
-			sp.close()
-			return nil, err
-		}
+	sp, err := newSpill(spillDir, in.f.Width, int(rt.hi-rt.lo))
+	if err != nil {
+		return nil, err
 	}
-	if err := sp.finish(); err != nil {
+	in.spill, in.base = sp, rt.lo
+	if err = in.read(ctx, rt.t.ref.ID, meta); err == nil {
+		err = sp.finish()
+	}
+	if err != nil {
 		sp.close()
 		return nil, err
 	}
-	return sp, nil
+	return &rangeSpill{sp: sp, lo: rt.lo, hi: rt.hi}, nil
 }
 
-// compactGroup runs both passes over one group's input tables and its
-// part of the coarse inputs' spill (coarse, nil if none): its 2^localBits
-// output shards are g<<localBits + 0, 1, ...
-func compactGroup(ctx context.Context, in *compactionInput, cat *Catalog, refs []*viewTable, coarse *spill, spillDir string, localBits uint8, g uint32) ([]TableRef, error) {
-	sp, err := newSpill(spillDir, in.f.Width, 1<<localBits)
-	if err != nil {
-		return nil, err
-	}
-	defer sp.close()
-	in.spill, in.splitBits, in.base = sp, in.bits, g<<localBits
-	for _, t := range refs {
-		meta, err := t.load(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if err := in.read(ctx, t.ref.ID, meta); err != nil {
-			return nil, err
-		}
-	}
-	if coarse != nil {
-		// Each coarse table's records of this group, one sorted
-		// sequence of the coarse spill, split into the output shards as
-		// a table's are.
-		for i := range coarse.shards[g] {
-			err := coarse.eachBlock(&coarse.shards[g][i], func(recs []byte) error {
-				return in.split("coarse spill", recs)
-			})
-			if err == nil {
-				err = sp.endSequence()
-			}
-			if err != nil {
-				return nil, err
-			}
-		}
-		coarse.shards[g] = nil
-	}
-	if err := sp.finish(); err != nil {
-		return nil, err
-	}
-	noteSpillBytes(sp.off + coarseBytes(coarse))
-	if in.counter != nil {
-		in.shared, in.counter = in.counter.dict(), nil
-	}
-	var out []TableRef
-	buf := getMergeBuf(sp.largest * in.f.Width)
-	defer func() { putMergeBuf(buf) }()
-	for s := range sp.shards {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		part, err := sp.merge(s, buf[:0])
-		if err != nil {
-			return nil, fmt.Errorf("compaction: %w", err)
-		}
-		buf = part
-		if len(part) == 0 {
+// mergeShard appends output shard o's records from the open spills,
+// merged into order, to dst (grown to hold them) and returns it. Records
+// equal in every byte come out once each time they were spilled (Fold
+// keeps one).
+func mergeShard(open []*rangeSpill, o uint32, dst []byte) ([]byte, error) {
+	var its []*spillIter
+	n := 0
+	for _, rs := range open {
+		if o < rs.lo || o >= rs.hi {
 			continue
 		}
-		part = Fold(in.f, part)
-		ref, err := writeTable(ctx, in.store, cat, in.tree, in.f, part, TableOptions{
-			ShardBits: in.bits, Shard: in.base + uint32(s), sharedDict: in.shared, dictOwner: in.owner,
-		})
-		if err != nil {
-			return nil, err
+		s := int(o - rs.lo)
+		for i := range rs.sp.shards[s] {
+			its = append(its, &spillIter{sp: rs.sp, seq: &rs.sp.shards[s][i]})
 		}
-		if in.shared != nil && in.owner == nil {
-			if in.owner, err = hex.DecodeString(ref.ID); err != nil || len(in.owner) != 16 {
-				return nil, fmt.Errorf("compaction: table ID %q is not 16 bytes of hex", ref.ID)
-			}
-		}
-		out = append(out, ref)
+		n += rs.sp.records[s]
+		rs.sp.shards[s] = nil // its blocks are read once
 	}
-	return out, nil
+	w := 0
+	if len(its) > 0 {
+		w = its[0].sp.w
+	}
+	return mergeIters(its, n*w, dst)
 }
 
 // compactionBits returns the output's shard bits: enough for one shard
@@ -317,15 +312,16 @@ type compactionInput struct {
 	tree        Tree
 	f           Format
 	bits        uint8  // the output's shard bits
-	splitBits   uint8  // the bits records are split by: the output's, or the groups' (the coarse spill)
-	base        uint32 // the first shard (of splitBits) of the spill being written
+	base        uint32 // the first output shard of the spill being written
 	spill       *spill
+	counted     uint32 // the dictionary is counted on output shards [0, counted)
 	start       time.Time
 	bytesRead   int64 // data bytes read so far
 	bytesPerSec int64 // <= 0: unpaced
 	// The output run's shared account dictionary: counter counts the
-	// first group's records while they are read, shared is its result,
-	// owner the ID (binary) of the output's first table, which stores it.
+	// records of the first output shards while they are read, shared is
+	// its result, owner the ID (binary) of the output's first table,
+	// which stores it.
 	counter *dictCounter
 	shared  *accountDict
 	owner   []byte
@@ -373,12 +369,13 @@ func (in *compactionInput) read(ctx context.Context, id string, meta *TableMeta)
 	return in.spill.endSequence()
 }
 
-// split counts records (whole, sorted) for the dictionary while it is
-// counted, and adds them to the spill, each to its shard of splitBits.
-// from names where they come from, for the error of a record outside the
-// spill's shards (a *CorruptError).
+// split adds records (whole, sorted) to the spill, each to its output
+// shard, and counts those of the first output shards for the dictionary
+// while it is counted. from names where they come from, for the error of
+// a record outside the spill's shards (a *CorruptError).
 func (in *compactionInput) split(from string, recs []byte) error {
-	if in.counter != nil {
+	every := in.counter != nil && in.counted == 1<<in.bits
+	if every { // all of them, in one call
 		in.counter.add(recs)
 	}
 	// A prefix's records are contiguous and go to one shard: one hash and
@@ -389,9 +386,13 @@ func (in *compactionInput) split(from string, recs []byte) error {
 		for e < len(recs) && string(recs[e:e+p]) == string(recs[o:o+p]) {
 			e += w
 		}
-		s := ShardOf(recs[o:o+p], in.splitBits) - in.base
-		if int(s) >= len(in.spill.shards) {
+		out := ShardOf(recs[o:o+p], in.bits)
+		s := out - in.base
+		if out < in.base || int(s) >= len(in.spill.shards) {
 			return &CorruptError{Tree: in.tree, Table: from, Err: fmt.Errorf("prefix %x outside its shard: %w", recs[o:o+p], ErrCorrupt)}
+		}
+		if in.counter != nil && !every && out < in.counted {
+			in.counter.add(recs[o:e])
 		}
 		if err := in.spill.add(int(s), recs[o:e]); err != nil {
 			return err

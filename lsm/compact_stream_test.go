@@ -79,33 +79,28 @@ func TestCompactRunsStreaming(t *testing.T) {
 	SortRecords(all, f.Width)
 	SortRecords(compacted, f.Width)
 	spillDir := t.TempDir()
-	// groups is the spill files the compaction makes: one a group, and
-	// one more for the coarse inputs when it has any (-1: as groupPlan
-	// says, TestGroupPlan checks it).
-	check := func(name string, inputs []Run, want []byte, most uint64, groups int64) {
+	// Every input table is read once, into a spill file of its own; with
+	// open (> 0), at most that many spill files at once.
+	check := func(name string, inputs []Run, want []byte, most uint64, open int64) {
 		t.Helper()
+		var tables int64
+		var n uint64
+		for _, r := range inputs {
+			tables += int64(len(r.Tables))
+			n += r.Records()
+		}
 		spills0 := spillsCreated.Load()
+		spillsOpenPeak.Store(0)
 		out, err := CompactRuns(ctx, store, cat, v, inputs, CompactOptions{ShardBytesMax: most, SpillDir: spillDir})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var n uint64
-		for _, r := range inputs {
-			n += r.Records()
-		}
 		wantBits := compactionBits(0, n*uint64(f.Width), CompactOptions{ShardBytesMax: most})
-		if groups < 0 {
-			g := groupPlan(inputs, wantBits)
-			groups = 1 << g
-			for _, r := range inputs {
-				if runShardBits(r) < g {
-					groups++ // the coarse spill
-					break
-				}
-			}
+		if n := spillsCreated.Load() - spills0; n != tables {
+			t.Fatalf("%s, shard bytes %d: %d spill files, want one a table, %d", name, most, n, tables)
 		}
-		if n := spillsCreated.Load() - spills0; n != groups {
-			t.Fatalf("%s, shard bytes %d: %d spill files, want %d", name, most, n, groups)
+		if peak := spillsOpenPeak.Load(); open > 0 && peak > open {
+			t.Fatalf("%s, shard bytes %d: %d spill files at once, want at most %d", name, most, peak, open)
 		}
 		if len(out.Tables) == 0 || out.Tables[0].ShardBits != wantBits {
 			t.Fatalf("%s, shard bytes %d: %d tables of %d bits, want %d bits", name, most, len(out.Tables), out.Tables[0].ShardBits, wantBits)
@@ -124,6 +119,15 @@ func TestCompactRunsStreaming(t *testing.T) {
 			meta, err := cat.Load(ctx, TreeLinks, ref)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if owner := meta.DictTable(); owner != "" {
+				om, err := cat.Load(ctx, TreeLinks, out.Tables[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := meta.UseDictOf(om); err != nil {
+					t.Fatal(err)
+				}
 			}
 			for i := range meta.NumFrames() {
 				off, n := meta.ByteRange(i, i)
@@ -149,19 +153,17 @@ func TestCompactRunsStreaming(t *testing.T) {
 	}
 	want := Fold(f, all)
 	for _, most := range []uint64{1 << 30, 64 << 10, 4 << 10} {
-		// Half the records in delta runs: one group.
-		check("every run", v.Manifest.RunsOf(TreeLinks), want, most, 1)
+		check("every run", v.Manifest.RunsOf(TreeLinks), want, most, 0)
 	}
-	// Only the compacted runs (1 to 3 shard bits): with many output
-	// shards, groups that each read only their own input tables, the
-	// coarser inputs spilled ahead by group when they are few enough.
 	wantCompacted := Fold(f, compacted)
-	check("compacted runs", compactedRuns, wantCompacted, 1<<30, 1) // one output shard: one group
-	check("compacted runs", compactedRuns, wantCompacted, 4<<10, -1)
+	check("compacted runs", compactedRuns, wantCompacted, 1<<30, 0) // one output shard
+	check("compacted runs", compactedRuns, wantCompacted, 4<<10, 0)
+
 	// The compacted runs and a small delta run (the newest flush in a
-	// full compaction): several groups, the delta run's records spilled
-	// once ahead and each group taking its part, instead of one group of
-	// everything.
+	// full compaction), with the dictionary counted on the first output
+	// shard alone: an input table's spill lives while its output shards
+	// are built, so at most one spill file a run is open at once (the
+	// output has more shard bits than any input), never the whole merge.
 	var small []byte
 	for i := range 200 {
 		l := link.Backlink{
@@ -189,50 +191,11 @@ func TestCompactRunsStreaming(t *testing.T) {
 	wantMixed := append(slices.Clone(compacted), small...)
 	SortRecords(wantMixed, f.Width)
 	wantMixed = Fold(f, wantMixed)
-	if g := groupPlan(mixed, 8); g < 1 {
-		t.Fatalf("a delta run of 200 records beside %d compacted records makes %d group bits", len(compacted)/f.Width, g)
-	}
-	check("compacted runs and a small delta run", mixed, wantMixed, 4<<10, -1)
-}
-
-// groupPlan gives the most group bits for which the inputs split more
-// coarsely than the groups hold less than a group's share of the records.
-func TestGroupPlan(t *testing.T) {
-	run := func(records uint64, bits uint8) Run {
-		if bits == 0 {
-			return Run{Kind: RunDelta, Tables: []TableRef{{Records: records}}}
-		}
-		r := Run{Kind: RunCompacted}
-		for s := range uint32(1) << bits {
-			r.Tables = append(r.Tables, TableRef{Records: records >> bits, ShardBits: bits, Shard: s})
-		}
-		return r
-	}
-	for _, tc := range []struct {
-		name   string
-		inputs []Run
-		bits   uint8
-		want   uint8
-	}{
-		{"delta runs only", []Run{run(1000, 0), run(1000, 0)}, 3, 0},
-		{"similar compacted runs", []Run{run(8<<10, 2), run(8<<10, 2), run(8<<10, 2)}, 5, 2},
-		{"no output shards", []Run{run(8<<10, 4), run(1000, 0)}, 0, 0},
-		// 1M records in 4 bits and a delta of 1,000: the delta is at most
-		// a group's share up to 4 bits (and the output's bits bound it).
-		{"a full compaction's newest flush", []Run{run(1<<20, 4), run(1000, 0)}, 8, 4},
-		{"a full compaction's newest flush, fewer output bits", []Run{run(1<<20, 4), run(1000, 0)}, 2, 2},
-		// Runs of 4 and 2 bits and a delta: at 3 bits the 2-bit run
-		// (1/5 of the records) is more than a group's share (1/8).
-		{"runs of several sizes", []Run{run(4<<20, 4), run(1<<20, 2), run(1000, 0)}, 8, 2},
-		// A delta run of half the records: one group.
-		{"a large delta run", []Run{run(1<<20, 4), run(1<<20, 0)}, 8, 0},
-		// A delta run of a quarter of the records: less than a group's
-		// share at 1 bit, not at 2.
-		{"a delta run of a quarter", []Run{run(3<<20, 4), run(1<<20, 0)}, 8, 1},
-	} {
-		if got := groupPlan(tc.inputs, tc.bits); got != tc.want {
-			t.Errorf("%s: %d group bits, want %d", tc.name, got, tc.want)
-		}
+	defer func(n uint64) { dictSampleRecords = n }(dictSampleRecords)
+	dictSampleRecords = 1
+	check("compacted runs and a small delta run", mixed, wantMixed, 4<<10, int64(len(mixed)))
+	if tables := int64(2 + 4 + 8 + 1); spillsOpenPeak.Load() >= tables {
+		t.Fatalf("%d spill files at once of %d tables: the test shows nothing", spillsOpenPeak.Load(), tables)
 	}
 }
 

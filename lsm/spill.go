@@ -25,10 +25,10 @@ type spill struct {
 	w        int
 	perBlock int          // records a block holds at most
 	pend     [][]byte     // per shard, records not yet in a block
+	pendSum  int          // bytes in pend
 	open     []bool       // per shard, a sequence is open (the current table has records of it)
 	shards   [][]spillSeq // per shard, its sequences
 	records  []int        // per shard, the records spilled
-	largest  int          // the most records of any shard
 	off      int64        // bytes written
 	comp     []byte       // a block's compressed bytes
 	tmp      []byte       // a block's transformed records
@@ -46,9 +46,9 @@ type spillBlock struct {
 	n    int32 // records
 }
 
-// spillBlockBytes bounds a spill block's records (uncompressed): the first
-// pass holds one pending block per output shard, so this bounds its
-// memory (2^11 shards: 128 MiB); it does not depend on the tables' frames.
+// spillBlockBytes bounds a spill block's records (uncompressed); the
+// pending blocks of all shards together are bounded by spillPendMax. It
+// does not depend on the tables' frames.
 const spillBlockBytes = 64 << 10
 
 // newSpill creates the spill file in dir (os.TempDir() when "") for
@@ -93,6 +93,7 @@ func (sp *spill) add(s int, recs []byte) error {
 		room := sp.perBlock*sp.w - len(sp.pend[s])
 		n := min(room, len(recs))
 		sp.pend[s] = append(sp.pend[s], recs[:n]...)
+		sp.pendSum += n
 		recs = recs[n:]
 		if n == room {
 			if err := sp.writeBlock(s); err != nil {
@@ -100,8 +101,23 @@ func (sp *spill) add(s int, recs []byte) error {
 			}
 		}
 	}
+	if sp.pendSum > spillPendMax {
+		for s := range sp.pend {
+			if len(sp.pend[s]) > 0 {
+				if err := sp.writeBlock(s); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	return nil
 }
+
+// spillPendMax bounds the bytes of a spill's pending blocks: past it,
+// every pending block is written, shorter. A table split over thousands
+// of output shards (a delta run's in a full compaction) would otherwise
+// hold most of its records in memory until it ends.
+const spillPendMax = 16 << 20
 
 // endSequence closes every open sequence: the next records of a shard
 // start a new one.
@@ -134,9 +150,9 @@ func (sp *spill) writeBlock(s int) error {
 	n := len(recs) / sp.w
 	seq.blocks = append(seq.blocks, spillBlock{off: sp.off, clen: int32(len(sp.comp)), n: int32(n)})
 	sp.records[s] += n
-	sp.largest = max(sp.largest, sp.records[s])
 	sp.off += int64(len(sp.comp))
 	sp.pend[s] = recs[:0]
+	sp.pendSum -= len(recs)
 	return nil
 }
 
@@ -157,22 +173,39 @@ func (sp *spill) finish() error {
 // hold them) and returns it. Records equal in every byte come out once
 // each time they were spilled (Fold keeps one).
 func (sp *spill) merge(s int, dst []byte) ([]byte, error) {
-	seqs, n := sp.shards[s], sp.records[s]
-	if cap(dst) < n*sp.w {
-		dst = make([]byte, 0, n*sp.w)
-	}
+	seqs := sp.shards[s]
 	its := make([]*spillIter, 0, len(seqs))
 	for i := range seqs {
-		it := &spillIter{sp: sp, seq: &seqs[i]}
+		its = append(its, &spillIter{sp: sp, seq: &seqs[i]})
+	}
+	out, err := mergeIters(its, sp.records[s]*sp.w, dst)
+	if err != nil {
+		return nil, fmt.Errorf("spill of shard %d: %w", s, err)
+	}
+	sp.shards[s] = nil
+	return out, nil
+}
+
+// mergeIters appends the records of the sorted sequences its (size bytes
+// together), merged into order, to dst (grown to hold them) and returns
+// it.
+func mergeIters(its []*spillIter, size int, dst []byte) ([]byte, error) {
+	start := len(dst)
+	if cap(dst)-start < size {
+		// With headroom: the next shard may be a little larger again,
+		// and fresh memory costs its page faults each time.
+		dst = append(make([]byte, 0, start+size+size/8), dst...)
+	}
+	h := make(spillHeap, 0, len(its))
+	for _, it := range its {
 		ok, err := it.next()
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			its = append(its, it)
+			h = append(h, it)
 		}
 	}
-	h := spillHeap(its)
 	for i := len(h)/2 - 1; i >= 0; i-- {
 		h.down(i)
 	}
@@ -189,9 +222,8 @@ func (sp *spill) merge(s int, dst []byte) ([]byte, error) {
 		}
 		h.down(0)
 	}
-	sp.shards[s] = nil
-	if len(dst) != n*sp.w {
-		return nil, fmt.Errorf("spill of shard %d gave %d bytes, want %d: %w", s, len(dst), n*sp.w, ErrCorrupt)
+	if len(dst)-start != size {
+		return nil, fmt.Errorf("spill gave %d bytes, want %d: %w", len(dst)-start, size, ErrCorrupt)
 	}
 	return dst, nil
 }
@@ -252,21 +284,6 @@ func (sp *spill) readBlock(b spillBlock, comp, tmp, recs *[]byte) error {
 	return nil
 }
 
-// eachBlock calls fn with the records of each block of seq, in order; the
-// slice is reused for the next block.
-func (sp *spill) eachBlock(seq *spillSeq, fn func(recs []byte) error) error {
-	var comp, tmp, recs []byte
-	for _, b := range seq.blocks {
-		if err := sp.readBlock(b, &comp, &tmp, &recs); err != nil {
-			return err
-		}
-		if err := fn(recs); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // spillHeap is a binary min-heap of sequences by their head records.
 type spillHeap []*spillIter
 
@@ -313,13 +330,16 @@ func RemoveSpills(dir string) (int, error) {
 	return len(names), nil
 }
 
-// spillsCreated counts the spill files made (one per group of a
-// compaction, and one for its coarse inputs if it has any); the tests read
-// it.
+// spillsCreated counts the spill files made (one per input table of a
+// compaction); the tests read it.
 var spillsCreated atomic.Int64
 
-// spillPeak is the most local disk a compaction's spill files took at once
-// (a group's and the coarse inputs'), since the process started.
+// spillsOpenPeak is the most spill files a compaction had at once; the
+// tests read it.
+var spillsOpenPeak atomic.Int64
+
+// spillPeak is the most local disk a compaction's spill files took at
+// once (those of the input tables open together).
 var spillPeak atomic.Int64
 
 // noteSpillBytes records n bytes of spill files at once.
@@ -330,14 +350,6 @@ func noteSpillBytes(n int64) {
 			return
 		}
 	}
-}
-
-// coarseBytes is the size of a compaction's coarse spill (0 for nil).
-func coarseBytes(sp *spill) int64 {
-	if sp == nil {
-		return 0
-	}
-	return sp.off
 }
 
 // SpillPeakBytes is the most local disk the spill files of one compaction
