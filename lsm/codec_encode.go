@@ -12,16 +12,19 @@ import (
 
 // colEncoder holds one frame's columns while it is encoded; pooled.
 type colEncoder struct {
-	streams [colStreams][]byte
-	hi      []uint64 // time of each record
-	clocks  []uint16 // clock id of each record (layouts with a clock column)
-	first   []bool
-	pairs   [][2]uint64 // (collection, location) of each record
-	sorted  [][2]uint64 // distinct pairs
-	ranks   []uint32
-	pidx    []uint16
-	huff    huff0.Scratch
-	revs    []byte
+	streams  [colStreams][]byte
+	hi       []uint64 // time of each record
+	clocks   []uint16 // clock id of each record (layouts with a clock column)
+	first    []bool
+	pairs    [][2]uint64 // (collection, location) of each record
+	distinct [][2]uint64 // the distinct pairs, as first seen
+	ranks    []uint32
+	pidx     []uint16
+	pt       pairTable
+	order    []uint16 // the distinct pairs' numbers, in the pairs' order
+	remap    []uint16 // a distinct pair's number to its place in that order
+	huff     huff0.Scratch
+	revs     []byte
 }
 
 var colEncoders = sync.Pool{New: func() any { return new(colEncoder) }}
@@ -210,44 +213,103 @@ func (e *colEncoder) fields(recs []byte, l colLayout, ranks []uint32, dictClocks
 // pairIndexes writes the pairs stream (the distinct pairs, sorted) and
 // each record's index into it (e.pidx); it returns the number of pairs.
 func (e *colEncoder) pairIndexes(n int) int {
-	// A frame has few distinct pairs (often one) in runs: collect the
-	// distinct ones (a record with its predecessor's pair, or one of the
-	// few seen, adds nothing), then sort those alone.
-	e.sorted = e.sorted[:0]
+	// A record with its predecessor's pair takes its index; another
+	// finds its pair in a small hash table of the frame's distinct pairs
+	// (numbered as first seen), then the numbers are mapped to the pairs'
+	// sorted order.
+	e.pt.reset()
+	e.distinct = e.distinct[:0]
+	var k uint16
 	for i := range n {
-		p := e.pairs[i]
-		if i > 0 && p == e.pairs[i-1] {
-			continue
+		if i == 0 || e.pairs[i] != e.pairs[i-1] {
+			k = e.pt.index(e.pairs[i], &e.distinct)
 		}
-		seen := false
-		if len(e.sorted) <= 8 {
-			for _, q := range e.sorted {
-				if q == p {
-					seen = true
-					break
-				}
-			}
-		}
-		if !seen {
-			e.sorted = append(e.sorted, p)
-		}
+		e.pidx[i] = k
 	}
-	slices.SortFunc(e.sorted, comparePairs)
-	uniq := slices.Compact(e.sorted)
-	np := len(uniq)
+	np := len(e.distinct)
+	e.order = e.order[:0]
+	for j := range np {
+		e.order = append(e.order, uint16(j))
+	}
+	slices.SortFunc(e.order, func(a, b uint16) int { return comparePairs(e.distinct[a], e.distinct[b]) })
+	e.remap = slices.Grow(e.remap[:0], np)[:np]
 	e.streams[stPairs] = binary.AppendUvarint(e.streams[stPairs], uint64(np))
-	for _, p := range uniq {
+	for pos, id := range e.order {
+		e.remap[id] = uint16(pos)
+		p := e.distinct[id]
 		e.streams[stPairs] = binary.AppendUvarint(e.streams[stPairs], p[0])
 		e.streams[stPairs] = binary.AppendUvarint(e.streams[stPairs], p[1])
 	}
-	k := 0
 	for i := range n {
-		if np > 1 && (i == 0 || e.pairs[i] != e.pairs[i-1]) {
-			k, _ = slices.BinarySearchFunc(uniq, e.pairs[i], comparePairs)
-		}
-		e.pidx[i] = uint16(k)
+		e.pidx[i] = e.remap[e.pidx[i]]
 	}
 	return np
+}
+
+// pairTable is an open-addressing hash table from a frame's distinct
+// pairs to the numbers they were first seen as; reset empties it in
+// constant time (slots of an earlier generation are empty).
+type pairTable struct {
+	slots []pairSlot
+	gen   uint32
+	n     int
+}
+
+type pairSlot struct {
+	p   [2]uint64
+	gen uint32
+	id  uint16
+}
+
+func (t *pairTable) reset() {
+	t.gen++
+	t.n = 0
+	if t.gen == 0 { // wrapped: clear the old generations
+		clear(t.slots)
+		t.gen = 1
+	}
+	if len(t.slots) == 0 {
+		t.slots = make([]pairSlot, 64)
+	}
+}
+
+// index returns p's number, giving it the next one (and appending p to
+// *seen) if it is new.
+func (t *pairTable) index(p [2]uint64, seen *[][2]uint64) uint16 {
+	if 2*(t.n+1) > len(t.slots) {
+		t.grow()
+	}
+	mask := uint64(len(t.slots) - 1)
+	for h := (p[0]*0x9e3779b97f4a7c15 ^ p[1]*0xc2b2ae3d27d4eb4f) >> 32; ; h++ {
+		s := &t.slots[h&mask]
+		if s.gen != t.gen {
+			*s = pairSlot{p: p, gen: t.gen, id: uint16(t.n)}
+			t.n++
+			*seen = append(*seen, p)
+			return s.id
+		}
+		if s.p == p {
+			return s.id
+		}
+	}
+}
+
+// grow doubles the table, keeping this generation's entries.
+func (t *pairTable) grow() {
+	old := t.slots
+	t.slots = make([]pairSlot, 2*len(old))
+	mask := uint64(len(t.slots) - 1)
+	for _, s := range old {
+		if s.gen != t.gen {
+			continue
+		}
+		for h := (s.p[0]*0x9e3779b97f4a7c15 ^ s.p[1]*0xc2b2ae3d27d4eb4f) >> 32; ; h++ {
+			if d := &t.slots[h&mask]; d.gen != t.gen {
+				*d = s
+				break
+			}
+		}
+	}
 }
 
 // revStream writes the revs stream of records of width w, predicted at

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
@@ -223,6 +224,58 @@ func TestHuffMayPay(t *testing.T) {
 		out := e.appendStream(nil, b)
 		if mode := out[0]; (mode == modeRaw) != (&b[0] == &uniform[0]) {
 			t.Errorf("stream of %d bytes written in mode %d", len(b), mode)
+		}
+	}
+}
+
+// pairIndexes gives each record the index of its (collection, location)
+// pair among the frame's distinct pairs in sorted order, whatever their
+// number (the hash table grows past its first 64 slots) and across the
+// table's generations (including the wrap of its counter).
+func TestPairIndexes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	e := new(colEncoder)
+	for round := range 200 {
+		n := 1 + rng.IntN(2048)
+		distinct := 1 + rng.IntN([]int{1, 4, 40, 600}[round%4])
+		pool := make([][2]uint64, distinct)
+		for i := range pool {
+			pool[i] = [2]uint64{uint64(rng.IntN(50)), uint64(rng.IntN(8))}
+		}
+		e.pairs = e.pairs[:0]
+		for range n {
+			p := pool[rng.IntN(distinct)]
+			if len(e.pairs) > 0 && rng.IntN(3) == 0 {
+				p = e.pairs[len(e.pairs)-1] // runs of one pair
+			}
+			e.pairs = append(e.pairs, p)
+		}
+		e.pidx = make([]uint16, n)
+		e.streams[stPairs] = e.streams[stPairs][:0]
+		if round == 100 {
+			e.pt.gen = ^uint32(0) // the next reset wraps
+		}
+		np := e.pairIndexes(n)
+		want := slices.Clone(e.pairs)
+		slices.SortFunc(want, comparePairs)
+		want = slices.Compact(want)
+		if np != len(want) {
+			t.Fatalf("round %d: %d pairs, want %d", round, np, len(want))
+		}
+		// The stream: the count, then the pairs in order.
+		s := colReader{b: e.streams[stPairs]}
+		if c := s.uvarint(); c != uint64(len(want)) {
+			t.Fatalf("round %d: stream counts %d pairs, want %d", round, c, len(want))
+		}
+		for j, p := range want {
+			if a, b := s.uvarint(), s.uvarint(); a != p[0] || b != p[1] {
+				t.Fatalf("round %d: pair %d in the stream is (%d, %d), want %v", round, j, a, b, p)
+			}
+		}
+		for i, p := range e.pairs {
+			if k, _ := slices.BinarySearchFunc(want, p, comparePairs); e.pidx[i] != uint16(k) {
+				t.Fatalf("round %d: record %d has index %d, want %d", round, i, e.pidx[i], k)
+			}
 		}
 	}
 }
