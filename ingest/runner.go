@@ -66,9 +66,10 @@ type Runner struct {
 	// CompactionFanIn: runs of a tier merged together (0:
 	// lsm.DefaultCompactionFanIn).
 	CompactionFanIn int
-	// SpillDir holds a compaction's inputs between its passes (a
-	// directory on local disk; "": the system's temporary directory). A
-	// merge removes its spill when it ends, cut short or not; what a
+	// SpillDir holds a compaction's input tables, each split by output
+	// shard, until their output shards are built (a directory on local
+	// disk; "": the system's temporary directory). A merge removes its
+	// spill files as it goes and when it ends, cut short or not; what a
 	// crash leaves, the process removes when it starts (lsm.RemoveSpills,
 	// cmd/node), whatever the node's role.
 	SpillDir string

@@ -24,9 +24,10 @@ type CompactOptions struct {
 	ShardBytesMax uint64
 	// BytesPerSec paces the reads of the inputs (<= 0: unpaced).
 	BytesPerSec int64
-	// SpillDir is where the inputs, split by output shard, wait between
-	// the two passes (a temporary file, removed when CompactRuns returns);
-	// os.TempDir() when "".
+	// SpillDir is where the input tables, each split by output shard,
+	// wait until their output shards are built (a temporary file a table,
+	// removed after its last output shard, and all of them when
+	// CompactRuns returns); os.TempDir() when "".
 	SpillDir string
 }
 
@@ -41,15 +42,19 @@ type CompactOptions struct {
 // shard is the merge of its sequences in every open spill (a heap over one
 // block of each), identical records folded to the newest rev, written as a
 // table. Memory: the largest output shard's records (bounded by
-// ShardBytesMax but for a single target bigger than that) and its table,
-// a block per sequence, and spillPendMax of pending blocks while a table
-// is split. Local disk: each input run's open table (at most one a run,
-// 256 MiB of records decoded), compressed, and the dictionary's sample
+// ShardBytesMax but for a single target bigger than that) and its table;
+// while a table is split, its data object and about spillPendMax of
+// pending blocks (at least a few KiB a shard it covers); while a shard is
+// merged, three block buffers (up to spillBlockBytes each) per sequence.
+// Local disk: the tables of each input run that hold the current output
+// shard (with the defaults one table a run: a flush's memtable, 64 MiB of
+// records, or a compacted table of about 256 MiB of records, more for a
+// shard with a huge target), compressed, and the dictionary's sample
 // (below); never the whole merge, however the inputs are split.
 //
 // A run of several tables shares one account dictionary, stored in its
-// first table: counted on the records of the first output shards, at
-// least dictSampleRecords of them (all, for a smaller merge), which are
+// first table: counted on the records of the first output shards, about
+// dictSampleRecords of them or more (all, for a smaller merge), which are
 // all spilled before the first table is written.
 func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *View, inputs []Run, opt CompactOptions) (Run, error) {
 	if len(inputs) == 0 {
@@ -111,6 +116,9 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		batch := plan[next:k]
 		slices.SortFunc(batch, func(a, b rangeTable) int { return cmp.Compare(a.seq, b.seq) })
 		for _, rt := range batch {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			rs, err := in.readRange(ctx, rt, opt.SpillDir)
 			if err != nil {
 				return err
@@ -123,7 +131,7 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 			n += o.sp.off
 		}
 		noteSpillBytes(n)
-		spillsOpenPeak.Store(max(spillsOpenPeak.Load(), int64(len(open))))
+		storeMax(&spillsOpenPeak, int64(len(open)))
 		return nil
 	}
 	run := Run{ID: NewID(), Tree: tree, Kind: RunCompacted}
@@ -178,6 +186,9 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		}
 		run.Tables = append(run.Tables, ref)
 	}
+	if next != len(plan) {
+		return Run{}, fmt.Errorf("compaction: %d of %d input tables not read", len(plan)-next, len(plan))
+	}
 	if len(run.Tables) == 0 {
 		return Run{}, fmt.Errorf("compaction of %d runs produced nothing", len(inputs))
 	}
@@ -214,7 +225,8 @@ func runShardBits(r Run) uint8 {
 
 // planRanges returns every input table with the output shards (of bits)
 // it holds records of, by first output shard (in input order among
-// equals).
+// equals). A table whose shard is not one of its run's is a
+// *CorruptError: its records would be left out.
 func planRanges(inputs []Run, tables map[string]*viewTable, bits uint8) ([]rangeTable, error) {
 	var plan []rangeTable
 	for _, r := range inputs {
@@ -223,6 +235,9 @@ func planRanges(inputs []Run, tables map[string]*viewTable, bits uint8) ([]range
 			t := tables[ref.ID]
 			if t == nil {
 				return nil, fmt.Errorf("table %s of run %s not in the view", ref.ID, r.ID)
+			}
+			if ref.ShardBits != b || uint64(ref.Shard) >= 1<<b {
+				return nil, &CorruptError{Tree: r.Tree, Table: ref.ID, Err: fmt.Errorf("shard %d of %d bits in a run of %d-bit tables: %w", ref.Shard, ref.ShardBits, b, ErrCorrupt)}
 			}
 			var lo, hi uint32
 			switch {

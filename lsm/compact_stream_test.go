@@ -3,13 +3,17 @@ package lsm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/objstore"
 )
 
 // The streaming compaction gives what sorting and folding every input in
@@ -81,7 +85,39 @@ func TestCompactRunsStreaming(t *testing.T) {
 	spillDir := t.TempDir()
 	// Every input table is read once, into a spill file of its own; with
 	// open (> 0), at most that many spill files at once.
-	check := func(name string, inputs []Run, want []byte, most uint64, open int64) {
+	// tableRecs is a table's records, decoded (its run's dictionary from
+	// owner, the run's first table, when it shares one).
+	tableRecs := func(ref, owner TableRef) []byte {
+		t.Helper()
+		data, err := store.Get(ctx, dataKey(TreeLinks, ref.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta, err := cat.Load(ctx, TreeLinks, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if meta.DictTable() != "" {
+			om, err := cat.Load(ctx, TreeLinks, owner)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := meta.UseDictOf(om); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var recs []byte
+		for i := range meta.NumFrames() {
+			off, n := meta.ByteRange(i, i)
+			fr, err := meta.DecodeFrame(i, data[off:off+n], nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, fr...)
+		}
+		return recs
+	}
+	check := func(name string, inputs []Run, want []byte, most uint64, open int64) Run {
 		t.Helper()
 		var tables int64
 		var n uint64
@@ -112,36 +148,13 @@ func TestCompactRunsStreaming(t *testing.T) {
 		// together (BuildTable checked each table's own order).
 		var got []byte
 		for _, ref := range out.Tables {
-			data, err := store.Get(ctx, dataKey(TreeLinks, ref.ID))
-			if err != nil {
-				t.Fatal(err)
-			}
-			meta, err := cat.Load(ctx, TreeLinks, ref)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if owner := meta.DictTable(); owner != "" {
-				om, err := cat.Load(ctx, TreeLinks, out.Tables[0])
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := meta.UseDictOf(om); err != nil {
-					t.Fatal(err)
+			recs := tableRecs(ref, out.Tables[0])
+			for o := 0; o < len(recs); o += f.Width {
+				if ShardOf(recs[o:o+f.PrefixLen], ref.ShardBits) != ref.Shard {
+					t.Fatalf("%s: a record of shard %d in table of shard %d", name, ShardOf(recs[o:o+f.PrefixLen], ref.ShardBits), ref.Shard)
 				}
 			}
-			for i := range meta.NumFrames() {
-				off, n := meta.ByteRange(i, i)
-				recs, err := meta.DecodeFrame(i, data[off:off+n], nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for o := 0; o < len(recs); o += f.Width {
-					if ShardOf(recs[o:o+f.PrefixLen], ref.ShardBits) != ref.Shard {
-						t.Fatalf("%s: a record of shard %d in table of shard %d", name, ShardOf(recs[o:o+f.PrefixLen], ref.ShardBits), ref.Shard)
-					}
-				}
-				got = append(got, recs...)
-			}
+			got = append(got, recs...)
 		}
 		SortRecords(got, f.Width)
 		if !bytes.Equal(got, want) {
@@ -150,6 +163,7 @@ func TestCompactRunsStreaming(t *testing.T) {
 		if left, _ := filepath.Glob(filepath.Join(spillDir, "*")); len(left) != 0 {
 			t.Fatalf("spill files left: %v", left)
 		}
+		return out
 	}
 	want := Fold(f, all)
 	for _, most := range []uint64{1 << 30, 64 << 10, 4 << 10} {
@@ -193,9 +207,135 @@ func TestCompactRunsStreaming(t *testing.T) {
 	wantMixed = Fold(f, wantMixed)
 	defer func(n uint64) { dictSampleRecords = n }(dictSampleRecords)
 	dictSampleRecords = 1
-	check("compacted runs and a small delta run", mixed, wantMixed, 4<<10, int64(len(mixed)))
+	out := check("compacted runs and a small delta run", mixed, wantMixed, 4<<10, int64(len(mixed)))
 	if tables := int64(2 + 4 + 8 + 1); spillsOpenPeak.Load() >= tables {
 		t.Fatalf("%d spill files at once of %d tables: the test shows nothing", spillsOpenPeak.Load(), tables)
+	}
+	// Its dictionary was counted on output shard 0's records alone, in
+	// the inputs' order.
+	l, _ := columnsLayout(f, TableFormatVersion)
+	sample, every := newDictCounter(l), newDictCounter(l)
+	bits := out.Tables[0].ShardBits
+	for _, r := range mixed {
+		for _, ref := range r.Tables {
+			recs := tableRecs(ref, r.Tables[0])
+			every.add(recs)
+			for o := 0; o < len(recs); o += f.Width {
+				if ShardOf(recs[o:o+f.PrefixLen], bits) == 0 {
+					sample.add(recs[o : o+f.Width])
+				}
+			}
+		}
+	}
+	mb, err := store.Get(ctx, metaKey(TreeLinks, out.Tables[0].ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	om, err := DecodeMeta(mb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameDict := func(a, b *accountDict) bool {
+		if a.len() != b.len() || a.hasRevs() != b.hasRevs() {
+			return false
+		}
+		for i := range a.len() {
+			ad, ac := a.account(i)
+			bd, bc := b.account(i)
+			if ad != bd || ac != bc || (a.hasRevs() && a.rev(i) != b.rev(i)) {
+				return false
+			}
+		}
+		return true
+	}
+	if want := sample.dict(); om.dict == nil || !sameDict(om.dict, want) {
+		t.Fatalf("the output's dictionary is not the one counted on output shard 0's records")
+	}
+	if sameDict(every.dict(), sample.dict()) {
+		t.Fatalf("every record and output shard 0's give the same dictionary: the test shows nothing")
+	}
+	// Pending blocks past their bound are written early, shorter: the
+	// same output.
+	defer func(n int) { spillPendMax = n }(spillPendMax)
+	spillPendMax = 2 << 10
+	check("compacted runs and a small delta run, small pending bound", mixed, wantMixed, 4<<10, int64(len(mixed)))
+}
+
+// failingStore fails the Get of a table's data object after ok of them.
+type failingStore struct {
+	objstore.Store
+	ok atomic.Int64
+}
+
+var errInjected = errors.New("injected failure")
+
+func (s *failingStore) Get(ctx context.Context, key string) ([]byte, error) {
+	if strings.HasSuffix(key, ".data") {
+		if s.ok.Add(-1) < 0 {
+			return nil, errInjected
+		}
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// A compaction that fails part way (a table it cannot read), or whose
+// context is cancelled, removes every spill file it made.
+func TestCompactRunsRemovesSpillsOnError(t *testing.T) {
+	ctx := context.Background()
+	store := newLocalStore(t)
+	cat := NewCatalog(t.TempDir(), store)
+	f := BacklinkFormat
+	var runs []Run
+	for r := range 3 {
+		var recs []byte
+		for i := range 4000 {
+			l := link.Backlink{
+				Target: link.RecordID{RKey: uint64(i % 500), Collection: 3, DID: 9},
+				Source: link.RecordID{RKey: uint64(i), Collection: 5, DID: uint64(r)}, SourceRev: 1,
+			}
+			var b [link.BacklinkSize]byte
+			l.Put(b[:])
+			recs = append(recs, b[:]...)
+		}
+		SortRecords(recs, f.Width)
+		run, err := WriteRun(ctx, store, cat, TreeLinks, RunCompacted, 2, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, run)
+	}
+	m, _, err := (&Manifest{}).Apply(Edit{Base: 0, Add: runs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := OpenView(ctx, cat, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ok := range []int64{0, 3, 7} {
+		spillDir := t.TempDir()
+		fs := &failingStore{Store: store}
+		fs.ok.Store(ok)
+		spills0 := spillsCreated.Load()
+		_, err := CompactRuns(ctx, fs, cat, v, runs, CompactOptions{ShardBytesMax: 4 << 10, SpillDir: spillDir})
+		if !errors.Is(err, errInjected) {
+			t.Fatalf("after %d tables: %v, want the injected failure", ok, err)
+		}
+		if made := spillsCreated.Load() - spills0; made < ok {
+			t.Fatalf("after %d tables: %d spill files made: the test shows nothing", ok, made)
+		}
+		if left, _ := filepath.Glob(filepath.Join(spillDir, "*")); len(left) != 0 {
+			t.Fatalf("after %d tables: spill files left: %v", ok, left)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	spillDir := t.TempDir()
+	if _, err := CompactRuns(cctx, store, cat, v, runs, CompactOptions{ShardBytesMax: 4 << 10, SpillDir: spillDir}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(spillDir, "*")); len(left) != 0 {
+		t.Fatalf("cancelled: spill files left: %v", left)
 	}
 }
 

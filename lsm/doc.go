@@ -47,7 +47,7 @@
 //	cache.go          the decoded-frame cache
 //	db.go             DB: the single-process engine
 //	compact.go        compaction: PickCompaction, Compact
-//	compact_stream.go CompactRuns: a merge, group by group, shard by shard
+//	compact_stream.go CompactRuns: a merge, output shard by output shard
 //	spill.go          the compaction's spill file on local disk
 //	plcmap.go         the PLC map trees
 //	errors.go         ErrCorrupt, CorruptError, ErrVersion

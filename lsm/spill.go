@@ -13,12 +13,12 @@ import (
 	"github.com/klauspost/compress/s2"
 )
 
-// spill holds a compaction's input records between its two passes: a
-// temporary file of compressed blocks (each up to spillBlockBytes of
+// spill holds an input table's records, split by a compaction's output
+// shards, until those shards are built: a temporary file of compressed blocks (each up to spillBlockBytes of
 // records, shuffled and S2-compressed: a fast codec, as the spill is
 // written and read once) and, in memory, each output shard's sorted
 // sequences of blocks. A sequence is one input table's records of the
-// shard, in order.
+// shard, in order (a spill per input table: one sequence a shard).
 type spill struct {
 	file     *os.File
 	bw       *bufio.Writer
@@ -26,6 +26,7 @@ type spill struct {
 	perBlock int          // records a block holds at most
 	pend     [][]byte     // per shard, records not yet in a block
 	pendSum  int          // bytes in pend
+	pendCap  int          // a pending block's first capacity
 	open     []bool       // per shard, a sequence is open (the current table has records of it)
 	shards   [][]spillSeq // per shard, its sequences
 	records  []int        // per shard, the records spilled
@@ -76,7 +77,11 @@ func newSpill(dir string, w, shards int) (*spill, error) {
 	}
 	return &spill{
 		file: file, bw: bufio.NewWriterSize(file, 1<<20), w: w, perBlock: spillBlockBytes / w,
-		pend: make([][]byte, shards), open: make([]bool, shards), shards: make([][]spillSeq, shards), records: make([]int, shards),
+		// Small at first (most shards' buffers stay short), smaller still
+		// with many shards, so that their first allocations stay near
+		// spillPendMax together; a record at least.
+		pendCap: max(w, min(4<<10, spillPendMax/shards)/w*w),
+		pend:    make([][]byte, shards), open: make([]bool, shards), shards: make([][]spillSeq, shards), records: make([]int, shards),
 	}, nil
 }
 
@@ -94,8 +99,7 @@ func (sp *spill) add(s int, recs []byte) error {
 		sp.open[s] = true
 		sp.shards[s] = append(sp.shards[s], spillSeq{})
 		if sp.pend[s] == nil {
-			// Small at first: with many shards most buffers stay short.
-			sp.pend[s] = make([]byte, 0, min(4<<10, sp.perBlock*sp.w))
+			sp.pend[s] = make([]byte, 0, min(sp.pendCap, sp.perBlock*sp.w))
 		}
 	}
 	for len(recs) > 0 {
@@ -117,6 +121,11 @@ func (sp *spill) add(s int, recs []byte) error {
 					return err
 				}
 			}
+			if cap(sp.pend[s]) > sp.pendCap {
+				// Grown buffers go back to the first size, so that
+				// their capacity, too, stays near the bound.
+				sp.pend[s] = make([]byte, 0, sp.pendCap)
+			}
 		}
 	}
 	return nil
@@ -126,7 +135,7 @@ func (sp *spill) add(s int, recs []byte) error {
 // every pending block is written, shorter. A table split over thousands
 // of output shards (a delta run's in a full compaction) would otherwise
 // hold most of its records in memory until it ends.
-const spillPendMax = 16 << 20
+var spillPendMax = 16 << 20 // a var for tests
 
 // endSequence closes every open sequence: the next records of a shard
 // start a new one.
@@ -176,23 +185,6 @@ func (sp *spill) finish() error {
 		return fmt.Errorf("compaction spill: %w", err)
 	}
 	return nil
-}
-
-// merge appends shard s's records, merged into order, to dst (grown to
-// hold them) and returns it. Records equal in every byte come out once
-// each time they were spilled (Fold keeps one).
-func (sp *spill) merge(s int, dst []byte) ([]byte, error) {
-	seqs := sp.shards[s]
-	its := make([]*spillIter, 0, len(seqs))
-	for i := range seqs {
-		its = append(its, &spillIter{sp: sp, seq: &seqs[i]})
-	}
-	out, err := mergeIters(its, sp.records[s]*sp.w, dst)
-	if err != nil {
-		return nil, fmt.Errorf("spill of shard %d: %w", s, err)
-	}
-	sp.shards[s] = nil
-	return out, nil
 }
 
 // mergeIters appends the records of the sorted sequences its (size bytes
@@ -352,10 +344,13 @@ var spillsOpenPeak atomic.Int64
 var spillPeak atomic.Int64
 
 // noteSpillBytes records n bytes of spill files at once.
-func noteSpillBytes(n int64) {
+func noteSpillBytes(n int64) { storeMax(&spillPeak, n) }
+
+// storeMax raises v to n if it is lower.
+func storeMax(v *atomic.Int64, n int64) {
 	for {
-		p := spillPeak.Load()
-		if n <= p || spillPeak.CompareAndSwap(p, n) {
+		p := v.Load()
+		if n <= p || v.CompareAndSwap(p, n) {
 			return
 		}
 	}

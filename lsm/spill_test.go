@@ -3,6 +3,7 @@ package lsm
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	mrand "math/rand/v2"
 	"slices"
 	"testing"
@@ -98,8 +99,8 @@ func TestSpillMerge(t *testing.T) {
 	}
 }
 
-// BenchmarkSpillMerge: the second pass of a compaction's group, eight
-// input tables' sequences of one shard merged (records of ~10-link
+// BenchmarkSpillMerge: a compaction's merge of one output shard, eight
+// input tables' sequences of it merged (records of ~10-link
 // groups, as a backfill's targets in a run).
 func BenchmarkSpillMerge(b *testing.B) {
 	in := spillInput(2, 8, 100000, 10, false)
@@ -131,4 +132,21 @@ func BenchmarkSpillMerge(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/record")
+}
+
+// merge (for the tests) appends shard s's records, merged into order, to dst (grown to
+// hold them) and returns it. Records equal in every byte come out once
+// each time they were spilled (Fold keeps one).
+func (sp *spill) merge(s int, dst []byte) ([]byte, error) {
+	seqs := sp.shards[s]
+	its := make([]*spillIter, 0, len(seqs))
+	for i := range seqs {
+		its = append(its, &spillIter{sp: sp, seq: &seqs[i]})
+	}
+	out, err := mergeIters(its, sp.records[s]*sp.w, dst)
+	if err != nil {
+		return nil, fmt.Errorf("spill of shard %d: %w", s, err)
+	}
+	sp.shards[s] = nil
+	return out, nil
 }
