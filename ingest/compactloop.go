@@ -220,7 +220,9 @@ func (r *Runner) startMerge(ctx context.Context, w *Writer, m *lsm.Manifest, i i
 	}
 	l.full = full
 	l.uploaded = w.uploads.begin() // its tables are unreferenced until published
-	opt := lsm.CompactOptions{ShardTargetBytes: r.shardTarget(), BytesPerSec: lsm.DefaultCompactionBytesPerSec, SpillDir: r.SpillDir}
+	// A full compaction's run holds the index for long: its dictionary
+	// counted on every record, not a sample.
+	opt := lsm.CompactOptions{ShardTargetBytes: r.shardTarget(), BytesPerSec: lsm.DefaultCompactionBytesPerSec, SpillDir: r.SpillDir, CountEvery: full != nil}
 	if i == laneSmall {
 		opt.ShardBytesMax = smallMergeShardBytes
 	}

@@ -165,7 +165,7 @@ func (db *DB) Compact(ctx context.Context) (bool, error) {
 		if inputs == nil {
 			continue
 		}
-		if err := db.compactLocked(ctx, t, inputs); err != nil {
+		if err := db.compactLocked(ctx, t, inputs, false); err != nil {
 			return did, err
 		}
 		did = true
@@ -189,7 +189,7 @@ func (db *DB) CompactFull(ctx context.Context) (bool, error) {
 		if len(inputs) < 2 {
 			continue
 		}
-		if err := db.compactLocked(ctx, t, inputs); err != nil {
+		if err := db.compactLocked(ctx, t, inputs, true); err != nil {
 			return did, err
 		}
 		did = true
@@ -198,10 +198,11 @@ func (db *DB) CompactFull(ctx context.Context) (bool, error) {
 }
 
 // compactLocked merges inputs (runs of tree t) into one run and swaps it
-// in; db.writeMu is held.
-func (db *DB) compactLocked(ctx context.Context, t Tree, inputs []Run) error {
+// in; db.writeMu is held. full: every run of the tree (CountEvery).
+func (db *DB) compactLocked(ctx context.Context, t Tree, inputs []Run, full bool) error {
 	out, err := CompactRuns(ctx, db.store, db.cat, db.View(), inputs, CompactOptions{
 		ShardTargetBytes: db.opts.ShardTargetBytes, BytesPerSec: db.opts.CompactionBytesPerSec, SpillDir: db.opts.Dir,
+		CountEvery: full,
 	})
 	if err != nil {
 		return fmt.Errorf("compact %s: %w", t, err)

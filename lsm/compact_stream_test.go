@@ -117,6 +117,7 @@ func TestCompactRunsStreaming(t *testing.T) {
 		}
 		return recs
 	}
+	countEvery := false
 	check := func(name string, inputs []Run, want []byte, most uint64, open int64) Run {
 		t.Helper()
 		var tables int64
@@ -127,7 +128,7 @@ func TestCompactRunsStreaming(t *testing.T) {
 		}
 		spills0 := spillsCreated.Load()
 		spillsOpenPeak.Store(0)
-		out, err := CompactRuns(ctx, store, cat, v, inputs, CompactOptions{ShardBytesMax: most, SpillDir: spillDir})
+		out, err := CompactRuns(ctx, store, cat, v, inputs, CompactOptions{ShardBytesMax: most, SpillDir: spillDir, CountEvery: countEvery})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,6 +254,20 @@ func TestCompactRunsStreaming(t *testing.T) {
 	}
 	if sameDict(every.dict(), sample.dict()) {
 		t.Fatalf("every record and output shard 0's give the same dictionary: the test shows nothing")
+	}
+	// A full compaction's (CountEvery) is counted on every record, in a
+	// pass of its own: the same output records.
+	countEvery = true
+	out = check("compacted runs and a small delta run, every record counted", mixed, wantMixed, 4<<10, int64(len(mixed)))
+	countEvery = false
+	if mb, err = store.Get(ctx, metaKey(TreeLinks, out.Tables[0].ID)); err != nil {
+		t.Fatal(err)
+	}
+	if om, err = DecodeMeta(mb); err != nil {
+		t.Fatal(err)
+	}
+	if om.dict == nil || !sameDict(om.dict, every.dict()) {
+		t.Fatalf("with CountEvery, the output's dictionary is not the one counted on every record")
 	}
 	// Pending blocks past their bound are written early, shorter: the
 	// same output.
