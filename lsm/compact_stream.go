@@ -62,7 +62,8 @@ type CompactOptions struct {
 // A run of several tables shares one account dictionary, stored in its
 // first table: counted on the records of the first output shards, about
 // dictSampleRecords of them or more (all, for a smaller merge), which are
-// all spilled before the first table is written.
+// all spilled before the first table is written; with CountEvery, on
+// every record, in a pass of its own before the merge.
 func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *View, inputs []Run, opt CompactOptions) (Run, error) {
 	if len(inputs) == 0 {
 		return Run{}, errors.New("compaction of no runs")
