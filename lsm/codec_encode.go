@@ -280,7 +280,7 @@ func (t *pairTable) index(p [2]uint64, seen *[][2]uint64) uint16 {
 		t.grow()
 	}
 	mask := uint64(len(t.slots) - 1)
-	for h := (p[0]*0x9e3779b97f4a7c15 ^ p[1]*0xc2b2ae3d27d4eb4f) >> 32; ; h++ {
+	for h := pairHash(p); ; h++ {
 		s := &t.slots[h&mask]
 		if s.gen != t.gen {
 			*s = pairSlot{p: p, gen: t.gen, id: uint16(t.n)}
@@ -294,6 +294,11 @@ func (t *pairTable) index(p [2]uint64, seen *[][2]uint64) uint16 {
 	}
 }
 
+// pairHash is a pair's hash, for its first slot.
+func pairHash(p [2]uint64) uint64 {
+	return (p[0]*0x9e3779b97f4a7c15 ^ p[1]*0xc2b2ae3d27d4eb4f) >> 32
+}
+
 // grow doubles the table, keeping this generation's entries.
 func (t *pairTable) grow() {
 	old := t.slots
@@ -303,7 +308,7 @@ func (t *pairTable) grow() {
 		if s.gen != t.gen {
 			continue
 		}
-		for h := (s.p[0]*0x9e3779b97f4a7c15 ^ s.p[1]*0xc2b2ae3d27d4eb4f) >> 32; ; h++ {
+		for h := pairHash(s.p); ; h++ {
 			if d := &t.slots[h&mask]; d.gen != t.gen {
 				*d = s
 				break

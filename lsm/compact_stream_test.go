@@ -49,9 +49,7 @@ func TestCompactRunsStreaming(t *testing.T) {
 				}
 			}
 			ls = append(ls, l)
-			var b [link.BacklinkSize]byte
-			l.Put(b[:])
-			recs = append(recs, b[:]...)
+			recs = appendBacklink(recs, l)
 		}
 		prev = ls
 		all = append(all, recs...)
@@ -186,9 +184,7 @@ func TestCompactRunsStreaming(t *testing.T) {
 			Source:    link.RecordID{RKey: uint64(i), Collection: 5, DID: 77},
 			SourceRev: 99,
 		}
-		var b [link.BacklinkSize]byte
-		l.Put(b[:])
-		small = append(small, b[:]...)
+		small = appendBacklink(small, l)
 	}
 	SortRecords(small, f.Width)
 	smallRun, err := WriteRun(ctx, store, cat, TreeLinks, RunDelta, 0, small)
@@ -276,6 +272,13 @@ func TestCompactRunsStreaming(t *testing.T) {
 	check("compacted runs and a small delta run, small pending bound", mixed, wantMixed, 4<<10, int64(len(mixed)))
 }
 
+// appendBacklink appends l's record to recs.
+func appendBacklink(recs []byte, l link.Backlink) []byte {
+	var b [link.BacklinkSize]byte
+	l.Put(b[:])
+	return append(recs, b[:]...)
+}
+
 // failingStore fails the Get of a table's data object after ok of them.
 type failingStore struct {
 	objstore.Store
@@ -308,9 +311,7 @@ func TestCompactRunsRemovesSpillsOnError(t *testing.T) {
 				Target: link.RecordID{RKey: uint64(i % 500), Collection: 3, DID: 9},
 				Source: link.RecordID{RKey: uint64(i), Collection: 5, DID: uint64(r)}, SourceRev: 1,
 			}
-			var b [link.BacklinkSize]byte
-			l.Put(b[:])
-			recs = append(recs, b[:]...)
+			recs = appendBacklink(recs, l)
 		}
 		SortRecords(recs, f.Width)
 		run, err := WriteRun(ctx, store, cat, TreeLinks, RunCompacted, 2, recs)

@@ -150,3 +150,41 @@ func (sp *spill) merge(s int, dst []byte) ([]byte, error) {
 	sp.shards[s] = nil
 	return out, nil
 }
+
+// The pending blocks of a spill over many shards stay within
+// spillPendMax (and a record): past it, every pending block is written.
+func TestSpillPendingBound(t *testing.T) {
+	defer func(n int) { spillPendMax = n }(spillPendMax)
+	spillPendMax = 64 << 10
+	sp, err := newSpill(t.TempDir(), 64, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.close()
+	rec := make([]byte, 64)
+	written := false
+	for i := range 20000 {
+		rec[0] = byte(i)
+		if err := sp.add(i%4096, rec); err != nil {
+			t.Fatal(err)
+		}
+		if sp.pendSum > spillPendMax+64 {
+			t.Fatalf("after %d records: %d bytes pending, bound %d", i+1, sp.pendSum, spillPendMax)
+		}
+		written = written || sp.off > 0
+	}
+	// 20,000 records a block (64 KiB) never fills: only the bound wrote.
+	if !written {
+		t.Fatal("no block written: the test shows nothing")
+	}
+	if err := sp.finish(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for s := range sp.shards {
+		n += sp.records[s]
+	}
+	if n != 20000 {
+		t.Fatalf("%d records spilled, want 20000", n)
+	}
+}
