@@ -98,7 +98,7 @@ type Config struct {
 	// keeps all of it decoded.
 	MetaCacheBytes int64
 	CPUProfile     string
-	ProfilePhase   string // all, write, query, cold, count or pebble
+	ProfilePhase   string // all, write, compact, query, cold, count or pebble
 	Tmp            string
 	Keep           bool
 	NoPebble       bool
@@ -137,9 +137,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: --compact-full needs a streaming --shape", ErrUsage)
 	}
 	switch c.ProfilePhase {
-	case "all", "write", "query", "cold", "count", "pebble":
+	case "all", "write", "compact", "query", "cold", "count", "pebble":
 	default:
-		return fmt.Errorf("%w: --profile-phase must be all, write, query, cold, count or pebble", ErrUsage)
+		return fmt.Errorf("%w: --profile-phase must be all, write, compact, query, cold, count or pebble", ErrUsage)
 	}
 	return nil
 }
@@ -157,7 +157,7 @@ func Flags(c *Config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.MemtableBytes, "memtable-bytes", 0, "memtable bound per tree (0: lsm.DefaultMemtableBytes)")
 	fs.Int64Var(&c.MetaCacheBytes, "meta-cache-bytes", 0, "0: table metadata mapped and read in place (the default); > 0: a cache of decoded metadata of that size; < 0: all decoded")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of --profile-phase to this file")
-	fs.StringVar(&c.ProfilePhase, "profile-phase", "all", "phase the CPU profile covers: all (from the first write to the end), write (the write phase), query (the timed warm queries), cold (the cold queries), count (the counts of the mega target) or pebble")
+	fs.StringVar(&c.ProfilePhase, "profile-phase", "all", "phase the CPU profile covers: all (from the first write to the end), write (the write phase), compact (the full compaction of --compact-full), query (the timed warm queries), cold (the cold queries), count (the counts of the mega target) or pebble")
 	fs.StringVar(&c.Tmp, "tmp", "", "directory for the run's temporary files (default: the system's)")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the temporary files (and a URL store's objects)")
 	fs.BoolVar(&c.NoPebble, "no-pebble", false, "skip the Pebble comparison")

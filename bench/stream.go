@@ -214,10 +214,14 @@ func (b *bench) compactFull(ctx context.Context) error {
 	puts0 := b.counting.Snapshot()
 	runtime.GC()
 	lsm.ResetSpillPeak()
+	if err := b.profileStart("compact"); err != nil {
+		return err
+	}
 	wall0, cpu0 := time.Now(), cpuTime()
 	if _, err := b.db.CompactFull(ctx); err != nil {
 		return err
 	}
+	b.profileStop("compact")
 	res.FullCompactCPUS, res.FullCompactWallS = (cpuTime() - cpu0).Seconds(), time.Since(wall0).Seconds()
 	res.FullCompactPutBytes = b.counting.Snapshot().Sub(puts0).Put.Bytes
 	res.FullCompactSpillPeakBytes = lsm.SpillPeakBytes()

@@ -61,7 +61,7 @@ func TestBenchShim(t *testing.T) {
 		{[]string{"bench"}, "eddy-ctl bench: usage: want `bench lsm [flags]`\n"},
 		{[]string{"bench", "pebble"}, "eddy-ctl bench: usage: want `bench lsm [flags]`\n"},
 		{[]string{"bench", "lsm", "--links", "10"}, "eddy-ctl bench: usage: --links must be at least 1000\n"},
-		{[]string{"bench", "lsm", "--profile-phase", "everything"}, "eddy-ctl bench: usage: --profile-phase must be all, write, query, cold, count or pebble\n"},
+		{[]string{"bench", "lsm", "--profile-phase", "everything"}, "eddy-ctl bench: usage: --profile-phase must be all, write, compact, query, cold, count or pebble\n"},
 		{[]string{"bench", "lsm", "extra"}, "eddy-ctl bench: usage: unexpected arguments [\"extra\"]\n"},
 	} {
 		var out, errb bytes.Buffer
