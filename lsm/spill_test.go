@@ -55,6 +55,9 @@ func TestSpillMerge(t *testing.T) {
 		{"groups", 8, 20000, 20, false},
 		{"long groups across blocks", 3, 40000, 3000, false},
 		{"equal records across sequences", 5, 4000, 4, true},
+		{"two sequences", 2, 3000, 5, false},
+		{"seven sequences", 7, 2000, 3, true},
+		{"eighteen sequences (a full compaction's inputs)", 18, 1500, 2, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			in := spillInput(1, c.seqs, c.records, c.group, c.dup)
