@@ -3,7 +3,6 @@ package lsm
 import (
 	"cmp"
 	"encoding/binary"
-	"math/bits"
 	"slices"
 	"sync"
 
@@ -46,7 +45,7 @@ type accountDict struct {
 	// index finds an account's rank (ranksIn): built on first use by the
 	// compaction that shares this dictionary among its tables, which
 	// builds them one at a time.
-	index *acctTable
+	index *rankIndex
 }
 
 func (d *accountDict) len() int {
@@ -134,75 +133,66 @@ func (l colLayout) accountAt(recs []byte, at int) account {
 func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 	n := len(recs) / l.w
 	s := l.src()
-	// An open-addressing table of the distinct accounts (dense ids in
-	// order of first appearance), and each record's id.
-	var t acctTable
-	t.init(max(n/8, 1024))
-	ids := make([]uint32, n)
-	for i := range n {
-		o := i * l.w
-		a := l.accountAt(recs, o+s)
-		ids[i] = t.add(a)
-	}
-	// Each account's majority rev: Boyer-Moore's vote in record order
-	// gives the only candidate, a second pass counts it.
-	vote := make([]uint64, len(t.accts))
-	votes := make([]uint32, len(t.accts))
 	revAt := func(i int) uint64 { return binary.BigEndian.Uint64(recs[i*l.w+l.w-8:]) }
-	for i, id := range ids {
-		castVote(&vote[id], &votes[id], revAt(i))
-	}
-	clear(votes)
-	for i, id := range ids {
-		if revAt(i) == vote[id] {
-			votes[id]++
+	// Each account's count, and the candidates of Boyer-Moore votes in
+	// record order for its rev and (with a clock column) its clock id:
+	// all in its slot, one cache line a record.
+	var t countTable
+	t.init(max(n/8, 1024))
+	for i := range n {
+		o := i*l.w + s
+		e := t.count(l.accountAt(recs, o), true)
+		castVote(&e.vote, &e.votes, revAt(i))
+		if l.clockCol {
+			castVote(&e.clockVote, &e.clockVotes, clockAt(recs, o))
 		}
 	}
-	for id, c := range t.counts {
-		if 2*votes[id] > c {
-			vote[id]++ // 1 + the rev (0 for the largest: no rev)
-		} else {
-			vote[id] = 0
+	// The rev's candidate is the account's rev when more than half its
+	// records have it: a second pass counts them (in votes), and notes
+	// each record's slot.
+	for i := range t.slots {
+		t.slots[i].votes = 0
+	}
+	ranks := make([]uint32, n)
+	for i := range n {
+		h := t.find(l.accountAt(recs, i*l.w+s))
+		if revAt(i) == t.slots[h].vote {
+			t.slots[h].votes++
 		}
+		ranks[i] = uint32(h)
 	}
-	var clocks []uint16
-	if l.clockCol {
-		// Each account's clock id: the candidate of a vote (a majority's
-		// if there is one), from which its records' are predicted.
-		clocks = make([]uint16, len(t.accts))
-		clear(votes)
-		for i, id := range ids {
-			castVote(&clocks[id], &votes[id], clockAt(recs, i*l.w+s))
-		}
+	d, order := orderEntries(counterEntries{&t, l.clockCol}, l.dictMax)
+	rankOf := make([]uint32, len(t.slots))
+	for r, h := range order {
+		rankOf[h] = uint32(r + 1)
 	}
-	d, rankOf := orderDict(&t, vote, clocks, l.dictMax)
-	for i, id := range ids {
-		ids[i] = rankOf[id]
+	for i, h := range ranks {
+		ranks[i] = rankOf[h]
 	}
-	return d, ids
+	return d, ranks
 }
 
-// orderDict returns the dictionary of the accounts t counted at least
-// twice whose DID fits 32 bits, most frequent first, ties by value (at most max), each
-// with its rev from revs (indexed by t's ids: 1 + the rev, 0 for none) and,
-// when clocks is not nil (a layout with a clock column), its clock id from
-// clocks (else the account's own), and each of t's ids' rank (0 for
-// accounts outside it).
-func orderDict(t *acctTable, revs []uint64, clocks []uint16, max int) (*accountDict, []uint32) {
-	order := make([]uint32, 0, len(t.accts)/2+1)
-	for id, c := range t.counts {
+// orderEntries returns the dictionary of the accounts src counted at
+// least twice whose DID fits 32 bits, most frequent first, ties by value
+// (at most max), each with its rev (the vote's candidate when it is a
+// majority) and its clock id, and the slot each rank came from (rank r:
+// order[r-1]).
+func orderEntries(src counterEntries, max int) (*accountDict, []uint32) {
+	var order []uint32
+	for i := range src.t.slots {
 		// A DID that does not fit 32 bits (a named one: a did:web's hash)
 		// stays out: one would make the mapped metadata hold every
 		// entry's DID in 8 bytes (packWidths); its records carry it.
-		if c >= 2 && fitsDID32(t.accts[id].did) {
-			order = append(order, uint32(id))
+		if a, c, _, _ := src.at(i); c >= 2 && fitsDID32(a.did) {
+			order = append(order, uint32(i))
 		}
 	}
 	slices.SortFunc(order, func(x, y uint32) int {
-		if cx, cy := t.counts[x], t.counts[y]; cx != cy {
+		ax, cx, _, _ := src.at(int(x))
+		ay, cy, _, _ := src.at(int(y))
+		if cx != cy {
 			return cmp.Compare(cy, cx)
 		}
-		ax, ay := t.accts[x], t.accts[y]
 		if ax.did != ay.did {
 			return cmp.Compare(ax.did, ay.did)
 		}
@@ -212,28 +202,19 @@ func orderDict(t *acctTable, revs []uint64, clocks []uint16, max int) (*accountD
 		order = order[:max]
 	}
 	d := &accountDict{dids: make([]uint64, len(order)), clocks: make([]uint16, len(order)), revs: make([]uint64, len(order))}
-	rankOf := make([]uint32, len(t.accts))
-	for r, id := range order {
-		d.dids[r], d.clocks[r], d.revs[r] = t.accts[id].did, t.accts[id].clock, revs[id]
-		if clocks != nil {
-			d.clocks[r] = clocks[id]
-		}
-		rankOf[id] = uint32(r + 1)
+	for r, i := range order {
+		a, _, rev, clock := src.at(int(i))
+		d.dids[r], d.clocks[r], d.revs[r] = a.did, clock, rev
 	}
-	return d, rankOf
+	return d, order
 }
 
 // dictCounter counts the accounts of the records it is given, in one
 // pass, and each account's rev by a vote: what a compaction's shared
 // dictionary (one for all the tables of its output run) is built from.
 type dictCounter struct {
-	l     colLayout
-	t     acctTable
-	vote  []uint64
-	votes []uint32
-	// With a clock column: each account's clock id by a vote.
-	clock      []uint16
-	clockVotes []uint32
+	l colLayout
+	t countTable
 }
 
 func newDictCounter(l colLayout) *dictCounter {
@@ -242,43 +223,31 @@ func newDictCounter(l colLayout) *dictCounter {
 	return c
 }
 
-// dictCountMax bounds the distinct accounts a dictCounter tracks (~40
-// bytes each, ~46 with a clock column's vote: at most ~190 MB of a
-// compaction's memory): once it holds that many, accounts not seen yet
-// are not counted (their records store literals). The dictionary keeps
-// at most the layout's bound of them (MaxDictEntries from format version
-// 6: all of them), the most frequent. Building the dictionary takes
-// ~35 bytes an account more while the counter is alive (~85 in all,
-// ~350 MB at the bound), and the dictionary and ranksIn's index of it
-// ~50 bytes an entry after, while the output's tables are built (~210
-// MB at the bound, ~70 MB for the 1.43M accounts of a billion links);
-// decoding a full one from a bucket meta takes up to dictRawMax (92 MB)
-// more for a moment.
+// dictCountMax bounds the distinct accounts a dictCounter tracks (a
+// 32-byte slot each, in a table at most three quarters full: up to 256
+// MiB of a compaction's memory, 64 MiB for the 1.43M accounts of a
+// billion links): once it holds that many, accounts not seen yet are not
+// counted (their records store literals). The dictionary keeps at most
+// the layout's bound of them (MaxDictEntries from format version 6: all
+// of them), the most frequent. Building the dictionary takes 22 bytes
+// an entry more while the counter is alive (~350 MiB in all at the
+// bound), and the dictionary and ranksIn's index of it 40-60 bytes an
+// entry after, while the output's tables are built (~200 MiB at the
+// bound, ~60 MiB for 1.43M accounts); decoding a full one from a bucket
+// meta takes up to dictRawMax (92 MB) more for a moment.
 const dictCountMax = MaxDictEntries
 
 // add counts the accounts of recs (whole records of c's layout).
 func (c *dictCounter) add(recs []byte) {
 	w, s := c.l.w, c.l.src()
 	for o := 0; o+w <= len(recs); o += w {
-		a := c.l.accountAt(recs, o+s)
-		var id uint32
-		if len(c.vote) < dictCountMax {
-			id = c.t.add(a)
-		} else if known, ok := c.t.find(a); ok {
-			id = known
-			c.t.counts[id]++
-		} else {
+		e := c.t.count(c.l.accountAt(recs, o+s), c.t.n < dictCountMax)
+		if e == nil {
 			continue
 		}
-		if int(id) == len(c.vote) {
-			c.vote, c.votes = append(c.vote, 0), append(c.votes, 0)
-			if c.l.clockCol {
-				c.clock, c.clockVotes = append(c.clock, 0), append(c.clockVotes, 0)
-			}
-		}
-		castVote(&c.vote[id], &c.votes[id], binary.BigEndian.Uint64(recs[o+w-8:]))
+		castVote(&e.vote, &e.votes, binary.BigEndian.Uint64(recs[o+w-8:]))
 		if c.l.clockCol {
-			castVote(&c.clock[id], &c.clockVotes[id], clockAt(recs, o+s))
+			castVote(&e.clockVote, &e.clockVotes, clockAt(recs, o+s))
 		}
 	}
 }
@@ -290,111 +259,46 @@ func (c *dictCounter) add(recs []byte) {
 // (its records' revs are then predicted from their time, as live events'
 // are). A backfilled account (every record at one rev) always keeps it.
 func (c *dictCounter) dict() *accountDict {
-	revs := make([]uint64, len(c.vote))
-	for id, n := range c.t.counts {
-		if 2*c.votes[id] > n {
-			revs[id] = c.vote[id] + 1 // 0 for the largest uint64: none
-		}
-	}
-	d, _ := orderDict(&c.t, revs, c.clock, c.l.dictMax)
+	d, _ := orderEntries(counterEntries{&c.t, c.l.clockCol}, c.l.dictMax)
 	return d
+}
+
+// counterEntries are a dictCounter's accounts, slot by slot.
+type counterEntries struct {
+	t        *countTable
+	clockCol bool
+}
+
+func (e counterEntries) size() int { return len(e.t.slots) }
+
+func (e counterEntries) at(i int) (account, uint32, uint64, uint16) {
+	s := &e.t.slots[i]
+	a := account{did: s.did, clock: s.clock}
+	var rev uint64
+	if 2*s.votes > s.count {
+		rev = s.vote + 1 // 0 for the largest uint64: none
+	}
+	clock := a.clock
+	if e.clockCol {
+		clock = s.clockVote
+	}
+	return a, s.count, rev, clock
 }
 
 // ranksIn returns each record's rank in d (1-based; 0 for an account
 // outside it).
 func ranksIn(recs []byte, l colLayout, d *accountDict) []uint32 {
 	if d.index == nil { // built once for all the tables that share d
-		d.index = &acctTable{}
-		d.index.init(max(d.len(), 1024))
-		for i := range d.len() {
-			did, clock := d.account(i)
-			if l.clockCol { // the entry's clock id predicts, it does not key
-				clock = 0
-			}
-			d.index.add(account{did: did, clock: uint16(clock)})
-		}
+		d.index = newRankIndex(d, l.clockCol)
 	}
 	t := d.index
 	n := len(recs) / l.w
 	s := l.src()
 	ranks := make([]uint32, n)
 	for i := range n {
-		o := i * l.w
-		a := l.accountAt(recs, o+s)
-		if id, ok := t.find(a); ok {
-			ranks[i] = id + 1
-		}
+		ranks[i] = t.find(l.accountAt(recs, i*l.w+s))
 	}
 	return ranks
-}
-
-// acctTable counts distinct accounts: linear probing over slots holding
-// dense ids + 1.
-type acctTable struct {
-	slots  []uint32
-	accts  []account
-	counts []uint32
-	shift  uint
-}
-
-func (t *acctTable) init(capacity int) {
-	size := 1 << bits.Len(uint(2*capacity-1))
-	t.slots = make([]uint32, size)
-	t.shift = uint(64 - bits.Len(uint(size-1)))
-}
-
-func (t *acctTable) hash(a account) uint64 {
-	return ((a.did ^ uint64(a.clock)<<48) * 0x9e3779b97f4a7c15) >> t.shift
-}
-
-// add counts a and returns its id.
-func (t *acctTable) add(a account) uint32 {
-	mask := uint64(len(t.slots) - 1)
-	for h := t.hash(a); ; h = (h + 1) & mask {
-		v := t.slots[h]
-		if v == 0 {
-			break
-		}
-		if t.accts[v-1] == a {
-			t.counts[v-1]++
-			return v - 1
-		}
-	}
-	id := uint32(len(t.accts))
-	t.accts = append(t.accts, a)
-	t.counts = append(t.counts, 1)
-	if 2*len(t.accts) > len(t.slots) {
-		t.init(len(t.slots))
-		for i, b := range t.accts {
-			t.place(b, uint32(i))
-		}
-	} else {
-		t.place(a, id)
-	}
-	return id
-}
-
-// find returns a's id, if t holds it.
-func (t *acctTable) find(a account) (uint32, bool) {
-	mask := uint64(len(t.slots) - 1)
-	for h := t.hash(a); ; h = (h + 1) & mask {
-		v := t.slots[h]
-		if v == 0 {
-			return 0, false
-		}
-		if t.accts[v-1] == a {
-			return v - 1, true
-		}
-	}
-}
-
-func (t *acctTable) place(a account, id uint32) {
-	mask := uint64(len(t.slots) - 1)
-	h := t.hash(a)
-	for t.slots[h] != 0 {
-		h = (h + 1) & mask
-	}
-	t.slots[h] = id + 1
 }
 
 // appendDict appends the dictionary section of a version 2 or later meta:

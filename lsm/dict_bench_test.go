@@ -1,0 +1,92 @@
+package lsm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// dictBenchRecords makes n backlink records whose source accounts are
+// drawn from accounts DIDs by a Pareto share of the links (the scale
+// workload's: tail 1.3, the busiest at most 2,000 times the least), each
+// with a rev and a clock id, in a random order (as a compaction meets
+// them: by target, not by account).
+func dictBenchRecords(n, accounts int) []byte {
+	r := mrand.New(mrand.NewPCG(7, uint64(accounts)))
+	cum := make([]float64, accounts)
+	dids := make([]uint64, accounts)
+	total := 0.0
+	for i := range cum {
+		total += math.Min(math.Pow(1-r.Float64(), -1/1.3), 2000)
+		cum[i] = total
+		dids[i] = 1 + uint64(i)*32 + r.Uint64N(32) // scattered PLC sequence numbers
+	}
+	recs := make([]byte, n*64)
+	for i := range n {
+		a, _ := slices.BinarySearch(cum, r.Float64()*total)
+		a = min(a, accounts-1)
+		rec := recs[i*64:]
+		binary.BigEndian.PutUint64(rec, r.Uint64())                                   // target
+		binary.BigEndian.PutUint64(rec[24:], r.Uint64()&^(1<<63)&^1023|r.Uint64N(32)) // TID with a clock id
+		binary.BigEndian.PutUint64(rec[40:], dids[a])
+		binary.BigEndian.PutUint64(rec[56:], 1000+dids[a]%977) // an account's backfill rev
+	}
+	return recs
+}
+
+// BenchmarkDictAccounts: what a compaction spends a record on its
+// shared dictionary, with as many accounts as the scale bench's 100M and
+// 1B runs: counting (dictCounter.add), finding each record's rank to
+// encode it (ranksIn) and reading a rank's entry back to decode it.
+func BenchmarkDictAccounts(b *testing.B) {
+	l, _ := columnsLayout(BacklinkFormat, 0)
+	for _, accounts := range []int{142_857, 1_428_571} {
+		recs := dictBenchRecords(1<<21, accounts)
+		n := len(recs) / 64
+		var c *dictCounter
+		b.Run(fmt.Sprintf("count/accounts=%d", accounts), func(b *testing.B) {
+			for range b.N {
+				c = newDictCounter(l)
+				for range 4 { // a run's records: each account seen ~4x as often
+					c.add(recs)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(4*b.N*n), "ns/record")
+		})
+		var d *accountDict
+		b.Run(fmt.Sprintf("order/accounts=%d", accounts), func(b *testing.B) {
+			for range b.N {
+				d = c.dict()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*d.len()), "ns/entry")
+		})
+		var ranks []uint32
+		b.Run(fmt.Sprintf("rank/accounts=%d", accounts), func(b *testing.B) {
+			d.index = nil
+			ranksIn(recs[:64], l, d) // builds the index
+			b.ResetTimer()
+			for range b.N {
+				ranks = ranksIn(recs, l, d)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/record")
+		})
+		b.Run(fmt.Sprintf("entry/accounts=%d", accounts), func(b *testing.B) {
+			var sum uint64
+			for range b.N {
+				for _, r := range ranks {
+					if r > 0 {
+						did, clock := d.account(int(r - 1))
+						sum += did + clock + d.rev(int(r-1))
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/record")
+			if sum == 0 {
+				b.Fatal("no entry read")
+			}
+		})
+	}
+}
