@@ -37,15 +37,32 @@ func dictBenchRecords(n, accounts int) []byte {
 	return recs
 }
 
-// BenchmarkDictAccounts: what a compaction spends a record on its
-// shared dictionary, with as many accounts as the scale bench's 100M and
-// 1B runs: counting (dictCounter.add), finding each record's rank to
-// encode it (ranksIn) and reading a rank's entry back to decode it.
+// BenchmarkDictAccounts: what a table spends a record on its account
+// dictionary, with as many accounts as the scale bench's 100M and 1B
+// runs: a flushed table's own (buildAccountDict), and a compaction's
+// shared one: counting (dictCounter.add), ordering it, finding each
+// record's rank to encode it (ranksIn) and reading a rank's entry back
+// to decode it.
 func BenchmarkDictAccounts(b *testing.B) {
 	l, _ := columnsLayout(BacklinkFormat, 0)
+	// A backfill's flush: 2^20 links of whole repositories, ~700 links
+	// each, so ~1,500 accounts.
+	flush := dictBenchRecords(1<<20, 1500)
+	b.Run("table/flush", func(b *testing.B) {
+		for range b.N {
+			buildAccountDict(flush, l)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(flush)/64), "ns/record")
+	})
 	for _, accounts := range []int{142_857, 1_428_571} {
 		recs := dictBenchRecords(1<<21, accounts)
 		n := len(recs) / 64
+		b.Run(fmt.Sprintf("table/accounts=%d", accounts), func(b *testing.B) {
+			for range b.N {
+				buildAccountDict(recs, l) // a table of the run's accounts: its own dictionary
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/record")
+		})
 		var c *dictCounter
 		b.Run(fmt.Sprintf("count/accounts=%d", accounts), func(b *testing.B) {
 			for range b.N {
