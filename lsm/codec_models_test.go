@@ -1,0 +1,251 @@
+package lsm
+
+import (
+	"context"
+	"encoding/binary"
+	"flag"
+	"math"
+	"math/bits"
+	"path/filepath"
+	"testing"
+
+	"github.com/eddy-backlinks/eddy/objstore/local"
+	"github.com/klauspost/compress/huff0"
+)
+
+var lsmMeasureTables = flag.Int("lsm.measure-tables", 2, "TestMeasureModels: how many tables of the kept index's first links run to read")
+
+// TestMeasureModels estimates, on a kept bench run's index (-lsm.measure-dir
+// DIR, its first -lsm.measure-tables tables of the first links run), what
+// two models the codec does not have would take, next to what it stores:
+//
+//   - Time differences: a difference costs its magnitude class (entropy
+//     coded) and the bits below its leading one (stored plainly). The
+//     class's entropy of order 0, against the class conditioned on the
+//     gaps left in the record's group (a target's k links spread over a
+//     window: the i-th gap of k shrinks with k - i), on the group's
+//     previous class, and on both; and the residual of the class from a
+//     prediction, which one Huffman table could code.
+//   - Targets: a group's target stored as one stream of varints (what
+//     the codec does), as three (rkey differences, collections, DIDs),
+//     as byte planes, and with the DID as its rank in the run's account
+//     dictionary, each Huffman-coded per frame as the codec's streams
+//     are (no table costs beyond huff0's own).
+//
+// Reproduce: go test ./lsm -run TestMeasureModels -v -lsm.measure-dir DIR
+func TestMeasureModels(t *testing.T) {
+	if *lsmMeasureDir == "" {
+		t.Skip("-lsm.measure-dir not set")
+	}
+	ctx := context.Background()
+	dir := *lsmMeasureDir
+	store, err := local.New(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(ctx, Options{Store: store, Dir: filepath.Join(dir, "db"), NoGCGrace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	runs := db.View().Manifest.RunsOf(TreeLinks)
+	if len(runs) == 0 {
+		t.Fatal("no links run")
+	}
+	r := runs[0]
+	metas := map[string]*TableMeta{}
+	for _, tb := range r.Tables {
+		_, mk := TableKeys(TreeLinks, tb.ID)
+		mb, err := store.Get(ctx, mk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if metas[tb.ID], err = DecodeMeta(mb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tm timeModels
+	var tg targetModels
+	records := 0
+	for i, tb := range r.Tables {
+		if i >= *lsmMeasureTables {
+			break
+		}
+		m := metas[tb.ID]
+		if owner := m.DictTable(); owner != "" {
+			if err := m.UseDictOf(metas[owner]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if tg.rank == nil {
+			tg.rank = map[uint64]uint64{}
+			for j := range m.dict.len() {
+				did, _ := m.dict.account(j)
+				tg.rank[did] = uint64(j + 1)
+			}
+		}
+		dk, _ := TableKeys(TreeLinks, tb.ID)
+		data, err := store.Get(ctx, dk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf []byte
+		for f := range m.NumFrames() {
+			off, n := m.ByteRange(f, f)
+			if buf, err = m.DecodeFrame(f, data[off:off+n], buf); err != nil {
+				t.Fatal(err)
+			}
+			records += len(buf) / 64
+			tm.add(buf)
+			tg.add(buf)
+		}
+	}
+	per := func(bits float64) float64 { return bits / 8 / float64(records) }
+	t.Logf("%d records, %d groups in %d tables; bytes a record:", records, tg.groups, min(*lsmMeasureTables, len(r.Tables)))
+	t.Logf("time differences: bits below the leading one %.3f; class of order 0 %.3f, given the gaps left %.3f, the previous class %.3f, both %.3f (%d contexts); residual from the gaps left %.3f, from the previous class %.3f, from both %.3f",
+		per(tm.low), per(tm.order0.bits()), per(tm.byLeft.bits()), per(tm.byPrev.bits()), per(tm.byBoth.bits()), len(tm.byBoth),
+		per(tm.resLeft.bits()), per(tm.resPrev.bits()), per(tm.resBoth.bits()))
+	b := func(n int) float64 { return float64(n) / float64(records) }
+	t.Logf("targets: one stream %.3f, three streams %.3f, byte planes %.3f, byte planes with the DID's dictionary rank %.3f",
+		b(tg.one), b(tg.three), b(tg.planes), b(tg.planesRank))
+}
+
+// hist counts values; bits is the order-0 entropy of all of them.
+type hist map[int64]int
+
+func (h hist) bits() float64 {
+	n := 0
+	for _, c := range h {
+		n += c
+	}
+	var b float64
+	for _, c := range h {
+		b -= float64(c) * math.Log2(float64(c)/float64(n))
+	}
+	return b
+}
+
+// ctxHist counts values by context; bits is the sum of each context's.
+type ctxHist map[int64]hist
+
+func (h ctxHist) add(ctx, v int64) {
+	if h[ctx] == nil {
+		h[ctx] = hist{}
+	}
+	h[ctx][v]++
+}
+
+func (h ctxHist) bits() float64 {
+	var b float64
+	for _, x := range h {
+		b += x.bits()
+	}
+	return b
+}
+
+type timeModels struct {
+	low                       float64
+	order0                    hist
+	byLeft, byPrev, byBoth    ctxHist
+	resLeft, resPrev, resBoth hist
+}
+
+// add counts the time differences of a frame's records (whole backlinks),
+// group by group.
+func (tm *timeModels) add(recs []byte) {
+	if tm.order0 == nil {
+		tm.order0, tm.byLeft, tm.byPrev, tm.byBoth = hist{}, ctxHist{}, ctxHist{}, ctxHist{}
+		tm.resLeft, tm.resPrev, tm.resBoth = hist{}, hist{}, hist{}
+	}
+	n := len(recs) / 64
+	time := func(i int) uint64 { return binary.BigEndian.Uint64(recs[i*64+24:]) >> clockBits }
+	for start := 0; start < n; {
+		end := start + 1
+		for end < n && string(recs[end*64:end*64+24]) == string(recs[start*64:start*64+24]) {
+			end++
+		}
+		prev := int64(-1) // the group's previous class; -1 before its first gap
+		for j := start + 1; j < end; j++ {
+			c := int64(bits.Len64(time(j) - time(j-1)))
+			tm.low += float64(max(c-1, 0))
+			left := int64(bits.Len(uint(end - j))) // the gaps left, this one's included
+			tm.order0[c]++
+			tm.byLeft.add(left, c)
+			tm.byPrev.add(prev, c)
+			tm.byBoth.add(left*100+prev, c)
+			tm.resLeft[c+left]++
+			if prev < 0 {
+				tm.resPrev[1000+c]++
+				tm.resBoth[1000+c+left]++
+			} else {
+				tm.resPrev[c-prev]++
+				// The previous class, scaled by the gaps left then
+				// and now.
+				tm.resBoth[c-prev+left-int64(bits.Len(uint(end-j+1)))]++
+			}
+			prev = c
+		}
+		start = end
+	}
+}
+
+type targetModels struct {
+	rank                           map[uint64]uint64 // a DID's rank in the run's dictionary
+	groups                         int
+	one, three, planes, planesRank int
+}
+
+// add encodes a frame's targets (one a group) the four ways and counts
+// their Huffman-coded bytes.
+func (tg *targetModels) add(recs []byte) {
+	n := len(recs) / 64
+	u := func(i, off int) uint64 { return binary.BigEndian.Uint64(recs[i*64+off:]) }
+	var one, rk, co, did []byte
+	var rkPlanes, didPlanes, rankPlanes [8][]byte
+	var prev uint64
+	for i := range n {
+		if i > 0 && string(recs[i*64:i*64+24]) == string(recs[(i-1)*64:(i-1)*64+24]) {
+			continue
+		}
+		tg.groups++
+		z := zigzag(u(i, 0) - prev)
+		prev = u(i, 0)
+		one = binary.AppendUvarint(binary.AppendUvarint(binary.AppendUvarint(one, z), u(i, 8)), u(i, 16))
+		rk = binary.AppendUvarint(rk, z)
+		co = binary.AppendUvarint(co, u(i, 8))
+		did = binary.AppendUvarint(did, u(i, 16))
+		for k := range 8 {
+			rkPlanes[k] = append(rkPlanes[k], byte(z>>(8*k)))
+			didPlanes[k] = append(didPlanes[k], byte(u(i, 16)>>(8*k)))
+			rankPlanes[k] = append(rankPlanes[k], byte(tg.rank[u(i, 16)]>>(8*k)))
+		}
+	}
+	tg.one += huffBytes(one)
+	tg.three += huffBytes(rk) + huffBytes(co) + huffBytes(did)
+	tg.planes += huffBytes(co)
+	tg.planesRank += huffBytes(co)
+	for k := range 8 {
+		tg.planes += huffBytes(rkPlanes[k]) + huffBytes(didPlanes[k])
+		tg.planesRank += huffBytes(rkPlanes[k]) + huffBytes(rankPlanes[k])
+	}
+}
+
+// huffBytes is about what the codec stores for stream b: huff0's output
+// and a few bytes of header, or b raw.
+func huffBytes(b []byte) int {
+	if len(b) == 0 {
+		return 0
+	}
+	var s huff0.Scratch
+	var out []byte
+	var err error
+	if len(b) >= 1024 {
+		out, _, err = huff0.Compress4X(b, &s)
+	} else {
+		out, _, err = huff0.Compress1X(b, &s)
+	}
+	if err != nil || len(out) >= len(b) {
+		return len(b) + 2
+	}
+	return len(out) + 4
+}
