@@ -161,10 +161,14 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 		}
 		ranks[i] = uint32(h)
 	}
-	d, order := orderEntries(counterEntries{&t, l.clockCol}, l.dictMax)
+	d := orderKeys(dictKeys(&t, l.clockCol), l.dictMax)
 	rankOf := make([]uint32, len(t.slots))
-	for r, h := range order {
-		rankOf[h] = uint32(r + 1)
+	for r, did := range d.dids {
+		a := account{did: did}
+		if !l.clockCol { // the entry's clock id is part of its account
+			a.clock = d.clocks[r]
+		}
+		rankOf[t.find(a)] = uint32(r + 1)
 	}
 	for i, h := range ranks {
 		ranks[i] = rankOf[h]
@@ -172,52 +176,62 @@ func buildAccountDict(recs []byte, l colLayout) (*accountDict, []uint32) {
 	return d, ranks
 }
 
-// orderEntries returns the dictionary of the accounts src counted at
-// least twice whose DID fits 32 bits, most frequent first, ties by value
-// (at most max), each with its rev (the vote's candidate when it is a
-// majority) and its clock id, and the slot each rank came from (rank r:
-// order[r-1]).
-func orderEntries(src counterEntries, max int) (*accountDict, []uint32) {
-	// The candidates are copied out and sorted where they lie: sorting
-	// slot numbers by what their slots hold read a random slot for every
-	// comparison, a cache miss each in a table of a billion links'
-	// accounts.
-	type key struct {
-		did   uint64
-		rev   uint64
-		count uint32
-		slot  uint32
-	}
-	keys := make([]key, 0, src.t.n/2+1)
-	for i := range src.t.slots {
-		// A DID that does not fit 32 bits (a named one: a did:web's hash)
-		// stays out: one would make the mapped metadata hold every
-		// entry's DID in 8 bytes (packWidths); its records carry it.
-		if a, c, rev, _ := src.at(i); c >= 2 && fitsDID32(a.did) {
-			keys = append(keys, key{did: a.did, rev: rev, count: c, slot: uint32(i)})
+// dictKey is a dictionary candidate: a counted account, its count, its
+// rev (1 + the vote's candidate when it is a majority, 0 for none) and its
+// clock id (the vote's candidate with a clock column, else its key's).
+type dictKey struct {
+	did   uint64
+	rev   uint64
+	count uint32
+	clock uint16
+}
+
+// dictKeys copies out the candidates of t: the accounts counted at least
+// twice whose DID fits 32 bits (a named one, a did:web's hash, would make
+// the mapped metadata hold every entry's DID in 8 bytes (packWidths); its
+// records carry it). An account's rev is the vote's candidate when the
+// votes counted say it is a majority (2 x votes > count).
+func dictKeys(t *countTable, clockCol bool) []dictKey {
+	keys := make([]dictKey, 0, t.n/2+1)
+	for i := range t.slots {
+		s := &t.slots[i]
+		if s.count < 2 || !fitsDID32(s.did) {
+			continue
 		}
+		k := dictKey{did: s.did, count: s.count, clock: s.clock}
+		if 2*s.votes > s.count {
+			k.rev = s.vote + 1 // 0 for the largest uint64: none
+		}
+		if clockCol {
+			k.clock = s.clockVote
+		}
+		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(x, y key) int {
+	return keys
+}
+
+// orderKeys returns the dictionary of keys: the most frequent first, ties
+// by value, at most max. (The candidates are sorted as copies: sorting
+// slot numbers by what their slots hold read a random slot a comparison,
+// a cache miss each in a table of a billion links' accounts.)
+func orderKeys(keys []dictKey, max int) *accountDict {
+	slices.SortFunc(keys, func(x, y dictKey) int {
 		if x.count != y.count {
 			return cmp.Compare(y.count, x.count)
 		}
 		if x.did != y.did {
 			return cmp.Compare(x.did, y.did)
 		}
-		// One DID in two accounts: layouts without a clock column, whose
-		// accounts are (DID, clock id) pairs.
-		return cmp.Compare(src.t.slots[x.slot].clock, src.t.slots[y.slot].clock)
+		return cmp.Compare(x.clock, y.clock) // (DID, clock id) accounts: no clock column
 	})
 	if len(keys) > max {
 		keys = keys[:max]
 	}
 	d := &accountDict{dids: make([]uint64, len(keys)), clocks: make([]uint16, len(keys)), revs: make([]uint64, len(keys))}
-	order := make([]uint32, len(keys))
 	for r, k := range keys {
-		_, _, _, clock := src.at(int(k.slot))
-		d.dids[r], d.clocks[r], d.revs[r], order[r] = k.did, clock, k.rev, k.slot
+		d.dids[r], d.clocks[r], d.revs[r] = k.did, k.clock, k.rev
 	}
-	return d, order
+	return d
 }
 
 // dictCounter counts the accounts of the records it is given, in one
@@ -226,6 +240,7 @@ func orderEntries(src counterEntries, max int) (*accountDict, []uint32) {
 type dictCounter struct {
 	l colLayout
 	t countTable
+	d *accountDict // once dict has been called
 }
 
 func newDictCounter(l colLayout) *dictCounter {
@@ -240,16 +255,20 @@ func newDictCounter(l colLayout) *dictCounter {
 // billion links): once it holds that many, accounts not seen yet are not
 // counted (their records store literals). The dictionary keeps at most
 // the layout's bound of them (MaxDictEntries from format version 6: all
-// of them), the most frequent. Building the dictionary takes 46 bytes
-// an entry more while the counter is alive (~450 MiB in all at the
-// bound, ~120 MiB for 1.43M accounts), and the dictionary and ranksIn's index of it 40-60 bytes an
-// entry after, while the output's tables are built (~200 MiB at the
+// of them), the most frequent. Building the dictionary copies the
+// candidates out (24 bytes each) and lets the table go, then builds it
+// (18 bytes an entry): ~360 MiB at the bound for a moment, ~100 MiB for
+// 1.43M accounts. The dictionary and ranksIn's index of it take 40-50
+// bytes an entry while the output's tables are built (~200 MiB at the
 // bound, ~60 MiB for 1.43M accounts); decoding a full one from a bucket
 // meta takes up to dictRawMax (92 MB) more for a moment.
 const dictCountMax = MaxDictEntries
 
 // add counts the accounts of recs (whole records of c's layout).
 func (c *dictCounter) add(recs []byte) {
+	if c.d != nil {
+		panic("lsm: dictCounter.add after dict")
+	}
 	w, s := c.l.w, c.l.src()
 	for o := 0; o+w <= len(recs); o += w {
 		e := c.t.count(c.l.accountAt(recs, o+s), c.t.n < dictCountMax)
@@ -269,31 +288,15 @@ func (c *dictCounter) add(recs []byte) {
 // all its own records, are more than half of the account's), else none
 // (its records' revs are then predicted from their time, as live events'
 // are). A backfilled account (every record at one rev) always keeps it.
+// The counter's table is let go once its candidates are copied out, before
+// the dictionary is built; dict may be called again and counts no more.
 func (c *dictCounter) dict() *accountDict {
-	d, _ := orderEntries(counterEntries{&c.t, c.l.clockCol}, c.l.dictMax)
-	return d
-}
-
-// counterEntries are a dictCounter's accounts, slot by slot.
-type counterEntries struct {
-	t        *countTable
-	clockCol bool
-}
-
-func (e counterEntries) size() int { return len(e.t.slots) }
-
-func (e counterEntries) at(i int) (account, uint32, uint64, uint16) {
-	s := &e.t.slots[i]
-	a := account{did: s.did, clock: s.clock}
-	var rev uint64
-	if 2*s.votes > s.count {
-		rev = s.vote + 1 // 0 for the largest uint64: none
+	if c.d == nil {
+		keys := dictKeys(&c.t, c.l.clockCol)
+		c.t = countTable{}
+		c.d = orderKeys(keys, c.l.dictMax)
 	}
-	clock := a.clock
-	if e.clockCol {
-		clock = s.clockVote
-	}
-	return a, s.count, rev, clock
+	return c.d
 }
 
 // ranksIn returns each record's rank in d (1-based; 0 for an account
