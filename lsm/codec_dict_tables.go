@@ -1,6 +1,9 @@
 package lsm
 
-import "math/bits"
+import (
+	"math"
+	"math/bits"
+)
 
 // The open-addressing tables of the account dictionary's code:
 // countTable counts accounts (everything counted of one in its slot), a
@@ -49,7 +52,8 @@ func (t *countTable) init(capacity int) {
 
 // count counts a record of account a and returns a's slot; an account
 // not held yet is added only when add is true (else nil). The table
-// doubles before it is three quarters full.
+// doubles rather than hold more than three quarters of its slots. A
+// count stops at the largest uint32 (0 marks an empty slot).
 func (t *countTable) count(a account, add bool) *countSlot {
 	mask := uint64(len(t.slots) - 1)
 	for h := acctHash(a, t.shift); ; h = (h + 1) & mask {
@@ -67,7 +71,9 @@ func (t *countTable) count(a account, add bool) *countSlot {
 			return s
 		}
 		if s.did == a.did && s.clock == a.clock {
-			s.count++
+			if s.count < math.MaxUint32 {
+				s.count++
+			}
 			return s
 		}
 	}

@@ -1,6 +1,7 @@
 package lsm
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"flag"
@@ -196,12 +197,14 @@ type targetModels struct {
 }
 
 // add encodes a frame's targets (one a group) the four ways and counts
-// their Huffman-coded bytes.
+// their Huffman-coded bytes. Planes are as many as the widest value needs,
+// as the codec's are; a DID outside the dictionary (rank 0) is stored as a
+// varint literal beside the ranks.
 func (tg *targetModels) add(recs []byte) {
 	n := len(recs) / 64
 	u := func(i, off int) uint64 { return binary.BigEndian.Uint64(recs[i*64+off:]) }
-	var one, rk, co, did []byte
-	var rkPlanes, didPlanes, rankPlanes [8][]byte
+	var one, rk, co, did, lit []byte
+	var zs, dids, ranks []uint64
 	var prev uint64
 	for i := range n {
 		if i > 0 && string(recs[i*64:i*64+24]) == string(recs[(i-1)*64:(i-1)*64+24]) {
@@ -214,27 +217,44 @@ func (tg *targetModels) add(recs []byte) {
 		rk = binary.AppendUvarint(rk, z)
 		co = binary.AppendUvarint(co, u(i, 8))
 		did = binary.AppendUvarint(did, u(i, 16))
-		for k := range 8 {
-			rkPlanes[k] = append(rkPlanes[k], byte(z>>(8*k)))
-			didPlanes[k] = append(didPlanes[k], byte(u(i, 16)>>(8*k)))
-			rankPlanes[k] = append(rankPlanes[k], byte(tg.rank[u(i, 16)]>>(8*k)))
+		r := tg.rank[u(i, 16)]
+		if r == 0 {
+			lit = binary.AppendUvarint(lit, u(i, 16))
 		}
+		zs, dids, ranks = append(zs, z), append(dids, u(i, 16)), append(ranks, r)
 	}
 	tg.one += huffBytes(one)
 	tg.three += huffBytes(rk) + huffBytes(co) + huffBytes(did)
-	tg.planes += huffBytes(co)
-	tg.planesRank += huffBytes(co)
-	for k := range 8 {
-		tg.planes += huffBytes(rkPlanes[k]) + huffBytes(didPlanes[k])
-		tg.planesRank += huffBytes(rkPlanes[k]) + huffBytes(rankPlanes[k])
-	}
+	tg.planes += huffBytes(co) + planeBytes(zs) + planeBytes(dids)
+	tg.planesRank += huffBytes(co) + planeBytes(zs) + planeBytes(ranks) + huffBytes(lit)
 }
 
-// huffBytes is about what the codec stores for stream b: huff0's output
-// and a few bytes of header, or b raw.
+// planeBytes is what vals take as byte planes, as many as the largest
+// needs, each Huffman-coded.
+func planeBytes(vals []uint64) int {
+	var most uint64
+	for _, v := range vals {
+		most = max(most, v)
+	}
+	total := 0
+	for k := range bytesFor(most) {
+		p := make([]byte, len(vals))
+		for i, v := range vals {
+			p[i] = byte(v >> (8 * k))
+		}
+		total += huffBytes(p)
+	}
+	return total
+}
+
+// huffBytes is about what the codec stores for stream b: one byte
+// repeated, huff0's output and a few bytes of header, or b raw.
 func huffBytes(b []byte) int {
 	if len(b) == 0 {
 		return 0
+	}
+	if bytes.Count(b, b[:1]) == len(b) {
+		return 3
 	}
 	var s huff0.Scratch
 	var out []byte
