@@ -37,14 +37,7 @@ func TestCompactionBytes(t *testing.T) {
 		}
 		runs = append(runs, run)
 	}
-	m, _, err := (&Manifest{}).Apply(Edit{Base: 0, Add: runs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := OpenView(ctx, cat, m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := viewOfRuns(t, cat, runs)
 	defer func(n uint64) { dictSampleRecords = n }(dictSampleRecords)
 	var got []string
 	for _, c := range []struct {

@@ -320,14 +320,7 @@ func TestCompactRunsRemovesSpillsOnError(t *testing.T) {
 		}
 		runs = append(runs, run)
 	}
-	m, _, err := (&Manifest{}).Apply(Edit{Base: 0, Add: runs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := OpenView(ctx, cat, m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := viewOfRuns(t, cat, runs)
 	for _, ok := range []int64{0, 3, 7} {
 		spillDir := t.TempDir()
 		fs := &failingStore{Store: store}
@@ -371,4 +364,18 @@ func TestRemoveSpills(t *testing.T) {
 	if len(left) != 2 {
 		t.Fatalf("left %v", left)
 	}
+}
+
+// viewOfRuns opens the view of a manifest holding runs alone.
+func viewOfRuns(t *testing.T, cat *Catalog, runs []Run) *View {
+	t.Helper()
+	m, _, err := (&Manifest{}).Apply(Edit{Base: 0, Add: runs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := OpenView(context.Background(), cat, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
