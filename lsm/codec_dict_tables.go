@@ -153,12 +153,9 @@ func newRankIndex(d *accountDict, clockCol bool) *rankIndex {
 }
 
 // find returns a's rank, 0 when the dictionary does not hold it.
-func (t *rankIndex) find(a account) uint32 { return t.findFrom(a, acctHash(a, t.shift)) }
-
-// findFrom is find from a's first slot h.
-func (t *rankIndex) findFrom(a account, h uint64) uint32 {
+func (t *rankIndex) find(a account) uint32 {
 	mask := uint64(len(t.slots) - 1)
-	for ; ; h = (h + 1) & mask {
+	for h := acctHash(a, t.shift); ; h = (h + 1) & mask {
 		s := &t.slots[h]
 		if s.rank == 0 || s.did == a.did && s.clock == a.clock {
 			return s.rank
