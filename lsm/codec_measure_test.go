@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -41,13 +40,7 @@ func TestMeasureColumns(t *testing.T) {
 	if dir := *lsmMeasureDir; dir != "" {
 		// A kept bench run's index (bench lsm --keep): its tables as
 		// they are; bytes per stored record of the links tree.
-		var err error
-		if store, err = local.New(filepath.Join(dir, "store")); err != nil {
-			t.Fatal(err)
-		}
-		if db, err = Open(ctx, Options{Store: store, Dir: filepath.Join(dir, "db"), NoGCGrace: true}); err != nil {
-			t.Fatal(err)
-		}
+		db, store = openKeptIndex(t, dir)
 		for _, r := range db.View().Manifest.RunsOf(TreeLinks) {
 			for _, tb := range r.Tables {
 				live += float64(tb.Records)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
 	"github.com/klauspost/compress/huff0"
 )
@@ -39,15 +40,7 @@ func TestMeasureModels(t *testing.T) {
 		t.Skip("-lsm.measure-dir not set")
 	}
 	ctx := context.Background()
-	dir := *lsmMeasureDir
-	store, err := local.New(filepath.Join(dir, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := Open(ctx, Options{Store: store, Dir: filepath.Join(dir, "db"), NoGCGrace: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, store := openKeptIndex(t, *lsmMeasureDir)
 	defer db.Close()
 	runs := db.View().Manifest.RunsOf(TreeLinks)
 	if len(runs) == 0 {
@@ -268,4 +261,19 @@ func huffBytes(b []byte) int {
 		return len(b) + 2
 	}
 	return len(out) + 4
+}
+
+// openKeptIndex opens a kept bench run's index (its temporary directory,
+// holding store/ and db/) and returns the engine and its store.
+func openKeptIndex(t *testing.T, dir string) (*DB, objstore.Store) {
+	t.Helper()
+	store, err := local.New(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(context.Background(), Options{Store: store, Dir: filepath.Join(dir, "db"), NoGCGrace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, store
 }
