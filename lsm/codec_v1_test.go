@@ -62,6 +62,10 @@ var v1Fixtures = []v1Fixture{
 	// (written by the version 6 code with EDDY_REWRITE_V6_FIXTURES=1).
 	{6, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(22, 3000) }, 700},
 	{6, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(23, 2000) }, 500},
+	// Version 7: version 6 with frames of up to 128 KiB of records
+	// (written by the version 7 code with EDDY_REWRITE_V7_FIXTURES=1).
+	{7, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(24, 3000) }, 700},
+	{7, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(25, 2000) }, 500},
 }
 
 // rewriteFixtures regenerates the fixtures of one version (see above).
