@@ -150,6 +150,9 @@ type colLayout struct {
 	// pair indexes); before, an account was the pair (DID, clock id).
 	clockCol bool
 	dictMax  int // the dictionary's bound (maxDictEntries)
+	// revChain (format version 8 on): revs are predicted along the chain
+	// of records whose rev is not their account's (codec_revs.go).
+	revChain bool
 }
 
 // columnsLayout is the columnar layout of format f in tables of format
@@ -160,9 +163,9 @@ func columnsLayout(f Format, version int) (colLayout, bool) {
 	}
 	switch f {
 	case BacklinkFormat:
-		return colLayout{w: 64, target: true, clockCol: clockColumn(version), dictMax: maxDictEntries(version)}, true
+		return colLayout{w: 64, target: true, clockCol: clockColumn(version), dictMax: maxDictEntries(version), revChain: version >= 8}, true
 	case RevocationFormat:
-		return colLayout{w: 32, clockCol: clockColumn(version), dictMax: maxDictEntries(version)}, true
+		return colLayout{w: 32, clockCol: clockColumn(version), dictMax: maxDictEntries(version), revChain: version >= 8}, true
 	}
 	return colLayout{}, false
 }

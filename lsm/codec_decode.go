@@ -361,6 +361,8 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 	revs := colReader{b: streams[stRevs]}
 	var t [3]uint64
 	var prevHi, prevRev uint64
+	var chainHi, chainRev uint64 // version 8: the last chained record's
+	chained := false
 	left := 0 // records left in the group
 	ti := 0   // index into the time planes
 	nd := d.len()
@@ -420,19 +422,36 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 		if pi >= np {
 			return colErr("pair index %d of %d", pi, np)
 		}
-		var pred uint64
-		if i > 0 {
-			pred = prevRev + scaleRate(hi-prevHi, rate)
-		}
 		var rev uint64
 		v := revs.uvarint()
 		var dr uint64
 		if rank != 0 && withRevs {
 			dr = d.rev(int(rank - 1))
 		}
-		if dr == 0 {
+		switch {
+		case l.revChain: // version 8: along the chain (codec_revs.go)
+			var pred uint64
+			if chained {
+				pred = chainRev + scaleRate(hi-chainHi, rate)
+			}
+			switch {
+			case dr == 0:
+				rev = pred + unzigzag(v)
+			case v == 0:
+				rev = dr - 1
+			default:
+				rev = pred + unzigzag(revChainResidual(v, zigzag(dr-1-pred)))
+			}
+			if dr == 0 || v != 0 {
+				chainHi, chainRev, chained = hi, rev, true
+			}
+		case dr == 0:
+			var pred uint64
+			if i > 0 {
+				pred = prevRev + scaleRate(hi-prevHi, rate)
+			}
 			rev = pred + unzigzag(v)
-		} else { // version 3: from the account's rev
+		default: // version 3: from the account's rev
 			rev = dr - 1 + unzigzag(v)
 		}
 		r := dst[i*w : (i+1)*w : (i+1)*w]

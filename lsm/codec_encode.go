@@ -50,7 +50,12 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 
 	groups, maxD, maxRank, maxClock := e.fields(recs, l, ranks, dictClocks)
 	np := e.pairIndexes(n)
-	rate := e.revStream(recs, l.w, dictRevs)
+	var rate uint64
+	if l.revChain {
+		rate = e.revStreamChain(recs, l.w, dictRevs)
+	} else {
+		rate = e.revStream(recs, l.w, dictRevs)
+	}
 
 	// Planes.
 	kt, kd, kp := bytesFor(maxD), bytesFor(uint64(maxRank)), bytesFor(uint64(np-1))

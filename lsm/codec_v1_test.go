@@ -66,6 +66,11 @@ var v1Fixtures = []v1Fixture{
 	// (written by the version 7 code with EDDY_REWRITE_V7_FIXTURES=1).
 	{7, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(24, 3000) }, 700},
 	{7, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(25, 2000) }, 500},
+	// Version 8: version 7 with revs predicted along the chain of records
+	// whose rev is not their account's (written by the version 8 code
+	// with EDDY_REWRITE_V8_FIXTURES=1).
+	{8, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(26, 3000) }, 700},
+	{8, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(27, 2000) }, 500},
 }
 
 // rewriteFixtures regenerates the fixtures of one version (see above).

@@ -61,9 +61,11 @@ func frameBytes(version int) int {
 // (codec.go); version 6 lets a dictionary hold 2^22 accounts instead of
 // 2^20 (maxDictEntries), and is otherwise version 5; version 7 lets a
 // frame hold 128 KiB of records instead of 64 (frameBytes), and is
-// otherwise version 6.
+// otherwise version 6; version 8 predicts the revs of the records whose
+// rev is not their account's along a chain of their own (codec_revs.go),
+// and is otherwise version 7.
 // DecodeMeta reads versions 1..TableFormatVersion.
-const TableFormatVersion = 7
+const TableFormatVersion = 8
 
 // Limits. Everything read from a meta is checked against these (and against
 // the meta's own size) before it is trusted.
