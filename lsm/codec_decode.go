@@ -15,6 +15,8 @@ type colDecoder struct {
 	// The planes gathered into words (rebuild's scratch): time
 	// differences, account ranks, pair indexes, clock ids.
 	dt, rank, pidx, clock []uint64
+	tz, trank             []uint64 // version 9: the target planes
+	rcodes                []uint64 // version 9: rev codes in their sparse form
 }
 
 var colDecoders = sync.Pool{New: func() any { return new(colDecoder) }}
@@ -83,7 +85,18 @@ func decodeColumns(dst, src []byte, n int, l colLayout, d *accountDict) error {
 		}
 		clocks = c.clock
 	}
-	return f.rebuild(dst, l, d, pairs, c.dt, c.rank, c.pidx, clocks)
+	if l.targetPlanes {
+		rp, ap, _ := f.targetPlanes()
+		c.tz = gatherPlanes(c.tz, int(f.groups), rp)
+		c.trank = gatherPlanes(c.trank, int(f.groups), ap)
+	}
+	if f.revsSparse {
+		if c.rcodes, err = readSparseRevs(c.rcodes, f.n, f.streams[stRevs]); err != nil {
+			return err
+		}
+		f.revCodes = c.rcodes
+	}
+	return f.rebuild(dst, l, d, pairs, c.dt, c.rank, c.pidx, clocks, c.tz, c.trank)
 }
 
 // readSparseClocks returns the n clock plane values of a frame whose
@@ -146,15 +159,36 @@ func gatherPlanes(w []uint64, n int, planes [][]byte) []uint64 {
 type colFrame struct {
 	n          int // records
 	groups     uint64
-	kt, kd, kp int // plane counts: time differences, account ranks, pair indexes
-	kc         int // clock id streams (layouts with a clock column): planes, or 1 sparse
+	kt, kd, kp int  // plane counts: time differences, account ranks, pair indexes
+	kc         int  // clock id streams (layouts with a clock column): planes, or 1 sparse
+	kr, ka     int  // version 9: target rkey difference and DID rank planes
+	tlits      bool // version 9: a target literals' stream follows the planes
+	revsSparse bool // version 9: the revs stream is in its sparse form
+	revCodes   []uint64
 	sparse     bool
 	rate       uint64
 	nFirst     int // records that start a group (revocations: 1)
 	streams    [colStreams][]byte
 }
 
-func (f *colFrame) nStreams() int { return stFixed + f.kt + f.kd + f.kp + f.kc }
+func (f *colFrame) nStreams() int {
+	n := stFixed + f.kt + f.kd + f.kp + f.kc + f.kr + f.ka
+	if f.tlits {
+		n++
+	}
+	return n
+}
+
+// targetPlanes returns the version 9 target planes (rkey differences,
+// DID ranks) and the target literals' stream.
+func (f *colFrame) targetPlanes() (r, a [][]byte, lits []byte) {
+	at := stFixed + f.kt + f.kd + f.kp + f.kc
+	r, a = f.streams[at:at+f.kr], f.streams[at+f.kr:at+f.kr+f.ka]
+	if f.tlits {
+		lits = f.streams[at+f.kr+f.ka]
+	}
+	return r, a, lits
+}
 
 // planes returns the time, account and pair planes.
 func (f *colFrame) planes() (t, d, p [][]byte) {
@@ -171,6 +205,9 @@ func (f *colFrame) readHeader(src []byte, l colLayout) ([]byte, error) {
 	if l.clockCol {
 		widths = 4
 	}
+	if l.targetPlanes {
+		widths += 2
+	}
 	if hdr.bad || len(hdr.b) < widths {
 		return nil, colErr("header")
 	}
@@ -178,15 +215,21 @@ func (f *colFrame) readHeader(src []byte, l colLayout) ([]byte, error) {
 	if l.clockCol {
 		kc = int(hdr.b[3])
 	}
+	if l.targetPlanes {
+		f.kr, f.ka, f.tlits = int(hdr.b[widths-2]), int(hdr.b[widths-1]), true
+	}
 	hdr.b = hdr.b[widths:]
 	rate := hdr.uvarint()
+	if l.revsSparse {
+		f.revsSparse, rate = rate&1 == 1, rate>>1
+	}
 	switch {
 	case hdr.bad:
 		return nil, colErr("header")
 	case l.target && (groups < 1 || groups > uint64(n)), !l.target && groups != 0:
 		return nil, colErr("%d groups for %d records", groups, n)
-	case kt > 8 || kd > 3 || kp > 2 || kc > clockSparse:
-		return nil, colErr("widths %d %d %d %d", kt, kd, kp, kc)
+	case kt > 8 || kd > 3 || kp > 2 || kc > clockSparse || f.kr > 8 || f.ka > 3:
+		return nil, colErr("widths %d %d %d %d %d %d", kt, kd, kp, kc, f.kr, f.ka)
 	}
 	if kc == clockSparse {
 		kc, f.sparse = 1, true
@@ -315,6 +358,14 @@ func (f *colFrame) checkPlanes() error {
 			return colErr("clock plane %d: %d bytes", k, len(p))
 		}
 	}
+	rp, ap, _ := f.targetPlanes()
+	for _, planes := range [][][]byte{rp, ap} {
+		for k, p := range planes {
+			if uint64(len(p)) != f.groups {
+				return colErr("target plane %d: %d bytes for %d groups", k, len(p), f.groups)
+			}
+		}
+	}
 	return nil
 }
 
@@ -348,7 +399,7 @@ func (f *colFrame) readPairs(pairs [][2]uint64, l colLayout) ([][2]uint64, error
 // rebuild writes the frame's records into dst from its streams, the
 // account dictionary d and the pairs (and with a clock column, the clock
 // ids); every stream must be consumed exactly.
-func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]uint64, dts, ranks, pidxs, clocks []uint64) error {
+func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]uint64, dts, ranks, pidxs, clocks, tzs, tranks []uint64) error {
 	n, nFirst, rate := f.n, f.nFirst, f.rate
 	np := uint64(len(pairs))
 	streams := &f.streams
@@ -359,6 +410,12 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 	firsts := colReader{b: streams[stFirst]}
 	lits := colReader{b: streams[stLiterals]}
 	revs := colReader{b: streams[stRevs]}
+	if f.revCodes != nil { // the sparse form, read whole
+		revs.b = nil
+	}
+	_, _, tl := f.targetPlanes()
+	tlits := colReader{b: tl}
+	g := 0 // the group (version 9: its index into the target planes)
 	var t [3]uint64
 	var prevHi, prevRev uint64
 	var chainHi, chainRev uint64 // version 8: the last chained record's
@@ -376,9 +433,26 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 				return colErr("group of %d records at record %d", ln, i)
 			}
 			left = int(ln)
-			t[0] += unzigzag(targets.uvarint())
-			t[1] = targets.uvarint()
-			t[2] = targets.uvarint()
+			if l.targetPlanes {
+				if g >= len(tzs) {
+					return colErr("more groups than the header's %d", len(tzs))
+				}
+				t[0] += unzigzag(tzs[g])
+				t[1] = targets.uvarint()
+				switch r := tranks[g]; {
+				case r == 0:
+					t[2] = tlits.uvarint()
+				case r <= uint64(nd):
+					t[2], _ = d.account(int(r - 1))
+				default:
+					return colErr("target account rank %d of %d", r, nd)
+				}
+			} else {
+				t[0] += unzigzag(targets.uvarint())
+				t[1] = targets.uvarint()
+				t[2] = targets.uvarint()
+			}
+			g++
 		}
 		if l.target {
 			left--
@@ -423,7 +497,12 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 			return colErr("pair index %d of %d", pi, np)
 		}
 		var rev uint64
-		v := revs.uvarint()
+		var v uint64
+		if f.revCodes != nil {
+			v = f.revCodes[i]
+		} else {
+			v = revs.uvarint()
+		}
 		var dr uint64
 		if rank != 0 && withRevs {
 			dr = d.rev(int(rank - 1))
@@ -467,7 +546,7 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 		binary.BigEndian.PutUint64(r[w-8:], rev)
 		prevHi, prevRev = hi, rev
 	}
-	for _, r := range []*colReader{&targets, &lengths, &firsts, &lits, &revs} {
+	for _, r := range []*colReader{&targets, &lengths, &firsts, &lits, &revs, &tlits} {
 		if r.bad || len(r.b) != 0 {
 			return colErr("a stream is not consumed exactly")
 		}

@@ -25,6 +25,15 @@ type colEncoder struct {
 	remap    []uint16 // a distinct pair's number to its place in that order
 	huff     huff0.Scratch
 	revs     []byte
+	// Format version 9 (targetPlanes): each group's target rkey
+	// difference (zigzag) and its DID's rank in the dictionary.
+	tz    []uint64
+	trank []uint32
+	tlit  []byte // the DIDs of targets outside the dictionary
+	// Version 8 on: each record's rev code at the rate tried and at the
+	// one kept; a scratch stream to size the sparse form (version 9).
+	rcodes, rcodes2 []uint64
+	scratch         []byte
 }
 
 var colEncoders = sync.Pool{New: func() any { return new(colEncoder) }}
@@ -33,8 +42,9 @@ var colEncoders = sync.Pool{New: func() any { return new(colEncoder) }}
 // records of layout l) to dst. ranks are the records' account ranks;
 // dictRevs (format version 3; nil before) the dictionary's revs, by rank - 1;
 // dictClocks (with a clock column) its accounts' clock ids, from which the
-// clock ids of their records are predicted.
-func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uint64, dictClocks []uint16) []byte {
+// clock ids of their records are predicted; tix (format version 9, target
+// planes) finds a target's DID's rank in the dictionary.
+func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uint64, dictClocks []uint16, tix *rankIndex) []byte {
 	e := colEncoders.Get().(*colEncoder)
 	defer colEncoders.Put(e)
 	n := len(recs) / l.w
@@ -47,8 +57,9 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 	e.pidx = slices.Grow(e.pidx[:0], n)[:n]
 	e.pairs = slices.Grow(e.pairs[:0], n)[:n]
 	e.clocks = slices.Grow(e.clocks[:0], n)[:n]
+	e.tz, e.trank, e.tlit = e.tz[:0], e.trank[:0], e.tlit[:0]
 
-	groups, maxD, maxRank, maxClock := e.fields(recs, l, ranks, dictClocks)
+	groups, maxD, maxRank, maxClock := e.fields(recs, l, ranks, dictClocks, tix)
 	np := e.pairIndexes(n)
 	var rate uint64
 	if l.revChain {
@@ -89,11 +100,38 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 			at += kc
 		}
 	}
+	var kr, ka int
+	if l.targetPlanes {
+		var maxZ uint64
+		var maxA uint32
+		for g := range e.tz {
+			maxZ, maxA = max(maxZ, e.tz[g]), max(maxA, e.trank[g])
+		}
+		kr, ka = bytesFor(maxZ), bytesFor(uint64(maxA))
+		// The literal DIDs' stream (filled by fields) follows the
+		// target planes.
+		lit := at + kr + ka
+		e.streams[lit], e.tlit = e.tlit, e.streams[lit][:0]
+		splitPlanes(e.streams[at:at+kr], e.tz)
+		at += kr
+		splitPlanes(e.streams[at:at+ka], e.trank)
+		at += ka + 1
+	}
 
 	dst = binary.AppendUvarint(dst, uint64(groups))
 	dst = append(dst, byte(kt), byte(kd), byte(kp))
 	if l.clockCol {
 		dst = append(dst, byte(kc))
+	}
+	if l.targetPlanes {
+		dst = append(dst, byte(kr), byte(ka))
+	}
+	if l.revsSparse {
+		sparse := uint64(0)
+		if e.sparseRevs() {
+			sparse = 1
+		}
+		rate = rate<<1 | sparse
 	}
 	dst = binary.AppendUvarint(dst, rate)
 	for k := range at {
@@ -135,7 +173,7 @@ func sparseClocks(dst []byte, vals []uint16, limit int) ([]byte, bool) {
 
 // splitPlanes writes byte k of every value into planes[k] (reusing its
 // memory), for each of the planes.
-func splitPlanes[T uint16 | uint32](planes [][]byte, vals []T) {
+func splitPlanes[T uint16 | uint32 | uint64](planes [][]byte, vals []T) {
 	for k := range planes {
 		p := planes[k][:0]
 		for _, v := range vals {
@@ -152,7 +190,7 @@ func splitPlanes[T uint16 | uint32](planes [][]byte, vals []T) {
 // group, the largest rank and the largest clock plane value: a record's
 // clock id xor its account's in the dictionary (dictClocks, by rank - 1),
 // 0 for a literal (which carries its clock id).
-func (e *colEncoder) fields(recs []byte, l colLayout, ranks []uint32, dictClocks []uint16) (groups int, maxD uint64, maxRank uint32, maxClock uint16) {
+func (e *colEncoder) fields(recs []byte, l colLayout, ranks []uint32, dictClocks []uint16, tix *rankIndex) (groups int, maxD uint64, maxRank uint32, maxClock uint16) {
 	w, s := l.w, l.src()
 	n := len(recs) / w
 	u := func(i, off int) uint64 { return binary.BigEndian.Uint64(recs[i*w+off:]) }
@@ -171,9 +209,22 @@ func (e *colEncoder) fields(recs []byte, l colLayout, ranks []uint32, dictClocks
 			groupStart = i
 			groups++
 			t := [3]uint64{u(i, 0), u(i, 8), u(i, 16)}
-			e.streams[stTargets] = binary.AppendUvarint(e.streams[stTargets], zigzag(t[0]-prevT[0]))
-			e.streams[stTargets] = binary.AppendUvarint(e.streams[stTargets], t[1])
-			e.streams[stTargets] = binary.AppendUvarint(e.streams[stTargets], t[2])
+			if l.targetPlanes {
+				// The rkey difference and the DID's rank in planes,
+				// the collection here, a DID outside the dictionary
+				// in the target literals' stream.
+				e.tz = append(e.tz, zigzag(t[0]-prevT[0]))
+				r := tix.find(account{did: t[2]})
+				e.trank = append(e.trank, r)
+				e.streams[stTargets] = binary.AppendUvarint(e.streams[stTargets], t[1])
+				if r == 0 {
+					e.tlit = binary.AppendUvarint(e.tlit, t[2])
+				}
+			} else {
+				e.streams[stTargets] = binary.AppendUvarint(e.streams[stTargets], zigzag(t[0]-prevT[0]))
+				e.streams[stTargets] = binary.AppendUvarint(e.streams[stTargets], t[1])
+				e.streams[stTargets] = binary.AppendUvarint(e.streams[stTargets], t[2])
+			}
 			prevT = t
 		}
 		rk := u(i, s)

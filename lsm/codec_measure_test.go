@@ -102,7 +102,7 @@ func TestMeasureColumns(t *testing.T) {
 				for i := range m.NumFrames() {
 					off, n := m.ByteRange(i, i)
 					fr := data[off : off+n]
-					if err := columnStreamSizes(fr, m.layout.clockCol, sizes); err != nil {
+					if err := columnStreamSizes(fr, m.layout, sizes); err != nil {
 						t.Fatal(err)
 					}
 					if buf, err = m.DecodeFrame(i, fr, buf); err != nil {
@@ -191,7 +191,8 @@ func measureLoad(t *testing.T, db *DB, wl *workload.Workload) {
 
 // columnStreamSizes adds the stored bytes of each column of a columnar
 // frame (table.go's frame byte 0 included in "frame header") to sizes.
-func columnStreamSizes(fr []byte, clockCol bool, sizes map[string]int) error {
+func columnStreamSizes(fr []byte, l colLayout, sizes map[string]int) error {
+	clockCol := l.clockCol
 	if fr[0] != frameColumns {
 		sizes["fallback frames"] += len(fr)
 		return nil
@@ -202,6 +203,9 @@ func columnStreamSizes(fr []byte, clockCol bool, sizes map[string]int) error {
 	if clockCol {
 		widths = 4
 	}
+	if l.targetPlanes {
+		widths += 2
+	}
 	if len(r.b) < widths {
 		return errors.New("short header")
 	}
@@ -211,6 +215,10 @@ func columnStreamSizes(fr []byte, clockCol bool, sizes map[string]int) error {
 		if kc == clockSparse {
 			kc = 1
 		}
+	}
+	kr, ka := 0, 0
+	if l.targetPlanes {
+		kr, ka = int(r.b[widths-2]), int(r.b[widths-1])
 	}
 	r.b = r.b[widths:]
 	r.uvarint()
@@ -227,6 +235,15 @@ func columnStreamSizes(fr []byte, clockCol bool, sizes map[string]int) error {
 	}
 	for range kc {
 		names = append(names, "clock ids")
+	}
+	if l.targetPlanes {
+		for range kr {
+			names = append(names, "targets: rkeys")
+		}
+		for range ka {
+			names = append(names, "targets: DID ranks")
+		}
+		names = append(names, "targets: literal DIDs")
 	}
 	for _, name := range names {
 		before := len(r.b)

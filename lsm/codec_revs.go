@@ -3,6 +3,7 @@ package lsm
 import (
 	"encoding/binary"
 	"math"
+	"math/bits"
 )
 
 // The revs of format version 8 (revChain).
@@ -36,6 +37,14 @@ import (
 // without dictionary revs (revocations; version 2) chain every record and
 // store what version 7 stores, but for the rate, which version 7 measured
 // within groups only.
+//
+// In a merged table most records' code is 0, and a Huffman code spends at
+// least a bit on each. From version 9 a frame may store its revs in a
+// sparse form instead (the header's rate varint is rate << 1 | 1): varint
+// m (1..n), then m pairs of varints (index minus the previous pair's index
+// minus 1, or the first's index; code >= 1): the nonzero codes, every
+// other one 0. The encoder keeps the form that takes fewer bytes once
+// entropy-coded.
 
 // revChainCode is what a chained record of a dictionary account with rev
 // v (v != its rev) stores, from its residual s and e = zigzag(v -
@@ -59,6 +68,95 @@ func revChainResidual(c, e uint64) uint64 {
 // revs stream, predicted at the rate (0: the previous chained rev) that
 // gives the fewer bytes, and returns the rate.
 func (e *colEncoder) revStreamChain(recs []byte, w int, dictRevs []uint64) uint64 {
+	rate := e.revChainRate(recs, w, dictRevs)
+	e.rcodes = e.revChainCodes(e.rcodes[:0], recs, w, dictRevs, 0)
+	if rate != 0 {
+		e.rcodes2 = e.revChainCodes(e.rcodes2[:0], recs, w, dictRevs, rate)
+		if varintsLen(e.rcodes2) < varintsLen(e.rcodes) {
+			e.rcodes, e.rcodes2 = e.rcodes2, e.rcodes
+		} else {
+			rate = 0
+		}
+	}
+	p := e.streams[stRevs][:0]
+	for _, c := range e.rcodes {
+		p = binary.AppendUvarint(p, c)
+	}
+	e.streams[stRevs] = p
+	return rate
+}
+
+// varintsLen is the bytes vals take as varints.
+func varintsLen(vals []uint64) int {
+	n := 0
+	for _, v := range vals {
+		n += (bits.Len64(v|1) + 6) / 7
+	}
+	return n
+}
+
+// sparseRevs replaces the revs stream by its sparse form (version 9) when
+// that takes fewer bytes entropy-coded, and reports whether it did.
+func (e *colEncoder) sparseRevs() bool {
+	n, m := len(e.rcodes), 0
+	for _, c := range e.rcodes {
+		if c != 0 {
+			m++
+		}
+	}
+	if m == 0 || 4*m > n {
+		return false
+	}
+	sp := binary.AppendUvarint(e.revs[:0], uint64(m))
+	prev := -1
+	for i, c := range e.rcodes {
+		if c != 0 {
+			sp = binary.AppendUvarint(binary.AppendUvarint(sp, uint64(i-prev-1)), c)
+			prev = i
+		}
+	}
+	e.revs = sp
+	e.scratch = e.appendStream(e.scratch[:0], e.streams[stRevs])
+	dense := len(e.scratch)
+	if e.scratch = e.appendStream(e.scratch[:0], sp); len(e.scratch) >= dense {
+		return false
+	}
+	e.streams[stRevs], e.revs = e.revs, e.streams[stRevs]
+	return true
+}
+
+// readSparseRevs returns the n rev codes of a frame whose revs are in
+// their sparse form b, in w's memory if it is large enough.
+func readSparseRevs(w []uint64, n int, b []byte) ([]uint64, error) {
+	if cap(w) < n {
+		w = make([]uint64, n)
+	}
+	w = w[:n]
+	clear(w)
+	r := colReader{b: b}
+	m := r.uvarint()
+	if r.bad || m < 1 || m > uint64(n) {
+		return nil, colErr("%d sparse revs for %d records", m, n)
+	}
+	next := uint64(0) // the least index the next entry may have
+	for range m {
+		gap, c := r.uvarint(), r.uvarint()
+		if r.bad || gap >= uint64(n)-next || c == 0 {
+			return nil, colErr("sparse rev code %d after a gap of %d at %d of %d records", c, gap, next, n)
+		}
+		w[next+gap] = c
+		next += gap + 1
+	}
+	if len(r.b) != 0 {
+		return nil, colErr("sparse revs: %d trailing bytes", len(r.b))
+	}
+	return w, nil
+}
+
+// revChainRate is the rate measured along the chain: the sum of the rev
+// differences over the sum of the time differences, between chained
+// records that follow one another in time; 0 for none.
+func (e *colEncoder) revChainRate(recs []byte, w int, dictRevs []uint64) uint64 {
 	n := len(recs) / w
 	rev := func(i int) uint64 { return binary.BigEndian.Uint64(recs[i*w+w-8:]) }
 	// acct returns the record's account rev plus 1 (0: none).
@@ -88,37 +186,34 @@ func (e *colEncoder) revStreamChain(recs []byte, w int, dictRevs []uint64) uint6
 			rate = uint64(r)
 		}
 	}
-	write := func(dst []byte, rate uint64) []byte {
-		var lastHi, lastRev uint64
-		chained := false
-		for i := range n {
-			r := rev(i)
-			v := acct(i)
-			if v != 0 && r == v-1 {
-				dst = append(dst, 0)
-				continue
-			}
-			var pred uint64
-			if chained {
-				pred = lastRev + scaleRate(e.hi[i]-lastHi, rate)
-			}
-			s := zigzag(r - pred)
-			if v != 0 {
-				s = revChainCode(s, zigzag(v-1-pred))
-			}
-			dst = binary.AppendUvarint(dst, s)
-			lastHi, lastRev, chained = e.hi[i], r, true
-		}
-		return dst
-	}
-	e.streams[stRevs] = write(e.streams[stRevs], 0)
-	if rate != 0 {
-		e.revs = write(e.revs[:0], rate)
-		if len(e.revs) < len(e.streams[stRevs]) {
-			e.streams[stRevs], e.revs = e.revs, e.streams[stRevs]
-		} else {
-			rate = 0
-		}
-	}
 	return rate
+}
+
+// revChainCodes appends each record's code (above) at the rate to codes.
+func (e *colEncoder) revChainCodes(codes []uint64, recs []byte, w int, dictRevs []uint64, rate uint64) []uint64 {
+	n := len(recs) / w
+	var lastHi, lastRev uint64
+	chained := false
+	for i := range n {
+		r := binary.BigEndian.Uint64(recs[i*w+w-8:])
+		var v uint64 // the account's rev plus 1 (0: none)
+		if k := e.ranks[i]; dictRevs != nil && k > 0 {
+			v = dictRevs[k-1]
+		}
+		if v != 0 && r == v-1 {
+			codes = append(codes, 0)
+			continue
+		}
+		var pred uint64
+		if chained {
+			pred = lastRev + scaleRate(e.hi[i]-lastHi, rate)
+		}
+		c := zigzag(r - pred)
+		if v != 0 {
+			c = revChainCode(c, zigzag(v-1-pred))
+		}
+		codes = append(codes, c)
+		lastHi, lastRev, chained = e.hi[i], r, true
+	}
+	return codes
 }

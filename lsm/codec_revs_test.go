@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
@@ -25,7 +27,7 @@ func revsOfVersion(t *testing.T, f Format, recs []byte, version int) (revs, tota
 	sizes := map[string]int{}
 	for i := range m.NumFrames() {
 		off, n := m.ByteRange(i, i)
-		if err := columnStreamSizes(data[off:off+n], m.layout.clockCol, sizes); err != nil {
+		if err := columnStreamSizes(data[off:off+n], m.layout, sizes); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -54,6 +56,12 @@ func TestRevChain(t *testing.T) {
 	if r8*100 > r7*95 || t8 >= t7 {
 		t.Fatalf("version 8 revs %d bytes (version 7: %d), table %d bytes (version 7: %d)", r8, r7, t8, t7)
 	}
+	// Version 9 stores a frame's revs in their sparse form where most
+	// codes are 0; none of this table's frames is such, and its revs
+	// keep version 8's bytes.
+	if r9, _ := revsOfVersion(t, BacklinkFormat, mixed, 9); r9 > r8 {
+		t.Fatalf("version 9 revs %d bytes, version 8 %d", r9, r8)
+	}
 	for _, tc := range []struct {
 		name string
 		f    Format
@@ -73,7 +81,8 @@ func TestRevChain(t *testing.T) {
 
 // Revs the model does not expect round-trip in every version that has
 // the chain: an account's rev and its neighbours, 0 and the largest rev,
-// revs following time up or down, and random ones, in columnar frames.
+// revs following time up or down, and random ones, in columnar frames;
+// with most records at their account's rev, in the sparse form too.
 func TestRevChainRoundTrip(t *testing.T) {
 	for seed := range uint64(20) {
 		rng := rand.New(rand.NewPCG(seed, 0x7e5))
@@ -87,7 +96,11 @@ func TestRevChainRoundTrip(t *testing.T) {
 				base = []uint64{0, 1, math.MaxUint64, rng.Uint64(), 1 << 40}[rng.IntN(5)]
 				accRev[l.Source.DID] = base
 			}
-			switch rng.IntN(10) {
+			k := rng.IntN(10)
+			if seed%2 == 1 && rng.IntN(10) != 0 {
+				k = 9 // mostly the account's rev: frames in the sparse form
+			}
+			switch k {
 			case 0:
 				l.SourceRev = base + 1
 			case 1:
@@ -109,7 +122,7 @@ func TestRevChainRoundTrip(t *testing.T) {
 		}
 		SortRecords(recs, w)
 		recs = synthDedup(recs, w)
-		for _, version := range []int{7, 8} {
+		for _, version := range []int{7, 8, 9} {
 			m, frames := colTableVersion(t, BacklinkFormat, recs, 500, version)
 			var got, buf []byte
 			columnar := 0
@@ -130,6 +143,52 @@ func TestRevChainRoundTrip(t *testing.T) {
 				t.Fatalf("seed %d version %d: %d of %d frames columnar", seed, version, columnar, len(frames))
 			}
 		}
+	}
+}
+
+// A table of a backfill with a few live records among them, as a merge
+// of the two makes: most rev codes are 0, and version 9's sparse form
+// takes fewer bytes than version 8's, which pays at least a bit a record.
+func TestRevsSparse(t *testing.T) {
+	recs := synthMostlyBackfill(66, 60000)
+	n := len(recs) / BacklinkFormat.Width
+	r8, t8 := revsOfVersion(t, BacklinkFormat, recs, 8)
+	r9, t9 := revsOfVersion(t, BacklinkFormat, recs, 9)
+	t.Logf("backfill with 1 live record in 40, %d links: revs %.3f -> %.3f B/link, table %.3f -> %.3f B/link", n,
+		float64(r8)/float64(n), float64(r9)/float64(n), float64(t8)/float64(n), float64(t9)/float64(n))
+	if r9*100 > r8*80 {
+		t.Fatalf("version 9 revs %d bytes, version 8 %d", r9, r8)
+	}
+	// The fixture of testdata/v9 built from such records has frames in
+	// the sparse form, and decodes (TestV1Fixtures).
+	metaB, err := os.ReadFile("testdata/v9/links-sparse-revs.meta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("testdata/v9/links-sparse-revs.data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := DecodeMeta(metaB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sparse := 0
+	for i := range m.NumFrames() {
+		off, n := m.ByteRange(i, i)
+		f := colFrame{n: int(m.Frames[i].Records)}
+		if data[off] != frameColumns {
+			continue
+		}
+		if _, err := f.readHeader(data[off+1:off+n], m.layout); err != nil {
+			t.Fatal(err)
+		}
+		if f.revsSparse {
+			sparse++
+		}
+	}
+	if sparse == 0 {
+		t.Fatalf("no frame of %d in the sparse form", m.NumFrames())
 	}
 }
 
@@ -154,6 +213,55 @@ func TestRevChainCodes(t *testing.T) {
 		slices.Sort(seen)
 		if len(slices.Compact(seen)) != len(seen) {
 			t.Fatalf("e %d: codes collide: %v", e, seen)
+		}
+	}
+}
+
+// targetsOfVersion builds a table of recs in format version and returns
+// the bytes of its frames' target columns and of the whole table.
+func targetsOfVersion(t *testing.T, recs []byte, version int) (targets, total int) {
+	t.Helper()
+	data, meta, err := BuildTable(BacklinkFormat, recs, TableOptions{version: version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := DecodeMeta(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := map[string]int{}
+	for i := range m.NumFrames() {
+		off, n := m.ByteRange(i, i)
+		if err := columnStreamSizes(data[off:off+n], m.layout, sizes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, b := range sizes {
+		if strings.HasPrefix(name, "targets") {
+			targets += b
+		}
+	}
+	return targets, len(data) + len(meta)
+}
+
+// Version 9 stores a group's target rkey difference and its DID's rank
+// in the account dictionary in planes: the targets take fewer bytes in
+// tables of a backfill's and of a live tail's links.
+func TestTargetPlanes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		recs []byte
+	}{
+		{"backfill", synthBackfillBacklinks(64, 60000)},
+		{"live", synthSortedBacklinks(65, 60000)},
+	} {
+		n := len(tc.recs) / BacklinkFormat.Width
+		g8, t8 := targetsOfVersion(t, tc.recs, 8)
+		g9, t9 := targetsOfVersion(t, tc.recs, 9)
+		t.Logf("%s, %d links: targets %.3f -> %.3f B/link, table %.3f -> %.3f B/link", tc.name, n,
+			float64(g8)/float64(n), float64(g9)/float64(n), float64(t8)/float64(n), float64(t9)/float64(n))
+		if g9 >= g8 || t9 >= t8 {
+			t.Fatalf("%s: version 9 targets %d bytes (version 8: %d), table %d (version 8: %d)", tc.name, g9, g8, t9, t8)
 		}
 	}
 }

@@ -71,6 +71,12 @@ var v1Fixtures = []v1Fixture{
 	// with EDDY_REWRITE_V8_FIXTURES=1).
 	{8, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(26, 3000) }, 700},
 	{8, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(27, 2000) }, 500},
+	// Version 9: version 8 with targets in planes (their DIDs as ranks in
+	// the account dictionary) and revs in a sparse form where most codes
+	// are 0 (written by the version 9 code with EDDY_REWRITE_V9_FIXTURES=1).
+	{9, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(28, 3000) }, 700},
+	{9, "links-sparse-revs", BacklinkFormat, transformColumns, func() []byte { return synthMostlyBackfill(29, 3000) }, 700},
+	{9, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(30, 2000) }, 500},
 }
 
 // rewriteFixtures regenerates the fixtures of one version (see above).
@@ -170,6 +176,25 @@ func TestV1Fixtures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// synthMostlyBackfill returns about n distinct backlinks of a few
+// thousand accounts, every one in the table's dictionary, all of them at
+// their account's rev but one in 40 (a live record, its rev following
+// time): a merge of a backfill and a live tail.
+func synthMostlyBackfill(seed uint64, n int) []byte {
+	recs := synthSortedBacklinks(seed, n)
+	w := link.BacklinkSize
+	for i := 0; i < len(recs)/w; i++ {
+		l := link.GetBacklink(recs[i*w:])
+		l.Source.DID = 1 + l.Source.DID%3000
+		if i%40 != 0 {
+			l.SourceRev = 1 + (l.Source.DID*0x9e3779b97f4a7c15)>>44
+		}
+		l.Put(recs[i*w:])
+	}
+	SortRecords(recs, w)
+	return synthDedup(recs, w)
 }
 
 // synthBackfillBacklinks returns about n distinct backlinks, sorted, most

@@ -60,7 +60,7 @@ func TestDictRevs(t *testing.T) {
 		sizes := map[string]int{}
 		for i := range m.NumFrames() {
 			off, n := m.ByteRange(i, i)
-			if err := columnStreamSizes(data[off:off+n], m.layout.clockCol, sizes); err != nil {
+			if err := columnStreamSizes(data[off:off+n], m.layout, sizes); err != nil {
 				t.Fatal(err)
 			}
 		}

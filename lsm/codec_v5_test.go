@@ -183,8 +183,10 @@ func TestClockPlaneCorruption(t *testing.T) {
 	if f.kc != 1 {
 		t.Fatalf("clock planes: %d, want 1 (clock ids below 32)", f.kc)
 	}
+	rp, ap, _ := f.targetPlanes()
+	tzs, tranks := gatherPlanes(nil, int(f.groups), rp), gatherPlanes(nil, int(f.groups), ap)
 	dst := make([]byte, n*BacklinkFormat.Width)
-	if err := f.rebuild(dst, m.layout, m.dict, pairs, dts, ranks, pidxs, clocks); err != nil {
+	if err := f.rebuild(dst, m.layout, m.dict, pairs, dts, ranks, pidxs, clocks, tzs, tranks); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(dst, recs[:len(dst)]) {
@@ -215,7 +217,7 @@ func TestClockPlaneCorruption(t *testing.T) {
 	}{{"a clock plane of 1024", dictAt, 1024}, {"a nonzero plane for a literal", literal, 1}} {
 		bad := append([]uint64(nil), clocks...)
 		bad[tc.i] = tc.v
-		mustCorrupt(tc.what, f.rebuild(dst, m.layout, m.dict, pairs, dts, ranks, pidxs, bad))
+		mustCorrupt(tc.what, f.rebuild(dst, m.layout, m.dict, pairs, dts, ranks, pidxs, bad, tzs, tranks))
 	}
 	f.streams[stFixed+f.kt+f.kd+f.kp] = f.streams[stFixed+f.kt+f.kd+f.kp][1:]
 	mustCorrupt("a short clock plane", f.checkPlanes())

@@ -63,9 +63,11 @@ func frameBytes(version int) int {
 // frame hold 128 KiB of records instead of 64 (frameBytes), and is
 // otherwise version 6; version 8 predicts the revs of the records whose
 // rev is not their account's along a chain of their own (codec_revs.go),
-// and is otherwise version 7.
+// and is otherwise version 7; version 9 stores a group's target rkey
+// difference and its DID's rank in the table's account dictionary in
+// planes (colLayout.targetPlanes), and is otherwise version 8.
 // DecodeMeta reads versions 1..TableFormatVersion.
-const TableFormatVersion = 8
+const TableFormatVersion = 9
 
 // Limits. Everything read from a meta is checked against these (and against
 // the meta's own size) before it is trusted.

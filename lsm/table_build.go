@@ -147,6 +147,9 @@ func (b *tableBuild) pickTransform() error {
 		if !dictHasRevs(b.opt.writeVersion()) {
 			b.dict.revs = nil
 		}
+		if b.layout.targetPlanes { // targets' DIDs are ranked too
+			b.dict.index = newRankIndex(b.dict, b.layout.clockCol)
+		}
 	}
 	if b.opt.sharedDict != nil || b.opt.dictOwner != nil {
 		return fmt.Errorf("lsm: BuildTable: a shared dictionary for transform %v", b.transform)
@@ -180,7 +183,7 @@ func (b *tableBuild) buildFrames() ([]byte, error) {
 			// Columns (frame byte 0 = 0), or, for records the columns
 			// do not shrink, delta+shuffle and zstd (byte 0 = 1).
 			data = append(data, frameColumns)
-			data = encodeColumns(data, raw, b.layout, b.ranks[s:e], b.dict.revs, b.dict.clocks)
+			data = encodeColumns(data, raw, b.layout, b.ranks[s:e], b.dict.revs, b.dict.clocks, b.dict.index)
 			if len(data)-off > len(raw) {
 				data = data[:off]
 				data = append(data, frameDeltaZstd)
