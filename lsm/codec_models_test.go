@@ -33,6 +33,10 @@ var lsmMeasureTables = flag.Int("lsm.measure-tables", 2, "TestMeasureModels: how
 //     as byte planes, and with the DID as its rank in the run's account
 //     dictionary, each Huffman-coded per frame as the codec's streams
 //     are (no table costs beyond huff0's own).
+//   - Huffman tables: every entropy-coded stream of a frame carries its
+//     own table. Against that, one table a stream kind (a column's plane)
+//     for all the frames of a table, stored once (as in its meta), each
+//     frame's stream coded with it or with its own, whichever is smaller.
 //
 // Reproduce: go test ./lsm -run TestMeasureModels -v -lsm.measure-dir DIR
 func TestMeasureModels(t *testing.T) {
@@ -60,6 +64,7 @@ func TestMeasureModels(t *testing.T) {
 	}
 	var tm timeModels
 	var tg targetModels
+	var sh sharedHuff
 	records := 0
 	for i, tb := range r.Tables {
 		if i >= *lsmMeasureTables {
@@ -92,7 +97,11 @@ func TestMeasureModels(t *testing.T) {
 			records += len(buf) / 64
 			tm.add(buf)
 			tg.add(buf)
+			if err := sh.add(data[off:off+n], m); err != nil {
+				t.Fatal(err)
+			}
 		}
+		sh.table()
 	}
 	per := func(bits float64) float64 { return bits / 8 / float64(records) }
 	t.Logf("%d records, %d groups in %d tables; bytes a record:", records, tg.groups, min(*lsmMeasureTables, len(r.Tables)))
@@ -102,6 +111,104 @@ func TestMeasureModels(t *testing.T) {
 	b := func(n int) float64 { return float64(n) / float64(records) }
 	t.Logf("targets: one stream %.3f, three streams %.3f, byte planes %.3f, byte planes with the DID's dictionary rank %.3f",
 		b(tg.one), b(tg.three), b(tg.planes), b(tg.planesRank))
+	t.Logf("huffman-coded streams: %.3f as stored (their own tables %.3f); with a table's shared tables %.3f (the shared tables %.4f; %d of %d streams coded with them)",
+		b(sh.stored), b(sh.ownTables), b(sh.shared+sh.sharedTables), b(sh.sharedTables), sh.usedShared, sh.streams)
+}
+
+// sharedHuff measures Huffman tables shared by the frames of a table
+// (TestMeasureModels): streams of huff0 mode only, as the codec stores
+// them, against each coded with one table a stream kind for the table.
+type sharedHuff struct {
+	kinds                                   map[string][][]byte // a table's decoded streams by kind, a frame each
+	stored, ownTables, shared, sharedTables int
+	streams, usedShared                     int
+}
+
+// add reads a stored frame's entropy-coded streams.
+func (sh *sharedHuff) add(fr []byte, m *TableMeta) error {
+	if fr[0] != frameColumns {
+		return nil
+	}
+	if sh.kinds == nil {
+		sh.kinds = map[string][][]byte{}
+	}
+	// The frame's record count is not needed to split its streams: the
+	// largest bounds them.
+	f := colFrame{n: FrameBytesMax / m.Format.Width}
+	rest, err := f.readHeader(fr[1:], m.layout)
+	if err != nil {
+		return err
+	}
+	var c colDecoder
+	if err := c.readStreams(&f, rest); err != nil {
+		return err
+	}
+	names := []string{"targets", "lengths", "first", "literals", "pairs", "revs"}
+	for _, p := range []struct {
+		name string
+		k    int
+	}{{"time", f.kt}, {"rank", f.kd}, {"pair", f.kp}, {"clock", f.kc}, {"trkey", f.kr}, {"tdid", f.ka}} {
+		for k := range p.k {
+			names = append(names, p.name+string(rune('0'+k)))
+		}
+	}
+	if f.tlits {
+		names = append(names, "tlits")
+	}
+	for k, name := range names {
+		b := f.streams[k]
+		own := huffBytes(b)
+		if own >= len(b)+2 || bytes.Count(b, b[:min(1, len(b))]) == len(b) {
+			continue // raw or repeated: no table either way
+		}
+		sh.kinds[name] = append(sh.kinds[name], bytes.Clone(b))
+		sh.stored += own
+		var s huff0.Scratch
+		if _, _, err := huff0.Compress1X(b, &s); err == nil {
+			sh.ownTables += len(s.OutTable)
+		}
+	}
+	return nil
+}
+
+// table codes the table's streams with one table a kind and starts the
+// next table.
+func (sh *sharedHuff) table() {
+	for _, frames := range sh.kinds {
+		var all []byte
+		for _, b := range frames {
+			all = append(all, b...)
+		}
+		var s huff0.Scratch
+		if _, _, err := huff0.Compress4X(all, &s); err != nil {
+			for _, b := range frames {
+				sh.shared += huffBytes(b)
+			}
+			continue
+		}
+		sh.sharedTables += len(s.OutTable)
+		for _, b := range frames {
+			sh.streams++
+			own := huffBytes(b)
+			var fs huff0.Scratch
+			fs.TransferCTable(&s)
+			fs.Reuse = huff0.ReusePolicyMust
+			var out []byte
+			var err error
+			if len(b) >= 1024 {
+				out, _, err = huff0.Compress4X(b, &fs)
+			} else {
+				out, _, err = huff0.Compress1X(b, &fs)
+			}
+			if err == nil && len(out)+5 < own {
+				sh.shared += len(out) + 5 // a mode byte, the lengths
+				sh.usedShared++
+			} else {
+				sh.shared += own
+			}
+		}
+	}
+	clear(sh.kinds)
 }
 
 // hist counts values; bits is the order-0 entropy of all of them.
