@@ -42,9 +42,10 @@ type accountDict struct {
 	rw         int
 	revBase    uint64
 
-	// index finds an account's rank (ranksIn): built on first use by the
-	// compaction that shares this dictionary among its tables, which
-	// builds them one at a time.
+	// index finds an account's rank (ranksIn, and from format version 9
+	// a target's DID's): built on first use by the compaction that shares
+	// this dictionary among its tables, which builds them one at a time,
+	// or by the build of a table with its own dictionary (pickTransform).
 	index *rankIndex
 }
 

@@ -23,24 +23,30 @@ import (
 //
 // Version 8 predicts along a chain: the records whose rev is not their
 // account's (every record of an account without a rev in the dictionary,
-// and the others whose rev differs from it). A chained record's rev is
-// predicted from the previous chained record's rev and the time between
-// them, at the frame's rate; the rate is measured along the chain too.
-// The revs stream holds, per record:
+// a literal's included, and the others whose rev differs from it). A
+// chained record's prediction is the previous chained record's rev plus
+// sign(d) * floor(|d| * R / 2^32), d the signed difference (wrapping, mod
+// 2^64) of the two records' times (rkey >> 10) and R the header's rate,
+// chosen by the encoder: the rev differences over the time differences
+// between chained records that follow one another in time, or 0 (plain
+// deltas) when that gives the fewer varint bytes. The prediction is 0 for
+// the frame's first chained record. The revs stream holds, per record, a
+// varint code:
 //
 //   - an account with a rev v in the dictionary: 0 when the record's rev
 //     is v; else, with s = zigzag(rev - prediction) and e = zigzag(v -
 //     prediction) (s != e): s+1 when s < e, s when s > e;
 //   - any other record: zigzag(rev - prediction).
 //
-// The prediction is 0 for the frame's first chained record. Tables
-// without dictionary revs (revocations; version 2) chain every record and
-// store what version 7 stores, but for the rate, which version 7 measured
-// within groups only.
+// A frame none of whose accounts has a rev in the dictionary (a live
+// tail's, most revocation tables') chains every record and stores what
+// version 7 stores, but for the rate, which version 7 measured between
+// records of one group only.
 //
 // In a merged table most records' code is 0, and a Huffman code spends at
 // least a bit on each. From version 9 a frame may store its revs in a
-// sparse form instead (the header's rate varint is rate << 1 | 1): varint
+// sparse form instead (the header's rate varint is R << 1 | 1; R << 1
+// for the codes as above, in backlink and revocation tables alike): varint
 // m (1..n), then m pairs of varints (index minus the previous pair's index
 // minus 1, or the first's index; code >= 1): the nonzero codes, every
 // other one 0. The encoder keeps the form that takes fewer bytes once

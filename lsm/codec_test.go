@@ -144,19 +144,21 @@ func mustDecoder(t testing.TB) *zstd.Decoder {
 
 // FuzzDecodeColumns: the columnar decoder never panics and fails only with
 // its own error class, in the layout of version 4 (an account with its
-// clock id) and of the current version (clock ids in planes, or in their
-// sparse form). The seeds' records carry several clock ids an account, as
-// real ones do.
+// clock id), of version 8 (revs along a chain) and of the current version
+// (clock ids in planes, or in their sparse form; targets in planes; revs
+// in their sparse form). The seeds' records carry several clock ids an
+// account, as real ones do.
 func FuzzDecodeColumns(f *testing.F) {
 	var tables []*TableMeta // a fuzzed frame decodes with the dictionary of one of these
-	for _, version := range []int{4, TableFormatVersion} {
+	for _, version := range []int{4, 8, TableFormatVersion} {
 		for _, tc := range []struct {
 			f    Format
 			recs []byte
 		}{
 			{BacklinkFormat, withHostClocks(synthSortedBacklinks(51, 300), link.BacklinkSize, 24)},
 			{RevocationFormat, withHostClocks(synthRevocations(52, 300), 32, 0)},
-			{RevocationFormat, synthRevocations(53, 3000)}, // the current version: sparse clock ids
+			{RevocationFormat, synthRevocations(53, 3000)},  // the current version: sparse clock ids
+			{BacklinkFormat, synthMostlyBackfill(54, 3000)}, // the current version: sparse revs
 		} {
 			m, frames := colTableVersion(f, tc.f, tc.recs, 100, version)
 			for i, fr := range frames {

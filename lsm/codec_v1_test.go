@@ -179,7 +179,8 @@ func TestV1Fixtures(t *testing.T) {
 }
 
 // synthMostlyBackfill returns about n distinct backlinks of a few
-// thousand accounts, every one in the table's dictionary, all of them at
+// thousand accounts, most of them in the table's dictionary (an account
+// with two records or more), all of them at
 // their account's rev but one in 40 (a live record, its rev following
 // time): a merge of a backfill and a live tail.
 func synthMostlyBackfill(seed uint64, n int) []byte {

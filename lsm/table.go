@@ -65,7 +65,9 @@ func frameBytes(version int) int {
 // rev is not their account's along a chain of their own (codec_revs.go),
 // and is otherwise version 7; version 9 stores a group's target rkey
 // difference and its DID's rank in the table's account dictionary in
-// planes (colLayout.targetPlanes), and is otherwise version 8.
+// planes (colLayout.targetPlanes) and lets a frame store its revs in a
+// sparse form, flagged in the low bit of its header's rate (backlinks and
+// revocations: colLayout.revsSparse), and is otherwise version 8.
 // DecodeMeta reads versions 1..TableFormatVersion.
 const TableFormatVersion = 9
 
