@@ -103,6 +103,13 @@ func decodeColumns(dst, src []byte, n int, l colLayout, d *accountDict) error {
 // clock ids are in their sparse form b (codec.go), in w's memory if it is
 // large enough.
 func readSparseClocks(w []uint64, n int, b []byte) ([]uint64, error) {
+	return readSparse(w, n, b, 1<<clockBits-1, "clock ids")
+}
+
+// readSparse returns the n values of a sparse form b (varint m, 1..n, then
+// m pairs of varints: the gap since the previous nonzero value, the value,
+// 1..most; every other value 0), in w's memory if it is large enough.
+func readSparse(w []uint64, n int, b []byte, most uint64, what string) ([]uint64, error) {
 	if cap(w) < n {
 		w = make([]uint64, n)
 	}
@@ -111,19 +118,19 @@ func readSparseClocks(w []uint64, n int, b []byte) ([]uint64, error) {
 	r := colReader{b: b}
 	m := r.uvarint()
 	if r.bad || m < 1 || m > uint64(n) {
-		return nil, colErr("%d sparse clock ids for %d records", m, n)
+		return nil, colErr("%d sparse %s for %d records", m, what, n)
 	}
 	next := uint64(0) // the least index the next entry may have
 	for range m {
 		gap, v := r.uvarint(), r.uvarint()
-		if r.bad || gap >= uint64(n)-next || v == 0 || v >= 1<<clockBits {
-			return nil, colErr("sparse clock id %d after a gap of %d at %d of %d records", v, gap, next, n)
+		if r.bad || gap >= uint64(n)-next || v == 0 || v > most {
+			return nil, colErr("sparse %s: %d after a gap of %d at %d of %d records", what, v, gap, next, n)
 		}
 		w[next+gap] = v
 		next += gap + 1
 	}
 	if len(r.b) != 0 {
-		return nil, colErr("sparse clock ids: %d trailing bytes", len(r.b))
+		return nil, colErr("sparse %s: %d trailing bytes", what, len(r.b))
 	}
 	return w, nil
 }

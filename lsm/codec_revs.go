@@ -134,29 +134,7 @@ func (e *colEncoder) sparseRevs() bool {
 // readSparseRevs returns the n rev codes of a frame whose revs are in
 // their sparse form b, in w's memory if it is large enough.
 func readSparseRevs(w []uint64, n int, b []byte) ([]uint64, error) {
-	if cap(w) < n {
-		w = make([]uint64, n)
-	}
-	w = w[:n]
-	clear(w)
-	r := colReader{b: b}
-	m := r.uvarint()
-	if r.bad || m < 1 || m > uint64(n) {
-		return nil, colErr("%d sparse revs for %d records", m, n)
-	}
-	next := uint64(0) // the least index the next entry may have
-	for range m {
-		gap, c := r.uvarint(), r.uvarint()
-		if r.bad || gap >= uint64(n)-next || c == 0 {
-			return nil, colErr("sparse rev code %d after a gap of %d at %d of %d records", c, gap, next, n)
-		}
-		w[next+gap] = c
-		next += gap + 1
-	}
-	if len(r.b) != 0 {
-		return nil, colErr("sparse revs: %d trailing bytes", len(r.b))
-	}
-	return w, nil
+	return readSparse(w, n, b, math.MaxUint64, "rev codes")
 }
 
 // revChainRate is the rate measured along the chain: the sum of the rev

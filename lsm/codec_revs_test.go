@@ -12,9 +12,10 @@ import (
 	"github.com/eddy-backlinks/eddy/link"
 )
 
-// revsOfVersion builds a table of recs in format version and returns the
-// bytes of its frames' revs streams and of the whole table.
-func revsOfVersion(t *testing.T, f Format, recs []byte, version int) (revs, total int) {
+// sizesOfVersion builds a table of recs in format version and returns
+// the stored bytes of its frames' columns by name (columnStreamSizes) and
+// of the whole table; every frame must be columnar.
+func sizesOfVersion(t *testing.T, f Format, recs []byte, version int) (map[string]int, int) {
 	t.Helper()
 	data, meta, err := BuildTable(f, recs, TableOptions{version: version})
 	if err != nil {
@@ -34,7 +35,15 @@ func revsOfVersion(t *testing.T, f Format, recs []byte, version int) (revs, tota
 	if sizes["fallback frames"] != 0 {
 		t.Fatalf("version %d: %d bytes of frames not columnar", version, sizes["fallback frames"])
 	}
-	return sizes["revs"], len(data) + len(meta)
+	return sizes, len(data) + len(meta)
+}
+
+// revsOfVersion returns the bytes of the revs streams of a table of recs
+// in format version, and of the whole table.
+func revsOfVersion(t *testing.T, f Format, recs []byte, version int) (revs, total int) {
+	t.Helper()
+	sizes, total := sizesOfVersion(t, f, recs, version)
+	return sizes["revs"], total
 }
 
 // Version 8 predicts the revs of records whose rev is not their
@@ -229,31 +238,17 @@ func TestRevChainCodes(t *testing.T) {
 	}
 }
 
-// targetsOfVersion builds a table of recs in format version and returns
-// the bytes of its frames' target columns and of the whole table.
+// targetsOfVersion returns the bytes of the target columns of a table of
+// recs in format version, and of the whole table.
 func targetsOfVersion(t *testing.T, recs []byte, version int) (targets, total int) {
 	t.Helper()
-	data, meta, err := BuildTable(BacklinkFormat, recs, TableOptions{version: version})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := DecodeMeta(meta)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sizes := map[string]int{}
-	for i := range m.NumFrames() {
-		off, n := m.ByteRange(i, i)
-		if err := columnStreamSizes(data[off:off+n], m.layout, sizes); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sizes, total := sizesOfVersion(t, BacklinkFormat, recs, version)
 	for name, b := range sizes {
 		if strings.HasPrefix(name, "targets") {
 			targets += b
 		}
 	}
-	return targets, len(data) + len(meta)
+	return targets, total
 }
 
 // Version 9 stores a group's target rkey difference and its DID's rank
