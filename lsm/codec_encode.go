@@ -31,9 +31,11 @@ type colEncoder struct {
 	trank []uint32
 	tlit  []byte // the DIDs of targets outside the dictionary
 	// Version 8 on: each record's rev code at the rate tried and at the
-	// one kept; a scratch stream to size the sparse form (version 9).
+	// one kept; the revs stream stored dense and sparse, to compare them
+	// (version 9), and the stored form of the one kept (nil: not compared).
 	rcodes, rcodes2 []uint64
-	scratch         []byte
+	scratch         [2][]byte
+	revsCoded       []byte
 }
 
 var colEncoders = sync.Pool{New: func() any { return new(colEncoder) }}
@@ -58,6 +60,7 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 	e.pairs = slices.Grow(e.pairs[:0], n)[:n]
 	e.clocks = slices.Grow(e.clocks[:0], n)[:n]
 	e.tz, e.trank, e.tlit = e.tz[:0], e.trank[:0], e.tlit[:0]
+	e.revsCoded = nil
 
 	groups, maxD, maxRank, maxClock := e.fields(recs, l, ranks, dictClocks, tix)
 	np := e.pairIndexes(n)
@@ -135,6 +138,10 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 	}
 	dst = binary.AppendUvarint(dst, rate)
 	for k := range at {
+		if k == stRevs && e.revsCoded != nil {
+			dst = append(dst, e.revsCoded...) // stored by sparseRevs
+			continue
+		}
 		dst = e.appendStream(dst, e.streams[k])
 	}
 	return dst

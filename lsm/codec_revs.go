@@ -102,7 +102,9 @@ func varintsLen(vals []uint64) int {
 }
 
 // sparseRevs replaces the revs stream by its sparse form (version 9) when
-// that takes fewer bytes entropy-coded, and reports whether it did.
+// that takes fewer bytes entropy-coded, and reports whether it did. When
+// it compared the two, it keeps the stored form of the one it chose in
+// e.revsCoded, so that the frame is not entropy-coded a third time.
 func (e *colEncoder) sparseRevs() bool {
 	n, m := len(e.rcodes), 0
 	for _, c := range e.rcodes {
@@ -122,12 +124,13 @@ func (e *colEncoder) sparseRevs() bool {
 		}
 	}
 	e.revs = sp
-	e.scratch = e.appendStream(e.scratch[:0], e.streams[stRevs])
-	dense := len(e.scratch)
-	if e.scratch = e.appendStream(e.scratch[:0], sp); len(e.scratch) >= dense {
+	e.scratch[0] = e.appendStream(e.scratch[0][:0], e.streams[stRevs])
+	if e.scratch[1] = e.appendStream(e.scratch[1][:0], sp); len(e.scratch[1]) >= len(e.scratch[0]) {
+		e.revsCoded = e.scratch[0]
 		return false
 	}
 	e.streams[stRevs], e.revs = e.revs, e.streams[stRevs]
+	e.revsCoded = e.scratch[1]
 	return true
 }
 
@@ -137,25 +140,26 @@ func readSparseRevs(w []uint64, n int, b []byte) ([]uint64, error) {
 	return readSparse(w, n, b, math.MaxUint64, "rev codes")
 }
 
+// accountRev is record i's account's rev in the dictionary plus 1 (0:
+// none), as dictRevs holds it.
+func (e *colEncoder) accountRev(i int, dictRevs []uint64) uint64 {
+	if k := e.ranks[i]; dictRevs != nil && k > 0 {
+		return dictRevs[k-1]
+	}
+	return 0
+}
+
 // revChainRate is the rate measured along the chain: the sum of the rev
 // differences over the sum of the time differences, between chained
 // records that follow one another in time; 0 for none.
 func (e *colEncoder) revChainRate(recs []byte, w int, dictRevs []uint64) uint64 {
 	n := len(recs) / w
-	rev := func(i int) uint64 { return binary.BigEndian.Uint64(recs[i*w+w-8:]) }
-	// acct returns the record's account rev plus 1 (0: none).
-	acct := func(i int) uint64 {
-		if r := e.ranks[i]; dictRevs != nil && r > 0 {
-			return dictRevs[r-1]
-		}
-		return 0
-	}
 	var sumD, sumRev float64
 	var lastHi, lastRev uint64
 	chained := false
 	for i := range n {
-		r := rev(i)
-		if v := acct(i); v != 0 && r == v-1 {
+		r := binary.BigEndian.Uint64(recs[i*w+w-8:])
+		if v := e.accountRev(i, dictRevs); v != 0 && r == v-1 {
 			continue
 		}
 		if chained && e.hi[i] > lastHi {
@@ -180,10 +184,7 @@ func (e *colEncoder) revChainCodes(codes []uint64, recs []byte, w int, dictRevs 
 	chained := false
 	for i := range n {
 		r := binary.BigEndian.Uint64(recs[i*w+w-8:])
-		var v uint64 // the account's rev plus 1 (0: none)
-		if k := e.ranks[i]; dictRevs != nil && k > 0 {
-			v = dictRevs[k-1]
-		}
+		v := e.accountRev(i, dictRevs)
 		if v != 0 && r == v-1 {
 			codes = append(codes, 0)
 			continue
