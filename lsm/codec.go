@@ -70,6 +70,15 @@ import "math/bits"
 //	                      width in bytes (0..8)
 //	KA           1 byte   version 9 on, backlinks: target DID rank width
 //	                      in bytes (0..3)
+//	                      Version 10 on: KT | 0x10 when the time
+//	                      differences are in their magnitude form, KT |
+//	                      0x20 when the first times of groups are, KR |
+//	                      0x10 when the target rkey differences are; the
+//	                      account ranks and target DID ranks always are
+//	                      (codec_magnitude.go). A column in its magnitude
+//	                      form is two streams, its classes and its
+//	                      mantissas, in place of its planes, none when
+//	                      its width is 0.
 //	rate R       varint   rev prediction rate, fixed point (2^32 = 1 rev a
 //	                      microsecond); version 9 on: R << 1 | S, S = 1
 //	                      for revs in their sparse form (codec_revs.go)
@@ -83,7 +92,9 @@ import "math/bits"
 //	 1 lengths   per group: varint record count (sum n). Empty for
 //	             revocations.
 //	 2 first     per group (revocations: for record 0 only): varint
-//	             zigzag(time - previous record's time) (0 before record 0)
+//	             zigzag(time - previous record's time) (0 before record 0);
+//	             version 10 with KT & 0x20: those values' classes, their
+//	             mantissas in the frame's last stream
 //	 3 literals  per record of rank 0, in order: varint did, varint clock
 //	             id (< 1024)
 //	 4 pairs     varint P (1..n), then P pairs, strictly increasing: varint
@@ -117,7 +128,9 @@ import "math/bits"
 //	             first: minus 0), G of them; KA planes of each group's
 //	             target DID as its rank in the account dictionary (1-based;
 //	             0: not in it), G of them; then one stream: varint did of
-//	             each group of rank 0, in order. (A target's DID is an
+//	             each group of rank 0, in order; version 10 with KT &
+//	             0x20, last: the mantissas of the first times of groups.
+//	             (A target's DID is an
 //	             account's, a post's author or a followed account, mostly
 //	             one of the dictionary's: on the merged 1B index of
 //	             version 7 a model of this took the targets from 0.78 bytes
@@ -180,6 +193,11 @@ type colLayout struct {
 	// revsSparse (format version 9 on): a frame may store its revs in a
 	// sparse form (codec_revs.go).
 	revsSparse bool
+	// magnitudes (format version 10 on): the time differences, account
+	// ranks, target rkey differences, target DID ranks and first times of
+	// groups are stored in their magnitude form (codec_magnitude.go)
+	// instead of in byte planes or varints.
+	magnitudes bool
 }
 
 // columnsLayout is the columnar layout of format f in tables of format
@@ -190,9 +208,9 @@ func columnsLayout(f Format, version int) (colLayout, bool) {
 	}
 	switch f {
 	case BacklinkFormat:
-		return colLayout{w: 64, target: true, clockCol: clockColumn(version), dictMax: maxDictEntries(version), revChain: version >= 8, targetPlanes: version >= 9, revsSparse: version >= 9}, true
+		return colLayout{w: 64, target: true, clockCol: clockColumn(version), dictMax: maxDictEntries(version), revChain: version >= 8, targetPlanes: version >= 9, revsSparse: version >= 9, magnitudes: version >= 10}, true
 	case RevocationFormat:
-		return colLayout{w: 32, clockCol: clockColumn(version), dictMax: maxDictEntries(version), revChain: version >= 8, revsSparse: version >= 9}, true
+		return colLayout{w: 32, clockCol: clockColumn(version), dictMax: maxDictEntries(version), revChain: version >= 8, revsSparse: version >= 9, magnitudes: version >= 10}, true
 	}
 	return colLayout{}, false
 }
@@ -228,11 +246,21 @@ const (
 // clockSparse is the KC header value of the clock ids' sparse form.
 const clockSparse = 3
 
+// Version 10 header flags, above a width (0..8) in its byte: magTimes in
+// KT (KR): the time differences (target rkey differences) are in their
+// magnitude form; magFirsts in KT: so are the first times of groups.
+const (
+	magTimes  = 0x10
+	magFirsts = 0x20
+)
+
 // colStreams bounds a frame's streams: the fixed ones, then at most 8
 // planes of time differences, 3 of ranks, 2 of pair indexes and 2 of
 // clock ids, then (version 9) 8 of target rkey differences, 3 of target
-// DID ranks and the target literals.
-const colStreams = stFixed + 8 + 3 + 2 + 2 + 8 + 3 + 1
+// DID ranks and the target literals, then (version 10) the mantissas of
+// the first times of groups. (A column in its magnitude form, version 10,
+// takes 2 streams where its planes took 1 to 8.)
+const colStreams = stFixed + 8 + 3 + 2 + 2 + 8 + 3 + 1 + 1
 
 // Stream modes.
 const (

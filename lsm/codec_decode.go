@@ -17,6 +17,7 @@ type colDecoder struct {
 	dt, rank, pidx, clock []uint64
 	tz, trank             []uint64 // version 9: the target planes
 	rcodes                []uint64 // version 9: rev codes in their sparse form
+	firsts                []uint64 // version 10: first times of groups
 }
 
 var colDecoders = sync.Pool{New: func() any { return new(colDecoder) }}
@@ -70,25 +71,12 @@ func decodeColumns(dst, src []byte, n int, l colLayout, d *accountDict) error {
 	if err != nil {
 		return err
 	}
-	c.dt = gatherPlanes(c.dt, f.n-f.nFirst, f.streams[stFixed:stFixed+f.kt])
-	c.rank = gatherPlanes(c.rank, f.n, f.streams[stFixed+f.kt:stFixed+f.kt+f.kd])
-	c.pidx = gatherPlanes(c.pidx, f.n, f.streams[stFixed+f.kt+f.kd:stFixed+f.kt+f.kd+f.kp])
+	if err := c.columns(&f, l); err != nil {
+		return err
+	}
 	var clocks []uint64
 	if l.clockCol {
-		at := stFixed + f.kt + f.kd + f.kp
-		if f.sparse {
-			if c.clock, err = readSparseClocks(c.clock, f.n, f.streams[at]); err != nil {
-				return err
-			}
-		} else {
-			c.clock = gatherPlanes(c.clock, f.n, f.streams[at:at+f.kc])
-		}
 		clocks = c.clock
-	}
-	if l.targetPlanes {
-		rp, ap, _ := f.targetPlanes()
-		c.tz = gatherPlanes(c.tz, int(f.groups), rp)
-		c.trank = gatherPlanes(c.trank, int(f.groups), ap)
 	}
 	if f.revsSparse {
 		if c.rcodes, err = readSparseRevs(c.rcodes, f.n, f.streams[stRevs]); err != nil {
@@ -96,7 +84,60 @@ func decodeColumns(dst, src []byte, n int, l colLayout, d *accountDict) error {
 		}
 		f.revCodes = c.rcodes
 	}
+	f.firsts = c.firsts
 	return f.rebuild(dst, l, d, pairs, c.dt, c.rank, c.pidx, clocks, c.tz, c.trank)
+}
+
+// columns reads the frame's numeric columns into c: the time
+// differences, account ranks, pair indexes, clock ids (layouts with a
+// clock column), the target columns (version 9) and the first times of
+// groups (version 10: f.firsts), from their planes, their sparse form or
+// their magnitude form.
+func (c *colDecoder) columns(f *colFrame, l colLayout) error {
+	var err error
+	tp, dp, pp := f.planes()
+	if c.dt, err = column(c.dt, f.n-f.nFirst, tp, f.kt, f.magT, "time differences"); err != nil {
+		return err
+	}
+	if c.rank, err = column(c.rank, f.n, dp, f.kd, f.mag, "account ranks"); err != nil {
+		return err
+	}
+	c.pidx = gatherPlanes(c.pidx, f.n, pp)
+	if l.clockCol {
+		at := stFixed + f.st + f.sd + f.kp
+		if f.sparse {
+			if c.clock, err = readSparseClocks(c.clock, f.n, f.streams[at]); err != nil {
+				return err
+			}
+		} else {
+			c.clock = gatherPlanes(c.clock, f.n, f.streams[at:at+f.kc])
+		}
+	}
+	if l.targetPlanes {
+		rp, ap, _ := f.targetPlanes()
+		if c.tz, err = column(c.tz, int(f.groups), rp, f.kr, f.magR, "target rkeys"); err != nil {
+			return err
+		}
+		if c.trank, err = column(c.trank, int(f.groups), ap, f.ka, f.mag, "target ranks"); err != nil {
+			return err
+		}
+	}
+	c.firsts = nil
+	if f.magF {
+		if c.firsts, err = readMagnitudes(c.firsts, f.nFirst, f.streams[stFirst], f.streams[f.nStreams()-1], 64, "first times"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// column returns the n values of a column of width k bytes stored in
+// streams: planes, or (mag, version 10) its magnitude form.
+func column(w []uint64, n int, streams [][]byte, k int, mag bool, what string) ([]uint64, error) {
+	if !mag || k == 0 {
+		return gatherPlanes(w, n, streams), nil
+	}
+	return readMagnitudes(w, n, streams[0], streams[1], 8*k, what)
 }
 
 // readSparseClocks returns the n clock plane values of a frame whose
@@ -173,34 +214,48 @@ type colFrame struct {
 	revsSparse bool // version 9: the revs stream is in its sparse form
 	revCodes   []uint64
 	sparse     bool
-	rate       uint64
-	nFirst     int // records that start a group (revocations: 1)
-	streams    [colStreams][]byte
+	// Version 10 (mag): the account ranks and target DID ranks are in
+	// their magnitude form, 2 streams each when their width is not 0;
+	// the time differences (magT), target rkey differences (magR) and
+	// first times of groups (magF: their classes in the first stream,
+	// their mantissas in the last) may be (codec_magnitude.go). st, sd,
+	// sr, sa: the streams of each column.
+	mag, magT, magR, magF bool
+	st, sd, sr, sa        int
+	firsts                []uint64
+	rate                  uint64
+	nFirst                int // records that start a group (revocations: 1)
+	streams               [colStreams][]byte
 }
 
 func (f *colFrame) nStreams() int {
-	n := stFixed + f.kt + f.kd + f.kp + f.kc + f.kr + f.ka
+	n := stFixed + f.st + f.sd + f.kp + f.kc + f.sr + f.sa
 	if f.tlits {
+		n++
+	}
+	if f.magF {
 		n++
 	}
 	return n
 }
 
-// targetPlanes returns the version 9 target planes (rkey differences,
-// DID ranks) and the target literals' stream.
+// targetPlanes returns the version 9 target columns' streams (rkey
+// differences, DID ranks: planes, or version 10 their magnitude form) and
+// the target literals' stream.
 func (f *colFrame) targetPlanes() (r, a [][]byte, lits []byte) {
-	at := stFixed + f.kt + f.kd + f.kp + f.kc
-	r, a = f.streams[at:at+f.kr], f.streams[at+f.kr:at+f.kr+f.ka]
+	at := stFixed + f.st + f.sd + f.kp + f.kc
+	r, a = f.streams[at:at+f.sr], f.streams[at+f.sr:at+f.sr+f.sa]
 	if f.tlits {
-		lits = f.streams[at+f.kr+f.ka]
+		lits = f.streams[at+f.sr+f.sa]
 	}
 	return r, a, lits
 }
 
-// planes returns the time, account and pair planes.
+// planes returns the streams of the time differences and account ranks
+// (planes, or version 10 their magnitude form) and the pair planes.
 func (f *colFrame) planes() (t, d, p [][]byte) {
-	kt, kd, kp := f.kt, f.kd, f.kp
-	return f.streams[stFixed : stFixed+kt], f.streams[stFixed+kt : stFixed+kt+kd], f.streams[stFixed+kt+kd : stFixed+kt+kd+kp]
+	st, sd, kp := f.st, f.sd, f.kp
+	return f.streams[stFixed : stFixed+st], f.streams[stFixed+st : stFixed+st+sd], f.streams[stFixed+st+sd : stFixed+st+sd+kp]
 }
 
 // readHeader reads the frame's header from src and returns what follows.
@@ -225,6 +280,15 @@ func (f *colFrame) readHeader(src []byte, l colLayout) ([]byte, error) {
 	if l.targetPlanes {
 		f.kr, f.ka, f.tlits = int(hdr.b[widths-2]), int(hdr.b[widths-1]), true
 	}
+	if l.magnitudes {
+		f.mag = true
+		f.magT, f.magF, f.magR = kt&magTimes != 0, kt&magFirsts != 0, f.kr&magTimes != 0
+		kt &^= magTimes | magFirsts
+		f.kr &^= magTimes
+		if f.magT && kt == 0 || f.magR && f.kr == 0 {
+			return nil, colErr("magnitude form of an empty column")
+		}
+	}
 	hdr.b = hdr.b[widths:]
 	rate := hdr.uvarint()
 	if l.revsSparse {
@@ -242,6 +306,17 @@ func (f *colFrame) readHeader(src []byte, l colLayout) ([]byte, error) {
 		kc, f.sparse = 1, true
 	}
 	f.groups, f.kt, f.kd, f.kp, f.kc, f.rate = groups, kt, kd, kp, kc, rate
+	f.st, f.sd, f.sr, f.sa = kt, kd, f.kr, f.ka
+	if f.mag {
+		two := func(k int) int { return 2 * min(k, 1) }
+		f.sd, f.sa = two(kd), two(f.ka)
+		if f.magT {
+			f.st = 2
+		}
+		if f.magR {
+			f.sr = 2
+		}
+	}
 	f.nFirst = 1
 	if l.target {
 		f.nFirst = int(groups)
@@ -344,6 +419,12 @@ func (c *colDecoder) readStreams(f *colFrame, rest []byte) error {
 func (f *colFrame) checkPlanes() error {
 	n, nFirst := f.n, f.nFirst
 	tPlanes, dPlanes, pPlanes := f.planes()
+	if f.magT { // readMagnitudes checks the magnitude forms
+		tPlanes = nil
+	}
+	if f.mag {
+		dPlanes = nil
+	}
 	for k, p := range tPlanes {
 		if len(p) != n-nFirst {
 			return colErr("time plane %d: %d bytes for %d records", k, len(p), n-nFirst)
@@ -359,13 +440,19 @@ func (f *colFrame) checkPlanes() error {
 			return colErr("pair plane %d: %d bytes", k, len(p))
 		}
 	}
-	at := stFixed + f.kt + f.kd + f.kp
+	at := stFixed + f.st + f.sd + f.kp
 	for k, p := range f.streams[at : at+f.kc] {
 		if len(p) != n && !f.sparse {
 			return colErr("clock plane %d: %d bytes", k, len(p))
 		}
 	}
 	rp, ap, _ := f.targetPlanes()
+	if f.magR {
+		rp = nil
+	}
+	if f.mag {
+		ap = nil
+	}
 	for _, planes := range [][][]byte{rp, ap} {
 		for k, p := range planes {
 			if uint64(len(p)) != f.groups {
@@ -415,6 +502,9 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 	targets := colReader{b: streams[stTargets]}
 	lengths := colReader{b: streams[stLengths]}
 	firsts := colReader{b: streams[stFirst]}
+	if f.magF { // the magnitude form, read whole
+		firsts.b = nil
+	}
 	lits := colReader{b: streams[stLiterals]}
 	revs := colReader{b: streams[stRevs]}
 	if f.revCodes != nil { // the sparse form, read whole
@@ -429,6 +519,7 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 	chained := false
 	left := 0 // records left in the group
 	ti := 0   // index into the time planes
+	g0 := 0   // version 10: index into the first times
 	nd := d.len()
 	withRevs := d != nil && d.hasRevs() // asked once, not per record
 	for i := range n {
@@ -465,9 +556,16 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 			left--
 		}
 		var hi uint64
-		if first {
+		switch {
+		case first && f.magF:
+			if g0 >= len(f.firsts) {
+				return colErr("more groups than first times")
+			}
+			hi = prevHi + unzigzag(f.firsts[g0])
+			g0++
+		case first:
 			hi = prevHi + unzigzag(firsts.uvarint())
-		} else {
+		default:
 			if ti >= len(dts) {
 				return colErr("more records continue a group than the time planes hold")
 			}
@@ -557,6 +655,9 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 		if r.bad || len(r.b) != 0 {
 			return colErr("a stream is not consumed exactly")
 		}
+	}
+	if f.magF && g0 != len(f.firsts) {
+		return colErr("%d first times for %d groups", len(f.firsts), g0)
 	}
 	if left != 0 || ti != n-nFirst {
 		return colErr("groups disagree with the header (%d left, %d of %d time differences)", left, ti, n-nFirst)

@@ -224,26 +224,31 @@ func columnStreamSizes(fr []byte, l colLayout, sizes map[string]int) error {
 	r.uvarint()
 	sizes["frame header"] += len(fr) - len(r.b)
 	names := []string{"targets", "group lengths", "time: first of group", "accounts: literals", "pairs", "revs"}
-	for range kt {
-		names = append(names, "time: differences")
+	// A column's streams: k planes, or (version 10) its magnitude form,
+	// two streams when k > 0.
+	col := func(name string, k int, mag bool) {
+		if mag && k > 0 {
+			names = append(names, name, name+": mantissas")
+			return
+		}
+		for range k {
+			names = append(names, name)
+		}
 	}
-	for range kd {
-		names = append(names, "accounts: ranks")
-	}
-	for range kp {
-		names = append(names, "pairs: indexes")
-	}
-	for range kc {
-		names = append(names, "clock ids")
-	}
+	magT, magF, magR := kt&magTimes != 0, kt&magFirsts != 0, kr&magTimes != 0
+	kt &^= magTimes | magFirsts
+	kr &^= magTimes
+	col("time: differences", kt, l.magnitudes && magT)
+	col("accounts: ranks", kd, l.magnitudes)
+	col("pairs: indexes", kp, false)
+	col("clock ids", kc, false)
 	if l.targetPlanes {
-		for range kr {
-			names = append(names, "targets: rkeys")
-		}
-		for range ka {
-			names = append(names, "targets: DID ranks")
-		}
+		col("targets: rkeys", kr, l.magnitudes && magR)
+		col("targets: DID ranks", ka, l.magnitudes)
 		names = append(names, "targets: literal DIDs")
+	}
+	if l.magnitudes && magF {
+		names = append(names, "time: first of group: mantissas")
 	}
 	for _, name := range names {
 		before := len(r.b)

@@ -147,13 +147,16 @@ func (sh *sharedHuff) add(fr []byte, m *TableMeta) error {
 	for _, p := range []struct {
 		name string
 		k    int
-	}{{"time", f.kt}, {"rank", f.kd}, {"pair", f.kp}, {"clock", f.kc}, {"trkey", f.kr}, {"tdid", f.ka}} {
+	}{{"time", f.st}, {"rank", f.sd}, {"pair", f.kp}, {"clock", f.kc}, {"trkey", f.sr}, {"tdid", f.sa}} { // streams: planes, or a class and a mantissa stream
 		for k := range p.k {
 			names = append(names, p.name+string(rune('0'+k)))
 		}
 	}
 	if f.tlits {
 		names = append(names, "tlits")
+	}
+	if f.magF {
+		names = append(names, "firstmant")
 	}
 	for k, name := range names {
 		b := f.streams[k]

@@ -159,6 +159,7 @@ func FuzzDecodeColumns(f *testing.F) {
 			{RevocationFormat, withHostClocks(synthRevocations(52, 300), 32, 0)},
 			{RevocationFormat, synthRevocations(53, 3000)},  // the current version: sparse clock ids
 			{BacklinkFormat, synthMostlyBackfill(54, 3000)}, // the current version: sparse revs
+			{BacklinkFormat, synthUniformMicros(55, 3000)},  // the current version: time columns in their magnitude form
 		} {
 			m, frames := colTableVersion(f, tc.f, tc.recs, 100, version)
 			for i, fr := range frames {

@@ -77,6 +77,14 @@ var v1Fixtures = []v1Fixture{
 	{9, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(28, 3000) }, 700},
 	{9, "links-sparse-revs", BacklinkFormat, transformColumns, func() []byte { return synthMostlyBackfill(29, 3000) }, 700},
 	{9, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(30, 2000) }, 500},
+	// Version 10: version 9 with the ranks, and where smaller the time
+	// columns, in their magnitude form (written by the version 10 code
+	// with EDDY_REWRITE_V10_FIXTURES=1): links-magnitudes has TIDs whose
+	// microseconds are uniform below the millisecond, whose frames take
+	// that form for their time columns too.
+	{10, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(31, 3000) }, 700},
+	{10, "links-magnitudes", BacklinkFormat, transformColumns, func() []byte { return synthUniformMicros(32, 3000) }, 700},
+	{10, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(33, 2000) }, 500},
 }
 
 // rewriteFixtures regenerates the fixtures of one version (see above).

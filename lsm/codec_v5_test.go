@@ -155,7 +155,7 @@ func TestClockPlaneCorruption(t *testing.T) {
 	}
 	fr := frames[0][1:] // past the frame's transform byte
 	n := int(m.Frames[0].Records)
-	parse := func() (*colFrame, []uint64, []uint64, []uint64, []uint64, [][2]uint64) {
+	parse := func() (*colFrame, *colDecoder, [][2]uint64) {
 		t.Helper()
 		c := new(colDecoder)
 		f := &colFrame{n: n}
@@ -173,18 +173,17 @@ func TestClockPlaneCorruption(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		at := stFixed + f.kt + f.kd + f.kp
-		return f, gatherPlanes(nil, n-f.nFirst, f.streams[stFixed:stFixed+f.kt]),
-			gatherPlanes(nil, n, f.streams[stFixed+f.kt:stFixed+f.kt+f.kd]),
-			gatherPlanes(nil, n, f.streams[stFixed+f.kt+f.kd:at]),
-			gatherPlanes(nil, n, f.streams[at:at+f.kc]), pairs
+		if err := c.columns(f, m.layout); err != nil {
+			t.Fatal(err)
+		}
+		f.firsts = c.firsts
+		return f, c, pairs
 	}
-	f, dts, ranks, pidxs, clocks, pairs := parse()
+	f, c, pairs := parse()
+	dts, ranks, pidxs, clocks, tzs, tranks := c.dt, c.rank, c.pidx, c.clock, c.tz, c.trank
 	if f.kc != 1 {
 		t.Fatalf("clock planes: %d, want 1 (clock ids below 32)", f.kc)
 	}
-	rp, ap, _ := f.targetPlanes()
-	tzs, tranks := gatherPlanes(nil, int(f.groups), rp), gatherPlanes(nil, int(f.groups), ap)
 	dst := make([]byte, n*BacklinkFormat.Width)
 	if err := f.rebuild(dst, m.layout, m.dict, pairs, dts, ranks, pidxs, clocks, tzs, tranks); err != nil {
 		t.Fatal(err)
@@ -219,7 +218,7 @@ func TestClockPlaneCorruption(t *testing.T) {
 		bad[tc.i] = tc.v
 		mustCorrupt(tc.what, f.rebuild(dst, m.layout, m.dict, pairs, dts, ranks, pidxs, bad, tzs, tranks))
 	}
-	f.streams[stFixed+f.kt+f.kd+f.kp] = f.streams[stFixed+f.kt+f.kd+f.kp][1:]
+	f.streams[stFixed+f.st+f.sd+f.kp] = f.streams[stFixed+f.st+f.sd+f.kp][1:]
 	mustCorrupt("a short clock plane", f.checkPlanes())
 
 	// The header's clock width, the fourth width byte after the group count.

@@ -54,7 +54,7 @@
 //
 // # Table format
 //
-// Tables are format version 9 (TableFormatVersion); versions 1 to 8 still
+// Tables are format version 10 (TableFormatVersion); versions 1 to 9 still
 // read (the differences are marked "v2" below; version 3 differs from 2
 // only inside the dictionary section, which holds each account's rev, and
 // in how a columnar frame stores revs: codec.go; version 4 lets the
@@ -66,8 +66,9 @@
 // 5 only in its dictionary's bound, 2^22 accounts instead of 2^20; version
 // 7 differs from 6 only in its frames' bound, 128 KiB of records instead
 // of 64: frameBytes; version 8 from 7 only in how a columnar frame
-// predicts revs, and version 9 from 8 in how it stores targets and may
-// store revs: codec.go, codec_revs.go).
+// predicts revs, version 9 from 8 in how it stores targets and may store
+// revs, and version 10 from 9 in how it stores its numeric columns:
+// codec.go, codec_revs.go, codec_magnitude.go).
 //
 // A table is an immutable sorted run of distinct fixed-width records, stored
 // as two objects: a data object (tables/<tree>/<id>.data, in object storage,

@@ -67,9 +67,13 @@ func frameBytes(version int) int {
 // difference and its DID's rank in the table's account dictionary in
 // planes (colLayout.targetPlanes) and lets a frame store its revs in a
 // sparse form, flagged in the low bit of its header's rate (backlinks and
-// revocations: colLayout.revsSparse), and is otherwise version 8.
+// revocations: colLayout.revsSparse), and is otherwise version 8;
+// version 10 stores the time differences, account ranks, target columns
+// and first times of groups in their magnitude form (a class byte and
+// the bits below the leading one: codec_magnitude.go), and is otherwise
+// version 9.
 // DecodeMeta reads versions 1..TableFormatVersion.
-const TableFormatVersion = 9
+const TableFormatVersion = 10
 
 // Limits. Everything read from a meta is checked against these (and against
 // the meta's own size) before it is trusted.
