@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"math/bits"
+	"slices"
 	"testing"
+
+	"github.com/eddy-backlinks/eddy/link"
 )
 
 // TestMeasureTimeCoding measures, on a kept bench run's index
@@ -15,7 +18,9 @@ import (
 // or split by the group's previous class, or with the bit below the
 // leading one in the class), and the account ranks, target rkey
 // differences, first times of groups and target DID ranks (the class
-// with 0, 1 or 2 of the bits below the leading one). The index must be of
+// with 0, 1 or 2 of the bits below the leading one); and the pair indexes
+// in one stream against one a context of the record's target collection.
+// The index must be of
 // a version whose frames decode; what it measures does not depend on how
 // they were stored.
 //
@@ -31,6 +36,7 @@ func TestMeasureTimeCoding(t *testing.T) {
 	e := new(colEncoder)
 	var planes, mant, mantTop, one, firstSplit, prev4, prev8, topbit, prev4top int
 	records := 0
+	var pairsOne, pairsCtx int
 	gen := map[string]*[4]int{"ranks": {}, "target rkeys": {}, "group firsts": {}, "target ranks": {}}
 	rank := map[uint64]uint64{}
 	cmpCoding := func(acc *[4]int, vals []uint64) {
@@ -141,6 +147,58 @@ func TestMeasureTimeCoding(t *testing.T) {
 				s = end
 			}
 			size := func(b []byte) int { return len(e.appendStream(nil, b)) }
+			// Pair indexes: one stream, against one a context of the
+			// record's target collection (accounts, hashed targets, the
+			// frame's most frequent other collection, the rest).
+			{
+				pairOf := func(i int) [2]uint64 {
+					return [2]uint64{binary.BigEndian.Uint64(buf[i*64+32:]), binary.BigEndian.Uint64(buf[i*64+48:])}
+				}
+				idx := map[[2]uint64]int{}
+				for i := range nr {
+					idx[pairOf(i)] = 0
+				}
+				keys := make([][2]uint64, 0, len(idx))
+				for k := range idx {
+					keys = append(keys, k)
+				}
+				slices.SortFunc(keys, comparePairs)
+				for j, k := range keys {
+					idx[k] = j
+				}
+				tc := map[uint64]int{}
+				for i := range nr {
+					tc[binary.BigEndian.Uint64(buf[i*64+8:])]++
+				}
+				var top uint64
+				best := -1
+				for c, k := range tc {
+					if c > link.CollectionHashed && k > best {
+						top, best = c, k
+					}
+				}
+				var one []byte
+				var ctx [4][]byte
+				for i := range nr {
+					v := byte(idx[pairOf(i)])
+					one = append(one, v)
+					c := binary.BigEndian.Uint64(buf[i*64+8:])
+					k := 3
+					switch {
+					case c == link.CollectionRepo:
+						k = 0
+					case c == link.CollectionHashed:
+						k = 1
+					case c == top:
+						k = 2
+					}
+					ctx[k] = append(ctx[k], v)
+				}
+				pairsOne += size(one)
+				for _, b := range ctx {
+					pairsCtx += size(b)
+				}
+			}
 			cmpCoding(gen["ranks"], rks)
 			cmpCoding(gen["target rkeys"], trk)
 			cmpCoding(gen["group firsts"], gf)
@@ -205,6 +263,7 @@ func TestMeasureTimeCoding(t *testing.T) {
 		}
 	}
 	per := func(n int) float64 { return float64(n) / float64(records) }
+	t.Logf("pair indexes: one stream %.3f, by the target's collection %.3f", per(pairsOne), per(pairsCtx))
 	for _, name := range []string{"ranks", "target rkeys", "group firsts", "target ranks"} {
 		t.Logf("%s: planes %.3f; class + mantissa with k top bits in the symbol: k=0 %.3f, k=1 %.3f, k=2 %.3f", name, per(gen[name][0]), per(gen[name][1]), per(gen[name][2]), per(gen[name][3]))
 	}
