@@ -83,7 +83,9 @@ import "math/bits"
 //	                      microsecond); version 9 on: R << 1 | S, S = 1
 //	                      for revs in their sparse form (codec_revs.go)
 //	streams      ...      6 + KT + KD + KP (+ KC) (+ KR + KA + 1) streams,
-//	                      in this order:
+//	                      in this order (version 10: a column in its
+//	                      magnitude form counts 2, not its width, and
+//	                      one more stream comes last with KT & 0x20):
 //
 //	 0 targets   per group: varint zigzag(target rkey - previous group's
 //	             target rkey) (the first: minus 0), varint collection,
@@ -193,10 +195,11 @@ type colLayout struct {
 	// revsSparse (format version 9 on): a frame may store its revs in a
 	// sparse form (codec_revs.go).
 	revsSparse bool
-	// magnitudes (format version 10 on): the time differences, account
-	// ranks, target rkey differences, target DID ranks and first times of
-	// groups are stored in their magnitude form (codec_magnitude.go)
-	// instead of in byte planes or varints.
+	// magnitudes (format version 10 on): the account ranks and target
+	// DID ranks are stored in their magnitude form (codec_magnitude.go)
+	// instead of in byte planes, and the time differences, target rkey
+	// differences and first times of groups (varints before) may be, a
+	// frame's header says.
 	magnitudes bool
 }
 

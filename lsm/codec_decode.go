@@ -84,7 +84,9 @@ func decodeColumns(dst, src []byte, n int, l colLayout, d *accountDict) error {
 		}
 		f.revCodes = c.rcodes
 	}
-	f.firsts = c.firsts
+	if f.magF {
+		f.firsts = c.firsts
+	}
 	return f.rebuild(dst, l, d, pairs, c.dt, c.rank, c.pidx, clocks, c.tz, c.trank)
 }
 
@@ -122,7 +124,6 @@ func (c *colDecoder) columns(f *colFrame, l colLayout) error {
 			return err
 		}
 	}
-	c.firsts = nil
 	if f.magF {
 		if c.firsts, err = readMagnitudes(c.firsts, f.nFirst, f.streams[stFirst], f.streams[f.nStreams()-1], 64, "first times"); err != nil {
 			return err

@@ -20,7 +20,9 @@ import (
 // the value's size crossed a byte the planes split its leading bits from
 // the rest. Here the class carries the value's size, what entropy coding
 // can shrink, and the bits below its leading one (near uniform in every
-// column measured) are paid once, bit for bit. On the merged 100M-link
+// column of the scale workload's index) are paid once, bit for bit. Where
+// they are not (a real TID's microseconds below its millisecond:
+// planesOrMagnitudes), a time column stays in planes. On the merged 100M-link
 // backfill (TestMeasureTimeCoding) this took the time differences from
 // 4.19 bytes a record to 4.00, the account ranks from 2.04 to 1.95, the
 // first times of groups from 0.41 (as planes) to 0.395, the target rkey

@@ -150,5 +150,19 @@ func TestMagnitudeForms(t *testing.T) {
 		if string(got) != string(tc.recs) {
 			t.Fatalf("%s: the frames do not decode to the records", tc.name)
 		}
+		// A frame decodes in the pooled decoder's memory: no allocation
+		// a frame (the first times' buffer is reused too).
+		fr, nr := frames[1], int(m.Frames[1].Records)
+		dst := make([]byte, nr*BacklinkFormat.Width)
+		if raceEnabled {
+			continue
+		}
+		if a := testing.AllocsPerRun(20, func() {
+			if err := decodeColumns(dst, fr[1:], nr, m.layout, m.dict); err != nil {
+				t.Fatal(err)
+			}
+		}); a != 0 {
+			t.Fatalf("%s: %.1f allocations a frame decoded", tc.name, a)
+		}
 	}
 }

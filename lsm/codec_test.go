@@ -150,7 +150,7 @@ func mustDecoder(t testing.TB) *zstd.Decoder {
 // account, as real ones do.
 func FuzzDecodeColumns(f *testing.F) {
 	var tables []*TableMeta // a fuzzed frame decodes with the dictionary of one of these
-	for _, version := range []int{4, 8, TableFormatVersion} {
+	for _, version := range []int{4, 8, 9, TableFormatVersion} {
 		for _, tc := range []struct {
 			f    Format
 			recs []byte

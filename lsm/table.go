@@ -68,10 +68,11 @@ func frameBytes(version int) int {
 // planes (colLayout.targetPlanes) and lets a frame store its revs in a
 // sparse form, flagged in the low bit of its header's rate (backlinks and
 // revocations: colLayout.revsSparse), and is otherwise version 8;
-// version 10 stores the time differences, account ranks, target columns
-// and first times of groups in their magnitude form (a class byte and
-// the bits below the leading one: codec_magnitude.go), and is otherwise
-// version 9.
+// version 10 stores the account ranks and target DID ranks in their
+// magnitude form (a class byte and the bits below the leading one:
+// codec_magnitude.go), and the time differences, target rkey differences
+// and first times of groups too in the frames where that is smaller, and
+// is otherwise version 9.
 // DecodeMeta reads versions 1..TableFormatVersion.
 const TableFormatVersion = 10
 
