@@ -291,18 +291,7 @@ func estStream(b []byte) int {
 	if len(b) < 32 {
 		return len(b)
 	}
-	var h [256]uint32
-	for _, c := range b {
-		h[c]++
-	}
-	bits := nLog2n(uint32(len(b)))
-	top := 0
-	for c, k := range h {
-		if k > 0 {
-			bits -= nLog2n(k)
-			top = c
-		}
-	}
+	bits, _, top := byteEntropy(b)
 	return min(len(b), int(bits/8+float64(top+1)/2))
 }
 
@@ -617,19 +606,27 @@ func (e *colEncoder) appendStream(dst, b []byte) []byte {
 // of the 54,000 streams huff0 failed to shrink, and one stream that it
 // would have shrunk, by 4 bytes (the files differ by those 4 bytes).
 func huffMayPay(b []byte) bool {
+	bits, k, _ := byteEntropy(b)
+	return bits/8+float64(k)/4 < float64(len(b)-binary.MaxVarintLen32)
+}
+
+// byteEntropy returns the order-0 entropy of b's bytes in bits (b's
+// length times the entropy of its byte frequencies), how many distinct
+// bytes it has and its largest byte.
+func byteEntropy(b []byte) (bits float64, distinct, top int) {
 	var h [256]uint32
 	for _, c := range b {
 		h[c]++
 	}
-	bits := nLog2n(uint32(len(b)))
-	k := 0
-	for _, c := range h {
-		if c > 0 {
-			bits -= nLog2n(c)
-			k++
+	bits = nLog2n(uint32(len(b)))
+	for c, k := range h {
+		if k > 0 {
+			bits -= nLog2n(k)
+			distinct++
+			top = c
 		}
 	}
-	return bits/8+float64(k)/4 < float64(len(b)-binary.MaxVarintLen32)
+	return bits, distinct, top
 }
 
 // nLog2nTable holds n*log2(n) for the small counts huffMayPay meets most.

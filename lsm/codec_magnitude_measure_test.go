@@ -1,7 +1,6 @@
 package lsm
 
 import (
-	"context"
 	"encoding/binary"
 	"math/bits"
 	"slices"
@@ -29,10 +28,6 @@ func TestMeasureTimeCoding(t *testing.T) {
 	if *lsmMeasureDir == "" {
 		t.Skip("-lsm.measure-dir not set")
 	}
-	ctx := context.Background()
-	db, store := openKeptIndex(t, *lsmMeasureDir)
-	defer db.Close()
-	r := db.View().Manifest.RunsOf(TreeLinks)[0]
 	e := new(colEncoder)
 	var planes, mant, mantTop, one, firstSplit, prev4, prev8, topbit, prev4top int
 	records := 0
@@ -68,50 +63,17 @@ func TestMeasureTimeCoding(t *testing.T) {
 			acc[k+1] += len(e.appendStream(nil, sym)) + (mb+7)/8
 		}
 	}
-	for i, tb := range r.Tables {
-		if i >= *lsmMeasureTables {
-			break
-		}
-		_, mk := TableKeys(TreeLinks, tb.ID)
-		mb, err := store.Get(ctx, mk)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := DecodeMeta(mb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if owner := m.DictTable(); owner != "" {
-			_, ok := TableKeys(TreeLinks, owner)
-			ob, err := store.Get(ctx, ok)
-			if err != nil {
-				t.Fatal(err)
-			}
-			om, err := DecodeMeta(ob)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := m.UseDictOf(om); err != nil {
-				t.Fatal(err)
-			}
-		}
+	keptFrames(t, *lsmMeasureDir, *lsmMeasureTables, func(m *TableMeta, stored, buf []byte) {
 		if len(rank) == 0 {
 			for j := range m.dict.len() {
 				did, _ := m.dict.account(j)
 				rank[did] = uint64(j + 1)
 			}
 		}
-		dk, _ := TableKeys(TreeLinks, tb.ID)
-		data, err := store.Get(ctx, dk)
-		if err != nil {
-			t.Fatal(err)
+		if stored == nil {
+			return
 		}
-		var buf []byte
-		for f := range m.NumFrames() {
-			off, n := m.ByteRange(f, f)
-			if buf, err = m.DecodeFrame(f, data[off:off+n], buf); err != nil {
-				t.Fatal(err)
-			}
+		{
 			nr := len(buf) / 64
 			records += nr
 			time := func(i int) uint64 { return binary.BigEndian.Uint64(buf[i*64+24:]) >> clockBits }
@@ -261,7 +223,7 @@ func TestMeasureTimeCoding(t *testing.T) {
 				prev4top += size(s)
 			}
 		}
-	}
+	})
 	per := func(n int) float64 { return float64(n) / float64(records) }
 	t.Logf("pair indexes: one stream %.3f, by the target's collection %.3f", per(pairsOne), per(pairsCtx))
 	for _, name := range []string{"ranks", "target rkeys", "group firsts", "target ranks"} {

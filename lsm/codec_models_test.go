@@ -43,39 +43,11 @@ func TestMeasureModels(t *testing.T) {
 	if *lsmMeasureDir == "" {
 		t.Skip("-lsm.measure-dir not set")
 	}
-	ctx := context.Background()
-	db, store := openKeptIndex(t, *lsmMeasureDir)
-	defer db.Close()
-	runs := db.View().Manifest.RunsOf(TreeLinks)
-	if len(runs) == 0 {
-		t.Fatal("no links run")
-	}
-	r := runs[0]
-	metas := map[string]*TableMeta{}
-	for _, tb := range r.Tables {
-		_, mk := TableKeys(TreeLinks, tb.ID)
-		mb, err := store.Get(ctx, mk)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if metas[tb.ID], err = DecodeMeta(mb); err != nil {
-			t.Fatal(err)
-		}
-	}
 	var tm timeModels
 	var tg targetModels
 	var sh sharedHuff
 	records := 0
-	for i, tb := range r.Tables {
-		if i >= *lsmMeasureTables {
-			break
-		}
-		m := metas[tb.ID]
-		if owner := m.DictTable(); owner != "" {
-			if err := m.UseDictOf(metas[owner]); err != nil {
-				t.Fatal(err)
-			}
-		}
+	keptFrames(t, *lsmMeasureDir, *lsmMeasureTables, func(m *TableMeta, stored, recs []byte) {
 		if tg.rank == nil {
 			tg.rank = map[uint64]uint64{}
 			for j := range m.dict.len() {
@@ -83,28 +55,19 @@ func TestMeasureModels(t *testing.T) {
 				tg.rank[did] = uint64(j + 1)
 			}
 		}
-		dk, _ := TableKeys(TreeLinks, tb.ID)
-		data, err := store.Get(ctx, dk)
-		if err != nil {
+		if stored == nil { // the table's end
+			sh.table()
+			return
+		}
+		records += len(recs) / 64
+		tm.add(recs)
+		tg.add(recs)
+		if err := sh.add(stored, m); err != nil {
 			t.Fatal(err)
 		}
-		var buf []byte
-		for f := range m.NumFrames() {
-			off, n := m.ByteRange(f, f)
-			if buf, err = m.DecodeFrame(f, data[off:off+n], buf); err != nil {
-				t.Fatal(err)
-			}
-			records += len(buf) / 64
-			tm.add(buf)
-			tg.add(buf)
-			if err := sh.add(data[off:off+n], m); err != nil {
-				t.Fatal(err)
-			}
-		}
-		sh.table()
-	}
+	})
 	per := func(bits float64) float64 { return bits / 8 / float64(records) }
-	t.Logf("%d records, %d groups in %d tables; bytes a record:", records, tg.groups, min(*lsmMeasureTables, len(r.Tables)))
+	t.Logf("%d records, %d groups in at most %d tables; bytes a record:", records, tg.groups, *lsmMeasureTables)
 	t.Logf("time differences: bits below the leading one %.3f; class of order 0 %.3f, given the gaps left %.3f, the previous class %.3f, both %.3f (%d contexts); residual from the gaps left %.3f, from the previous class %.3f, from both %.3f",
 		per(tm.low), per(tm.order0.bits()), per(tm.byLeft.bits()), per(tm.byPrev.bits()), per(tm.byBoth.bits()), len(tm.byBoth),
 		per(tm.resLeft.bits()), per(tm.resPrev.bits()), per(tm.resBoth.bits()))
@@ -375,6 +338,62 @@ func huffBytes(b []byte) int {
 
 // openKeptIndex opens a kept bench run's index (its temporary directory,
 // holding store/ and db/) and returns the engine and its store.
+// keptFrames calls fn with every frame of the first tables (at most max)
+// of the first links run of a kept bench index in dir: the frame's table
+// meta (its run's dictionary resolved), the frame as stored and its
+// records; then, at each table's end, with stored and recs nil.
+func keptFrames(t *testing.T, dir string, max int, fn func(m *TableMeta, stored, recs []byte)) {
+	t.Helper()
+	ctx := context.Background()
+	db, store := openKeptIndex(t, dir)
+	defer db.Close()
+	runs := db.View().Manifest.RunsOf(TreeLinks)
+	if len(runs) == 0 {
+		t.Fatal("no links run")
+	}
+	get := func(id string, meta bool) []byte {
+		dk, mk := TableKeys(TreeLinks, id)
+		k := dk
+		if meta {
+			k = mk
+		}
+		b, err := store.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	decode := func(id string) *TableMeta {
+		m, err := DecodeMeta(get(id, true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for i, tb := range runs[0].Tables {
+		if i >= max {
+			break
+		}
+		m := decode(tb.ID)
+		if owner := m.DictTable(); owner != "" {
+			if err := m.UseDictOf(decode(owner)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		data := get(tb.ID, false)
+		var buf []byte
+		for f := range m.NumFrames() {
+			off, n := m.ByteRange(f, f)
+			var err error
+			if buf, err = m.DecodeFrame(f, data[off:off+n], buf); err != nil {
+				t.Fatal(err)
+			}
+			fn(m, data[off:off+n], buf)
+		}
+		fn(m, nil, nil)
+	}
+}
+
 func openKeptIndex(t *testing.T, dir string) (*DB, objstore.Store) {
 	t.Helper()
 	store, err := local.New(filepath.Join(dir, "store"))
