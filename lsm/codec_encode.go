@@ -256,11 +256,11 @@ func magnitudeStreams[T uint32 | uint64](e *colEncoder, at, k int, vals []T) int
 // estStream puts smaller; it returns the next stream's index and whether
 // it chose the magnitude form. A TID's microseconds below its
 // millisecond are not uniform in real record keys (in the jetstream
-// corpus 124 of 268 are 0, a post's key made by the app; a PDS gives its
-// records an offset that its clock id's other records share), a
-// structure the planes' low bytes keep and the magnitude form's mantissas
-// (stored raw) do not; the synthetic workloads draw them uniform, where
-// the magnitude form is smaller.
+// corpus 140 of 308 are 0, every one a post's key, made by the app; a
+// PDS gives its records an offset that its clock id's other records
+// share), a structure the planes' low bytes can keep (shown on synthetic
+// keys) and the magnitude form's mantissas (stored raw) cannot; the scale
+// workload draws them uniform, where the magnitude form is smaller.
 func (e *colEncoder) planesOrMagnitudes(at, k int, vals []uint64) (int, bool) {
 	if k == 0 {
 		return at, false
@@ -286,7 +286,7 @@ func (e *colEncoder) planesOrMagnitudes(at, k int, vals []uint64) (int, bool) {
 // quarter of a byte a distinct symbol (huffMayPay's estimate) made a
 // frame's few hundred target rkey differences look smaller in planes,
 // whose tables run to 255, in 2,404 of 3,166 frames of the merged 100M
-// index where they were larger; this one errs in 102.
+// index where they were larger; this one errs in 102 (a scratch count).
 func estStream(b []byte) int {
 	if len(b) < 32 {
 		return len(b)

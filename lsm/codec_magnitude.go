@@ -15,8 +15,8 @@ import (
 // below each value's leading one (none for classes 0 and 1), packed least
 // significant bit first from bit 0 of byte 0 on, the last byte's unused
 // high bits 0, stored as they are. Byte planes spent a Huffman code on
-// each byte of a value whatever its size: a time difference of about 2^31
-// microseconds filled four planes, the low ones near uniform, and where
+// each byte of a value whatever its size: a time difference of 2^24 to
+// 2^32 microseconds filled four planes, the low ones near uniform, and where
 // the value's size crossed a byte the planes split its leading bits from
 // the rest. Here the class carries the value's size, what entropy coding
 // can shrink, and the bits below its leading one (near uniform in every
