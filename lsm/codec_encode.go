@@ -36,8 +36,8 @@ type colEncoder struct {
 	rcodes, rcodes2 []uint64
 	scratch         [2][]byte
 	revsCoded       []byte
-	// Version 10 (magnitudes): the time differences of the records that
-	// do not start a group, and each group's first time difference
+	// The time differences of the records that do not start a group,
+	// and (version 10, magnitudes) each group's first time difference
 	// (zigzag).
 	dts, firsts []uint64
 	// Streams stored raw whatever their bytes (mantissas: near-uniform
@@ -86,29 +86,21 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 	// Planes (version 10: magnitudes).
 	kt, kd, kp := bytesFor(maxD), bytesFor(uint64(maxRank)), bytesFor(uint64(np-1))
 	at := stFixed
-	if l.magnitudes {
-		if kt > 0 {
-			for i := range n {
-				if !e.first[i] {
-					e.dts = append(e.dts, e.hi[i]-e.hi[i-1])
-				}
+	if kt > 0 {
+		for i := range n {
+			if !e.first[i] {
+				e.dts = append(e.dts, e.hi[i]-e.hi[i-1])
 			}
 		}
+	}
+	if l.magnitudes {
 		var mag bool
 		if at, mag = e.planesOrMagnitudes(at, kt, e.dts); mag {
 			kt |= magTimes
 		}
 		at = magnitudeStreams(e, at, kd, e.ranks[:n])
 	} else {
-		for k := range kt {
-			p := e.streams[at+k][:0]
-			for i := range n {
-				if !e.first[i] {
-					p = append(p, byte((e.hi[i]-e.hi[i-1])>>(8*k)))
-				}
-			}
-			e.streams[at+k] = p
-		}
+		splitPlanes(e.streams[at:at+kt], e.dts)
 		at += kt
 		splitPlanes(e.streams[at:at+kd], e.ranks[:n])
 		at += kd
@@ -196,9 +188,7 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 			continue
 		}
 		if e.raw&(1<<k) != 0 {
-			dst = append(dst, modeRaw)
-			dst = binary.AppendUvarint(dst, uint64(len(e.streams[k])))
-			dst = append(dst, e.streams[k]...)
+			dst = appendRawStream(dst, e.streams[k])
 			continue
 		}
 		dst = e.appendStream(dst, e.streams[k])
@@ -589,6 +579,11 @@ func (e *colEncoder) appendStream(dst, b []byte) []byte {
 			return append(dst, out...)
 		}
 	}
+	return appendRawStream(dst, b)
+}
+
+// appendRawStream appends b as a stream stored as it is.
+func appendRawStream(dst, b []byte) []byte {
 	dst = append(dst, modeRaw)
 	dst = binary.AppendUvarint(dst, uint64(len(b)))
 	return append(dst, b...)

@@ -1,6 +1,7 @@
 package lsm
 
 import (
+	"encoding/binary"
 	"errors"
 	"math/bits"
 	"math/rand/v2"
@@ -164,5 +165,68 @@ func TestMagnitudeForms(t *testing.T) {
 		}); a != 0 {
 			t.Fatalf("%s: %.1f allocations a frame decoded", tc.name, a)
 		}
+	}
+}
+
+// TestMagnitudeHeaderFlags: a frame's header flags are read only from
+// version 10 on, and must agree with its streams: a version 9 frame with
+// a flag, a version 10 frame whose flag is cleared or set on an empty
+// column, are corrupt.
+func TestMagnitudeHeaderFlags(t *testing.T) {
+	recs := synthUniformMicros(43, 3000)
+	mustCorrupt := func(what string, m *TableMeta, fr []byte, n, at int, b byte) {
+		t.Helper()
+		bad := append([]byte(nil), fr[1:]...)
+		bad[at] = b
+		dst := make([]byte, n*BacklinkFormat.Width)
+		if err := decodeColumns(dst, bad, n, m.layout, m.dict); !errors.Is(err, errColumns) {
+			t.Fatalf("%s: %v, want a columnar frame error", what, err)
+		}
+	}
+	// KT is the first byte after the group count, KR the fifth.
+	header := func(m *TableMeta, fr []byte, n int) (colFrame, int) {
+		f := colFrame{n: n}
+		if _, err := f.readHeader(fr[1:], m.layout); err != nil {
+			t.Fatal(err)
+		}
+		var gb [binary.MaxVarintLen64]byte
+		return f, binary.PutUvarint(gb[:], f.groups)
+	}
+	m9, frames9 := colTableVersion(t, BacklinkFormat, recs, 700, 9)
+	n := int(m9.Frames[0].Records)
+	_, at := header(m9, frames9[0], n)
+	kt := frames9[0][1+at]
+	for _, flag := range []byte{magTimes, magFirsts} {
+		mustCorrupt("version 9 with a flag", m9, frames9[0], n, at, kt|flag)
+		// Refused by the header itself, as a width above 8, not by
+		// whatever the streams then fail.
+		bad := append([]byte(nil), frames9[0][1:]...)
+		bad[at] = kt | flag
+		f := colFrame{n: n}
+		if _, err := f.readHeader(bad, m9.layout); !errors.Is(err, errColumns) {
+			t.Fatalf("version 9 header with flag %#x: %v, want a columnar frame error", flag, err)
+		}
+	}
+
+	m, frames := colTableVersion(t, BacklinkFormat, recs, 700, TableFormatVersion)
+	tested := 0
+	for i, fr := range frames {
+		n := int(m.Frames[i].Records)
+		f, at := header(m, fr, n)
+		kt, kr := fr[1+at], fr[1+at+4]
+		if f.magT {
+			mustCorrupt("magTimes cleared", m, fr, n, at, kt&^magTimes)
+			mustCorrupt("magTimes on an empty column", m, fr, n, at, magTimes|kt&magFirsts)
+			tested++
+		}
+		if f.magF {
+			mustCorrupt("magFirsts cleared", m, fr, n, at, kt&^magFirsts)
+		}
+		if f.magR {
+			mustCorrupt("magTimes on target rkeys cleared", m, fr, n, at+4, kr&^magTimes)
+		}
+	}
+	if tested == 0 {
+		t.Fatal("no frame with its time differences in the magnitude form")
 	}
 }

@@ -192,64 +192,20 @@ func measureLoad(t *testing.T, db *DB, wl *workload.Workload) {
 // columnStreamSizes adds the stored bytes of each column of a columnar
 // frame (table.go's frame byte 0 included in "frame header") to sizes.
 func columnStreamSizes(fr []byte, l colLayout, sizes map[string]int) error {
-	clockCol := l.clockCol
 	if fr[0] != frameColumns {
 		sizes["fallback frames"] += len(fr)
 		return nil
 	}
-	r := colReader{b: fr[1:]}
-	r.uvarint()
-	widths := 3
-	if clockCol {
-		widths = 4
+	// The frame's record count is not needed to split its streams: the
+	// largest bounds them.
+	f := colFrame{n: FrameBytesMax / l.w}
+	rest, err := f.readHeader(fr[1:], l)
+	if err != nil {
+		return err
 	}
-	if l.targetPlanes {
-		widths += 2
-	}
-	if len(r.b) < widths {
-		return errors.New("short header")
-	}
-	kt, kd, kp, kc := int(r.b[0]), int(r.b[1]), int(r.b[2]), 0
-	if clockCol {
-		kc = int(r.b[3])
-		if kc == clockSparse {
-			kc = 1
-		}
-	}
-	kr, ka := 0, 0
-	if l.targetPlanes {
-		kr, ka = int(r.b[widths-2]), int(r.b[widths-1])
-	}
-	r.b = r.b[widths:]
-	r.uvarint()
+	r := colReader{b: rest}
 	sizes["frame header"] += len(fr) - len(r.b)
-	names := []string{"targets", "group lengths", "time: first of group", "accounts: literals", "pairs", "revs"}
-	// A column's streams: k planes, or (version 10) its magnitude form,
-	// two streams when k > 0.
-	col := func(name string, k int, mag bool) {
-		if mag && k > 0 {
-			names = append(names, name, name+": mantissas")
-			return
-		}
-		for range k {
-			names = append(names, name)
-		}
-	}
-	magT, magF, magR := kt&magTimes != 0, kt&magFirsts != 0, kr&magTimes != 0
-	kt &^= magTimes | magFirsts
-	kr &^= magTimes
-	col("time: differences", kt, l.magnitudes && magT)
-	col("accounts: ranks", kd, l.magnitudes)
-	col("pairs: indexes", kp, false)
-	col("clock ids", kc, false)
-	if l.targetPlanes {
-		col("targets: rkeys", kr, l.magnitudes && magR)
-		col("targets: DID ranks", ka, l.magnitudes)
-		names = append(names, "targets: literal DIDs")
-	}
-	if l.magnitudes && magF {
-		names = append(names, "time: first of group: mantissas")
-	}
+	names := f.streamNames()
 	for _, name := range names {
 		before := len(r.b)
 		mode := r.b[0]
@@ -275,6 +231,35 @@ func columnStreamSizes(fr []byte, l colLayout, sizes map[string]int) error {
 		return errors.New("frame not consumed")
 	}
 	return nil
+}
+
+// streamNames names each of the frame's streams by the column it holds
+// (a column's planes share its name; a magnitude form is the column's
+// classes and "<column>: mantissas"), as readHeader read them.
+func (f *colFrame) streamNames() []string {
+	names := []string{"targets", "group lengths", "time: first of group", "accounts: literals", "pairs", "revs"}
+	col := func(name string, streams int, mag bool) {
+		if mag && streams > 0 {
+			names = append(names, name, name+": mantissas")
+			return
+		}
+		for range streams {
+			names = append(names, name)
+		}
+	}
+	col("time: differences", f.st, f.magT)
+	col("accounts: ranks", f.sd, f.mag)
+	col("pairs: indexes", f.kp, false)
+	col("clock ids", f.kc, false)
+	col("targets: rkeys", f.sr, f.magR)
+	col("targets: DID ranks", f.sa, f.mag)
+	if f.tlits {
+		names = append(names, "targets: literal DIDs")
+	}
+	if f.magF {
+		names = append(names, "time: first of group: mantissas")
+	}
+	return names
 }
 
 // columnFloors adds, in bits, estimates of what an ideal memoryless coder

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"flag"
+	"fmt"
 	"math"
 	"math/bits"
 	"path/filepath"
@@ -106,20 +107,13 @@ func (sh *sharedHuff) add(fr []byte, m *TableMeta) error {
 	if err := c.readStreams(&f, rest); err != nil {
 		return err
 	}
-	names := []string{"targets", "lengths", "first", "literals", "pairs", "revs"}
-	for _, p := range []struct {
-		name string
-		k    int
-	}{{"time", f.st}, {"rank", f.sd}, {"pair", f.kp}, {"clock", f.kc}, {"trkey", f.sr}, {"tdid", f.sa}} { // streams: planes, or a class and a mantissa stream
-		for k := range p.k {
-			names = append(names, p.name+string(rune('0'+k)))
-		}
-	}
-	if f.tlits {
-		names = append(names, "tlits")
-	}
-	if f.magF {
-		names = append(names, "firstmant")
+	// A kind is a column's plane (or class or mantissa stream): its
+	// name and its place among the column's streams.
+	names := f.streamNames()
+	seen := map[string]int{}
+	for k, name := range names {
+		names[k] = fmt.Sprintf("%s#%d", name, seen[name])
+		seen[name]++
 	}
 	for k, name := range names {
 		b := f.streams[k]
