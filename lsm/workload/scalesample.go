@@ -89,18 +89,33 @@ func (s *Stream) track(l *link.Backlink) {
 	st.Written++
 	k := srcLoc{l.Source, l.Location}
 	if _, ok := st.live[k]; !ok {
-		s.srcIx[l.Source] = append(s.srcIx[l.Source], sampleRef{i, l.Location})
+		ref := sampleRef{i, l.Location}
+		if _, ok := s.srcIx[l.Source]; !ok {
+			s.srcIx[l.Source] = ref
+		} else {
+			s.srcMore[l.Source] = append(s.srcMore[l.Source], ref)
+		}
 	}
 	st.live[k] = l.SourceRev
 }
 
 func (s *Stream) trackRevoke(v *link.Revocation) {
-	for _, r := range s.srcIx[v.Source] {
-		st := s.Sample[r.t]
-		k := srcLoc{v.Source, r.loc}
-		if rev, ok := st.live[k]; ok && rev < v.Rev {
-			delete(st.live, k)
-		}
+	r, ok := s.srcIx[v.Source]
+	if !ok {
+		return
+	}
+	s.revokeRef(v, r)
+	for _, r := range s.srcMore[v.Source] {
+		s.revokeRef(v, r)
+	}
+}
+
+// revokeRef drops the sample's link r of v's source if v revokes it.
+func (s *Stream) revokeRef(v *link.Revocation, r sampleRef) {
+	st := s.Sample[r.t]
+	k := srcLoc{v.Source, r.loc}
+	if rev, ok := st.live[k]; ok && rev < v.Rev {
+		delete(st.live, k)
 	}
 }
 
