@@ -54,7 +54,7 @@
 //
 // # Table format
 //
-// Tables are format version 10 (TableFormatVersion); versions 1 to 9 still
+// Tables are format version 11 (TableFormatVersion); versions 1 to 10 still
 // read (the differences are marked "v2" below; version 3 differs from 2
 // only inside the dictionary section, which holds each account's rev, and
 // in how a columnar frame stores revs: codec.go; version 4 lets the
@@ -68,7 +68,8 @@
 // of 64: frameBytes; version 8 from 7 only in how a columnar frame
 // predicts revs, version 9 from 8 in how it stores targets and may store
 // revs, and version 10 from 9 in how it stores its numeric columns:
-// codec.go, codec_revs.go, codec_magnitude.go).
+// codec.go, codec_revs.go, codec_magnitude.go; version 11 from 10 only in
+// frame transform 5, the form of a flush's table: frame.go).
 //
 // A table is an immutable sorted run of distinct fixed-width records, stored
 // as two objects: a data object (tables/<tree>/<id>.data, in object storage,
@@ -105,7 +106,12 @@
 //     partial word XORed instead, then shuffled;
 //   - the result is compressed as one zstd frame (RFC 8878): single segment,
 //     no dictionary, no zstd content checksum (the meta holds a checksum of
-//     the compressed bytes), window <= FB.
+//     the compressed bytes), window <= FB;
+//   - with transform 5 (v11: a flush's table, TableOptions.Fast), the
+//     records are shuffled as transform 1 does and the result is one S2
+//     block (github.com/klauspost/compress/s2, the block format: a varint
+//     of the decoded length, then Snappy-compatible tags), whose decoded
+//     length must be n_i*W.
 //
 // # Meta object
 //
@@ -115,7 +121,7 @@
 //
 //	offset          size        field
 //	0               8           magic "EDDYMETA"
-//	8               2           format version (1 to 7); a reader refuses
+//	8               2           format version (1 to 11); a reader refuses
 //	                            newer versions with ErrVersion
 //	10              2           record width W (1..MaxWidth)
 //	12              2           key prefix length P (1..W): what queries ask
@@ -124,7 +130,8 @@
 //	                            2 XOR with previous record + shuffle, 3
 //	                            zigzag word delta with previous record +
 //	                            shuffle (frame.go), 4 columns (codec.go;
-//	                            v2, widths 64 and 32 with prefix 24 only)
+//	                            v2, widths 64 and 32 with prefix 24 only),
+//	                            5 byte shuffle + S2 (v11)
 //	15              1           filter fingerprint bits: 8 or 16
 //	16              1           shard bits (0..MaxShardBits)
 //	17              3           reserved, zero

@@ -3,7 +3,9 @@ package lsm
 import (
 	"bytes"
 	"fmt"
+	"slices"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 	"github.com/zeebo/xxh3"
 )
@@ -126,11 +128,18 @@ func (b *tableBuild) pickTransform() error {
 	b.layout = layout
 	b.transform = b.opt.transform
 	switch {
+	case b.opt.Fast && b.opt.transSet:
+		return fmt.Errorf("lsm: BuildTable: a fast table with transform %v", b.transform)
+	case b.opt.Fast && b.opt.writeVersion() < 11:
+		return fmt.Errorf("lsm: BuildTable: a fast table in format version %d", b.opt.writeVersion())
+	case b.opt.Fast:
+		b.transform = transformShuffleS2
 	case !b.opt.transSet && columnar:
 		b.transform = transformColumns
 	case !b.opt.transSet:
 		b.transform = chooseTransform(b.enc, b.recs, b.f.Width, b.perFrame)
-	case b.transform >= transformCount, b.transform == transformColumns && !columnar:
+	case b.transform >= transformCount, b.transform == transformColumns && !columnar,
+		b.transform == transformShuffleS2 && b.opt.writeVersion() < 11:
 		return fmt.Errorf("lsm: BuildTable: transform %v for format %+v", b.transform, b.f)
 	}
 	if b.transform == transformColumns {
@@ -163,7 +172,11 @@ func (b *tableBuild) pickTransform() error {
 func (b *tableBuild) buildFrames() ([]byte, error) {
 	w, p, n, perFrame := b.f.Width, b.f.PrefixLen, b.n, b.perFrame
 	b.frames = make([]builtFrame, 0, n/max(perFrame*7/8, 1)+1)
-	data := make([]byte, 0, len(b.recs)/4)
+	c := len(b.recs) / 4
+	if b.transform == transformShuffleS2 { // S2 keeps about a quarter of the bytes
+		c = len(b.recs)/3 + s2.MaxEncodedLen(perFrame*w)
+	}
+	data := make([]byte, 0, c)
 	bp := scratchPool.Get().(*[]byte)
 	defer scratchPool.Put(bp)
 	minFill := perFrame - perFrame/8
@@ -191,6 +204,11 @@ func (b *tableBuild) buildFrames() ([]byte, error) {
 				encodeTransform(transformDeltaShuffle, tmp, raw, w)
 				data = b.enc.EncodeAll(tmp, data)
 			}
+		} else if b.transform == transformShuffleS2 {
+			tmp := (*bp)[:len(raw)]
+			encodeTransform(b.transform, tmp, raw, w)
+			data = slices.Grow(data, s2.MaxEncodedLen(len(tmp)))
+			data = data[:off+len(s2.Encode(data[off:off+s2.MaxEncodedLen(len(tmp))], tmp))]
 		} else {
 			tmp := (*bp)[:len(raw)]
 			encodeTransform(b.transform, tmp, raw, w)

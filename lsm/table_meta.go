@@ -198,7 +198,8 @@ func decodeMetaHeader(b []byte, version int) (*TableMeta, metaSections, error) {
 	switch {
 	case m.Format.check() != nil:
 		return nil, sec, corruptf("width %d prefix %d", w, p)
-	case m.transform >= transformCount, m.transform == transformColumns && version < 2:
+	case m.transform >= transformCount, m.transform == transformColumns && version < 2,
+		m.transform == transformShuffleS2 && version < 11:
 		return nil, sec, corruptf("unknown frame transform %d", m.transform)
 	case filterBits != FilterBits8 && filterBits != FilterBits16:
 		return nil, sec, corruptf("filter bits %d", filterBits)

@@ -1,0 +1,167 @@
+package lsm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/zeebo/xxh3"
+)
+
+// TestFastTable: a table built with TableOptions.Fast (a flush's) is format
+// version 11 with frame transform 5 and no dictionary, decodes to its
+// records frame by frame, through its decoded meta and through its local
+// (mapped) layout, and its filter holds every prefix; a merge of fast
+// tables writes the columns again.
+func TestFastTable(t *testing.T) {
+	links, revs := synthCorpus()
+	for _, tc := range []struct {
+		name string
+		f    Format
+		recs []byte
+	}{
+		{"backlinks", BacklinkFormat, links[:64*300_000]},
+		{"revocations", RevocationFormat, revs[:32*100_000]},
+		{"one record", BacklinkFormat, links[:64]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, meta, err := BuildTable(tc.f, tc.recs, TableOptions{Fast: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := DecodeMeta(meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.version != 11 || m.transform != transformShuffleS2 || m.dict != nil {
+				t.Fatalf("version %d transform %v dictionary %v", m.version, m.transform, m.dict != nil)
+			}
+			var got []byte
+			for i := range m.NumFrames() {
+				off, n := m.ByteRange(i, i)
+				fr, err := m.DecodeFrame(i, data[off:off+n], nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, fr...)
+			}
+			if !bytes.Equal(got, tc.recs) {
+				t.Fatal("frames decode to other records")
+			}
+			local, err := encodeLocalMeta(m, meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lm, err := openMapped(&mapRegion{b: local})
+			if err != nil {
+				t.Fatal(err)
+			}
+			off, n := lm.ByteRange(0, 0)
+			fr, err := lm.DecodeFrame(0, data[off:off+n], nil)
+			if err != nil || !bytes.Equal(fr, tc.recs[:len(fr)]) {
+				t.Fatalf("the local layout's first frame: %v", err)
+			}
+			w, p := tc.f.Width, tc.f.PrefixLen
+			for i := 0; i < len(tc.recs); i += w {
+				if !m.MayContain(tc.recs[i : i+p]) {
+					t.Fatalf("filter misses prefix %x", tc.recs[i:i+p])
+				}
+			}
+			if tc.f == BacklinkFormat && len(tc.recs) > 64*1000 {
+				cdata, _, err := BuildTable(tc.f, tc.recs, TableOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%d records: fast %.2f bytes a record, columns %.2f", len(tc.recs)/w,
+					float64(len(data))/float64(len(tc.recs)/w), float64(len(cdata))/float64(len(tc.recs)/w))
+				if len(data) <= len(cdata) {
+					t.Fatalf("fast %d bytes, columns %d: the fast form is the larger one", len(data), len(cdata))
+				}
+			}
+		})
+	}
+}
+
+// TestFastTableNeedsVersion11: frame transform 5 in a meta of an older
+// version is corrupt, and BuildTable refuses to write it there.
+func TestFastTableNeedsVersion11(t *testing.T) {
+	links, _ := synthCorpus()
+	recs := links[:64*5000]
+	_, meta, err := BuildTable(BacklinkFormat, recs, TableOptions{Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := slices.Clone(meta)
+	binary.LittleEndian.PutUint16(old[8:], 10)
+	binary.LittleEndian.PutUint64(old[len(old)-8:], xxh3.Hash(old[:len(old)-8]))
+	if _, err := DecodeMeta(old); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("version 10 with transform 5: %v, want ErrCorrupt", err)
+	}
+	if _, _, err := BuildTable(BacklinkFormat, recs, TableOptions{Fast: true, version: 10}); err == nil {
+		t.Fatal("BuildTable wrote a fast table in version 10")
+	}
+}
+
+// TestFlushWritesFastMergeWritesColumns: a DB's flushes are fast tables,
+// its merges columnar, and the links count the same through both.
+func TestFlushWritesFastMergeWritesColumns(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, Options{Store: newLocalStore(t), Dir: t.TempDir(), NoGCGrace: true, CompactionFanIn: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const runs, targets, per = 4, 300, 7
+	for r := range runs {
+		for tg := range targets {
+			for i := range per {
+				l := link.Backlink{
+					Target: link.RecordID{RKey: uint64(tg), Collection: 3, DID: 1},
+					Source: link.RecordID{RKey: uint64(r*1000 + i), Collection: 5, DID: uint64(2 + i)},
+				}
+				if err := db.AddBacklink(&l); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := db.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	transforms := func() map[frameTransform]int {
+		got := map[frameTransform]int{}
+		v := db.View()
+		for _, vr := range v.trees[TreeLinks] {
+			for _, vt := range vr.tables {
+				m, err := vt.load(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got[m.transform]++
+			}
+		}
+		return got
+	}
+	counts := func(when string) {
+		for tg := range targets {
+			n, _, err := db.Count(ctx, link.RecordID{RKey: uint64(tg), Collection: 3, DID: 1}, Filter{})
+			if err != nil || n != runs*per {
+				t.Fatalf("%s: target %d: count %d (%v), want %d", when, tg, n, err, runs*per)
+			}
+		}
+	}
+	if got := transforms(); got[transformShuffleS2] != runs || len(got) != 1 {
+		t.Fatalf("after %d flushes: tables by transform %v", runs, got)
+	}
+	counts("flushed")
+	if ok, err := db.CompactFull(ctx); err != nil || !ok {
+		t.Fatalf("full compaction: %v %v", ok, err)
+	}
+	if got := transforms(); got[transformColumns] == 0 || got[transformShuffleS2] != 0 {
+		t.Fatalf("after the full compaction: tables by transform %v", got)
+	}
+	counts("merged")
+}
