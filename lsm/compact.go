@@ -93,7 +93,13 @@ func RunsBytes(runs []Run) uint64 {
 
 // pickSimilar returns the fanIn runs of runs that are smallest among
 // those whose largest is at most similarSpread(fanIn) times their
-// smallest and that hold at least minBytes together, or nil. The tiers
+// smallest and that hold at least minBytes together, or nil. Size here
+// is a run's records, not its bytes: a flush's table (TableOptions.Fast,
+// S2) takes about twice the bytes of the same records in columns, so by
+// bytes a flush is about a quarter of the merge of eight, within the
+// spread of fan-in 8, and flushes would be merged again with the merges
+// of their peers; by records, what a merge rewrites, the merge of eight
+// is eight times a flush whatever the forms. The tiers
 // of size-tiered compaction are thus set by the runs' sizes themselves,
 // not by fixed bounds: with fixed bounds (1 MiB times a power of fanIn)
 // the merge of fanIn runs just above a bound, a few percent smaller than
@@ -116,10 +122,10 @@ func pickSimilar(runs []Run, fanIn int, minBytes uint64) []Run {
 		return nil
 	}
 	s := slices.Clone(runs)
-	slices.SortStableFunc(s, func(a, b Run) int { return cmp.Compare(a.Bytes(), b.Bytes()) })
+	slices.SortStableFunc(s, func(a, b Run) int { return cmp.Compare(a.Records(), b.Records()) })
 	spread := similarSpread(fanIn)
 	for i := 0; i+fanIn <= len(s); i++ {
-		if s[i+fanIn-1].Bytes() <= spread*s[i].Bytes() && RunsBytes(s[i:i+fanIn]) >= minBytes {
+		if s[i+fanIn-1].Records() <= spread*s[i].Records() && RunsBytes(s[i:i+fanIn]) >= minBytes {
 			return s[i : i+fanIn]
 		}
 	}

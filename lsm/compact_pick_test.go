@@ -20,7 +20,9 @@ func simulateLinksTree(t *testing.T, n int, size func() uint64) (amp float64, ma
 	id := 0
 	add := func(bytes uint64) {
 		id++
-		m.Runs = append(m.Runs, Run{ID: strconv.Itoa(id), Tree: TreeLinks, Seq: uint64(id), Tables: []TableRef{{ID: strconv.Itoa(id), DataBytes: bytes}}})
+		// A record a byte: these runs' records shrink in a merge as
+		// their bytes do.
+		m.Runs = append(m.Runs, Run{ID: strconv.Itoa(id), Tree: TreeLinks, Seq: uint64(id), Tables: []TableRef{{ID: strconv.Itoa(id), DataBytes: bytes, Records: bytes}}})
 	}
 	var flushed, merged uint64
 	for range n {
@@ -120,7 +122,7 @@ func TestPickSimilar(t *testing.T) {
 	runs := func(sizes ...uint64) []Run {
 		var rs []Run
 		for i, b := range sizes {
-			rs = append(rs, Run{ID: strconv.Itoa(i), Tables: []TableRef{{DataBytes: b}}})
+			rs = append(rs, Run{ID: strconv.Itoa(i), Tables: []TableRef{{DataBytes: b, Records: b}}})
 		}
 		return rs
 	}
@@ -149,6 +151,24 @@ func TestPickSimilar(t *testing.T) {
 		if got != c.want {
 			t.Errorf("pickSimilar(%v, %d) = %q, want %q", c.sizes, c.fanIn, got, c.want)
 		}
+	}
+	// Sizes are records, not bytes: seven flushes of 8 records in twice
+	// the bytes a record (S2) and the columnar merge of eight such are
+	// not one window (by bytes, 64 <= 4 x 16, they would be), while eight
+	// flushes are.
+	flushes := func(n int) []Run {
+		var rs []Run
+		for i := range n {
+			rs = append(rs, Run{ID: strconv.Itoa(i), Tables: []TableRef{{DataBytes: 16, Records: 8}}})
+		}
+		return rs
+	}
+	merged := Run{ID: "m", Tables: []TableRef{{DataBytes: 64, Records: 64}}}
+	if got := ids(pickSimilar(append(flushes(7), merged), 8, 0)); got != "" {
+		t.Errorf("seven flushes and a merge of eight: picked %q, want nothing", got)
+	}
+	if got := ids(pickSimilar(append(flushes(8), merged), 8, 0)); got != "01234567" {
+		t.Errorf("eight flushes and a merge of eight: picked %q, want the flushes", got)
 	}
 	// With a floor on the inputs' bytes: the smallest window that holds
 	// that much.
@@ -179,7 +199,7 @@ func TestPickCompactionAtLeast(t *testing.T) {
 	add := func(tree Tree, sizes ...uint64) {
 		for _, b := range sizes {
 			id := strconv.Itoa(len(m.Runs))
-			m.Runs = append(m.Runs, Run{ID: id, Tree: tree, Seq: uint64(len(m.Runs)), Tables: []TableRef{{ID: id, DataBytes: b}}})
+			m.Runs = append(m.Runs, Run{ID: id, Tree: tree, Seq: uint64(len(m.Runs)), Tables: []TableRef{{ID: id, DataBytes: b, Records: b}}})
 		}
 	}
 	add(TreeLinks, 1<<10, 1<<10, 1<<10)       // 0-2: the lowest tier
