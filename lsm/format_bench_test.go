@@ -482,65 +482,80 @@ func tblScanPrefixSorted(recs []byte, w int, prefix []byte) []byte {
 }
 
 // BenchmarkBuildTable builds a table of 1M synthetic backlinks (64 MiB):
-// frames, filter, meta and the self-check (which decodes every frame).
+// frames, filter, meta and the self-check (which decodes every frame),
+// in columns and in the fast form of a flush (TableOptions.Fast).
 func BenchmarkBuildTable(b *testing.B) {
 	links, _ := synthCorpus()
 	n := len(links) / 64
-	b.SetBytes(int64(len(links)))
-	b.ResetTimer()
-	c0 := processCPU()
-	var data, meta []byte
-	for range b.N {
-		var err error
-		data, meta, err = BuildTable(BacklinkFormat, links, TableOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
+	for _, c := range []struct {
+		name string
+		opt  TableOptions
+	}{{"columns", TableOptions{}}, {"fast", TableOptions{Fast: true}}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(links)))
+			c0 := processCPU()
+			var data, meta []byte
+			for range b.N {
+				var err error
+				data, meta, err = BuildTable(BacklinkFormat, links, c.opt)
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "links/s")
+			b.ReportMetric(float64(n)*float64(b.N)/(processCPU()-c0).Seconds(), "links/cpu-s")
+			b.ReportMetric(float64(len(data))/float64(n), "B/link")
+			b.ReportMetric(float64(len(meta))/float64(n), "metaB/link")
+		})
 	}
-	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "links/s")
-	b.ReportMetric(float64(n)*float64(b.N)/(processCPU()-c0).Seconds(), "links/cpu-s")
-	b.ReportMetric(float64(len(data))/float64(n), "B/link")
-	b.ReportMetric(float64(len(meta))/float64(n), "metaB/link")
 }
 
-// BenchmarkDecodeFrame decodes one full 64 KiB frame of backlinks (1024
-// links), checks included: what a warm query pays per frame.
+// BenchmarkDecodeFrame decodes one full frame of backlinks (FrameBytesMax:
+// 2048 links), checks included, of a columnar table and of a fast one
+// (a flush's): what a warm query pays per frame.
 func BenchmarkDecodeFrame(b *testing.B) {
 	links, _ := synthCorpus()
 	recs := links[:64*100_000]
-	data, meta, err := BuildTable(BacklinkFormat, recs, TableOptions{})
-	if err != nil {
-		b.Fatal(err)
+	for _, c := range []struct {
+		name string
+		opt  TableOptions
+	}{{"columns", TableOptions{}}, {"fast", TableOptions{Fast: true}}} {
+		b.Run(c.name, func(b *testing.B) {
+			data, meta, err := BuildTable(BacklinkFormat, recs, c.opt)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m, err := DecodeMeta(meta)
+			if err != nil {
+				b.Fatal(err)
+			}
+			// Pick full frames.
+			var full []int
+			for i, fr := range m.Frames {
+				if fr.Records == FrameBytesMax/64 {
+					full = append(full, i)
+				}
+			}
+			if len(full) == 0 {
+				b.Fatal("no full frames")
+			}
+			dst := make([]byte, FrameBytesMax)
+			b.SetBytes(FrameBytesMax)
+			b.ResetTimer()
+			c0 := processCPU()
+			for k := range b.N {
+				i := full[k%len(full)]
+				off, n := m.ByteRange(i, i)
+				var err error
+				dst, err = m.DecodeFrame(i, data[off:off+n], dst)
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/frame")
+			b.ReportMetric(float64((processCPU()-c0).Microseconds())/float64(b.N), "cpu-us/frame")
+		})
 	}
-	m, err := DecodeMeta(meta)
-	if err != nil {
-		b.Fatal(err)
-	}
-	// Pick full frames.
-	var full []int
-	for i, fr := range m.Frames {
-		if fr.Records == FrameBytesMax/64 {
-			full = append(full, i)
-		}
-	}
-	if len(full) == 0 {
-		b.Skip("no full frames")
-	}
-	dst := make([]byte, FrameBytesMax)
-	b.SetBytes(FrameBytesMax)
-	b.ResetTimer()
-	c0 := processCPU()
-	for k := range b.N {
-		i := full[k%len(full)]
-		off, n := m.ByteRange(i, i)
-		var err error
-		dst, err = m.DecodeFrame(i, data[off:off+n], dst)
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/frame")
-	b.ReportMetric(float64((processCPU()-c0).Microseconds())/float64(b.N), "cpu-us/frame")
 }
 
 // BenchmarkMayContain asks the filter of a 1M-link table about absent
