@@ -222,7 +222,7 @@ func (r *Runner) startMerge(ctx context.Context, w *Writer, m *lsm.Manifest, i i
 	l.uploaded = w.uploads.begin() // its tables are unreferenced until published
 	// A full compaction's run holds the index for long: its dictionary
 	// counted on every record, not a sample.
-	opt := lsm.CompactOptions{ShardTargetBytes: r.shardTarget(), BytesPerSec: lsm.DefaultCompactionBytesPerSec, SpillDir: r.SpillDir, CountEvery: full != nil}
+	opt := lsm.CompactOptions{ShardTargetBytes: r.shardTarget(), BytesPerSec: lsm.DefaultCompactionBytesPerSec, SpillDir: r.SpillDir, CountEvery: full != nil, Fast: full == nil && lsm.FastMerge(inputs)}
 	if i == laneSmall {
 		opt.ShardBytesMax = smallMergeShardBytes
 	}

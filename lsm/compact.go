@@ -208,7 +208,7 @@ func (db *DB) CompactFull(ctx context.Context) (bool, error) {
 func (db *DB) compactLocked(ctx context.Context, t Tree, inputs []Run, full bool) error {
 	out, err := CompactRuns(ctx, db.store, db.cat, db.View(), inputs, CompactOptions{
 		ShardTargetBytes: db.opts.ShardTargetBytes, BytesPerSec: db.opts.CompactionBytesPerSec, SpillDir: db.opts.Dir,
-		CountEvery: full,
+		CountEvery: full, Fast: !full && FastMerge(inputs),
 	})
 	if err != nil {
 		return fmt.Errorf("compact %s: %w", t, err)

@@ -36,6 +36,28 @@ type CompactOptions struct {
 	// whole index for long (at 1B links the sample's dictionary made it
 	// 0.08 bytes a link larger).
 	CountEvery bool
+	// Fast writes the output's tables in the fast form of a flush
+	// (TableOptions.Fast: S2, no dictionary) instead of the columns: for
+	// a merge of flushes only (FastMerge), whose output the next tier
+	// merges again soon.
+	Fast bool
+}
+
+// FastMerge reports whether a merge of inputs writes the fast form
+// (CompactOptions.Fast): when every input is a flush (a delta run), and
+// the merge is not a full compaction (whose run is the index for long;
+// its caller decides). Its
+// output is then the lowest tier of merged runs, read again by the
+// merge of eight such; the columns are written from the second tier on,
+// so a record is coded in columns once less than it is merged, and a
+// merged index is in columns as before.
+func FastMerge(inputs []Run) bool {
+	for _, r := range inputs {
+		if r.Kind != RunDelta {
+			return false
+		}
+	}
+	return len(inputs) > 0
 }
 
 // CompactRuns merges runs of one tree into one compacted run, in bounded
@@ -98,7 +120,7 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 	shards := uint32(1) << bits
 	// The output shards the dictionary is counted on: [0, counted).
 	counted := shards
-	if l, ok := columnsLayout(f, TableFormatVersion); ok && bits > 0 {
+	if l, ok := columnsLayout(f, TableFormatVersion); ok && bits > 0 && !opt.Fast {
 		in.counter = newDictCounter(l)
 		if records > dictSampleRecords {
 			counted = uint32((uint64(shards)*dictSampleRecords + records - 1) / records)
@@ -191,7 +213,7 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		}
 		part = Fold(in.f, part)
 		ref, err := writeTable(ctx, in.store, cat, in.tree, in.f, part, TableOptions{
-			ShardBits: in.bits, Shard: o, sharedDict: in.shared, dictOwner: in.owner,
+			ShardBits: in.bits, Shard: o, sharedDict: in.shared, dictOwner: in.owner, Fast: opt.Fast,
 		})
 		if err != nil {
 			return Run{}, err

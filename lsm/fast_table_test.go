@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -164,4 +165,89 @@ func TestFlushWritesFastMergeWritesColumns(t *testing.T) {
 		t.Fatalf("after the full compaction: tables by transform %v", got)
 	}
 	counts("merged")
+}
+
+// TestMergeOfFlushesIsFast: a merge of flushes only writes the fast form
+// (FastMerge), a merge with a merged run among its inputs the columns, a
+// full compaction the columns whatever its inputs; every count holds.
+func TestMergeOfFlushesIsFast(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, Options{Store: newLocalStore(t), Dir: t.TempDir(), NoGCGrace: true, CompactionFanIn: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const targets, per = 200, 3
+	flushes := 0
+	flush := func() {
+		for tg := range targets {
+			for i := range per {
+				l := link.Backlink{
+					Target: link.RecordID{RKey: uint64(tg), Collection: 3, DID: 1},
+					Source: link.RecordID{RKey: uint64(flushes*1000 + i), Collection: 5, DID: uint64(2 + i)},
+				}
+				if err := db.AddBacklink(&l); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := db.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		flushes++
+	}
+	// The links tree's runs: kind and transforms, oldest first.
+	runs := func() string {
+		out := ""
+		v := db.View()
+		for _, vr := range v.trees[TreeLinks] {
+			kind := "delta"
+			if vr.run.Kind == RunCompacted {
+				kind = "compacted"
+			}
+			out += kind + ":"
+			for _, vt := range vr.tables {
+				m, err := vt.load(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out += fmt.Sprintf(" %s", m.transform)
+			}
+			out += "; "
+		}
+		return out
+	}
+	counts := func(when string) {
+		for tg := range targets {
+			n, _, err := db.Count(ctx, link.RecordID{RKey: uint64(tg), Collection: 3, DID: 1}, Filter{})
+			if err != nil || n != uint64(flushes*per) {
+				t.Fatalf("%s: target %d: count %d (%v), want %d", when, tg, n, err, flushes*per)
+			}
+		}
+	}
+	compact := func() {
+		if ok, err := db.Compact(ctx); err != nil || !ok {
+			t.Fatalf("compaction: %v %v", ok, err)
+		}
+	}
+	flush()
+	flush()
+	compact()
+	if got, want := runs(), "compacted: shuffle+s2; "; got != want {
+		t.Fatalf("a merge of two flushes: %q, want %q", got, want)
+	}
+	counts("a merge of flushes")
+	flush()
+	compact()
+	if got, want := runs(), "compacted: columns; "; got != want {
+		t.Fatalf("a merge of a merged run and a flush: %q, want %q", got, want)
+	}
+	counts("a merge with a merged run")
+	flush()
+	if ok, err := db.CompactFull(ctx); err != nil || !ok {
+		t.Fatalf("full compaction: %v %v", ok, err)
+	}
+	if got, want := runs(), "compacted: columns; "; got != want {
+		t.Fatalf("a full compaction: %q, want %q", got, want)
+	}
+	counts("fully compacted")
 }
