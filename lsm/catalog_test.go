@@ -22,17 +22,7 @@ func TestCatalogBoundedConcurrent(t *testing.T) {
 	}
 	const runs, targets, per = 6, 20, 5
 	for r := range runs {
-		for tg := range targets {
-			for i := range per {
-				l := link.Backlink{
-					Target: link.RecordID{RKey: uint64(tg), Collection: 3, DID: 1},
-					Source: link.RecordID{RKey: uint64(r*1000 + i), Collection: 5, DID: uint64(2 + i)},
-				}
-				if err := db.AddBacklink(&l); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		addTargetLinks(t, db, targets, per, r)
 		if err := db.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -107,69 +107,10 @@ func TestFastTableNeedsVersion11(t *testing.T) {
 	}
 }
 
-// TestFlushWritesFastMergeWritesColumns: a DB's flushes are fast tables,
-// its merges columnar, and the links count the same through both.
-func TestFlushWritesFastMergeWritesColumns(t *testing.T) {
-	ctx := context.Background()
-	db, err := Open(ctx, Options{Store: newLocalStore(t), Dir: t.TempDir(), NoGCGrace: true, CompactionFanIn: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const runs, targets, per = 4, 300, 7
-	for r := range runs {
-		for tg := range targets {
-			for i := range per {
-				l := link.Backlink{
-					Target: link.RecordID{RKey: uint64(tg), Collection: 3, DID: 1},
-					Source: link.RecordID{RKey: uint64(r*1000 + i), Collection: 5, DID: uint64(2 + i)},
-				}
-				if err := db.AddBacklink(&l); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		if err := db.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	transforms := func() map[frameTransform]int {
-		got := map[frameTransform]int{}
-		v := db.View()
-		for _, vr := range v.trees[TreeLinks] {
-			for _, vt := range vr.tables {
-				m, err := vt.load(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got[m.transform]++
-			}
-		}
-		return got
-	}
-	counts := func(when string) {
-		for tg := range targets {
-			n, _, err := db.Count(ctx, link.RecordID{RKey: uint64(tg), Collection: 3, DID: 1}, Filter{})
-			if err != nil || n != runs*per {
-				t.Fatalf("%s: target %d: count %d (%v), want %d", when, tg, n, err, runs*per)
-			}
-		}
-	}
-	if got := transforms(); got[transformShuffleS2] != runs || len(got) != 1 {
-		t.Fatalf("after %d flushes: tables by transform %v", runs, got)
-	}
-	counts("flushed")
-	if ok, err := db.CompactFull(ctx); err != nil || !ok {
-		t.Fatalf("full compaction: %v %v", ok, err)
-	}
-	if got := transforms(); got[transformColumns] == 0 || got[transformShuffleS2] != 0 {
-		t.Fatalf("after the full compaction: tables by transform %v", got)
-	}
-	counts("merged")
-}
-
-// TestMergeOfFlushesIsFast: a merge of flushes only writes the fast form
-// (FastMerge), a merge with a merged run among its inputs the columns, a
-// full compaction the columns whatever its inputs; every count holds.
+// TestMergeOfFlushesIsFast: a DB's flushes write the fast form, and so
+// does a merge of flushes only (FastMerge); a merge with a merged run
+// among its inputs writes the columns, and so does a full compaction
+// whatever its inputs; every count holds throughout.
 func TestMergeOfFlushesIsFast(t *testing.T) {
 	ctx := context.Background()
 	db, err := Open(ctx, Options{Store: newLocalStore(t), Dir: t.TempDir(), NoGCGrace: true, CompactionFanIn: 2})
@@ -179,17 +120,7 @@ func TestMergeOfFlushesIsFast(t *testing.T) {
 	const targets, per = 200, 3
 	flushes := 0
 	flush := func() {
-		for tg := range targets {
-			for i := range per {
-				l := link.Backlink{
-					Target: link.RecordID{RKey: uint64(tg), Collection: 3, DID: 1},
-					Source: link.RecordID{RKey: uint64(flushes*1000 + i), Collection: 5, DID: uint64(2 + i)},
-				}
-				if err := db.AddBacklink(&l); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		addTargetLinks(t, db, targets, per, flushes)
 		if err := db.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -229,25 +160,43 @@ func TestMergeOfFlushesIsFast(t *testing.T) {
 			t.Fatalf("compaction: %v %v", ok, err)
 		}
 	}
-	flush()
-	flush()
-	compact()
-	if got, want := runs(), "compacted: shuffle+s2; "; got != want {
-		t.Fatalf("a merge of two flushes: %q, want %q", got, want)
+	for _, step := range []struct {
+		name string
+		do   func()
+		want string
+	}{
+		{"two flushes", func() { flush(); flush() }, "delta: shuffle+s2; delta: shuffle+s2; "},
+		{"a merge of two flushes", compact, "compacted: shuffle+s2; "},
+		{"a merge of a merged run and a flush", func() { flush(); compact() }, "compacted: columns; "},
+		{"a full compaction", func() {
+			flush()
+			if ok, err := db.CompactFull(ctx); err != nil || !ok {
+				t.Fatalf("full compaction: %v %v", ok, err)
+			}
+		}, "compacted: columns; "},
+	} {
+		step.do()
+		if got := runs(); got != step.want {
+			t.Fatalf("after %s: runs %q, want %q", step.name, got, step.want)
+		}
+		counts(step.name)
 	}
-	counts("a merge of flushes")
-	flush()
-	compact()
-	if got, want := runs(), "compacted: columns; "; got != want {
-		t.Fatalf("a merge of a merged run and a flush: %q, want %q", got, want)
+}
+
+// addTargetLinks adds per links to each of targets targets (record keys
+// 0..targets-1 of collection 3 of DID 1), from sources whose record keys
+// are seq*1000+i (i < per) of collection 5 of DIDs 2+i.
+func addTargetLinks(t *testing.T, db *DB, targets, per, seq int) {
+	t.Helper()
+	for tg := range targets {
+		for i := range per {
+			l := link.Backlink{
+				Target: link.RecordID{RKey: uint64(tg), Collection: 3, DID: 1},
+				Source: link.RecordID{RKey: uint64(seq*1000 + i), Collection: 5, DID: uint64(2 + i)},
+			}
+			if err := db.AddBacklink(&l); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	counts("a merge with a merged run")
-	flush()
-	if ok, err := db.CompactFull(ctx); err != nil || !ok {
-		t.Fatalf("full compaction: %v %v", ok, err)
-	}
-	if got, want := runs(), "compacted: columns; "; got != want {
-		t.Fatalf("a full compaction: %q, want %q", got, want)
-	}
-	counts("fully compacted")
 }
