@@ -202,7 +202,18 @@ func (r *Runner) fullInputs(ctx context.Context, m *lsm.Manifest, tree lsm.Tree,
 		return nil, ""
 	}
 	runs := m.RunsOf(tree)
-	if len(runs) < 2 {
+	one := len(runs) == 1
+	if one {
+		// A lone run in the fast form (a flush's, or a merge of
+		// flushes) is rewritten in columns; another is merged already.
+		fast, err := lsm.RunInFastForm(ctx, r.Config.Catalog, runs[0])
+		if err != nil {
+			log.Warn("full compaction: could not read the run's form; trying again", "tree", tree, "error", err)
+			return nil, ""
+		}
+		one = !fast
+	}
+	if len(runs) == 0 || one {
 		r.fullDone(ctx, fullMerge{tree, asked}, log)
 		return nil, ""
 	}

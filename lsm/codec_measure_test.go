@@ -21,8 +21,9 @@ import (
 var lsmMeasureDir = flag.String("lsm.measure-dir", "", "TestMeasureColumns: measure a kept bench run's index (its temporary directory) instead")
 
 // TestMeasureColumns writes the bench's workload (lsm/workload, 2M links,
-// seed 1: what `eddy-ctl bench lsm` writes) through a DB as the bench does,
-// then reports, per tree, where the columnar frames' bytes go (per column,
+// seed 1: what `eddy-ctl bench lsm` writes) through a DB as the bench does
+// and merges it into one run (its flushes and their merges are in S2,
+// TableOptions.Fast; a kept index's are counted whole), then reports, per tree, where the columnar frames' bytes go (per column,
 // per live link) and, next to each column, an estimate of what an ideal
 // memoryless coder of the same values would need (the entropy floor of
 // the model; see columnFloors). Reproduce:
@@ -58,6 +59,11 @@ func TestMeasureColumns(t *testing.T) {
 			t.Fatal(err)
 		}
 		measureLoad(t, db, wl)
+		// At 2M links every merge is of flushes, in S2 (FastMerge):
+		// merged into one run, the index is in columns.
+		if _, err := db.CompactFull(ctx); err != nil {
+			t.Fatal(err)
+		}
 		live = float64(wl.LiveLinks())
 	}
 	defer db.Close()
@@ -98,6 +104,12 @@ func TestMeasureColumns(t *testing.T) {
 				sizes["meta: dictionary"] += int(binary.LittleEndian.Uint32(mb[64:]))
 				sizes["meta: filter"] += int(binary.LittleEndian.Uint32(mb[60:]))
 				sizes["meta: rest"] += len(mb) - int(binary.LittleEndian.Uint32(mb[64:])) - int(binary.LittleEndian.Uint32(mb[60:]))
+				if m.transform != transformColumns {
+					// A flush's table, or a merge of flushes, in S2
+					// (TableOptions.Fast): no columns to measure.
+					sizes["fast tables (S2), whole frames"] += len(data)
+					continue
+				}
 				var recs, buf []byte
 				for i := range m.NumFrames() {
 					off, n := m.ByteRange(i, i)

@@ -179,10 +179,11 @@ func (db *DB) Compact(ctx context.Context) (bool, error) {
 	return did, nil
 }
 
-// CompactFull merges every run of each tree into one (a major
-// compaction: what an index is given after a backfill, when nothing will
-// be written for a while that a smaller merge would rewrite again), and
-// reports whether it did anything. One target's links then sit in one
+// CompactFull merges every run of each tree into one run in columns,
+// rewriting a tree's only run too if it is in the fast form
+// (RunInFastForm), and reports whether it did anything: a major
+// compaction, what an index is given after a backfill, when nothing will
+// be written for a while that a smaller merge would rewrite again. One target's links then sit in one
 // run: fewer groups, fewer runs for a query to ask. It holds what any
 // compaction holds: one output shard at a time, its inputs spilled to
 // local disk.
@@ -192,8 +193,17 @@ func (db *DB) CompactFull(ctx context.Context) (bool, error) {
 	did := false
 	for _, t := range []Tree{TreeLinks, TreeRevocations} {
 		inputs := db.View().Manifest.RunsOf(t)
-		if len(inputs) < 2 {
+		if len(inputs) == 0 {
 			continue
+		}
+		if len(inputs) == 1 {
+			fast, err := RunInFastForm(ctx, db.cat, inputs[0])
+			if err != nil {
+				return did, err
+			}
+			if !fast {
+				continue
+			}
 		}
 		if err := db.compactLocked(ctx, t, inputs, true); err != nil {
 			return did, err

@@ -52,12 +52,42 @@ type CompactOptions struct {
 // so a record is coded in columns once less than it is merged, and a
 // merged index is in columns as before.
 func FastMerge(inputs []Run) bool {
+	if len(inputs) == 0 || !fastTree(inputs[0].Tree) {
+		return false
+	}
 	for _, r := range inputs {
 		if r.Kind != RunDelta {
 			return false
 		}
 	}
-	return len(inputs) > 0
+	return true
+}
+
+// fastTree reports whether tree t's flushes and merges of flushes take
+// the fast form: the trees the columnar codec stores (links,
+// revocations). The others' tables are zstd frames, whose bytes S2 would
+// only grow for less CPU saved.
+func fastTree(t Tree) bool {
+	f, err := FormatOf(t)
+	if err != nil {
+		return false
+	}
+	_, ok := columnsLayout(f, TableFormatVersion)
+	return ok
+}
+
+// RunInFastForm reports whether run r is in the fast form (a flush's, or
+// a merge of flushes only; its first table says): a full compaction
+// rewrites such a run in columns even when it is its tree's only run.
+func RunInFastForm(ctx context.Context, cat *Catalog, r Run) (bool, error) {
+	if len(r.Tables) == 0 {
+		return false, nil
+	}
+	m, err := cat.Load(ctx, r.Tree, r.Tables[0])
+	if err != nil {
+		return false, err
+	}
+	return m.transform == transformShuffleS2, nil
 }
 
 // CompactRuns merges runs of one tree into one compacted run, in bounded

@@ -335,8 +335,8 @@ func (db *DB) CollectGarbage(ctx context.Context) error {
 }
 
 // WriteRun writes sorted, folded records as a run: a delta run is one
-// table, in the fast form (TableOptions.Fast: a flush, merged again
-// soon); a compacted run is split into 1<<shardBits tables by the hash of
+// table, in the fast form if its tree's records are stored in columns
+// (TableOptions.Fast, fastTree: a flush, merged again soon); a compacted run is split into 1<<shardBits tables by the hash of
 // each record's key prefix (empty shards get no table). Each table is
 // PUT (data, then meta) and its meta kept in the catalog; the run is not
 // yet in any manifest.
@@ -347,7 +347,7 @@ func WriteRun(ctx context.Context, store objstore.Store, cat *Catalog, tree Tree
 	}
 	run := Run{ID: NewID(), Tree: tree, Kind: kind}
 	if kind == RunDelta {
-		ref, err := writeTable(ctx, store, cat, tree, f, recs, TableOptions{Fast: true})
+		ref, err := writeTable(ctx, store, cat, tree, f, recs, TableOptions{Fast: fastTree(tree)})
 		if err != nil {
 			return Run{}, err
 		}

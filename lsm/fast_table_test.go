@@ -183,6 +183,49 @@ func TestMergeOfFlushesIsFast(t *testing.T) {
 	}
 }
 
+// TestFullCompactionRewritesALoneFastRun: a tree whose only run is a
+// flush's is rewritten in columns by a full compaction; one already in
+// columns is left alone.
+func TestFullCompactionRewritesALoneFastRun(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, Options{Store: newLocalStore(t), Dir: t.TempDir(), NoGCGrace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addTargetLinks(t, db, 50, 4, 0)
+	if err := db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	form := func() (bool, RunKind) {
+		runs := db.View().Manifest.RunsOf(TreeLinks)
+		if len(runs) != 1 {
+			t.Fatalf("%d runs", len(runs))
+		}
+		fast, err := RunInFastForm(ctx, db.cat, runs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fast, runs[0].Kind
+	}
+	if fast, kind := form(); !fast || kind != RunDelta {
+		t.Fatalf("after a flush: fast %v, kind %v", fast, kind)
+	}
+	if did, err := db.CompactFull(ctx); err != nil || !did {
+		t.Fatalf("full compaction of a lone flush: %v %v", did, err)
+	}
+	if fast, kind := form(); fast || kind != RunCompacted {
+		t.Fatalf("after the full compaction: fast %v, kind %v", fast, kind)
+	}
+	if did, err := db.CompactFull(ctx); err != nil || did {
+		t.Fatalf("full compaction of a lone run in columns: %v %v, want nothing done", did, err)
+	}
+	for tg := range 50 {
+		if n, _, err := db.Count(ctx, link.RecordID{RKey: uint64(tg), Collection: 3, DID: 1}, Filter{}); err != nil || n != 4 {
+			t.Fatalf("target %d: count %d (%v), want 4", tg, n, err)
+		}
+	}
+}
+
 // addTargetLinks adds per links to each of targets targets (record keys
 // 0..targets-1 of collection 3 of DID 1), from sources whose record keys
 // are seq*1000+i (i < per) of collection 5 of DIDs 2+i.
