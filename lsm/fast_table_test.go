@@ -107,6 +107,48 @@ func TestFastTableNeedsVersion11(t *testing.T) {
 	}
 }
 
+// TestFastFrameCorrupt: an S2 frame whose checksum matches but whose
+// block is wrong (another decoded length, a bad copy, too little output)
+// is an ErrCorrupt error, never a panic or an allocation past the frame.
+func TestFastFrameCorrupt(t *testing.T) {
+	links, _ := synthCorpus()
+	data, meta, err := BuildTable(BacklinkFormat, links[:64*3000], TableOptions{Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := DecodeMeta(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, n := m.ByteRange(0, 0)
+	good := data[off : off+n]
+	want := int(m.Frames[0].Records) * 64
+	var lenBytes []byte
+	lenBytes = binary.AppendUvarint(lenBytes, uint64(want))
+	for _, c := range []struct {
+		name  string
+		frame []byte
+	}{
+		{"a longer decoded length", append(binary.AppendUvarint(nil, uint64(want+64)), good[len(lenBytes):]...)},
+		{"a shorter decoded length", append(binary.AppendUvarint(nil, uint64(want-64)), good[len(lenBytes):]...)},
+		{"a length past 2^32", append(binary.AppendUvarint(nil, 1<<40), good[len(lenBytes):]...)},
+		{"a copy before the start", append(slices.Clone(lenBytes), 0x01|1<<2, 0xff)}, // a 1-byte-offset copy of 5 bytes at offset 255
+		{"too little output", good[:len(good)/2]},
+		{"no block", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mm := *m
+			mm.Frames = slices.Clone(m.Frames)
+			mm.Frames[0].Length = uint32(len(c.frame))
+			mm.Frames[0].Checksum = xxh3.Hash(c.frame)
+			_, err := mm.DecodeFrame(0, c.frame, nil)
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("%v, want ErrCorrupt", err)
+			}
+		})
+	}
+}
+
 // TestMergeOfFlushesIsFast: a DB's flushes write the fast form, and so
 // does a merge of flushes only (FastMerge); a merge with a merged run
 // among its inputs writes the columns, and so does a full compaction
