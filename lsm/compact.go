@@ -183,10 +183,10 @@ func (db *DB) Compact(ctx context.Context) (bool, error) {
 // rewriting a tree's only run too if it is in the fast form
 // (RunInFastForm), and reports whether it did anything: a major
 // compaction, what an index is given after a backfill, when nothing will
-// be written for a while that a smaller merge would rewrite again. One target's links then sit in one
-// run: fewer groups, fewer runs for a query to ask. It holds what any
-// compaction holds: one output shard at a time, its inputs spilled to
-// local disk.
+// be written for a while that a smaller merge would rewrite again. One
+// target's links then sit in one run: fewer groups, fewer runs for a
+// query to ask. It holds what any compaction holds: one output shard at
+// a time, its inputs spilled to local disk.
 func (db *DB) CompactFull(ctx context.Context) (bool, error) {
 	db.writeMu.Lock()
 	defer db.writeMu.Unlock()

@@ -46,11 +46,10 @@ type CompactOptions struct {
 // FastMerge reports whether a merge of inputs writes the fast form
 // (CompactOptions.Fast): when every input is a flush (a delta run), and
 // the merge is not a full compaction (whose run is the index for long;
-// its caller decides). Its
-// output is then the lowest tier of merged runs, read again by the
-// merge of eight such; the columns are written from the second tier on,
-// so a record is coded in columns once less than it is merged, and a
-// merged index is in columns as before.
+// its caller decides). Its output is then the lowest tier of merged
+// runs, read again by the merge of eight such; the columns are written
+// from the second tier on, so a record is coded in columns once less
+// than it is merged, and a merged index is in columns as before.
 func FastMerge(inputs []Run) bool {
 	if len(inputs) == 0 || !fastTree(inputs[0].Tree) {
 		return false
