@@ -405,25 +405,6 @@ func (m *TableMeta) DecodeFrame(i int, compressed []byte, dst []byte) ([]byte, e
 		if err := m.decodeColumnsFrame(dst, compressed, dec); err != nil {
 			return nil, bad("%v", err)
 		}
-	} else if m.transform == transformShuffleS2 {
-		if cap(dst) < want {
-			dst = make([]byte, want)
-		}
-		dst = dst[:want]
-		if n, err := s2.DecodedLen(compressed); err != nil || n != want {
-			return nil, bad("s2: %d bytes (%v), want %d", n, err, want)
-		}
-		bp := scratchPool.Get().(*[]byte)
-		out, err := s2.Decode((*bp)[:want], compressed)
-		if err == nil && (len(out) != want || &out[0] != &(*bp)[0]) {
-			err = fmt.Errorf("decompressed to %d bytes, want %d", len(out), want)
-		}
-		if err != nil {
-			scratchPool.Put(bp)
-			return nil, bad("s2: %v", err)
-		}
-		decodeTransform(m.transform, dst, out, w)
-		scratchPool.Put(bp)
 	} else if m.transform == transformNone {
 		if cap(dst) < want+zstdSlack {
 			dst = make([]byte, 0, want+zstdSlack)
@@ -437,18 +418,17 @@ func (m *TableMeta) DecodeFrame(i int, compressed []byte, dst []byte) ([]byte, e
 		}
 		dst = out
 	} else {
+		// A transform of the records, zstd- or (transform 5) S2-compressed,
+		// decompressed into a scratch buffer, then inverted into dst.
 		if cap(dst) < want {
 			dst = make([]byte, want)
 		}
 		dst = dst[:want]
 		bp := scratchPool.Get().(*[]byte)
-		out, err := dec.DecodeAll(compressed, (*bp)[:0:want+zstdSlack])
-		if err == nil && len(out) != want {
-			err = fmt.Errorf("decompressed to %d bytes, want %d", len(out), want)
-		}
+		out, what, err := decompressFrame(m.transform, dec, (*bp)[:0:want+zstdSlack], compressed, want)
 		if err != nil {
 			scratchPool.Put(bp)
-			return nil, bad("zstd: %v", err)
+			return nil, bad("%s: %v", what, err)
 		}
 		decodeTransform(m.transform, dst, out, w)
 		scratchPool.Put(bp)
@@ -457,6 +437,28 @@ func (m *TableMeta) DecodeFrame(i int, compressed []byte, dst []byte) ([]byte, e
 		return nil, bad("%v", err)
 	}
 	return dst, nil
+}
+
+// decompressFrame decompresses a frame of transform t (not columns, not
+// none) into scratch (capacity want+zstdSlack, as scratchPool's), never
+// beyond it, and returns its want bytes and the compressor's name for
+// errors: a frame of any other decompressed size is an error.
+func decompressFrame(t frameTransform, dec *zstd.Decoder, scratch, compressed []byte, want int) ([]byte, string, error) {
+	if t == transformShuffleS2 {
+		if n, err := s2.DecodedLen(compressed); err != nil || n != want {
+			return nil, "s2", fmt.Errorf("%d bytes (%v), want %d", n, err, want)
+		}
+		out, err := s2.Decode(scratch[:want], compressed)
+		if err == nil && (len(out) != want || &out[0] != &scratch[:1][0]) {
+			err = fmt.Errorf("decompressed to %d bytes, want %d", len(out), want)
+		}
+		return out, "s2", err
+	}
+	out, err := dec.DecodeAll(compressed, scratch)
+	if err == nil && len(out) != want {
+		err = fmt.Errorf("decompressed to %d bytes, want %d", len(out), want)
+	}
+	return out, "zstd", err
 }
 
 // Frame byte 0 of a columnar table (transformColumns).
