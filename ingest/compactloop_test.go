@@ -95,6 +95,24 @@ func TestSmallMergesGoOnBesideABigOne(t *testing.T) {
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
+	// A tree of one merged run has nothing to compact (the request is done
+	// without a read): a loaded host's many flushes can merge the backfill
+	// down to one run. Then the network goes on until a flush adds another.
+	for len(node.FSM.Manifest().RunsOf(lsm.TreeLinks)) < 2 {
+		ctx, cancel = context.WithCancel(context.Background())
+		go func() { done <- r.Run(ctx) }()
+		world.Step(50)
+		waitFor(t, "a flush beside the lone run", 30*time.Second, func() error {
+			if got := len(node.FSM.Manifest().RunsOf(lsm.TreeLinks)); got < 2 {
+				return fmt.Errorf("%d links runs", got)
+			}
+			return nil
+		})
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+	}
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	before := map[string]bool{}
