@@ -89,9 +89,11 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			l := &lanes[res.lane]
 			if res.err != nil {
 				l.end()
+				w.metrics.Compactions.WithLabelValues(string(res.tree), "failed").Inc()
 				w.log.Warn("compaction failed", "tree", res.tree, "error", res.err)
 				continue
 			}
+			w.metrics.Compactions.WithLabelValues(string(res.tree), "done").Inc()
 			l.offered = true
 			w.OfferCompaction(res.out, res.ids)
 			w.log.Info("compacted", "tree", res.tree, "runs", len(res.ids), "records", res.out.Records(), "full", l.full != nil, "big", res.lane == laneBig)
@@ -161,7 +163,7 @@ func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, la
 			if holdsTree(m, tree, lanes[laneSmall].inputs) {
 				continue // the small lane drains the tree's runs first; it starts no more of them
 			}
-			full, asked := r.fullInputs(ctx, m, tree, w.log)
+			full, asked := r.fullInputs(ctx, m, tree, w.log, w.metrics)
 			if full != nil {
 				r.startMerge(ctx, w, m, laneBig, big, tree, full, &fullMerge{tree, asked}, results, merges)
 				continue

@@ -9,19 +9,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/ingest/simnet"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // gatedStore holds back every Get of the data of the tables it is told
-// to, until it is opened.
+// to, until it is opened; while fail is set, it refuses them instead.
 type gatedStore struct {
 	objstore.Store
 	mu      sync.Mutex
 	held    map[string]bool // table IDs
-	waiting chan struct{}   // closed at the first Get held back
+	fail    error
+	waiting chan struct{} // closed at the first Get held back
 	open    chan struct{}
 }
 
@@ -40,7 +44,11 @@ func (s *gatedStore) Get(ctx context.Context, key string) ([]byte, error) {
 			close(s.waiting)
 		}
 	}
+	fail := s.fail
 	s.mu.Unlock()
+	if hold && fail != nil {
+		return nil, fail
+	}
 	if hold {
 		select {
 		case <-s.open:
@@ -51,12 +59,19 @@ func (s *gatedStore) Get(ctx context.Context, key string) ([]byte, error) {
 	return s.Store.Get(ctx, key)
 }
 
-// While a merge of the big lane cannot finish (a full compaction whose
-// input reads are held back, as a merge of hours would be), the runs
-// flushed meanwhile are still merged by the small lane, which catches up
-// with them while the full compaction is still held; once the reads go
-// on, the full compaction is published and the index equals the model.
-func TestSmallMergesGoOnBesideABigOne(t *testing.T) {
+// gatedRig is a write path on one node whose store is a gatedStore,
+// stopped after a backfill and a live tail that left the links tree at
+// least two runs.
+type gatedRig struct {
+	world   *simnet.World
+	node    *cluster.Node
+	store   *gatedStore
+	js      Source
+	r       *Runner
+	metrics *Metrics
+}
+
+func newGatedRig(t *testing.T) *gatedRig {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	world, sim := servedWorld(t, 11)
@@ -71,8 +86,9 @@ func TestSmallMergesGoOnBesideABigOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	metrics := NewMetrics()
 	r := &Runner{Config: Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), FlushInterval: 50 * time.Millisecond,
-		MemtableBytes: 1 << 20, GCGrace: time.Nanosecond, Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})},
+		MemtableBytes: 1 << 20, GCGrace: time.Nanosecond, Metrics: metrics, Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})},
 		Sources: []Source{bf, js}, CompactionInterval: 50 * time.Millisecond, CompactionFanIn: 2}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
@@ -86,11 +102,6 @@ func TestSmallMergesGoOnBesideABigOne(t *testing.T) {
 		}
 		return nil
 	})
-
-	// Hold back the reads of every links table there is, and ask for a
-	// full compaction: the big lane takes the tree and waits. Both while
-	// no write path runs (as across a leader change), so that no merge of
-	// the small lane has started on a held table before the request.
 	cancel()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
@@ -99,7 +110,7 @@ func TestSmallMergesGoOnBesideABigOne(t *testing.T) {
 	// without a read): a loaded host's many flushes can merge the backfill
 	// down to one run. Then the network goes on until a flush adds another.
 	for len(node.FSM.Manifest().RunsOf(lsm.TreeLinks)) < 2 {
-		ctx, cancel = context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(context.Background())
 		go func() { done <- r.Run(ctx) }()
 		world.Step(50)
 		waitFor(t, "a flush beside the lone run", 30*time.Second, func() error {
@@ -113,17 +124,41 @@ func TestSmallMergesGoOnBesideABigOne(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel = context.WithCancel(context.Background())
-	defer cancel()
-	before := map[string]bool{}
-	store.mu.Lock()
-	for _, run := range node.FSM.Manifest().RunsOf(lsm.TreeLinks) {
-		before[run.ID] = true
+	return &gatedRig{world: world, node: node, store: store, js: js, r: r, metrics: metrics}
+}
+
+// holdLinks holds back (or, with fail, refuses) the data reads of every
+// links table there is, and returns the links runs.
+func (g *gatedRig) holdLinks(fail error) map[string]bool {
+	runs := map[string]bool{}
+	g.store.mu.Lock()
+	defer g.store.mu.Unlock()
+	g.store.fail = fail
+	for _, run := range g.node.FSM.Manifest().RunsOf(lsm.TreeLinks) {
+		runs[run.ID] = true
 		for _, tb := range run.Tables {
-			store.held[tb.ID] = true
+			g.store.held[tb.ID] = true
 		}
 	}
-	store.mu.Unlock()
+	return runs
+}
+
+// While a merge of the big lane cannot finish (a full compaction whose
+// input reads are held back, as a merge of hours would be), the runs
+// flushed meanwhile are still merged by the small lane, which catches up
+// with them while the full compaction is still held; once the reads go
+// on, the full compaction is published and the index equals the model.
+func TestSmallMergesGoOnBesideABigOne(t *testing.T) {
+	g := newGatedRig(t)
+	world, node, store, js, r := g.world, g.node, g.store, g.js, g.r
+	// Hold back the reads of every links table there is, and ask for a
+	// full compaction: the big lane takes the tree and waits. Both while
+	// no write path runs (as across a leader change), so that no merge of
+	// the small lane has started on a held table before the request.
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	before := g.holdLinks(nil)
 	if len(before) == 0 {
 		t.Fatal("no links run after the backfill")
 	}
@@ -186,6 +221,54 @@ func TestSmallMergesGoOnBesideABigOne(t *testing.T) {
 	}
 	t.Logf("runs flushed beside the full compaction: at most %d at once", most)
 	compareModel(t, node, store, world)
+	if done := testutil.ToFloat64(g.metrics.Compactions.WithLabelValues(string(lsm.TreeLinks), "done")); done < 2 {
+		t.Errorf("eddy_compactions_total{tree=links,result=done} %v, want the full compaction and a small merge at least", done)
+	}
+}
+
+// A full compaction whose inputs cannot be read fails, is counted and
+// logged, and is tried again at the next look until the store heals:
+// then it is published, and the index equals the model.
+func TestFailedFullCompactionIsTriedAgain(t *testing.T) {
+	g := newGatedRig(t)
+	close(g.store.open)
+	before := g.holdLinks(errors.New("injected: the store refuses the table"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := RequestFullCompaction(ctx, g.node); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.r.Run(ctx) }()
+	failed := func() float64 {
+		return testutil.ToFloat64(g.metrics.Compactions.WithLabelValues(string(lsm.TreeLinks), "failed"))
+	}
+	waitFor(t, "failed merges", 30*time.Second, func() error {
+		if f := failed(); f < 3 {
+			return fmt.Errorf("%v failed", f)
+		}
+		return nil
+	})
+	if !stillAll(g.node.FSM.Manifest(), before) || len(FullCompactionPending(g.node.FSM)) == 0 {
+		t.Fatal("a failed full compaction changed the manifest or ended its request")
+	}
+	g.store.mu.Lock()
+	g.store.fail = nil
+	g.store.mu.Unlock()
+	waitFor(t, "the full compaction", 60*time.Second, func() error {
+		if p := FullCompactionPending(g.node.FSM); len(p) != 0 {
+			return fmt.Errorf("trees %v pending", p)
+		}
+		if stillAll(g.node.FSM.Manifest(), before) {
+			return errors.New("the runs are still there")
+		}
+		return nil
+	})
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	compareModel(t, g.node, g.store, g.world)
 }
 
 // stillAll reports whether every run of ids is still in m.

@@ -367,7 +367,7 @@ func TestFullCompactionRequests(t *testing.T) {
 	if _, err := RequestFullCompaction(ctx, node); err != nil {
 		t.Fatal(err)
 	}
-	if runs, _ := r.fullInputs(ctx, node.FSM.Manifest(), lsm.TreeLinks, log); runs != nil || node.FSM.Setting(key) != "" {
+	if runs, _ := r.fullInputs(ctx, node.FSM.Manifest(), lsm.TreeLinks, log, NewMetrics()); runs != nil || node.FSM.Setting(key) != "" {
 		t.Fatalf("an empty tree: runs %v, request %q", runs, node.FSM.Setting(key))
 	}
 }

@@ -42,6 +42,11 @@ type Metrics struct {
 	GCBlockedSeconds prometheus.Gauge       // how long a due deletion has waited for a member (0: none)
 	GCOrphans        prometheus.Gauge       // unreferenced tables seen, waiting out the grace
 
+	// Merges the leader's compaction loop ended, by tree and result: done
+	// (handed to the next flush to publish) or failed (an input or the
+	// store could not be read or written; tried again at the next look).
+	Compactions *prometheus.CounterVec
+
 	// Resyncs held back (resync.go): one whose repository, fetched, is
 	// ahead of the stream that asked for it waits for the stream
 	// (deferred); one deferred or queued whose account was deactivated,
@@ -67,6 +72,8 @@ func NewMetrics() *Metrics {
 		GCBlockedSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_gc_blocked_seconds",
 			Help: "How long the deletion of a garbage table past its grace has been held back by a member that is down, unreachable or serves an older generation (0: none; the leader logs which)."}),
 		GCOrphans: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_gc_orphan_tables", Help: "Table objects no manifest references that the leader's sweep saw and waits a grace period to delete."}),
+		Compactions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_compactions_total",
+			Help: "Merges (and full compactions) the leader ended, by tree and result: done, or failed (logged with its error; tried again at the compaction loop's next look)."}, []string{"tree", "result"}),
 
 		ResyncsDeferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_ingest_resyncs_deferred_total",
 			Help: "Resyncs held back because the repository fetched was ahead of the stream that asked for it (a stream catching up): each waits until the stream reaches the repository's revision, then fetches it again."}),
@@ -78,7 +85,7 @@ func NewMetrics() *Metrics {
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.Events, m.Links, m.Skipped, m.RepoSplits, m.FlushSeconds, m.PublishSeconds, m.Generation, m.Lag, m.lagEvents,
-		m.GCDeleted, m.GCDeletedBytes, m.GCBlockedSeconds, m.GCOrphans, m.ResyncsDeferred, m.ResyncsCancelled} {
+		m.GCDeleted, m.GCDeletedBytes, m.GCBlockedSeconds, m.GCOrphans, m.Compactions, m.ResyncsDeferred, m.ResyncsCancelled} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

@@ -195,8 +195,10 @@ type fullMerge struct {
 
 // fullInputs returns the runs of tree to merge for a pending full
 // compaction and the request's value (nil if none is pending, or the tree
-// has fewer than two runs: then it is done, and its request deleted).
-func (r *Runner) fullInputs(ctx context.Context, m *lsm.Manifest, tree lsm.Tree, log hclog.Logger) ([]lsm.Run, string) {
+// has fewer than two runs: then it is done, and its request deleted). A
+// lone run whose form cannot be read counts as a failed compaction in
+// metrics and is tried again at the next look, as a failed merge is.
+func (r *Runner) fullInputs(ctx context.Context, m *lsm.Manifest, tree lsm.Tree, log hclog.Logger, metrics *Metrics) ([]lsm.Run, string) {
 	asked := r.Config.Node.FSM.Setting(fullCompactionKey + string(tree))
 	if asked == "" {
 		return nil, ""
@@ -208,6 +210,7 @@ func (r *Runner) fullInputs(ctx context.Context, m *lsm.Manifest, tree lsm.Tree,
 		// flushes) is rewritten in columns; another is merged already.
 		fast, err := lsm.RunInFastForm(ctx, r.Config.Catalog, runs[0])
 		if err != nil {
+			metrics.Compactions.WithLabelValues(string(tree), "failed").Inc()
 			log.Warn("full compaction: could not read the run's form; trying again", "tree", tree, "error", err)
 			return nil, ""
 		}
