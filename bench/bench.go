@@ -99,6 +99,10 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	b.mem = newMemWatch("generate")
 	defer b.mem.close()
 	res.Shape = b.cfg.Shape
+	res.FanIn = b.cfg.FanIn
+	if res.FanIn <= 1 {
+		res.FanIn = lsm.DefaultCompactionFanIn
+	}
 	if b.cfg.Shape != ShapeMem {
 		res.Clocks = "host"
 		if b.cfg.AccountClocks {
@@ -138,7 +142,7 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	b.store = store
 	b.dbDir = filepath.Join(tmp, "db")
 	b.db, err = lsm.Open(ctx, lsm.Options{
-		Store: b.counting, Dir: b.dbDir, MemtableBytes: b.cfg.MemtableBytes, MetaCacheBytes: b.cfg.MetaCacheBytes, NoGCGrace: true,
+		Store: b.counting, Dir: b.dbDir, MemtableBytes: b.cfg.MemtableBytes, CompactionFanIn: b.cfg.FanIn, MetaCacheBytes: b.cfg.MetaCacheBytes, NoGCGrace: true,
 	})
 	if err != nil {
 		return nil, err

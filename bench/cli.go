@@ -93,6 +93,7 @@ type Config struct {
 	JSON          bool
 	Queries       int
 	MemtableBytes int
+	FanIn         int // lsm.Options.CompactionFanIn (0: the default)
 	// MetaCacheBytes is lsm.Options.MetaCacheBytes: 0 (the default) maps
 	// the table metadata, > 0 bounds a cache of decoded metadata, < 0
 	// keeps all of it decoded.
@@ -155,6 +156,7 @@ func Flags(c *Config, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object")
 	fs.IntVar(&c.Queries, "queries", 4000, "warm queries (targets with up to 1,000 links, limit 100)")
 	fs.IntVar(&c.MemtableBytes, "memtable-bytes", 0, "memtable bound per tree (0: lsm.DefaultMemtableBytes)")
+	fs.IntVar(&c.FanIn, "fan-in", 0, "runs of a tier merged at once (0: lsm.DefaultCompactionFanIn, as a node's --compaction-fan-in)")
 	fs.Int64Var(&c.MetaCacheBytes, "meta-cache-bytes", 0, "0: table metadata mapped and read in place (the default); > 0: a cache of decoded metadata of that size; < 0: all decoded")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of --profile-phase to this file")
 	fs.StringVar(&c.ProfilePhase, "profile-phase", "all", "phase the CPU profile covers: all (from the first write to the end), write (the write phase), compact (the full compaction of --compact-full), query (the timed warm queries), cold (the cold queries), count (the counts of the mega target) or pebble")

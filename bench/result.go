@@ -28,6 +28,8 @@ type Result struct {
 	// The workload's shape (mem, backfill, live) and, for the streaming
 	// shapes, what happened in it and the sample the check covers.
 	Shape string `json:"shape"`
+	// FanIn: runs of a tier merged at once (--fan-in, or the default).
+	FanIn int `json:"fan_in"`
 	// Clocks is the streaming shapes' model of TID clock ids: "host" (a
 	// host's, changing with its restarts) or "account" (--account-clocks).
 	Clocks          string  `json:"clocks,omitempty"`
