@@ -156,7 +156,7 @@ func Flags(c *Config, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object")
 	fs.IntVar(&c.Queries, "queries", 4000, "warm queries (targets with up to 1,000 links, limit 100)")
 	fs.IntVar(&c.MemtableBytes, "memtable-bytes", 0, "memtable bound per tree (0: lsm.DefaultMemtableBytes)")
-	fs.IntVar(&c.FanIn, "fan-in", 0, "runs of a tier merged at once (0: lsm.DefaultCompactionFanIn, as a node's --compaction-fan-in)")
+	fs.IntVar(&c.FanIn, "fan-in", 0, "flushes of a tier merged at once, merged runs twice as many (0: lsm.DefaultCompactionFanIn, as a node's --compaction-fan-in)")
 	fs.Int64Var(&c.MetaCacheBytes, "meta-cache-bytes", 0, "0: table metadata mapped and read in place (the default); > 0: a cache of decoded metadata of that size; < 0: all decoded")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of --profile-phase to this file")
 	fs.StringVar(&c.ProfilePhase, "profile-phase", "all", "phase the CPU profile covers: all (from the first write to the end), write (the write phase), compact (the full compaction of --compact-full), query (the timed warm queries), cold (the cold queries), count (the counts of the mega target) or pebble")

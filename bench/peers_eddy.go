@@ -62,9 +62,9 @@ func s3Store(endpoint string) (*s3.Store, error) {
 
 func (p *eddyPeer) config() string {
 	if p.minio != nil {
-		return "lsm engine defaults (64 MiB memtables, fan-in 8, 256 MiB frame cache, mapped table metadata), every tree compacted whole at the end as Pebble is, a local MinIO server as its bucket (S3 API); bytes: the bucket's objects (tables, manifests) and the local metadata directory"
+		return "lsm engine defaults (64 MiB memtables, fan-in 8 for flushes and 16 for merged runs, 256 MiB frame cache, mapped table metadata), every tree compacted whole at the end as Pebble is, a local MinIO server as its bucket (S3 API); bytes: the bucket's objects (tables, manifests) and the local metadata directory"
 	}
-	return "lsm engine defaults (64 MiB memtables, fan-in 8, 256 MiB frame cache, mapped table metadata), every tree compacted whole at the end as Pebble is, local directory store; bytes: the store and the local metadata directory"
+	return "lsm engine defaults (64 MiB memtables, fan-in 8 for flushes and 16 for merged runs, 256 MiB frame cache, mapped table metadata), every tree compacted whole at the end as Pebble is, local directory store; bytes: the store and the local metadata directory"
 }
 
 func (p *eddyPeer) add(op *workload.Op) error {

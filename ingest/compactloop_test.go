@@ -291,7 +291,7 @@ func TestPickLane(t *testing.T) {
 	add := func(sizes ...uint64) {
 		for _, b := range sizes {
 			id := fmt.Sprint(len(m.Runs))
-			m.Runs = append(m.Runs, lsm.Run{ID: id, Tree: lsm.TreeLinks, Seq: uint64(len(m.Runs)), Tables: []lsm.TableRef{{ID: id, DataBytes: b}}})
+			m.Runs = append(m.Runs, lsm.Run{ID: id, Tree: lsm.TreeLinks, Seq: uint64(len(m.Runs)), Kind: lsm.RunDelta, Tables: []lsm.TableRef{{ID: id, DataBytes: b}}})
 		}
 	}
 	add(8<<20, 8<<20)                                    // 0, 1: a small merge

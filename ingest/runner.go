@@ -63,8 +63,8 @@ type Runner struct {
 	CompactionInterval time.Duration
 	// ShardTargetBytes for compacted runs (0: lsm default).
 	ShardTargetBytes uint64
-	// CompactionFanIn: runs of a tier merged together (0:
-	// lsm.DefaultCompactionFanIn).
+	// CompactionFanIn: flushes of a tier merged together, merged runs
+	// lsm.MergedFanIn of it (0: lsm.DefaultCompactionFanIn).
 	CompactionFanIn int
 	// SpillDir holds a compaction's input tables, each split by output
 	// shard, until their output shards are built (a directory on local

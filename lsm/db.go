@@ -41,7 +41,7 @@ type Options struct {
 	// again from Dir when a query needs it); negative keeps every meta
 	// decoded.
 	MetaCacheBytes   int64
-	CompactionFanIn  int    // runs merged at once; DefaultCompactionFanIn when 0
+	CompactionFanIn  int    // flushes merged at once (merged runs: MergedFanIn of it); DefaultCompactionFanIn when 0
 	ShardTargetBytes uint64 // DefaultShardTargetBytes when 0
 	GCGrace          time.Duration
 	NoGCGrace        bool // delete garbage at once (tests)

@@ -105,7 +105,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.DurationVar(&c.flushInterval, "flush-interval", ingest.DefaultFlushInterval, "longest time an ingested operation waits before its flush starts (50ms..10m)")
 	fs.IntVar(&c.memtableBytes, "memtable-bytes", ingest.DefaultMemtableBytes, "memory bound of each memtable, bytes (1 MiB..4 GiB)")
 	fs.DurationVar(&c.gcGrace, "gc-grace", lsm.DefaultGCGrace, "how long a table that left the manifest, or an object under tables/ no manifest names, stays in the bucket before the leader deletes it (once every member serves past it); must exceed the longest compaction (1s..24h; below 1m for tests only)")
-	fs.IntVar(&c.compactionFanIn, "compaction-fan-in", lsm.DefaultCompactionFanIn, "runs of a size tier merged by one compaction (2..64)")
+	fs.IntVar(&c.compactionFanIn, "compaction-fan-in", lsm.DefaultCompactionFanIn, "flushes (delta runs) of a size tier merged by one compaction (2..64); merged runs are merged twice as many at a time")
 	fs.DurationVar(&c.compactionInterval, "compaction-interval", 5*time.Second, "how often the leader looks for a merge due (100ms..1h)")
 	fs.Int64Var(&c.cacheBytes, "cache-bytes", lsm.DefaultCacheBytes, "bound of the decoded-frame cache, bytes (1 MiB..1 TiB)")
 	fs.Int64Var(&c.metaCacheBytes, "meta-cache-bytes", 0, "0: table metadata is read in place from its files in the data directory (mapped; the page cache holds what is hot); else the bound of a cache of decoded metadata, bytes (1 MiB..1 TiB; the rest decoded again from the data directory)")
