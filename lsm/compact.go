@@ -92,10 +92,12 @@ func PickCompactionAtLeast(m *Manifest, t Tree, fanIn int, minBytes uint64) []Ru
 // links of 1M-link flushes, fan-in 8 throughout merges a record 2.47
 // times (and keeps at most 21 runs), 8 then 16 1.94 times (at most 28;
 // at 100B, 4.67 and 36 against 3.67 and 53), simulated as in
-// TestPickCompactionWritesLogFanIn. The runs a
-// query asks grow by a few filter probes, which cost little beside a
-// frame decoded; and merges of flushes stay eight, so the fast form,
-// twice the columns' bytes, holds no more of the tree than before.
+// TestPickCompactionWritesLogFanIn. The price is paid by reads and
+// bytes at rest: a target in every run (a popular one) has a frame to
+// read in each, and up to fifteen merges of flushes, in the fast form at
+// about twice the columns' bytes, wait for the sixteenth instead of
+// seven for the eighth (docs/scale.md, "Merged runs sixteen at a
+// time", has the figures).
 func MergedFanIn(fanIn int) int {
 	return 2 * fanIn
 }
