@@ -49,6 +49,13 @@ type ServeResult struct {
 	RevocationRuns    int     `json:"revocation_runs"`
 	Compactions       int     `json:"compactions,omitempty"` // --compact: merges made before the queries
 	CompactS          float64 `json:"compact_s,omitempty"`
+	// --compact-full: every tree merged into one run before the queries
+	// (DB.CompactFull), its CPU time and wall time.
+	FullCompactCPUs float64 `json:"full_compact_cpu_s,omitempty"`
+	FullCompactS    float64 `json:"full_compact_s,omitempty"`
+	// StoreTableBytes: the data and meta objects of the manifest's
+	// tables, what the bucket holds but for its manifests.
+	StoreTableBytes uint64 `json:"store_table_bytes"`
 	// --counts: Count of the mega target, warm (after one count to warm
 	// the cache), the median of the timed ones, measured after the memory
 	// figures above.
@@ -82,6 +89,7 @@ func serveMain(ctx context.Context, name string, args []string, stdout, stderr i
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the timed pass to this file (and of the counts to FILE.count)")
 	counts := fs.Int("counts", 0, "then time this many counts of the mega target (after one that warms the cache; the median is reported)")
 	compact := fs.Bool("compact", false, "first make every compaction this engine's policy picks on the index (as a node of this version would after an upgrade), then measure")
+	full := fs.Bool("compact-full", false, "first merge every tree into one run (a major compaction, as after a backfill; after --compact), then measure")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -96,7 +104,7 @@ func serveMain(ctx context.Context, name string, args []string, stdout, stderr i
 	if err != nil {
 		return err
 	}
-	res, err := serve(ctx, *dir, st, *seed, *queries, *cache, *metaCache, *profile, *compact, stderr)
+	res, err := serve(ctx, *dir, st, *seed, *queries, *cache, *metaCache, *profile, *compact, *full, stderr)
 	if err != nil {
 		return err
 	}
@@ -110,7 +118,7 @@ func serveMain(ctx context.Context, name string, args []string, stdout, stderr i
 }
 
 // serve opens the index in dir and measures it (serveMain).
-func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, queries int, cache, metaCache int64, profile string, compact bool, log io.Writer) (*ServeResult, error) {
+func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, queries int, cache, metaCache int64, profile string, compact, full bool, log io.Writer) (*ServeResult, error) {
 	t0 := time.Now()
 	db, err := openKept(ctx, dir, cache, metaCache)
 	if err != nil {
@@ -133,11 +141,22 @@ func serve(ctx context.Context, dir string, st *workload.Stream, seed uint64, qu
 		res.CompactS = time.Since(t1).Seconds()
 		fmt.Fprintf(log, "serve: %d compactions in %.1fs\n", res.Compactions, res.CompactS)
 	}
+	if full {
+		t1, c1 := time.Now(), cpuTime()
+		if _, err := db.CompactFull(ctx); err != nil {
+			return nil, err
+		}
+		res.FullCompactCPUs, res.FullCompactS = (cpuTime() - c1).Seconds(), time.Since(t1).Seconds()
+		fmt.Fprintf(log, "serve: full compaction in %.1fs (%.1fs of CPU)\n", res.FullCompactS, res.FullCompactCPUs)
+	}
 	m := db.View().Manifest
 	res.Runs = len(m.Runs)
 	res.RevocationRuns = len(m.RunsOf(lsm.TreeRevocations))
 	for _, r := range m.Runs {
 		res.Tables += len(r.Tables)
+		for _, t := range r.Tables {
+			res.StoreTableBytes += t.DataBytes + t.MetaBytes
+		}
 	}
 	var pool []qtarget
 	for i, t := range st.Sample {

@@ -92,8 +92,22 @@ func TestBenchServe(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Queries != 300 || res.QueryTargets == 0 || res.QueryP50us <= 0 || res.RSSBytes <= 0 || res.Runs == 0 || res.MetaCacheMetas == 0 {
+	if res.Queries != 300 || res.QueryTargets == 0 || res.QueryP50us <= 0 || res.RSSBytes <= 0 || res.Runs == 0 || res.MetaCacheMetas == 0 || res.StoreTableBytes == 0 {
 		t.Fatalf("serve: %+v", res)
+	}
+	// --compact-full merges each tree into one run first (the flush's
+	// lone run of links, in the fast form, is rewritten in columns).
+	out.Reset()
+	if code := run([]string{"serve", "--dir", dirs[0], "--links", "60000", "--queries", "300", "--compact-full"}, &out, &errb); code != 0 {
+		t.Fatalf("serve --compact-full: exit %d: %s", code, errb.String())
+	}
+	var merged ServeResult
+	if err := json.Unmarshal(out.Bytes(), &merged); err != nil {
+		t.Fatal(err)
+	}
+	if merged.Runs != 1+merged.RevocationRuns || merged.RevocationRuns > 1 || merged.FullCompactS <= 0 || merged.QueryTargets != res.QueryTargets ||
+		merged.StoreTableBytes == 0 || merged.StoreTableBytes >= res.StoreTableBytes {
+		t.Fatalf("serve --compact-full: %+v, before it %d runs of %d bytes", merged, res.Runs, res.StoreTableBytes)
 	}
 	if code := run([]string{"serve", "--links", "60000"}, &out, &errb); code != 2 {
 		t.Fatalf("serve without --dir: exit %d, want 2", code)
