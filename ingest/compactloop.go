@@ -89,6 +89,9 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			l := &lanes[res.lane]
 			if res.err != nil {
 				l.end()
+				if ctx.Err() != nil {
+					continue // cut short by the write path's end, not failed
+				}
 				w.metrics.Compactions.WithLabelValues(string(res.tree), "failed").Inc()
 				w.log.Warn("compaction failed", "tree", res.tree, "error", res.err)
 				continue

@@ -111,6 +111,7 @@ func newGatedRig(t *testing.T) *gatedRig {
 	// down to one run. Then the network goes on until a flush adds another.
 	for len(node.FSM.Manifest().RunsOf(lsm.TreeLinks)) < 2 {
 		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel() // also if waitFor fails
 		go func() { done <- r.Run(ctx) }()
 		world.Step(50)
 		waitFor(t, "a flush beside the lone run", 30*time.Second, func() error {

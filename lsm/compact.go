@@ -43,9 +43,10 @@ const (
 // links tree (and the PLC and names trees) are size-tiered: the oldest
 // fanIn runs of the lowest tier (runs up to tierBaseBytes) if it has that
 // many, else the smallest merge of similar larger runs (pickSimilar):
-// fanIn flushes (delta runs), or MergedFanIn(fanIn) merged runs, each
-// kind among its own (a merge of flushes is about fanIn times a flush,
-// within the spread of the merged runs' windows). The revocation tree
+// fanIn flushes (delta runs), or MergedFanIn(fanIn) runs of any kind,
+// within the spread of fanIn (a merge of flushes, about fanIn times a
+// flush, is outside it, so the two generations do not mix). The
+// revocation tree
 // merges its newest runs into an older one by size ratio (pickRatio).
 func PickCompaction(m *Manifest, t Tree, fanIn int) []Run {
 	return PickCompactionAtLeast(m, t, fanIn, 0)
@@ -60,15 +61,16 @@ func PickCompactionAtLeast(m *Manifest, t Tree, fanIn int, minBytes uint64) []Ru
 	if t == TreeRevocations {
 		return atLeast(pickRatio(m.RunsOf(t), revocationMergeRatio, revocationMergeMaxRuns), minBytes)
 	}
-	var small, flushes, merged []Run
+	var small, flushes, large []Run
 	for _, r := range m.RunsOf(t) {
 		switch {
 		case r.Bytes() <= tierBaseBytes:
 			small = append(small, r)
-		case r.Kind == RunDelta:
-			flushes = append(flushes, r)
 		default:
-			merged = append(merged, r)
+			large = append(large, r)
+			if r.Kind == RunDelta {
+				flushes = append(flushes, r)
+			}
 		}
 	}
 	if len(small) >= fanIn {
@@ -76,8 +78,12 @@ func PickCompactionAtLeast(m *Manifest, t Tree, fanIn int, minBytes uint64) []Ru
 			return p
 		}
 	}
+	// fanIn flushes, or MergedFanIn(fanIn) runs of any kind, within the
+	// same spread: a flush whose size no other flush shares (the last of
+	// a backfill's large flushes, once the live tail's are small) still
+	// joins merged runs of its size.
 	a := pickSimilar(flushes, fanIn, minBytes)
-	b := pickSimilar(merged, MergedFanIn(fanIn), minBytes)
+	b := pickWindow(large, MergedFanIn(fanIn), similarSpread(fanIn), minBytes)
 	if a == nil || (b != nil && runsRecords(b) < runsRecords(a)) {
 		return b
 	}
@@ -91,8 +97,8 @@ func PickCompactionAtLeast(m *Manifest, t Tree, fanIn int, minBytes uint64) []Ru
 // of the write path, so it is merged half as often per record: at 1B
 // links of 1M-link flushes, fan-in 8 throughout merges a record 2.47
 // times (and keeps at most 21 runs), 8 then 16 1.94 times (at most 28;
-// at 100B, 4.67 and 36 against 3.67 and 53), simulated as in
-// TestPickCompactionWritesLogFanIn. The price is paid by reads and
+// at 100B, 4.67 and 36 against 3.67 and 53), simulated with equal
+// flushes that do not shrink in a merge. The price is paid by reads and
 // bytes at rest: a target in every run (a popular one) has a frame to
 // read in each, and up to fifteen merges of flushes, in the fast form at
 // about twice the columns' bytes, wait for the sixteenth instead of
@@ -156,15 +162,21 @@ func RunsBytes(runs []Run) uint64 {
 // band of sizes within the spread holds fewer than fanIn runs after the
 // merges, so the tree keeps O(fanIn log(size)) runs.
 func pickSimilar(runs []Run, fanIn int, minBytes uint64) []Run {
-	if len(runs) < fanIn {
+	return pickWindow(runs, fanIn, similarSpread(fanIn), minBytes)
+}
+
+// pickWindow returns the n runs of runs that are smallest among those
+// whose largest is at most spread times their smallest and that hold at
+// least minBytes together, or nil.
+func pickWindow(runs []Run, n int, spread, minBytes uint64) []Run {
+	if len(runs) < n {
 		return nil
 	}
 	s := slices.Clone(runs)
 	slices.SortStableFunc(s, func(a, b Run) int { return cmp.Compare(a.Records(), b.Records()) })
-	spread := similarSpread(fanIn)
-	for i := 0; i+fanIn <= len(s); i++ {
-		if s[i+fanIn-1].Records() <= spread*s[i].Records() && RunsBytes(s[i:i+fanIn]) >= minBytes {
-			return s[i : i+fanIn]
+	for i := 0; i+n <= len(s); i++ {
+		if s[i+n-1].Records() <= spread*s[i].Records() && RunsBytes(s[i:i+n]) >= minBytes {
+			return s[i : i+n]
 		}
 	}
 	return nil

@@ -237,3 +237,54 @@ func TestPickCompactionAtLeast(t *testing.T) {
 		t.Errorf("PickCompaction = %q, want %q", got, want)
 	}
 }
+
+// TestPickFlushesAndMergedRuns: eight similar flushes merge together,
+// sixteen similar runs of any kind together, the smaller merge first; a
+// flush no other flush is similar to (a backfill's last large flush, once
+// the live tail's are small) joins merged runs of its size.
+func TestPickFlushesAndMergedRuns(t *testing.T) {
+	const mi = 1 << 20
+	type spec struct {
+		kind    RunKind
+		records uint64
+		n       int
+	}
+	build := func(specs ...spec) *Manifest {
+		m := &Manifest{}
+		for _, s := range specs {
+			for range s.n {
+				id := strconv.Itoa(len(m.Runs))
+				m.Runs = append(m.Runs, Run{ID: id, Tree: TreeLinks, Seq: uint64(len(m.Runs)), Kind: s.kind,
+					Tables: []TableRef{{ID: id, DataBytes: 2 * mi * s.records / mi, Records: s.records}}})
+			}
+		}
+		return m
+	}
+	kinds := func(rs []Run) (flushes, merged int) {
+		for _, r := range rs {
+			if r.Kind == RunDelta {
+				flushes++
+			} else {
+				merged++
+			}
+		}
+		return flushes, merged
+	}
+	for _, c := range []struct {
+		name            string
+		m               *Manifest
+		flushes, merged int
+	}{
+		{"seven flushes, fifteen merged runs: none", build(spec{RunDelta, mi, 7}, spec{RunCompacted, 8 * mi, 15}), 0, 0},
+		{"eight flushes", build(spec{RunDelta, mi, 8}, spec{RunCompacted, 8 * mi, 15}), 8, 0},
+		{"sixteen merged runs", build(spec{RunDelta, mi, 7}, spec{RunCompacted, 8 * mi, 16}), 0, 16},
+		{"the smaller first", build(spec{RunDelta, mi, 8}, spec{RunCompacted, 8 * mi, 16}), 8, 0},
+		{"a lone large flush joins fifteen merged runs", build(spec{RunDelta, 32 * mi, 1}, spec{RunCompacted, 40 * mi, 15}), 1, 15},
+		{"but not runs more than the spread apart", build(spec{RunDelta, 4 * mi, 1}, spec{RunCompacted, 40 * mi, 15}), 0, 0},
+	} {
+		got := PickCompaction(c.m, TreeLinks, 8)
+		if f, m := kinds(got); f != c.flushes || m != c.merged {
+			t.Errorf("%s: picked %d flushes and %d merged runs, want %d and %d", c.name, f, m, c.flushes, c.merged)
+		}
+	}
+}
