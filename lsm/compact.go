@@ -46,8 +46,8 @@ const (
 // fanIn flushes (delta runs), or MergedFanIn(fanIn) runs of any kind,
 // within the spread of fanIn (a merge of flushes, about fanIn times a
 // flush, is outside it, so the two generations do not mix). The
-// revocation tree
-// merges its newest runs into an older one by size ratio (pickRatio).
+// revocation tree merges its newest runs into an older one by size ratio
+// (pickRatio).
 func PickCompaction(m *Manifest, t Tree, fanIn int) []Run {
 	return PickCompactionAtLeast(m, t, fanIn, 0)
 }
