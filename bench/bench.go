@@ -99,10 +99,7 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	b.mem = newMemWatch("generate")
 	defer b.mem.close()
 	res.Shape = b.cfg.Shape
-	res.FanIn = b.cfg.FanIn
-	if res.FanIn <= 1 {
-		res.FanIn = lsm.DefaultCompactionFanIn
-	}
+	res.FanIn = lsm.FanInOrDefault(b.cfg.FanIn)
 	if b.cfg.Shape != ShapeMem {
 		res.Clocks = "host"
 		if b.cfg.AccountClocks {

@@ -109,7 +109,10 @@ func newGatedRig(t *testing.T) *gatedRig {
 	// A tree of one merged run has nothing to compact (the request is done
 	// without a read): a loaded host's many flushes can merge the backfill
 	// down to one run. Then the network goes on until a flush adds another.
-	for len(node.FSM.Manifest().RunsOf(lsm.TreeLinks)) < 2 {
+	for try := 0; len(node.FSM.Manifest().RunsOf(lsm.TreeLinks)) < 2; try++ {
+		if try == 10 {
+			t.Fatal("the links tree never kept two runs across ten flushes")
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel() // also if waitFor fails
 		go func() { done <- r.Run(ctx) }()

@@ -195,28 +195,23 @@ type fullMerge struct {
 
 // fullInputs returns the runs of tree to merge for a pending full
 // compaction and the request's value (nil if none is pending, or the tree
-// has fewer than two runs: then it is done, and its request deleted). A
-// lone run whose form cannot be read counts as a failed compaction in
-// metrics and is tried again at the next look, as a failed merge is.
+// has no work for it, lsm.FullCompactionNeeded: then it is done, and its
+// request deleted). A lone run whose form cannot be read counts as a
+// failed compaction in metrics and is tried again at the next look, as a
+// failed merge is.
 func (r *Runner) fullInputs(ctx context.Context, m *lsm.Manifest, tree lsm.Tree, log hclog.Logger, metrics *Metrics) ([]lsm.Run, string) {
 	asked := r.Config.Node.FSM.Setting(fullCompactionKey + string(tree))
 	if asked == "" {
 		return nil, ""
 	}
 	runs := m.RunsOf(tree)
-	one := len(runs) == 1
-	if one {
-		// A lone run in the fast form (a flush's, or a merge of
-		// flushes) is rewritten in columns; another is merged already.
-		fast, err := lsm.RunInFastForm(ctx, r.Config.Catalog, runs[0])
-		if err != nil {
-			metrics.Compactions.WithLabelValues(string(tree), "failed").Inc()
-			log.Warn("full compaction: could not read the run's form; trying again", "tree", tree, "error", err)
-			return nil, ""
-		}
-		one = !fast
+	need, err := lsm.FullCompactionNeeded(ctx, r.Config.Catalog, runs)
+	if err != nil {
+		metrics.Compactions.WithLabelValues(string(tree), "failed").Inc()
+		log.Warn("full compaction: could not read the run's form; trying again", "tree", tree, "error", err)
+		return nil, ""
 	}
-	if len(runs) == 0 || one {
+	if !need {
 		r.fullDone(ctx, fullMerge{tree, asked}, log)
 		return nil, ""
 	}
@@ -430,10 +425,7 @@ func (r *Runner) waitLiveCursors(ctx context.Context, log hclog.Logger) bool {
 
 // FanIn is the compaction fan-in the runner merges tiers with.
 func (r *Runner) FanIn() int {
-	if r.CompactionFanIn >= 2 {
-		return r.CompactionFanIn
-	}
-	return lsm.DefaultCompactionFanIn
+	return lsm.FanInOrDefault(r.CompactionFanIn)
 }
 
 func (r *Runner) shardTarget() uint64 {

@@ -11,8 +11,7 @@ import (
 const (
 	// tierBaseBytes: runs of the links tree up to this size make one
 	// tier, its oldest CompactionFanIn runs merged together; larger runs
-	// are merged in windows of similar size (pickSimilar), flushes and
-	// merged runs apart.
+	// are merged in windows of similar size (PickCompactionAtLeast).
 	tierBaseBytes = 1 << 20
 	// DefaultCompactionShardBytes bounds the decoded bytes of one output
 	// shard of a compaction: what a merge holds in memory at once (its
@@ -90,8 +89,9 @@ func PickCompactionAtLeast(m *Manifest, t Tree, fanIn int, minBytes uint64) []Ru
 	return a
 }
 
-// MergedFanIn is how many merged runs (above the lowest tier) one merge
-// takes, for a tree whose flushes merge fanIn at a time: twice as many.
+// MergedFanIn is how many runs above the lowest tier one merge takes
+// when they are not all flushes, for a tree whose flushes merge fanIn at
+// a time: twice as many.
 // A flush is read once and rewritten in the fast form (FastMerge); a
 // merged run is decoded and written again in columns, the costliest work
 // of the write path, so it is merged half as often per record: at 1B
@@ -106,6 +106,14 @@ func PickCompactionAtLeast(m *Manifest, t Tree, fanIn int, minBytes uint64) []Ru
 // time", has the figures).
 func MergedFanIn(fanIn int) int {
 	return 2 * fanIn
+}
+
+// FanInOrDefault is fanIn, or DefaultCompactionFanIn if it is below 2.
+func FanInOrDefault(fanIn int) int {
+	if fanIn >= 2 {
+		return fanIn
+	}
+	return DefaultCompactionFanIn
 }
 
 // runsRecords is the records of runs together.
@@ -243,17 +251,11 @@ func (db *DB) CompactFull(ctx context.Context) (bool, error) {
 	did := false
 	for _, t := range []Tree{TreeLinks, TreeRevocations} {
 		inputs := db.View().Manifest.RunsOf(t)
-		if len(inputs) == 0 {
-			continue
-		}
-		if len(inputs) == 1 {
-			fast, err := RunInFastForm(ctx, db.cat, inputs[0])
+		if need, err := FullCompactionNeeded(ctx, db.cat, inputs); err != nil || !need {
 			if err != nil {
 				return did, err
 			}
-			if !fast {
-				continue
-			}
+			continue
 		}
 		if err := db.compactLocked(ctx, t, inputs, true); err != nil {
 			return did, err
@@ -261,6 +263,20 @@ func (db *DB) CompactFull(ctx context.Context) (bool, error) {
 		did = true
 	}
 	return did, nil
+}
+
+// FullCompactionNeeded reports whether a full compaction of a tree whose
+// runs are runs has work: two runs or more, or a lone run in the fast
+// form (RunInFastForm: it is rewritten in columns); an error if that
+// run's form cannot be read.
+func FullCompactionNeeded(ctx context.Context, cat *Catalog, runs []Run) (bool, error) {
+	switch len(runs) {
+	case 0:
+		return false, nil
+	case 1:
+		return RunInFastForm(ctx, cat, runs[0])
+	}
+	return true, nil
 }
 
 // compactLocked merges inputs (runs of tree t) into one run and swaps it

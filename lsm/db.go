@@ -92,9 +92,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if opts.Store == nil || opts.Dir == "" {
 		return nil, errors.New("lsm: Open needs a store and a directory")
 	}
-	if opts.CompactionFanIn <= 1 {
-		opts.CompactionFanIn = DefaultCompactionFanIn
-	}
+	opts.CompactionFanIn = FanInOrDefault(opts.CompactionFanIn)
 	if opts.ShardTargetBytes == 0 {
 		opts.ShardTargetBytes = DefaultShardTargetBytes
 	}
