@@ -108,6 +108,18 @@ func MergedFanIn(fanIn int) int {
 	return 2 * fanIn
 }
 
+// MergeAlignFanIn is CompactOptions.AlignFanIn for a merge under fan-in
+// fanIn (FanInOrDefault): the merged fan-in for a merge of flushes
+// (fast), whose output is merged again with MergedFanIn like it; 0
+// otherwise (a run in columns stays as long as the tree holds no
+// fifteen others near its size, and its shards are sized for itself).
+func MergeAlignFanIn(fast bool, fanIn int) int {
+	if !fast {
+		return 0
+	}
+	return MergedFanIn(FanInOrDefault(fanIn))
+}
+
 // FanInOrDefault is fanIn, or DefaultCompactionFanIn if it is below 2.
 func FanInOrDefault(fanIn int) int {
 	if fanIn >= 2 {
@@ -282,9 +294,10 @@ func FullCompactionNeeded(ctx context.Context, cat *Catalog, runs []Run) (bool, 
 // compactLocked merges inputs (runs of tree t) into one run and swaps it
 // in; db.writeMu is held. full: every run of the tree (CountEvery).
 func (db *DB) compactLocked(ctx context.Context, t Tree, inputs []Run, full bool) error {
+	fast := !full && FastMerge(inputs)
 	out, err := CompactRuns(ctx, db.store, db.cat, db.View(), inputs, CompactOptions{
 		ShardTargetBytes: db.opts.ShardTargetBytes, BytesPerSec: db.opts.CompactionBytesPerSec, SpillDir: db.opts.Dir,
-		CountEvery: full, Fast: !full && FastMerge(inputs),
+		CountEvery: full, Fast: fast, AlignFanIn: MergeAlignFanIn(fast, db.opts.CompactionFanIn),
 	})
 	if err != nil {
 		return fmt.Errorf("compact %s: %w", t, err)

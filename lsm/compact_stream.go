@@ -41,6 +41,13 @@ type CompactOptions struct {
 	// a merge of flushes only (FastMerge), whose output the next tier
 	// merges again soon.
 	Fast bool
+	// AlignFanIn (> 1) gives the output at least as many shards as a
+	// merge of this many runs of its size would: that merge then finds
+	// each of its tables within one of its output shards and merges it as
+	// it is decoded, instead of splitting it into a spill first. For a
+	// merge of flushes (Fast), whose output the next tier merges soon,
+	// with MergedFanIn others like it.
+	AlignFanIn int
 }
 
 // FastMerge reports whether a merge of inputs writes the fast form
@@ -133,6 +140,9 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		records += r.Records()
 	}
 	bits := compactionBits(total, records*uint64(f.Width), opt)
+	if k := uint64(opt.AlignFanIn); k > 1 {
+		bits = max(bits, compactionBits(total*k, records*uint64(f.Width)*k, opt))
+	}
 	tables := map[string]*viewTable{}
 	for _, vr := range v.trees[tree] {
 		for _, t := range vr.tables {
@@ -166,6 +176,7 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 	}
 	slices.SortStableFunc(plan, func(a, b rangeTable) int { return cmp.Compare(a.lo, b.lo) })
 	var open []*rangeSpill
+	var direct []rangeTable // read, not spilled: merged as they are decoded
 	defer func() {
 		for _, o := range open {
 			o.sp.close()
@@ -186,6 +197,17 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		for _, rt := range batch {
 			if err := ctx.Err(); err != nil {
 				return err
+			}
+			if rt.direct() {
+				// Read when its shard is merged; counted now, in the
+				// inputs' order, if the dictionary is counted on it.
+				if in.counter != nil && rt.lo < in.counted {
+					if err := in.count(ctx, rt.t); err != nil {
+						return err
+					}
+				}
+				direct = append(direct, rt)
+				continue
 			}
 			rs, err := in.readRange(ctx, rt, opt.SpillDir)
 			if err != nil {
@@ -221,11 +243,12 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		if in.counter != nil {
 			in.shared, in.counter = in.counter.dict(), nil
 		}
-		part, err := mergeShard(open, o, buf[:0])
+		part, err := in.mergeShard(ctx, open, direct, o, buf[:0])
 		if err != nil {
 			return Run{}, fmt.Errorf("compaction: %w", err)
 		}
 		buf = part
+		direct = slices.DeleteFunc(direct, func(rt rangeTable) bool { return rt.lo == o })
 		// Spills whose last output shard this was are done.
 		kept := open[:0]
 		for _, rs := range open {
@@ -276,6 +299,11 @@ type rangeTable struct {
 	lo, hi uint32
 	seq    int // its place in the inputs' order
 }
+
+// direct reports whether the table holds records of one output shard
+// only (its run's shards are as fine as the output's, or finer): then it
+// is not split into a spill but merged as its frames are decoded.
+func (rt rangeTable) direct() bool { return rt.hi-rt.lo == 1 }
 
 // rangeSpill is an input table's records, split by output shard [lo, hi).
 type rangeSpill struct {
@@ -356,12 +384,14 @@ func (in *compactionInput) readRange(ctx context.Context, rt rangeTable, spillDi
 	return &rangeSpill{sp: sp, lo: rt.lo, hi: rt.hi}, nil
 }
 
-// mergeShard appends output shard o's records from the open spills,
-// merged into order, to dst (grown to hold them) and returns it. Records
-// equal in every byte come out once each time they were spilled (Fold
-// keeps one).
-func mergeShard(open []*rangeSpill, o uint32, dst []byte) ([]byte, error) {
-	var its []*spillIter
+// mergeShard appends output shard o's records, merged into order, to dst
+// (grown to hold them) and returns it: those in the open spills, and
+// those of the direct tables of shard o (direct may hold others, of
+// shards still to come), each read now and decoded a frame at a time.
+// Records equal in every byte come out once each time they were read
+// (Fold keeps one).
+func (in *compactionInput) mergeShard(ctx context.Context, open []*rangeSpill, direct []rangeTable, o uint32, dst []byte) ([]byte, error) {
+	var cs []*cursor
 	n := 0
 	for _, rs := range open {
 		if o < rs.lo || o >= rs.hi {
@@ -369,16 +399,74 @@ func mergeShard(open []*rangeSpill, o uint32, dst []byte) ([]byte, error) {
 		}
 		s := int(o - rs.lo)
 		for i := range rs.sp.shards[s] {
-			its = append(its, &spillIter{sp: rs.sp, seq: &rs.sp.shards[s][i]})
+			cs = append(cs, &cursor{src: &spillIter{sp: rs.sp, seq: &rs.sp.shards[s][i]}})
 		}
 		n += rs.sp.records[s]
 		rs.sp.shards[s] = nil // its blocks are read once
 	}
-	w := 0
-	if len(its) > 0 {
-		w = its[0].sp.w
+	for _, rt := range direct {
+		if rt.lo != o {
+			continue
+		}
+		meta, err := rt.t.load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, &cursor{src: &tableSource{in: in, ctx: ctx, id: rt.t.ref.ID, meta: meta, shard: o}})
+		n += int(meta.Records)
 	}
-	return mergeIters(its, n*w, dst)
+	return mergeCursors(cs, in.f.Width, n*in.f.Width, dst)
+}
+
+// tableSource reads an input table of one output shard (a direct
+// rangeTable) for the merge: its data object when first asked, then a
+// frame at a time, each record's shard checked as the split checks it (a
+// blockSource).
+type tableSource struct {
+	in     *compactionInput
+	ctx    context.Context
+	id     string
+	meta   *TableMeta
+	shard  uint32
+	loaded bool
+	data   []byte
+	frame  int
+	recs   []byte
+}
+
+func (s *tableSource) nextBlock() ([]byte, error) {
+	if !s.loaded {
+		data, err := s.in.get(s.ctx, s.id, s.meta)
+		if err != nil {
+			return nil, err
+		}
+		s.data, s.loaded = data, true
+	}
+	if s.frame == s.meta.NumFrames() {
+		s.data = nil // done: its memory goes
+		return nil, nil
+	}
+	off, n := s.meta.ByteRange(s.frame, s.frame)
+	recs, err := s.in.decodeFrame(s.id, s.meta, s.frame, s.data[off:off+n], s.recs[:0])
+	if err != nil {
+		return nil, err
+	}
+	s.recs = recs
+	s.frame++
+	if s.in.bits > 0 {
+		w, p := s.in.f.Width, s.in.f.PrefixLen
+		for o := 0; o < len(recs); {
+			e := o + w
+			for e < len(recs) && string(recs[e:e+p]) == string(recs[o:o+p]) {
+				e += w
+			}
+			if ShardOf(recs[o:o+p], s.in.bits) != s.shard {
+				return nil, &CorruptError{Tree: s.in.tree, Table: s.id, Err: fmt.Errorf("prefix %x outside its shard: %w", recs[o:o+p], ErrCorrupt)}
+			}
+			o = e
+		}
+	}
+	return recs, nil
 }
 
 // compactionBits returns the output's shard bits: enough for one shard
@@ -437,9 +525,29 @@ func (in *compactionInput) read(ctx context.Context, id string, meta *TableMeta)
 // frames GETs the data object of table id, waits as long as the pace
 // asks, and calls fn with each frame's records, decoded.
 func (in *compactionInput) frames(ctx context.Context, id string, meta *TableMeta, fn func(recs []byte) error) error {
+	data, err := in.get(ctx, id, meta)
+	if err != nil {
+		return err
+	}
+	var dst []byte
+	for i := range meta.NumFrames() {
+		off, n := meta.ByteRange(i, i)
+		if dst, err = in.decodeFrame(id, meta, i, data[off:off+n], dst[:0]); err != nil {
+			return err
+		}
+		if err := fn(dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// get GETs the data object of table id and waits as long as the pace
+// asks. A data object of another size than meta gives is a *CorruptError.
+func (in *compactionInput) get(ctx context.Context, id string, meta *TableMeta) ([]byte, error) {
 	data, err := in.store.Get(ctx, dataKey(in.tree, id))
 	if err != nil {
-		return fmt.Errorf("read table %s: %w", id, err)
+		return nil, fmt.Errorf("read table %s: %w", id, err)
 	}
 	in.bytesRead += int64(len(data))
 	if in.bytesPerSec > 0 {
@@ -448,28 +556,27 @@ func (in *compactionInput) frames(ctx context.Context, id string, meta *TableMet
 			select {
 			case <-time.After(d):
 			case <-ctx.Done():
-				return ctx.Err()
+				return nil, ctx.Err()
 			}
 		}
 	}
 	if uint64(len(data)) != meta.DataBytes {
-		return &CorruptError{Tree: in.tree, Table: id, Err: fmt.Errorf("%d data bytes, meta says %d: %w", len(data), meta.DataBytes, ErrCorrupt)}
+		return nil, &CorruptError{Tree: in.tree, Table: id, Err: fmt.Errorf("%d data bytes, meta says %d: %w", len(data), meta.DataBytes, ErrCorrupt)}
 	}
-	var dst []byte
-	for i := range meta.NumFrames() {
-		off, n := meta.ByteRange(i, i)
-		dst, err = meta.DecodeFrame(i, data[off:off+n], dst[:0])
-		if err != nil {
-			if errors.Is(err, ErrCorrupt) {
-				return &CorruptError{Tree: in.tree, Table: id, Err: err}
-			}
-			return fmt.Errorf("table %s: %w", id, err)
+	return data, nil
+}
+
+// decodeFrame decodes frame i of table id (its bytes frame) into dst; a
+// frame that fails its checks is a *CorruptError.
+func (in *compactionInput) decodeFrame(id string, meta *TableMeta, i int, frame, dst []byte) ([]byte, error) {
+	dst, err := meta.DecodeFrame(i, frame, dst)
+	if err != nil {
+		if errors.Is(err, ErrCorrupt) {
+			return nil, &CorruptError{Tree: in.tree, Table: id, Err: err}
 		}
-		if err := fn(dst); err != nil {
-			return err
-		}
+		return nil, fmt.Errorf("table %s: %w", id, err)
 	}
-	return nil
+	return dst, nil
 }
 
 // split adds records (whole, sorted) to the spill, each to its output

@@ -118,11 +118,19 @@ func TestCompactRunsStreaming(t *testing.T) {
 	countEvery := false
 	check := func(name string, inputs []Run, want []byte, most uint64, open int64) Run {
 		t.Helper()
-		var tables int64
 		var n uint64
 		for _, r := range inputs {
-			tables += int64(len(r.Tables))
 			n += r.Records()
+		}
+		wantBits := compactionBits(0, n*uint64(f.Width), CompactOptions{ShardBytesMax: most})
+		// A table split over several output shards is spilled; one of
+		// a single output shard (its run's shards as fine, or finer) is
+		// merged as it is decoded.
+		var tables int64
+		for _, r := range inputs {
+			if runShardBits(r) < wantBits {
+				tables += int64(len(r.Tables))
+			}
 		}
 		spills0 := spillsCreated.Load()
 		spillsOpenPeak.Store(0)
@@ -130,9 +138,8 @@ func TestCompactRunsStreaming(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantBits := compactionBits(0, n*uint64(f.Width), CompactOptions{ShardBytesMax: most})
 		if n := spillsCreated.Load() - spills0; n != tables {
-			t.Fatalf("%s, shard bytes %d: %d spill files, want one a table, %d", name, most, n, tables)
+			t.Fatalf("%s, shard bytes %d: %d spill files, want one a table split by output shard, %d", name, most, n, tables)
 		}
 		if peak := spillsOpenPeak.Load(); open > 0 && peak > open {
 			t.Fatalf("%s, shard bytes %d: %d spill files at once, want at most %d", name, most, peak, open)
@@ -264,6 +271,39 @@ func TestCompactRunsStreaming(t *testing.T) {
 	}
 	if om.dict == nil || !sameDict(om.dict, every.dict()) {
 		t.Fatalf("with CountEvery, the output's dictionary is not the one counted on every record")
+	}
+	// Output shards so large that the compacted runs of 2 and 3 shard
+	// bits are merged from their tables as they are decoded, the others
+	// spilled: the dictionary is still counted on output shard 0's
+	// records in the inputs' order (the direct tables in a pass of their
+	// own), so it is the one counted from the tables above.
+	var mixedBytes uint64
+	for _, r := range mixed {
+		mixedBytes += r.Records() * uint64(f.Width)
+	}
+	out = check("compacted runs and a small delta run, some tables direct", mixed, wantMixed, mixedBytes/3, 0)
+	if bits := out.Tables[0].ShardBits; bits != 2 {
+		t.Fatalf("%d output shard bits, want 2 (so that some tables are direct and some spilled)", bits)
+	}
+	sample = newDictCounter(l)
+	for _, r := range mixed {
+		for _, ref := range r.Tables {
+			recs := tableRecs(ref, r.Tables[0])
+			for o := 0; o < len(recs); o += f.Width {
+				if ShardOf(recs[o:o+f.PrefixLen], 2) == 0 {
+					sample.add(recs[o : o+f.Width])
+				}
+			}
+		}
+	}
+	if mb, err = store.Get(ctx, metaKey(TreeLinks, out.Tables[0].ID)); err != nil {
+		t.Fatal(err)
+	}
+	if om, err = DecodeMeta(mb); err != nil {
+		t.Fatal(err)
+	}
+	if om.dict == nil || !sameDict(om.dict, sample.dict()) {
+		t.Fatalf("with direct tables, the output's dictionary is not the one counted on output shard 0's records")
 	}
 	// Pending blocks past their bound are written early, shorter: the
 	// same output.

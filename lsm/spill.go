@@ -187,80 +187,27 @@ func (sp *spill) finish() error {
 	return nil
 }
 
-// mergeIters appends the records of the sorted sequences its (size bytes
-// together), merged into order, to dst (grown to hold them) and returns
-// it.
-func mergeIters(its []*spillIter, size int, dst []byte) ([]byte, error) {
-	start := len(dst)
-	if cap(dst)-start < size {
-		// With headroom: the next shard may be a little larger again,
-		// and fresh memory costs its page faults each time.
-		dst = append(make([]byte, 0, start+size+size/8), dst...)
-	}
-	h := make(spillHeap, 0, len(its))
-	for _, it := range its {
-		ok, err := it.next()
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			h = append(h, it)
-		}
-	}
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		h.down(i)
-	}
-	for len(h) > 0 {
-		it := h[0]
-		dst = append(dst, it.head()...)
-		ok, err := it.next()
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			h[0] = h[len(h)-1]
-			h = h[:len(h)-1]
-		}
-		h.down(0)
-	}
-	if len(dst)-start != size {
-		return nil, fmt.Errorf("spill gave %d bytes, want %d: %w", len(dst)-start, size, ErrCorrupt)
-	}
-	return dst, nil
-}
-
-// spillIter reads one sequence, block by block.
+// spillIter reads one sequence, block by block (a blockSource).
 type spillIter struct {
 	sp    *spill
 	seq   *spillSeq
 	block int    // the next block to read
 	recs  []byte // the current block's records
-	at    int    // offset of the current record in recs
 	comp  []byte
 	tmp   []byte
 }
 
-func (it *spillIter) head() []byte { return it.recs[it.at : it.at+it.sp.w] }
-
-// next moves to the sequence's next record, reading its next block when
-// the current one is done, and reports whether there is one.
-func (it *spillIter) next() (bool, error) {
-	if it.recs != nil {
-		it.at += it.sp.w
-		if it.at < len(it.recs) {
-			return true, nil
-		}
-	}
+// nextBlock reads the sequence's next block (nil after its last).
+func (it *spillIter) nextBlock() ([]byte, error) {
 	if it.block == len(it.seq.blocks) {
-		return false, nil
+		return nil, nil
 	}
 	b := it.seq.blocks[it.block]
 	it.block++
 	if err := it.sp.readBlock(b, &it.comp, &it.tmp, &it.recs); err != nil {
-		return false, err
+		return nil, err
 	}
-	it.at = 0
-	return true, nil
+	return it.recs, nil
 }
 
 // readBlock reads block b into *recs, through the buffers *comp and *tmp
@@ -283,26 +230,6 @@ func (sp *spill) readBlock(b spillBlock, comp, tmp, recs *[]byte) error {
 	*recs = growLen(*recs, size)
 	decodeTransform(spillTransform, *recs, *tmp, sp.w)
 	return nil
-}
-
-// spillHeap is a binary min-heap of sequences by their head records.
-type spillHeap []*spillIter
-
-func (h spillHeap) down(i int) {
-	for {
-		c := 2*i + 1
-		if c >= len(h) {
-			return
-		}
-		if c+1 < len(h) && compareRecords(h[c+1].head(), h[c].head()) < 0 {
-			c++
-		}
-		if compareRecords(h[c].head(), h[i].head()) >= 0 {
-			return
-		}
-		h[i], h[c] = h[c], h[i]
-		i = c
-	}
 }
 
 // growLen returns b with length n, reallocated if its capacity is short.

@@ -142,11 +142,11 @@ func BenchmarkSpillMerge(b *testing.B) {
 // each time they were spilled (Fold keeps one).
 func (sp *spill) merge(s int, dst []byte) ([]byte, error) {
 	seqs := sp.shards[s]
-	its := make([]*spillIter, 0, len(seqs))
+	cs := make([]*cursor, 0, len(seqs))
 	for i := range seqs {
-		its = append(its, &spillIter{sp: sp, seq: &seqs[i]})
+		cs = append(cs, &cursor{src: &spillIter{sp: sp, seq: &seqs[i]}})
 	}
-	out, err := mergeIters(its, sp.records[s]*sp.w, dst)
+	out, err := mergeCursors(cs, sp.w, sp.records[s]*sp.w, dst)
 	if err != nil {
 		return nil, fmt.Errorf("spill of shard %d: %w", s, err)
 	}
