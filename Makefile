@@ -132,7 +132,8 @@ bench-clients:
 # The storage benchmark at scale (docs/scale.md): bin/eddy-bench lsm
 # --shape backfill (streamed: the network's history, then a live tail) at
 # each N of SCALE_NS, one JSON result a run in SCALE_DIR, then the scale
-# table of every result there and its charts (SCALE_DIR/*.png). Re-run at
+# table of every result there (bench-N.json: not the side runs' files, named
+# bench-N-WHAT.json) and its charts (SCALE_DIR/*.png). Re-run at
 # any subset: make bench-scale SCALE_NS="10000000 100000000".
 SCALE_NS  ?= 10000000 100000000 1000000000
 SCALE_DIR ?= docs/scale
@@ -145,7 +146,7 @@ bench-scale:
 		bin/eddy-bench lsm --shape backfill --links $$n --json > $(SCALE_DIR)/bench-$$n.json.tmp 2> $(SCALE_DIR)/bench-$$n.log; \
 		mv $(SCALE_DIR)/bench-$$n.json.tmp $(SCALE_DIR)/bench-$$n.json; \
 	done
-	bin/eddy-bench scale --out $(SCALE_DIR) $(SCALE_DIR)/bench-*.json
+	bin/eddy-bench scale --out $(SCALE_DIR) $$(ls $(SCALE_DIR)/bench-*.json | grep -E '/bench-[0-9]+\.json$$')
 
 FUZZ_TARGETS := \
 	./ingest/event:FuzzDecodeJetstream \
