@@ -42,7 +42,8 @@ type CompactOptions struct {
 	// merges again soon.
 	Fast bool
 	// AlignFanIn (> 1) gives the output at least as many shards as a
-	// merge of this many runs of its size would: that merge then finds
+	// merge of this many runs of its size would under the default shard
+	// bound (ShardBytesMax 0: a node's big lane): that merge then finds
 	// each of its tables within one of its output shards and merges it as
 	// it is decoded, instead of splitting it into a spill first. For a
 	// merge of flushes (Fast), whose output the next tier merges soon,
@@ -141,7 +142,10 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 	}
 	bits := compactionBits(total, records*uint64(f.Width), opt)
 	if k := uint64(opt.AlignFanIn); k > 1 {
-		bits = max(bits, compactionBits(total*k, records*uint64(f.Width)*k, opt))
+		// That merge is large: sized by the default shard bound (a
+		// node's big lane), not this merge's.
+		next := CompactOptions{ShardTargetBytes: opt.ShardTargetBytes}
+		bits = max(bits, compactionBits(total*k, records*uint64(f.Width)*k, next))
 	}
 	tables := map[string]*viewTable{}
 	for _, vr := range v.trees[tree] {

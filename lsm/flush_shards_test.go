@@ -3,6 +3,7 @@ package lsm
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
@@ -114,5 +115,38 @@ func TestSplitShardsInto(t *testing.T) {
 				t.Fatalf("%d bits: shard %d: %d bytes differ from splitShards' %d", bits, s, len(got[s]), len(want[s]))
 			}
 		}
+	}
+}
+
+// The Flush mark survives the manifest's encoding; a manifest without it
+// (an earlier version's) decodes to runs that are flushes by kind alone;
+// and an earlier version's decoding, which has no such field, takes a
+// marked run for a compacted run and refuses nothing.
+func TestManifestFlushMark(t *testing.T) {
+	m := &Manifest{Generation: 3, NextSeq: 2, Runs: []Run{
+		{ID: "a", Tree: TreeLinks, Kind: RunCompacted, Seq: 0, Flush: true, Tables: []TableRef{{ID: "t0", Records: 1, ShardBits: 1}, {ID: "t1", Records: 1, ShardBits: 1, Shard: 1}}},
+		{ID: "b", Tree: TreeLinks, Kind: RunDelta, Seq: 1, Tables: []TableRef{{ID: "t2", Records: 1}}},
+	}}
+	got, err := DecodeManifest(m.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Runs[0].Flush || !got.Runs[0].IsFlush() || got.Runs[1].Flush || !got.Runs[1].IsFlush() {
+		t.Fatalf("decoded runs %+v", got.Runs)
+	}
+	old := []byte(`{"v":1,"generation":3,"next_seq":2,"runs":[{"id":"c","tree":"links","kind":2,"seq":0,"tables":[{"id":"t3","records":1}]}]}`)
+	if got, err = DecodeManifest(old); err != nil || got.Runs[0].Flush || got.Runs[0].IsFlush() {
+		t.Fatalf("an earlier manifest's compacted run: %+v, %v", got, err)
+	}
+	var earlier struct {
+		V    int `json:"v"`
+		Runs []struct {
+			ID     string     `json:"id"`
+			Kind   RunKind    `json:"kind"`
+			Tables []TableRef `json:"tables"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(m.Encode(), &earlier); err != nil || earlier.Runs[0].Kind != RunCompacted || len(earlier.Runs[0].Tables) != 2 {
+		t.Fatalf("an earlier version's decoding: %+v, %v", earlier, err)
 	}
 }
