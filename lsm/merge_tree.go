@@ -13,11 +13,9 @@ type blockSource interface {
 	nextBlock() ([]byte, error)
 }
 
-// cursor is a sequence's place in a merge: its current block, the
-// record at, and that record's first eight bytes as a big-endian word,
-// which orders most pairs of records without reading them again.
+// cursor is a sequence's place in a merge: its current block and the
+// record at.
 type cursor struct {
-	key  uint64
 	recs []byte
 	at   int
 	done bool
@@ -40,10 +38,18 @@ func (c *cursor) fill(w int) error {
 		}
 		if len(b) > 0 {
 			c.recs, c.at = b, 0
-			c.key = recordKey(b, w)
 			return nil
 		}
 	}
+}
+
+// headKey is the head record's first word (recordKey), all ones once the
+// cursor is done.
+func (c *cursor) headKey(w int) uint64 {
+	if c.done {
+		return ^uint64(0)
+	}
+	return recordKey(c.recs[c.at:], w)
 }
 
 // recordKey is the first eight bytes of the record at rec (zero-padded if
@@ -61,10 +67,12 @@ func recordKey(rec []byte, w int) uint64 {
 // loserTree merges cursors: a tournament whose inner nodes hold the loser
 // of the match played there and whose node 0 holds the overall winner.
 // After the winner moves on, one match a level is replayed on its path
-// to the root: log2(k) comparisons a record, where a binary heap makes up
-// to twice as many.
+// to the root: log2(k) comparisons a record. keys holds each cursor's
+// head word (all ones once it is done), so that most matches are decided
+// by one comparison of two words side by side.
 type loserTree struct {
 	cs   []*cursor
+	keys []uint64
 	tree []int32
 	w    int
 }
@@ -72,12 +80,17 @@ type loserTree struct {
 // less reports whether cursor a's record comes before cursor b's (a done
 // cursor comes after every other).
 func (t *loserTree) less(a, b int32) bool {
+	if ka, kb := t.keys[a], t.keys[b]; ka != kb {
+		return ka < kb
+	}
+	return t.lessTied(a, b)
+}
+
+// lessTied is less for cursors whose head words are equal.
+func (t *loserTree) lessTied(a, b int32) bool {
 	ca, cb := t.cs[a], t.cs[b]
 	if ca.done || cb.done {
 		return !ca.done
-	}
-	if ca.key != cb.key {
-		return ca.key < cb.key
 	}
 	w := t.w
 	return compareRecords(ca.recs[ca.at:ca.at+w], cb.recs[cb.at:cb.at+w]) < 0
@@ -94,13 +107,14 @@ func mergeCursors(cs []*cursor, w, size int, dst []byte) ([]byte, error) {
 		dst = append(make([]byte, 0, start+size+size/8), dst...)
 	}
 	k := len(cs)
-	for _, c := range cs {
+	t := loserTree{cs: cs, keys: make([]uint64, k), tree: make([]int32, max(k, 1)), w: w}
+	for i, c := range cs {
 		if err := c.fill(w); err != nil {
 			return nil, err
 		}
+		t.keys[i] = c.headKey(w)
 	}
 	if k > 0 {
-		t := loserTree{cs: cs, tree: make([]int32, k), w: w}
 		// Play the tournament bottom up: leaves are k..2k-1, node n's
 		// children 2n and 2n+1; win holds each node's winner.
 		win := make([]int32, 2*k)
@@ -125,12 +139,16 @@ func mergeCursors(cs []*cursor, w, size int, dst []byte) ([]byte, error) {
 			}
 			dst = append(dst, c.recs[c.at:c.at+w]...)
 			if c.at += w; c.at < len(c.recs) {
-				c.key = recordKey(c.recs[c.at:], w)
-			} else if err := c.fill(w); err != nil {
-				return nil, err
+				t.keys[wi] = recordKey(c.recs[c.at:], w)
+			} else {
+				if err := c.fill(w); err != nil {
+					return nil, err
+				}
+				t.keys[wi] = c.headKey(w)
 			}
 			for n := (k + int(wi)) / 2; n >= 1; n /= 2 {
-				if l := t.tree[n]; t.less(l, wi) {
+				l := t.tree[n]
+				if kl, kw := t.keys[l], t.keys[wi]; kl < kw || kl == kw && t.lessTied(l, wi) {
 					t.tree[n], wi = wi, l
 				}
 			}
