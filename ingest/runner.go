@@ -246,7 +246,6 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.compactionFanIn = r.FanIn()
 	log := w.log
 	log.Info("write path started", "sources", len(r.Sources), "clock", r.Config.Node.FSM.Clock())
 	var resyncer Backfiller

@@ -107,11 +107,6 @@ type Writer struct {
 	vmu  sync.Mutex
 	view *lsm.View // currentView's
 
-	// compactionFanIn is the fan-in the runner merges with (0: the
-	// default): a flush's shards are sized for the merges it goes
-	// through next (lsm.WriteFlush). Set before the first write.
-	compactionFanIn int
-
 	flushMu sync.Mutex // one publication at a time
 	// gen (under flushMu) is the manifest generation this writer's next
 	// edit is built on: the one after its barrier, then each of its own
@@ -630,7 +625,7 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 		if mt.m.Len() == 0 {
 			continue
 		}
-		run, err := lsm.WriteFlush(ctx, w.cfg.Store, w.cfg.Catalog, mt.tree, mt.m.Sorted(), w.compactionFanIn)
+		run, err := lsm.WriteRun(ctx, w.cfg.Store, w.cfg.Catalog, mt.tree, lsm.RunDelta, 0, mt.m.Sorted())
 		if err != nil {
 			w.dead.Store(true)
 			return fmt.Errorf("flush %s: %w", mt.tree, err)

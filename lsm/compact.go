@@ -67,7 +67,7 @@ func PickCompactionAtLeast(m *Manifest, t Tree, fanIn int, minBytes uint64) []Ru
 			small = append(small, r)
 		default:
 			large = append(large, r)
-			if r.IsFlush() {
+			if r.Kind == RunDelta {
 				flushes = append(flushes, r)
 			}
 		}

@@ -52,7 +52,7 @@ type CompactOptions struct {
 }
 
 // FastMerge reports whether a merge of inputs writes the fast form
-// (CompactOptions.Fast): when every input is a flush (Run.IsFlush), and
+// (CompactOptions.Fast): when every input is a flush (a delta run), and
 // the merge is not a full compaction (whose run is the index for long;
 // its caller decides). Its output is then the lowest tier of merged
 // runs, read again by the merge of eight such; the columns are written
@@ -63,7 +63,7 @@ func FastMerge(inputs []Run) bool {
 		return false
 	}
 	for _, r := range inputs {
-		if !r.IsFlush() {
+		if r.Kind != RunDelta {
 			return false
 		}
 	}

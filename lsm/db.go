@@ -229,7 +229,7 @@ func (db *DB) NeedsFlush() bool {
 	return db.links.Full() || db.revs.Full()
 }
 
-// Flush writes the memtables as flushes (WriteFlush) and publishes them in one
+// Flush writes the memtables as delta runs and publishes them in one
 // manifest edit. Revocations and links written together appear together.
 func (db *DB) Flush(ctx context.Context) error {
 	db.writeMu.Lock()
@@ -242,7 +242,7 @@ func (db *DB) Flush(ctx context.Context) error {
 		if mt.m.Len() == 0 {
 			continue
 		}
-		run, err := WriteFlush(ctx, db.store, db.cat, mt.tree, mt.m.Sorted(), db.opts.CompactionFanIn)
+		run, err := WriteRun(ctx, db.store, db.cat, mt.tree, RunDelta, 0, mt.m.Sorted())
 		if err != nil {
 			return fmt.Errorf("flush %s: %w", mt.tree, err)
 		}
@@ -364,97 +364,6 @@ func WriteRun(ctx context.Context, store objstore.Store, cat *Catalog, tree Tree
 		run.Tables = append(run.Tables, ref)
 	}
 	return run, nil
-}
-
-// WriteFlush writes a memtable's sorted, folded records (of tree) as a
-// flush, under compaction fan-in fanIn (FanInOrDefault): a delta run
-// (WriteRun), or, for the links tree when the flush is large enough, a
-// compacted run marked Flush, in the fast form and in as many shards as
-// the merge of its tier's output will need (flushShardBits). That merge,
-// and the merge of fanIn such flushes before it, then find each input
-// table within one of their output shards and spill nothing (a delta
-// run's one table holds records of every output shard, split into a
-// spill first). Not yet in any manifest.
-func WriteFlush(ctx context.Context, store objstore.Store, cat *Catalog, tree Tree, recs []byte, fanIn int) (Run, error) {
-	bits := flushShardBits(tree, uint64(len(recs)), fanIn)
-	if bits == 0 {
-		return WriteRun(ctx, store, cat, tree, RunDelta, 0, recs)
-	}
-	f, err := FormatOf(tree)
-	if err != nil {
-		return Run{}, err
-	}
-	run := Run{ID: NewID(), Tree: tree, Kind: RunCompacted, Flush: true}
-	// The shards' records go to the sort's scratch (idle now, as large
-	// as the memtable), not to fresh memory each flush.
-	st := getSorter(len(recs)/f.Width, f.Width)
-	defer putSorter(st)
-	parts, groups := splitShardsInto(f, recs, bits, st.scratch[:len(recs)], st.ents[:0])
-	st.ents = groups[:cap(groups)]
-	for s, part := range parts {
-		if len(part) == 0 {
-			continue
-		}
-		ref, err := writeTable(ctx, store, cat, tree, f, part, TableOptions{ShardBits: bits, Shard: uint32(s), Fast: true})
-		if err != nil {
-			return Run{}, err
-		}
-		run.Tables = append(run.Tables, ref)
-	}
-	return run, nil
-}
-
-// flushShardBits is the shard bits of a flush of decodedBytes of records
-// of tree under fan-in fanIn: those of the merge of MergedFanIn runs that
-// each merge fanIn such flushes (the two merges a flush's records go
-// through next, both aligned: CompactOptions.AlignFanIn), with the
-// default shard bounds; 0 (a delta run) for the trees other than links,
-// whose flushes are small or not in the fast form.
-func flushShardBits(tree Tree, decodedBytes uint64, fanIn int) uint8 {
-	if tree != TreeLinks {
-		return 0
-	}
-	fanIn = FanInOrDefault(fanIn)
-	k := uint64(fanIn * MergedFanIn(fanIn))
-	return compactionBits(0, decodedBytes*k, CompactOptions{})
-}
-
-// splitShardsInto splits sorted records by shard into dst (as long as
-// recs), each shard's part contiguous and sorted, and returns the parts.
-// groups (any length; grown if short, and returned) holds each run of
-// records of one prefix, which share a shard, with its shard in key:
-// each prefix is hashed once.
-func splitShardsInto(f Format, recs []byte, bits uint8, dst []byte, groups []sortEntry) ([][]byte, []sortEntry) {
-	w, p := f.Width, f.PrefixLen
-	groups = groups[:0]
-	at := make([]int, 1<<bits+1)
-	for off := 0; off < len(recs); {
-		end := off + w
-		for end < len(recs) && string(recs[end:end+p]) == string(recs[off:off+p]) {
-			end += w
-		}
-		s := ShardOf(recs[off:off+p], bits)
-		groups = append(groups, sortEntry{key: uint64(s), idx: uint32(end / w)})
-		at[s+1] += end - off
-		off = end
-	}
-	for s := 1; s < len(at); s++ {
-		at[s] += at[s-1]
-	}
-	off := 0
-	for _, g := range groups {
-		end := int(g.idx) * w
-		n := copy(dst[at[g.key]:], recs[off:end])
-		at[g.key] += n
-		off = end
-	}
-	parts := make([][]byte, 1<<bits)
-	start := 0
-	for s := range parts {
-		parts[s] = dst[start:at[s]:at[s]]
-		start = at[s]
-	}
-	return parts, groups
 }
 
 // splitShards splits sorted records by shard, keeping each part sorted.

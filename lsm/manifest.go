@@ -52,7 +52,7 @@ type RunKind uint8
 const (
 	RunUnknown   RunKind = iota
 	RunDelta             // one table, from a flush; any target
-	RunCompacted         // one table per shard of the target hash (a merge's, or a large flush's: Run.Flush)
+	RunCompacted         // one table per shard of the target hash
 )
 
 // TableRef names one immutable table: objects tables/<tree>/<id>.data and
@@ -74,16 +74,7 @@ type Run struct {
 	Kind   RunKind    `json:"kind"`
 	Seq    uint64     `json:"seq"`
 	Tables []TableRef `json:"tables"`
-	// Flush marks a compacted run written by a flush (WriteFlush: a large
-	// flush of the links tree, in shards), merged as flushes are. A node
-	// of a version before it ignores the field and takes the run for a
-	// merged one: it reads it alike, and merges it later than a flush.
-	Flush bool `json:"flush,omitempty"`
 }
-
-// IsFlush reports whether r was written by a flush: a delta run, or a
-// compacted run marked Flush.
-func (r *Run) IsFlush() bool { return r.Kind == RunDelta || r.Flush }
 
 // Bytes is the run's data bytes.
 func (r *Run) Bytes() uint64 {
