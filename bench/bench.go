@@ -139,7 +139,7 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	b.store = store
 	b.dbDir = filepath.Join(tmp, "db")
 	b.db, err = lsm.Open(ctx, lsm.Options{
-		Store: b.counting, Dir: b.dbDir, MemtableBytes: b.cfg.MemtableBytes, CompactionFanIn: b.cfg.FanIn, MetaCacheBytes: b.cfg.MetaCacheBytes, NoGCGrace: true,
+		Store: b.counting, Dir: b.dbDir, MemtableBytes: b.cfg.MemtableBytes, CompactionFanIn: b.cfg.FanIn, ShardTargetBytes: b.cfg.ShardTargetBytes, MetaCacheBytes: b.cfg.MetaCacheBytes, NoGCGrace: true,
 	})
 	if err != nil {
 		return nil, err

@@ -94,6 +94,9 @@ type Config struct {
 	Queries       int
 	MemtableBytes int
 	FanIn         int // lsm.Options.CompactionFanIn (0: the default)
+	// ShardTargetBytes is lsm.Options.ShardTargetBytes: a compacted
+	// run's shard per this many bytes of input tables (0: the default).
+	ShardTargetBytes uint64
 	// MetaCacheBytes is lsm.Options.MetaCacheBytes: 0 (the default) maps
 	// the table metadata, > 0 bounds a cache of decoded metadata, < 0
 	// keeps all of it decoded.
@@ -157,6 +160,7 @@ func Flags(c *Config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.Queries, "queries", 4000, "warm queries (targets with up to 1,000 links, limit 100)")
 	fs.IntVar(&c.MemtableBytes, "memtable-bytes", 0, "memtable bound per tree (0: lsm.DefaultMemtableBytes)")
 	fs.IntVar(&c.FanIn, "fan-in", 0, "flushes of a tier merged at once, merged runs twice as many (0: lsm.DefaultCompactionFanIn, as a node's --compaction-fan-in)")
+	fs.Uint64Var(&c.ShardTargetBytes, "shard-target-bytes", 0, "a compacted run's shard per this many bytes of input tables (0: lsm.DefaultShardTargetBytes): small, for tests whose merges must split their inputs")
 	fs.Int64Var(&c.MetaCacheBytes, "meta-cache-bytes", 0, "0: table metadata mapped and read in place (the default); > 0: a cache of decoded metadata of that size; < 0: all decoded")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of --profile-phase to this file")
 	fs.StringVar(&c.ProfilePhase, "profile-phase", "all", "phase the CPU profile covers: all (from the first write to the end), write (the write phase), compact (the full compaction of --compact-full), query (the timed warm queries), cold (the cold queries), count (the counts of the mega target) or pebble")
