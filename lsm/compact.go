@@ -111,8 +111,10 @@ func MergedFanIn(fanIn int) int {
 // MergeAlignFanIn is CompactOptions.AlignFanIn for a merge under fan-in
 // fanIn (FanInOrDefault): the merged fan-in for a merge of flushes
 // (fast), whose output is merged again with MergedFanIn like it; 0
-// otherwise (a run in columns stays as long as the tree holds no
-// fifteen others near its size, and its shards are sized for itself).
+// otherwise (a run in columns stays until MergedFanIn - 1 others near its
+// size join it, and its shards are sized for itself). The estimate
+// assumes runs alike: a next merge that needs a shard bit more splits
+// every table again, as before.
 func MergeAlignFanIn(fast bool, fanIn int) int {
 	if !fast {
 		return 0

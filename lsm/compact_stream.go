@@ -24,10 +24,11 @@ type CompactOptions struct {
 	ShardBytesMax uint64
 	// BytesPerSec paces the reads of the inputs (<= 0: unpaced).
 	BytesPerSec int64
-	// SpillDir is where the input tables, each split by output shard,
-	// wait until their output shards are built (a temporary file a table,
-	// removed after its last output shard, and all of them when
-	// CompactRuns returns); os.TempDir() when "".
+	// SpillDir is where the input tables split by output shard (those
+	// holding records of several) wait until their output shards are
+	// built (a temporary file a table, removed after its last output
+	// shard, and all of them when CompactRuns returns); os.TempDir() when
+	// "".
 	SpillDir string
 	// CountEvery counts the output's account dictionary on every input
 	// record, in a pass of its own over the inputs before the merge (a
@@ -99,30 +100,41 @@ func RunInFastForm(ctx context.Context, cat *Catalog, r Run) (bool, error) {
 
 // CompactRuns merges runs of one tree into one compacted run, in bounded
 // memory and local disk. It builds the output shard by shard, in order.
-// Each input table is read once, when the first output shard it holds
-// records of comes up (a table of k shard bits holds those of 2^(bits-k)
-// consecutive output shards; a delta run's one table, all of them): frame
-// by frame, its records are split by output shard into a spill file of its
-// own on local disk (compressed blocks; its records of a shard are one
-// sorted sequence), removed once its last output shard is built. An output
-// shard is the merge of its sequences in every open spill (a heap over one
-// block of each), identical records folded to the newest rev, written as a
-// table. Memory: the largest output shard's records (bounded by
-// ShardBytesMax but for a single target bigger than that) and its table;
-// while a table is split, its data object and about spillPendMax of
-// pending blocks (at least a few KiB a shard it covers); while a shard is
-// merged, three block buffers (up to spillBlockBytes each) per sequence.
-// Local disk: the tables of each input run that hold the current output
-// shard (with the defaults one table a run: a flush's memtable, 64 MiB of
-// records, or a compacted table of about 256 MiB of records, more for a
-// shard with a huge target), compressed, and the dictionary's sample
-// (below); never the whole merge, however the inputs are split.
+// An input table that holds records of several output shards (a table of
+// k shard bits holds those of 2^(bits-k) consecutive ones; a delta run's
+// one table, all of them when bits > 0) is read once, when the first of
+// them comes up: frame by frame, its records are split by output shard
+// into a spill file of its own on local disk (compressed blocks; its
+// records of a shard are one sorted sequence), removed once its last
+// output shard is built. A table that holds records of one output shard
+// only (its run's shards as fine as the output's, or finer; every table
+// when the output has one shard) is not split: it is read when that
+// shard comes up and its frames decoded one at a time as the merge asks
+// (tableSource). An output shard is the merge of its sequences in every
+// open spill and of its unsplit tables (a heap over one block or frame of
+// each), identical records folded to the newest rev, written as a table.
+// Memory: the largest output shard's records (bounded by ShardBytesMax
+// but for a single target bigger than that) and its table; while a table
+// is split, its data object and about spillPendMax of pending blocks (at
+// least a few KiB a shard it covers); while a shard is merged, three
+// block buffers (up to spillBlockBytes each) per spilled sequence, and
+// the data object of each of its unsplit tables (compressed: together
+// about the shard's share of the inputs, under ShardBytesMax) and one
+// decoded frame of each. Local disk: the split tables of each input run
+// that hold the current output shard (with the defaults one table a run:
+// a flush's memtable, 64 MiB of records, or a compacted table of about
+// 256 MiB of records, more for a shard with a huge target), compressed,
+// and the dictionary's sample (below); never the whole merge, however the
+// inputs are split.
 //
 // A run of several tables shares one account dictionary, stored in its
 // first table: counted on the records of the first output shards, about
 // dictSampleRecords of them or more (all, for a smaller merge), which are
-// all spilled before the first table is written; with CountEvery, on
-// every record, in a pass of its own before the merge.
+// all read before the first table is written: the split tables into
+// their spills, the unsplit ones counted in a pass of their own (decoded
+// and read again when their shard is merged: a second GET and decode,
+// cheaper than spilling them); with CountEvery, on every record, in a
+// pass of its own before the merge.
 func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *View, inputs []Run, opt CompactOptions) (Run, error) {
 	if len(inputs) == 0 {
 		return Run{}, errors.New("compaction of no runs")
@@ -187,10 +199,11 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		}
 	}()
 	next := 0 // the next table of plan to read
-	// readUpTo reads every table whose first output shard is below end,
-	// in the inputs' order (the dictionary's rev votes depend on the order
-	// records are counted in: oldest run first, as one pass over the
-	// inputs would).
+	// readUpTo reads every table whose first output shard is below end
+	// into its spill, or queues it in direct if it is not split (counted
+	// first if the dictionary is counted on it), in the inputs' order
+	// (the dictionary's rev votes depend on the order records are counted
+	// in: oldest run first, as one pass over the inputs would).
 	readUpTo := func(end uint32) error {
 		k := next
 		for k < len(plan) && plan[k].lo < end {
@@ -305,8 +318,9 @@ type rangeTable struct {
 }
 
 // direct reports whether the table holds records of one output shard
-// only (its run's shards are as fine as the output's, or finer): then it
-// is not split into a spill but merged as its frames are decoded.
+// only (its run's shards are as fine as the output's, or finer, or the
+// output has one shard): then it is not split into a spill but merged as
+// its frames are decoded.
 func (rt rangeTable) direct() bool { return rt.hi-rt.lo == 1 }
 
 // rangeSpill is an input table's records, split by output shard [lo, hi).
@@ -447,7 +461,6 @@ func (s *tableSource) nextBlock() ([]byte, error) {
 		s.data, s.loaded = data, true
 	}
 	if s.frame == s.meta.NumFrames() {
-		s.data = nil // done: its memory goes
 		return nil, nil
 	}
 	off, n := s.meta.ByteRange(s.frame, s.frame)
@@ -456,7 +469,9 @@ func (s *tableSource) nextBlock() ([]byte, error) {
 		return nil, err
 	}
 	s.recs = recs
-	s.frame++
+	if s.frame++; s.frame == s.meta.NumFrames() {
+		s.data = nil // decoded: its memory goes
+	}
 	if s.in.bits > 0 {
 		w, p := s.in.f.Width, s.in.f.PrefixLen
 		for o := 0; o < len(recs); {
