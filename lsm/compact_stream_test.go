@@ -231,13 +231,18 @@ func TestCompactRunsStreaming(t *testing.T) {
 			}
 		}
 	}
-	mb, err := store.Get(ctx, metaKey(TreeLinks, out.Tables[0].ID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	om, err := DecodeMeta(mb)
-	if err != nil {
-		t.Fatal(err)
+	// outDict is the dictionary stored in run out's first table.
+	outDict := func(out Run) *accountDict {
+		t.Helper()
+		mb, err := store.Get(ctx, metaKey(TreeLinks, out.Tables[0].ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		om, err := DecodeMeta(mb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return om.dict
 	}
 	sameDict := func(a, b *accountDict) bool {
 		if a.len() != b.len() || a.hasRevs() != b.hasRevs() {
@@ -252,7 +257,7 @@ func TestCompactRunsStreaming(t *testing.T) {
 		}
 		return true
 	}
-	if want := sample.dict(); om.dict == nil || !sameDict(om.dict, want) {
+	if d := outDict(out); d == nil || !sameDict(d, sample.dict()) {
 		t.Fatalf("the output's dictionary is not the one counted on output shard 0's records")
 	}
 	if sameDict(every.dict(), sample.dict()) {
@@ -263,13 +268,7 @@ func TestCompactRunsStreaming(t *testing.T) {
 	countEvery = true
 	out = check("compacted runs and a small delta run, every record counted", mixed, wantMixed, 4<<10, int64(len(mixed)))
 	countEvery = false
-	if mb, err = store.Get(ctx, metaKey(TreeLinks, out.Tables[0].ID)); err != nil {
-		t.Fatal(err)
-	}
-	if om, err = DecodeMeta(mb); err != nil {
-		t.Fatal(err)
-	}
-	if om.dict == nil || !sameDict(om.dict, every.dict()) {
+	if d := outDict(out); d == nil || !sameDict(d, every.dict()) {
 		t.Fatalf("with CountEvery, the output's dictionary is not the one counted on every record")
 	}
 	// Output shards so large that the compacted runs of 2 and 3 shard
@@ -296,13 +295,7 @@ func TestCompactRunsStreaming(t *testing.T) {
 			}
 		}
 	}
-	if mb, err = store.Get(ctx, metaKey(TreeLinks, out.Tables[0].ID)); err != nil {
-		t.Fatal(err)
-	}
-	if om, err = DecodeMeta(mb); err != nil {
-		t.Fatal(err)
-	}
-	if om.dict == nil || !sameDict(om.dict, sample.dict()) {
+	if d := outDict(out); d == nil || !sameDict(d, sample.dict()) {
 		t.Fatalf("with direct tables, the output's dictionary is not the one counted on output shard 0's records")
 	}
 	// Pending blocks past their bound are written early, shorter: the
