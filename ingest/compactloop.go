@@ -225,10 +225,8 @@ func (r *Runner) startMerge(ctx context.Context, w *Writer, m *lsm.Manifest, i i
 	}
 	l.full = full
 	l.uploaded = w.uploads.begin() // its tables are unreferenced until published
-	// A full compaction's run holds the index for long: its dictionary
-	// counted on every record, not a sample.
-	fast := full == nil && lsm.FastMerge(inputs)
-	opt := lsm.CompactOptions{ShardTargetBytes: r.shardTarget(), BytesPerSec: lsm.DefaultCompactionBytesPerSec, SpillDir: r.SpillDir, CountEvery: full != nil, Fast: fast, AlignFanIn: lsm.MergeAlignFanIn(fast, r.FanIn())}
+	opt := lsm.CompactOptions{ShardTargetBytes: r.shardTarget(), BytesPerSec: lsm.DefaultCompactionBytesPerSec, SpillDir: r.SpillDir}
+	opt.ForMerge(inputs, full != nil, r.FanIn())
 	if i == laneSmall {
 		opt.ShardBytesMax = smallMergeShardBytes
 	}

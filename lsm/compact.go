@@ -108,20 +108,6 @@ func MergedFanIn(fanIn int) int {
 	return 2 * fanIn
 }
 
-// MergeAlignFanIn is CompactOptions.AlignFanIn for a merge under fan-in
-// fanIn (FanInOrDefault): the merged fan-in for a merge of flushes
-// (fast), whose output is merged again with MergedFanIn like it; 0
-// otherwise (a run in columns stays until MergedFanIn - 1 others near its
-// size join it, and its shards are sized for itself). The estimate
-// assumes runs alike: a next merge that needs a shard bit more splits
-// every table again, as before.
-func MergeAlignFanIn(fast bool, fanIn int) int {
-	if !fast {
-		return 0
-	}
-	return MergedFanIn(FanInOrDefault(fanIn))
-}
-
 // FanInOrDefault is fanIn, or DefaultCompactionFanIn if it is below 2.
 func FanInOrDefault(fanIn int) int {
 	if fanIn >= 2 {
@@ -296,11 +282,9 @@ func FullCompactionNeeded(ctx context.Context, cat *Catalog, runs []Run) (bool, 
 // compactLocked merges inputs (runs of tree t) into one run and swaps it
 // in; db.writeMu is held. full: every run of the tree (CountEvery).
 func (db *DB) compactLocked(ctx context.Context, t Tree, inputs []Run, full bool) error {
-	fast := !full && FastMerge(inputs)
-	out, err := CompactRuns(ctx, db.store, db.cat, db.View(), inputs, CompactOptions{
-		ShardTargetBytes: db.opts.ShardTargetBytes, BytesPerSec: db.opts.CompactionBytesPerSec, SpillDir: db.opts.Dir,
-		CountEvery: full, Fast: fast, AlignFanIn: MergeAlignFanIn(fast, db.opts.CompactionFanIn),
-	})
+	opt := CompactOptions{ShardTargetBytes: db.opts.ShardTargetBytes, BytesPerSec: db.opts.CompactionBytesPerSec, SpillDir: db.opts.Dir}
+	opt.ForMerge(inputs, full, db.opts.CompactionFanIn)
+	out, err := CompactRuns(ctx, db.store, db.cat, db.View(), inputs, opt)
 	if err != nil {
 		return fmt.Errorf("compact %s: %w", t, err)
 	}

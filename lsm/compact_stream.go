@@ -48,8 +48,25 @@ type CompactOptions struct {
 	// each of its tables within one of its output shards and merges it as
 	// it is decoded, instead of splitting it into a spill first. For a
 	// merge of flushes (Fast), whose output the next tier merges soon,
-	// with MergedFanIn others like it.
+	// with MergedFanIn others like it (ForMerge sets it). The estimate
+	// assumes runs alike: a next merge that needs a shard bit more
+	// splits every table again, as before.
 	AlignFanIn int
+}
+
+// ForMerge sets the options a merge of inputs takes under compaction
+// fan-in fanIn: a full compaction (full) counts its dictionary on every
+// record (its run holds the index for long); a merge of flushes only
+// writes the fast form (FastMerge), in the shards the merge of
+// MergedFanIn such runs will need (AlignFanIn); any other writes the
+// columns in the shards its own size needs.
+func (o *CompactOptions) ForMerge(inputs []Run, full bool, fanIn int) {
+	o.CountEvery = full
+	o.Fast = !full && FastMerge(inputs)
+	o.AlignFanIn = 0
+	if o.Fast {
+		o.AlignFanIn = MergedFanIn(FanInOrDefault(fanIn))
+	}
 }
 
 // FastMerge reports whether a merge of inputs writes the fast form
@@ -475,10 +492,7 @@ func (s *tableSource) nextBlock() ([]byte, error) {
 	if s.in.bits > 0 {
 		w, p := s.in.f.Width, s.in.f.PrefixLen
 		for o := 0; o < len(recs); {
-			e := o + w
-			for e < len(recs) && string(recs[e:e+p]) == string(recs[o:o+p]) {
-				e += w
-			}
+			e := prefixEnd(recs, o, w, p)
 			if ShardOf(recs[o:o+p], s.in.bits) != s.shard {
 				return nil, &CorruptError{Tree: s.in.tree, Table: s.id, Err: fmt.Errorf("prefix %x outside its shard: %w", recs[o:o+p], ErrCorrupt)}
 			}
@@ -598,6 +612,17 @@ func (in *compactionInput) decodeFrame(id string, meta *TableMeta, i int, frame,
 	return dst, nil
 }
 
+// prefixEnd returns the end of the run of records (of width w, sorted)
+// that share the prefix (of p bytes) of the record at o: a prefix's
+// records are contiguous and fall in one shard.
+func prefixEnd(recs []byte, o, w, p int) int {
+	e := o + w
+	for e < len(recs) && string(recs[e:e+p]) == string(recs[o:o+p]) {
+		e += w
+	}
+	return e
+}
+
 // split adds records (whole, sorted) to the spill, each to its output
 // shard, and counts those of the first output shards for the dictionary
 // while it is counted. from names where they come from, for the error of
@@ -611,10 +636,7 @@ func (in *compactionInput) split(from string, recs []byte) error {
 	// one append for each.
 	w, p := in.f.Width, in.f.PrefixLen
 	for o := 0; o < len(recs); {
-		e := o + w
-		for e < len(recs) && string(recs[e:e+p]) == string(recs[o:o+p]) {
-			e += w
-		}
+		e := prefixEnd(recs, o, w, p)
 		out := ShardOf(recs[o:o+p], in.bits)
 		s := out - in.base
 		if out < in.base || int(s) >= len(in.spill.shards) {

@@ -87,33 +87,7 @@ func TestCompactRunsStreaming(t *testing.T) {
 	// owner, the run's first table, when it shares one).
 	tableRecs := func(ref, owner TableRef) []byte {
 		t.Helper()
-		data, err := store.Get(ctx, dataKey(TreeLinks, ref.ID))
-		if err != nil {
-			t.Fatal(err)
-		}
-		meta, err := cat.Load(ctx, TreeLinks, ref)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if meta.DictTable() != "" {
-			om, err := cat.Load(ctx, TreeLinks, owner)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := meta.UseDictOf(om); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var recs []byte
-		for i := range meta.NumFrames() {
-			off, n := meta.ByteRange(i, i)
-			fr, err := meta.DecodeFrame(i, data[off:off+n], nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			recs = append(recs, fr...)
-		}
-		return recs
+		return linksTableRecords(t, store, cat, ref, owner)
 	}
 	countEvery := false
 	check := func(name string, inputs []Run, want []byte, most uint64, open int64) Run {
@@ -411,4 +385,138 @@ func viewOfRuns(t *testing.T, cat *Catalog, runs []Run) *View {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// A merge of flushes aligned to the next merge (AlignFanIn) writes the
+// shards that merge needs, so the merge of such runs splits nothing into
+// a spill; without the alignment the same merge spills every table.
+func TestAlignedMergeSpillsNothing(t *testing.T) {
+	ctx := context.Background()
+	store := newLocalStore(t)
+	cat := NewCatalog(t.TempDir(), store)
+	f := BacklinkFormat
+	rng := rand.New(rand.NewPCG(5, 8))
+	var flushes []Run
+	var all []byte
+	for r := range 4 {
+		var recs []byte
+		for i := range 3000 {
+			l := link.Backlink{
+				Target: link.RecordID{RKey: uint64(rng.IntN(2000)), Collection: 3, DID: 9},
+				Source: link.RecordID{RKey: uint64(r*10000 + i), Collection: 5, DID: uint64(rng.IntN(50))},
+			}
+			recs = appendBacklink(recs, l)
+		}
+		SortRecords(recs, f.Width)
+		all = append(all, recs...)
+		run, err := WriteRun(ctx, store, cat, TreeLinks, RunDelta, 0, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flushes = append(flushes, run)
+	}
+	SortRecords(all, f.Width)
+	all = Fold(f, all)
+	const target = 16 << 10 // a shard per 16 KiB of input tables: several
+	for _, aligned := range []bool{true, false} {
+		m, _, err := (&Manifest{}).Apply(Edit{Base: 0, Add: flushes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two merges of two flushes each, then the merge of their outputs.
+		var merged []Run
+		for _, pair := range [][]Run{flushes[:2], flushes[2:]} {
+			v, err := OpenView(ctx, cat, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opt := CompactOptions{ShardTargetBytes: target}
+			opt.ForMerge(pair, false, 2)
+			if !opt.Fast || opt.AlignFanIn != MergedFanIn(2) {
+				t.Fatalf("a merge of flushes: options %+v", opt)
+			}
+			if !aligned {
+				opt.AlignFanIn = 0
+			}
+			out, err := CompactRuns(ctx, store, cat, v, pair, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			merged = append(merged, out)
+		}
+		m, _, err = (&Manifest{}).Apply(Edit{Base: 0, Add: merged})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := OpenView(ctx, cat, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt := CompactOptions{ShardTargetBytes: target}
+		opt.ForMerge(merged, false, 2)
+		if opt.Fast || opt.AlignFanIn != 0 {
+			t.Fatalf("a merge of merged runs: options %+v", opt)
+		}
+		spills := spillsCreated.Load()
+		out, err := CompactRuns(ctx, store, cat, v, merged, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		split := spillsCreated.Load() - spills
+		if aligned && split != 0 {
+			t.Fatalf("aligned: the merge of merged runs spilled %d tables", split)
+		}
+		if !aligned && split == 0 {
+			t.Fatal("not aligned: the merge of merged runs spilled nothing, the test shows nothing")
+		}
+		var got []byte
+		for _, ref := range out.Tables {
+			got = append(got, linksTableRecords(t, store, cat, ref, out.Tables[0])...)
+		}
+		SortRecords(got, f.Width)
+		if !bytes.Equal(got, all) {
+			t.Fatalf("aligned %v: %d records, want %d (or different)", aligned, len(got)/f.Width, len(all)/f.Width)
+		}
+	}
+}
+
+// linksTableRecords is a links table's records, decoded (its run's
+// dictionary from owner, the run's first table, when it shares one).
+func linksTableRecords(t *testing.T, store objstore.Store, cat *Catalog, ref, owner TableRef) []byte {
+	t.Helper()
+	ctx := context.Background()
+	data, err := store.Get(ctx, dataKey(TreeLinks, ref.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := cat.Load(ctx, TreeLinks, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta.DictTable() != "" {
+		om, err := cat.Load(ctx, TreeLinks, owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := meta.UseDictOf(om); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return decodeFrames(t, meta, data)
+}
+
+// decodeFrames is the records of every frame of a table (meta, its data
+// object data), decoded in order.
+func decodeFrames(t *testing.T, meta *TableMeta, data []byte) []byte {
+	t.Helper()
+	var recs []byte
+	for i := range meta.NumFrames() {
+		off, n := meta.ByteRange(i, i)
+		fr, err := meta.DecodeFrame(i, data[off:off+n], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, fr...)
+	}
+	return recs
 }

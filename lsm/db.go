@@ -375,13 +375,9 @@ func splitShards(f Format, recs []byte, bits uint8) [][]byte {
 	}
 	w := f.Width
 	for off := 0; off < len(recs); {
-		// Records of one prefix are adjacent and share a shard.
 		p := recs[off : off+f.PrefixLen]
 		s := ShardOf(p, bits)
-		end := off + w
-		for end < len(recs) && string(recs[end:end+f.PrefixLen]) == string(p) {
-			end += w
-		}
+		end := prefixEnd(recs, off, w, f.PrefixLen)
 		shards[s] = append(shards[s], recs[off:end]...)
 		off = end
 	}

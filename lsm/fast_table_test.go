@@ -41,15 +41,7 @@ func TestFastTable(t *testing.T) {
 			if m.version != 11 || m.transform != transformShuffleS2 || m.dict != nil {
 				t.Fatalf("version %d transform %v dictionary %v", m.version, m.transform, m.dict != nil)
 			}
-			var got []byte
-			for i := range m.NumFrames() {
-				off, n := m.ByteRange(i, i)
-				fr, err := m.DecodeFrame(i, data[off:off+n], nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, fr...)
-			}
+			got := decodeFrames(t, m, data)
 			if !bytes.Equal(got, tc.recs) {
 				t.Fatal("frames decode to other records")
 			}

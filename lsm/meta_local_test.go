@@ -377,15 +377,7 @@ func TestMappedLayout1StillReads(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var recs []byte
-			for i := range d.NumFrames() {
-				off, n := d.ByteRange(i, i)
-				fr, err := d.DecodeFrame(i, data[off:off+n], nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				recs = append(recs, fr...)
-			}
+			recs := decodeFrames(t, d, data)
 			m1, err := openMapped(&mapRegion{b: local1})
 			if err != nil {
 				t.Fatal(err)
