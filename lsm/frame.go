@@ -368,6 +368,25 @@ func undiffPrev(b []byte, w int, delta bool) {
 // transposed in registers.
 func shuffle(dst, recs []byte, w int) {
 	n := len(recs) / w
+	if shuffleAsm && w%8 == 0 && n >= 16 {
+		// 16 records at a time in SSE2, the last n%16 here.
+		n16 := n &^ 15
+		_ = dst[n*w-1]
+		shuffle16(&dst[0], &recs[0], w, n, n16)
+		for j := range w {
+			for i := n16; i < n; i++ {
+				dst[j*n+i] = recs[i*w+j]
+			}
+		}
+		return
+	}
+	shuffleGo(dst, recs, w)
+}
+
+// shuffleGo is shuffle in Go: blocks of 8 records by 8 bytes are
+// transposed in registers.
+func shuffleGo(dst, recs []byte, w int) {
+	n := len(recs) / w
 	n8 := n &^ 7
 	w8 := w &^ 7
 	for i := 0; i < n8; i += 8 {
@@ -424,6 +443,23 @@ func unshuffle(dst, src []byte, w int) {
 // registers and the column's running previous value is added (or XORed)
 // in as they go.
 func unshuffleWords(dst, src []byte, w int, t frameTransform) {
+	n := len(src) / w
+	if shuffleAsm && t == transformShuffle && n >= 16 {
+		n16 := n &^ 15
+		_ = dst[n*w-1]
+		unshuffle16(&dst[0], &src[0], w, n, n16)
+		for j := range w {
+			for i := n16; i < n; i++ {
+				dst[i*w+j] = src[j*n+i]
+			}
+		}
+		return
+	}
+	unshuffleWordsGo(dst, src, w, t)
+}
+
+// unshuffleWordsGo is unshuffleWords in Go.
+func unshuffleWordsGo(dst, src []byte, w int, t frameTransform) {
 	n := len(src) / w
 	n8 := n &^ 7
 	for j := 0; j < w; j += 8 {
