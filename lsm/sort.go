@@ -187,7 +187,7 @@ func (s *sorter) gather(run []byte, ents []sortEntry) {
 	switch w {
 	case 64:
 		for k := range ents {
-			gatherWords(out[k*64:][:64], run[int(ents[k].idx)*64:][:64])
+			*(*[64]byte)(out[k*64:]) = *(*[64]byte)(run[int(ents[k].idx)*64:])
 		}
 	case 32:
 		for k := range ents {
@@ -242,6 +242,10 @@ func (s *sorter) scatterPartitioned(run []byte, ents []sortEntry) {
 		next[b] = uint32(b) << shift
 	}
 	out := s.scratch[:len(run)]
+	if w == 64 {
+		s.scatterPartitioned64(run, out, ents, pos, next, shift)
+		return
+	}
 	words := w%8 == 0 && w <= 64
 	for i := range pos {
 		p := pos[i].idx
@@ -262,6 +266,23 @@ func (s *sorter) scatterPartitioned(run []byte, ents []sortEntry) {
 		} else {
 			copy(run[p*w:][:w], out[j*w:][:w])
 		}
+	}
+}
+
+// scatterPartitioned64 is scatterPartitioned's two passes for 64-byte
+// records (backlinks), each record moved as one array: four 16-byte moves.
+func (s *sorter) scatterPartitioned64(run, out []byte, ents, pos []sortEntry, next []uint32, shift uint) {
+	for i := range pos {
+		p := pos[i].idx
+		b := p >> shift
+		j := next[b]
+		next[b]++
+		*(*[64]byte)(out[int(j)*64:]) = *(*[64]byte)(run[i*64:])
+		ents[j].idx = p
+	}
+	for j := range ents {
+		p := int(ents[j].idx)
+		*(*[64]byte)(run[p*64:]) = *(*[64]byte)(out[j*64:])
 	}
 }
 
