@@ -256,7 +256,7 @@ func verifyTable(f Format, recs, data, meta []byte, opt TableOptions, transform 
 	at := 0
 	for i := range m.NumFrames() {
 		off, l := m.ByteRange(i, i)
-		buf, err = m.DecodeFrame(i, data[off:off+l], buf)
+		buf, err = m.decodeFrame(i, data[off:off+l], buf, false)
 		if err != nil {
 			return err
 		}
