@@ -364,8 +364,8 @@ func undiffPrev(b []byte, w int, delta bool) {
 }
 
 // shuffle writes recs (n records of w bytes) column-major into dst: byte j
-// of record i goes to dst[j*n+i]. Blocks of 8 records by 8 bytes are
-// transposed in registers.
+// of record i goes to dst[j*n+i]. On amd64, when w is a multiple of 8, 16
+// records at a time in SSE2 (shuffle_amd64.s); otherwise shuffleGo.
 func shuffle(dst, recs []byte, w int) {
 	n := len(recs) / w
 	if shuffleAsm && w%8 == 0 && n >= 16 {
@@ -438,13 +438,12 @@ func unshuffle(dst, src []byte, w int) {
 }
 
 // unshuffleWords inverts shuffle, and then diffPrev unless t is
-// transformShuffle, in one pass, for widths that are a multiple of 8: for
-// each 8-byte word column, blocks of 8 records are transposed back in
-// registers and the column's running previous value is added (or XORed)
-// in as they go.
+// transformShuffle, in one pass, for widths that are a multiple of 8:
+// transformShuffle on amd64 in SSE2 (shuffle_amd64.s), the rest in
+// unshuffleWordsGo.
 func unshuffleWords(dst, src []byte, w int, t frameTransform) {
 	n := len(src) / w
-	if shuffleAsm && t == transformShuffle && n >= 16 {
+	if shuffleAsm && t == transformShuffle && w%8 == 0 && n >= 16 {
 		n16 := n &^ 15
 		_ = dst[n*w-1]
 		unshuffle16(&dst[0], &src[0], w, n, n16)
@@ -458,7 +457,9 @@ func unshuffleWords(dst, src []byte, w int, t frameTransform) {
 	unshuffleWordsGo(dst, src, w, t)
 }
 
-// unshuffleWordsGo is unshuffleWords in Go.
+// unshuffleWordsGo is unshuffleWords in Go: for each 8-byte word column,
+// blocks of 8 records are transposed back in registers and the column's
+// running previous value is added (or XORed) in as they go.
 func unshuffleWordsGo(dst, src []byte, w int, t frameTransform) {
 	n := len(src) / w
 	n8 := n &^ 7

@@ -377,7 +377,9 @@ func (m *TableMeta) DecodeFrame(i int, compressed []byte, dst []byte) ([]byte, e
 
 // decodeFrame is DecodeFrame; order false skips the check that the records
 // strictly increase, for BuildTable's self-check, which checked its records'
-// order before encoding them and compares the decoded ones with them.
+// order before encoding them and compares the decoded ones with them (a
+// caller that changed its records during BuildTable could then write an
+// unsorted table; reads, which check the order, would reject it).
 func (m *TableMeta) decodeFrame(i int, compressed []byte, dst []byte, order bool) ([]byte, error) {
 	if i < 0 || i >= m.NumFrames() {
 		return nil, fmt.Errorf("lsm: %sframe %d out of range [0, %d)", m.namePrefix(), i, m.NumFrames())
