@@ -61,12 +61,18 @@ jetstream:
 testdeps:
 	@bash scripts/install-test-deps.sh
 
+# vet also builds the Go shuffle that other architectures and -tags purego
+# use in place of the SSE2 one (lsm/shuffle_other.go); make test runs its
+# tests that way too.
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 	$(GO) vet ./...
+	$(GO) vet -tags purego ./lsm/
+	GOARCH=arm64 $(GO) vet ./lsm/
 
 test: minio toxiproxy jetstream testdeps vet build
 	EDDY_REQUIRE_MINIO=1 EDDY_REQUIRE_PG=1 EDDY_REQUIRE_JETSTREAM=1 EDDY_MINIO_BIN=$(GOBIN)/minio EDDY_JETSTREAM_BIN=$(GOBIN)/jetstream-v0.2.0 $(GO) test -count=1 -timeout 14m ./...
+	$(GO) test -count=1 -tags purego -run 'Shuffle|Verify|V1Fixtures|Frame' ./lsm/
 
 # The race detector on the packages whose state goroutines share (the
 # engine, the replicated state, the cluster, the write path, the stores and
