@@ -244,47 +244,33 @@ func (s *sorter) scatterPartitioned(run []byte, ents []sortEntry) {
 		next[b] = uint32(b) << shift
 	}
 	out := s.scratch[:len(run)]
-	if w == 64 {
-		s.scatterPartitioned64(run, out, ents, pos, next, shift)
-		return
-	}
+	// Records copied as gather copies them: a 64-byte one as one array.
 	words := w%8 == 0 && w <= 64
 	for i := range pos {
 		p := pos[i].idx
 		b := p >> shift
 		j := next[b]
 		next[b]++
-		if words {
+		switch {
+		case w == 64:
+			*(*[64]byte)(out[int(j)*64:]) = *(*[64]byte)(run[i*64:])
+		case words:
 			gatherWords(out[int(j)*w:][:w], run[i*w:][:w])
-		} else {
+		default:
 			copy(out[int(j)*w:][:w], run[i*w:][:w])
 		}
 		ents[j].idx = p
 	}
 	for j := range ents {
 		p := int(ents[j].idx)
-		if words {
+		switch {
+		case w == 64:
+			*(*[64]byte)(run[p*64:]) = *(*[64]byte)(out[j*64:])
+		case words:
 			gatherWords(run[p*w:][:w], out[j*w:][:w])
-		} else {
+		default:
 			copy(run[p*w:][:w], out[j*w:][:w])
 		}
-	}
-}
-
-// scatterPartitioned64 is scatterPartitioned's two passes for 64-byte
-// records (backlinks), each record moved as one array (see gather).
-func (s *sorter) scatterPartitioned64(run, out []byte, ents, pos []sortEntry, next []uint32, shift uint) {
-	for i := range pos {
-		p := pos[i].idx
-		b := p >> shift
-		j := next[b]
-		next[b]++
-		*(*[64]byte)(out[int(j)*64:]) = *(*[64]byte)(run[i*64:])
-		ents[j].idx = p
-	}
-	for j := range ents {
-		p := int(ents[j].idx)
-		*(*[64]byte)(run[p*64:]) = *(*[64]byte)(out[j*64:])
 	}
 }
 
