@@ -52,6 +52,8 @@ type CompactOptions struct {
 	// assumes runs alike: a next merge that needs a shard bit more
 	// splits every table again, as before.
 	AlignFanIn int
+
+	noRoute bool // test hook: split into spills where mergeRouted would merge in one pass
 }
 
 // ForMerge sets the options a merge of inputs takes under compaction
@@ -206,6 +208,9 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 			}
 		}
 		in.shared, in.counter = in.counter.dict(), nil
+	}
+	if routable(opt, bits, plan) && !opt.noRoute {
+		return in.mergeRouted(ctx, cat, plan)
 	}
 	slices.SortStableFunc(plan, func(a, b rangeTable) int { return cmp.Compare(a.lo, b.lo) })
 	var open []*rangeSpill
@@ -467,6 +472,7 @@ type tableSource struct {
 	data   []byte
 	frame  int
 	recs   []byte
+	all    bool // the table holds records of every output shard (mergeRouted)
 }
 
 func (s *tableSource) nextBlock() ([]byte, error) {
@@ -489,7 +495,7 @@ func (s *tableSource) nextBlock() ([]byte, error) {
 	if s.frame++; s.frame == s.meta.NumFrames() {
 		s.data = nil // decoded: its memory goes
 	}
-	if s.in.bits > 0 {
+	if s.in.bits > 0 && !s.all {
 		w, p := s.in.f.Width, s.in.f.PrefixLen
 		for o := 0; o < len(recs); {
 			e := prefixEnd(recs, o, w, p)

@@ -392,6 +392,12 @@ func writeTable(ctx context.Context, store objstore.Store, cat *Catalog, tree Tr
 	if err != nil {
 		return TableRef{}, err
 	}
+	return putTable(ctx, store, cat, tree, data, meta, uint64(len(recs)/f.Width), opt)
+}
+
+// putTable puts a built table's data and meta objects (records records,
+// built with opt) into the store and adds it to the catalog.
+func putTable(ctx context.Context, store objstore.Store, cat *Catalog, tree Tree, data, meta []byte, records uint64, opt TableOptions) (TableRef, error) {
 	id := NewID()
 	if err := store.Put(ctx, dataKey(tree, id), data); err != nil {
 		return TableRef{}, fmt.Errorf("put table %s: %w", id, err)
@@ -403,7 +409,7 @@ func writeTable(ctx context.Context, store objstore.Store, cat *Catalog, tree Tr
 		return TableRef{}, err
 	}
 	return TableRef{
-		ID: id, Records: uint64(len(recs) / f.Width), DataBytes: uint64(len(data)), MetaBytes: uint64(len(meta)),
+		ID: id, Records: records, DataBytes: uint64(len(data)), MetaBytes: uint64(len(meta)),
 		ShardBits: opt.ShardBits, Shard: opt.Shard,
 	}, nil
 }

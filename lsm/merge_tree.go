@@ -105,10 +105,27 @@ func mergeCursors(cs []*cursor, w, size int, dst []byte) ([]byte, error) {
 		// and fresh memory costs its page faults each time.
 		dst = append(make([]byte, 0, start+size+size/8), dst...)
 	}
+	err := mergeEach(cs, w, func(rec []byte) error {
+		dst = append(dst, rec...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(dst)-start != size {
+		return nil, fmt.Errorf("merge gave %d bytes, want %d: %w", len(dst)-start, size, ErrCorrupt)
+	}
+	return dst, nil
+}
+
+// mergeEach calls emit with each record of the sorted sequences cs
+// (records of width w), merged into order; rec is valid during the call
+// only. It stops at emit's first error and returns it.
+func mergeEach(cs []*cursor, w int, emit func(rec []byte) error) error {
 	h := cursorHeap{cs: make([]*cursor, 0, len(cs)), w: w}
 	for _, c := range cs {
 		if err := c.fill(w); err != nil {
-			return nil, err
+			return err
 		}
 		if !c.done {
 			h.cs = append(h.cs, c)
@@ -119,12 +136,14 @@ func mergeCursors(cs []*cursor, w, size int, dst []byte) ([]byte, error) {
 	}
 	for len(h.cs) > 0 {
 		c := h.cs[0]
-		dst = append(dst, c.recs[c.at:c.at+w]...)
+		if err := emit(c.recs[c.at : c.at+w]); err != nil {
+			return err
+		}
 		if c.at += w; c.at < len(c.recs) {
 			c.key = recordKey(c.recs[c.at:], w)
 		} else {
 			if err := c.fill(w); err != nil {
-				return nil, err
+				return err
 			}
 			if c.done {
 				last := len(h.cs) - 1
@@ -134,8 +153,5 @@ func mergeCursors(cs []*cursor, w, size int, dst []byte) ([]byte, error) {
 		}
 		h.down(0)
 	}
-	if len(dst)-start != size {
-		return nil, fmt.Errorf("merge gave %d bytes, want %d: %w", len(dst)-start, size, ErrCorrupt)
-	}
-	return dst, nil
+	return nil
 }

@@ -79,6 +79,11 @@ type tableBuild struct {
 	dict      *accountDict // transformColumns: the account dictionary
 	ranks     []uint32     // transformColumns: each record's account rank
 	frames    []builtFrame
+
+	// A table built frame by frame (fastTableWriter) keeps no records:
+	// its frames' first records (fences, Width bytes each) and its last.
+	fences []byte
+	last   []byte
 }
 
 // builtFrame is a frame BuildTable wrote.
@@ -90,6 +95,23 @@ type builtFrame struct {
 }
 
 func (b *tableBuild) rec(i int) []byte { return b.recs[i*b.f.Width : (i+1)*b.f.Width] }
+
+// lastRecord is the table's last record (its meta's MaxKey).
+func (b *tableBuild) lastRecord() []byte {
+	if b.recs == nil {
+		return b.last
+	}
+	return b.rec(b.n - 1)
+}
+
+// fence is frame k's first record.
+func (b *tableBuild) fence(k int, fr builtFrame) []byte {
+	if b.recs == nil {
+		w := b.f.Width
+		return b.fences[k*w : (k+1)*w]
+	}
+	return b.rec(fr.start)
+}
 
 // checkRecords checks order and shard, and collects the filter keys.
 func (b *tableBuild) checkRecords() error {

@@ -33,8 +33,8 @@ func (b *tableBuild) encodeMeta(dataBytes int) ([]byte, error) {
 	binary.LittleEndian.PutUint64(meta[40:], uint64(len(b.keys)))
 	binary.LittleEndian.PutUint64(meta[48:], b.seed)
 	binary.LittleEndian.PutUint32(meta[56:], uint32(len(frames)))
-	meta = append(meta, b.rec(n-1)...)
-	for _, fr := range frames {
+	meta = append(meta, b.lastRecord()...)
+	for k, fr := range frames {
 		meta = binary.LittleEndian.AppendUint32(meta, uint32(fr.length))
 		meta = binary.LittleEndian.AppendUint32(meta, uint32(fr.n))
 		meta = binary.LittleEndian.AppendUint64(meta, fr.sum)
@@ -43,7 +43,7 @@ func (b *tableBuild) encodeMeta(dataBytes int) ([]byte, error) {
 			flags |= flagContinues
 		}
 		meta = append(meta, flags)
-		meta = append(meta, b.rec(fr.start)...)
+		meta = append(meta, b.fence(k, fr)...)
 	}
 	filterStart := len(meta)
 	meta, err := buildFilter(meta, b.keys, b.filterBits)

@@ -1,0 +1,228 @@
+package lsm
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/eddy-backlinks/eddy/link"
+)
+
+// TestFastTableWriterMatchesBuildTable: a fast-form table written a record
+// at a time is BuildTable's to the byte (data and meta), for one frame and
+// many, frames cut at a prefix boundary and at perFrame, sharded or not,
+// both filter widths; and the writer refuses what BuildTable refuses.
+func TestFastTableWriterMatchesBuildTable(t *testing.T) {
+	w := BacklinkFormat.Width
+	recs := synthBacklinks(11, 20000)
+	SortRecords(recs, w)
+	recs = Fold(BacklinkFormat, recs)
+	shardOf := func(bits uint8, shard uint32) []byte {
+		var out []byte
+		for o := 0; o < len(recs); o += w {
+			if ShardOf(recs[o:o+BacklinkFormat.PrefixLen], bits) == shard {
+				out = append(out, recs[o:o+w]...)
+			}
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		recs []byte
+		opt  TableOptions
+	}{
+		{"one record", recs[:w], TableOptions{Fast: true}},
+		{"default frames", recs, TableOptions{Fast: true}},
+		{"frames of 64", recs, TableOptions{Fast: true, frameMax: 64}},
+		{"frames of 7", recs[:300*w], TableOptions{Fast: true, frameMax: 7, FilterBits: FilterBits16}},
+		{"shard 3 of 2 bits", shardOf(2, 3), TableOptions{Fast: true, ShardBits: 2, Shard: 3, frameMax: 100, FilterBits: FilterBits8}},
+		{"a seed", recs[:5000*w], TableOptions{Fast: true, FilterSeed: 99, frameMax: 333}},
+	}
+	for _, c := range cases {
+		data, meta, err := BuildTable(BacklinkFormat, c.recs, c.opt)
+		if err != nil {
+			t.Fatalf("%s: BuildTable: %v", c.name, err)
+		}
+		tw, err := newFastTableWriter(BacklinkFormat, c.opt)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		for o := 0; o < len(c.recs); o += w {
+			if err := tw.add(c.recs[o : o+w]); err != nil {
+				t.Fatalf("%s: add: %v", c.name, err)
+			}
+		}
+		if tw.records() != len(c.recs)/w {
+			t.Fatalf("%s: %d records, want %d", c.name, tw.records(), len(c.recs)/w)
+		}
+		d2, m2, err := tw.finish()
+		if err != nil {
+			t.Fatalf("%s: finish: %v", c.name, err)
+		}
+		if !bytes.Equal(d2, data) || !bytes.Equal(m2, meta) {
+			t.Fatalf("%s: written a record at a time: data %d bytes, meta %d; BuildTable's %d, %d (equal: %v, %v)",
+				c.name, len(d2), len(m2), len(data), len(meta), bytes.Equal(d2, data), bytes.Equal(m2, meta))
+		}
+		m, err := DecodeMeta(m2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.opt.frameMax > 0 && len(c.recs)/w > 2*c.opt.frameMax && m.NumFrames() < 2 {
+			t.Fatalf("%s: %d frames: the case does not test frame cuts", c.name, m.NumFrames())
+		}
+	}
+
+	refuse := func(what string, recs []byte, opt TableOptions, want string) {
+		t.Helper()
+		tw, err := newFastTableWriter(BacklinkFormat, opt)
+		if err == nil {
+			for o := 0; o < len(recs) && err == nil; o += w {
+				err = tw.add(recs[o : o+w])
+			}
+			if err == nil {
+				_, _, err = tw.finish()
+			}
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: %v, want an error with %q", what, err, want)
+		}
+	}
+	swapped := bytes.Clone(recs[:10*w])
+	copy(swapped[4*w:5*w], recs[5*w:6*w])
+	copy(swapped[5*w:6*w], recs[4*w:5*w])
+	refuse("out of order", swapped, TableOptions{Fast: true}, "out of order")
+	dup := append(bytes.Clone(recs[:3*w]), recs[2*w:3*w]...)
+	refuse("duplicated", dup, TableOptions{Fast: true}, "duplicated")
+	refuse("wrong shard", shardOf(2, 1), TableOptions{Fast: true, ShardBits: 2, Shard: 3}, "is in shard 1")
+	refuse("not fast", recs[:w], TableOptions{}, "not Fast")
+	refuse("old version", recs[:w], TableOptions{Fast: true, version: 10}, "format version 10")
+	refuse("no records", nil, TableOptions{Fast: true}, "no records")
+}
+
+// TestFastTableWriterCatchesMismatch: the writer's self-check compares a
+// decoded frame with its records; a frame that decodes to other records
+// (here: its records changed between the encoding and the check, as a
+// faulty transform would) fails it.
+func TestFastTableWriterCatchesMismatch(t *testing.T) {
+	w := BacklinkFormat.Width
+	recs := synthBacklinks(3, 500)
+	SortRecords(recs, w)
+	recs = Fold(BacklinkFormat, recs)
+	tw, err := newFastTableWriter(BacklinkFormat, TableOptions{Fast: true, frameMax: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for o := 0; o < 20*w; o += w {
+		if err := tw.add(recs[o : o+w]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A bit flipped between the shuffle and S2: the frame decodes, to
+	// other records.
+	fastEncodeHook = func(shuffled []byte) { shuffled[len(shuffled)/2] ^= 1 }
+	defer func() { fastEncodeHook = nil }()
+	if err := tw.cut(len(tw.pend) / w); err == nil || !strings.Contains(err.Error(), "decodes to different records") {
+		t.Fatalf("a frame encoded wrong: %v", err)
+	}
+}
+
+// TestRoutedMergeMatchesSpilled: a merge of flushes into the fast form in
+// several shards (mergeRouted: one pass, each record routed to its shard's
+// table) writes the same tables to the byte as splitting the flushes into
+// spills and merging shard by shard, spills nothing, and folds a link
+// repeated with a newer rev in a later flush, as Fold does.
+func TestRoutedMergeMatchesSpilled(t *testing.T) {
+	ctx := context.Background()
+	store := newLocalStore(t)
+	cat := NewCatalog(t.TempDir(), store)
+	f := BacklinkFormat
+	rng := rand.New(rand.NewPCG(21, 4))
+	var flushes []Run
+	var prev []link.Backlink
+	for r := range 5 {
+		var recs []byte
+		var ls []link.Backlink
+		for i := range 4000 {
+			var l link.Backlink
+			if len(prev) > 0 && rng.IntN(6) == 0 {
+				l = prev[rng.IntN(len(prev))]
+				l.SourceRev += uint64(1 + rng.IntN(3))
+			} else {
+				l = link.Backlink{
+					Target:    link.RecordID{RKey: uint64(rng.IntN(1500)), Collection: 3, DID: 9},
+					Source:    link.RecordID{RKey: uint64(r*10000 + i), Collection: 5, DID: uint64(rng.IntN(50))},
+					SourceRev: uint64(r*10 + 1),
+				}
+			}
+			ls = append(ls, l)
+			recs = appendBacklink(recs, l)
+		}
+		prev = ls
+		SortRecords(recs, f.Width)
+		recs = Fold(f, recs)
+		run, err := WriteRun(ctx, store, cat, TreeLinks, RunDelta, 0, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flushes = append(flushes, run)
+	}
+	m, _, err := (&Manifest{}).Apply(Edit{Base: 0, Add: flushes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := OpenView(ctx, cat, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []uint64{1 << 62, 64 << 10, 8 << 10} { // 0, some and many shard bits
+		var outs [2]Run
+		for k, noRoute := range []bool{false, true} {
+			opt := CompactOptions{ShardTargetBytes: target, noRoute: noRoute}
+			opt.ForMerge(flushes, false, 4)
+			if !opt.Fast {
+				t.Fatalf("a merge of flushes: options %+v", opt)
+			}
+			spills := spillsCreated.Load()
+			out, err := CompactRuns(ctx, store, cat, v, flushes, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			split := spillsCreated.Load() - spills
+			bits := out.Tables[0].ShardBits
+			if want := int64(0); noRoute && bits > 0 {
+				want = int64(len(flushes))
+				if split != want {
+					t.Fatalf("shard target %d, spilled: %d spills, want %d", target, split, want)
+				}
+			} else if split != 0 {
+				t.Fatalf("shard target %d, routed (%d bits): %d spills", target, bits, split)
+			}
+			outs[k] = out
+		}
+		a, b := outs[0], outs[1]
+		if len(a.Tables) != len(b.Tables) || (target == 8<<10 && a.Tables[0].ShardBits < 3) {
+			t.Fatalf("shard target %d: %d tables routed, %d spilled (%d bits)", target, len(a.Tables), len(b.Tables), a.Tables[0].ShardBits)
+		}
+		for i := range a.Tables {
+			x, y := a.Tables[i], b.Tables[i]
+			if x.Shard != y.Shard || x.ShardBits != y.ShardBits || x.Records != y.Records {
+				t.Fatalf("shard target %d, table %d: %+v routed, %+v spilled", target, i, x, y)
+			}
+			for _, key := range []func(Tree, string) string{dataKey, metaKey} {
+				dx, err := store.Get(ctx, key(TreeLinks, x.ID))
+				if err != nil {
+					t.Fatal(err)
+				}
+				dy, err := store.Get(ctx, key(TreeLinks, y.ID))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(dx, dy) {
+					t.Fatalf("shard target %d, table %d (shard %d): %s differs", target, i, x.Shard, key(TreeLinks, "…"))
+				}
+			}
+		}
+	}
+}
