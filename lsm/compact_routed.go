@@ -74,7 +74,7 @@ func (in *compactionInput) mergeRouted(ctx context.Context, cat *Catalog, plan [
 			o := opt
 			o.Shard = shard
 			var err error
-			if tw, err = newFastTableWriter(in.f, o); err != nil {
+			if tw, err = newFastTableWriter(in.f, o, int(want>>in.bits)); err != nil {
 				return err
 			}
 			writers[shard] = tw

@@ -3,7 +3,6 @@ package lsm
 import (
 	"bytes"
 	"fmt"
-	"slices"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/zeebo/xxh3"
@@ -36,8 +35,9 @@ type fastTableWriter struct {
 var fastEncodeHook func(shuffled []byte)
 
 // newFastTableWriter starts a fast-form table of format f with options
-// opt (opt.Fast must be set; FilterBits as BuildTable takes them).
-func newFastTableWriter(f Format, opt TableOptions) (*fastTableWriter, error) {
+// opt (opt.Fast must be set; FilterBits as BuildTable takes them), of
+// about hint records (its buffers' first sizes; 0 if unknown).
+func newFastTableWriter(f Format, opt TableOptions, hint int) (*fastTableWriter, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
@@ -65,8 +65,10 @@ func newFastTableWriter(f Format, opt TableOptions) (*fastTableWriter, error) {
 	}
 	b.seed = tableFilterSeed(opt.FilterSeed)
 	b.last = make([]byte, f.Width)
+	b.keys = make([]uint64, 0, hint/2+1)
 	return &fastTableWriter{
 		b:       b,
+		data:    make([]byte, 0, hint*f.Width/3+s2.MaxEncodedLen(b.perFrame*f.Width)), // S2 keeps about a quarter
 		pend:    make([]byte, 0, (b.perFrame+1)*f.Width),
 		minFill: b.perFrame - b.perFrame/8,
 	}, nil
@@ -138,7 +140,11 @@ func (t *fastTableWriter) cut(e int) error {
 	}
 	off := len(b.fences) / w // frames so far
 	at := len(t.data)
-	data := slices.Grow(t.data, s2.MaxEncodedLen(len(tmp)))
+	data := t.data
+	if most := s2.MaxEncodedLen(len(tmp)); cap(data)-at < most {
+		data = make([]byte, at, 2*cap(data)+most)
+		copy(data, t.data)
+	}
 	data = data[:at+len(s2.Encode(data[at:at+s2.MaxEncodedLen(len(tmp))], tmp))]
 	t.data = data
 	fr := builtFrame{start: b.n - len(t.pend)/w, n: e, length: len(data) - at, sum: xxh3.Hash(data[at:])}

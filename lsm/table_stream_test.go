@@ -45,7 +45,7 @@ func TestFastTableWriterMatchesBuildTable(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: BuildTable: %v", c.name, err)
 		}
-		tw, err := newFastTableWriter(BacklinkFormat, c.opt)
+		tw, err := newFastTableWriter(BacklinkFormat, c.opt, len(c.recs)/w/3)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -76,7 +76,7 @@ func TestFastTableWriterMatchesBuildTable(t *testing.T) {
 
 	refuse := func(what string, recs []byte, opt TableOptions, want string) {
 		t.Helper()
-		tw, err := newFastTableWriter(BacklinkFormat, opt)
+		tw, err := newFastTableWriter(BacklinkFormat, opt, 0)
 		if err == nil {
 			for o := 0; o < len(recs) && err == nil; o += w {
 				err = tw.add(recs[o : o+w])
@@ -110,7 +110,7 @@ func TestFastTableWriterCatchesMismatch(t *testing.T) {
 	recs := synthBacklinks(3, 500)
 	SortRecords(recs, w)
 	recs = Fold(BacklinkFormat, recs)
-	tw, err := newFastTableWriter(BacklinkFormat, TableOptions{Fast: true, frameMax: 50})
+	tw, err := newFastTableWriter(BacklinkFormat, TableOptions{Fast: true, frameMax: 50}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
