@@ -35,7 +35,7 @@ func routable(opt CompactOptions, bits uint8, plan []rangeTable) bool {
 // records are encoded once, in their output frames. Memory: every
 // input's data object (compressed, as the bucket holds it) and one decoded
 // frame of each, and the output's frames (compressed: at 1B links, a
-// merge of eight flushes of ~1M links holds about 135 MB of inputs and as
+// merge of eight flushes of ~1M links holds about 140 MB of inputs and as
 // much of output); no local disk but the tables it puts.
 func (in *compactionInput) mergeRouted(ctx context.Context, cat *Catalog, plan []rangeTable) (Run, error) {
 	w, p := in.f.Width, in.f.PrefixLen

@@ -118,7 +118,10 @@ func RunInFastForm(ctx context.Context, cat *Catalog, r Run) (bool, error) {
 }
 
 // CompactRuns merges runs of one tree into one compacted run, in bounded
-// memory and local disk. It builds the output shard by shard, in order.
+// memory and local disk. A merge of flushes into the fast form in several
+// shards is one pass over its inputs, each record routed to its shard's
+// table (mergeRouted); any other merge builds the output shard by shard,
+// in order.
 // An input table that holds records of several output shards (a table of
 // k shard bits holds those of 2^(bits-k) consecutive ones; a delta run's
 // one table, all of them when bits > 0) is read once, when the first of

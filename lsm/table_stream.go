@@ -68,7 +68,7 @@ func newFastTableWriter(f Format, opt TableOptions, hint int) (*fastTableWriter,
 	b.keys = make([]uint64, 0, hint/2+1)
 	return &fastTableWriter{
 		b:       b,
-		data:    make([]byte, 0, hint*f.Width/3+s2.MaxEncodedLen(b.perFrame*f.Width)), // S2 keeps about a quarter
+		data:    make([]byte, 0, hint*f.Width*3/10+s2.MaxEncodedLen(b.perFrame*f.Width)), // S2 keeps ~27% of a backlink
 		pend:    make([]byte, 0, (b.perFrame+1)*f.Width),
 		minFill: b.perFrame - b.perFrame/8,
 	}, nil
@@ -142,7 +142,7 @@ func (t *fastTableWriter) cut(e int) error {
 	at := len(t.data)
 	data := t.data
 	if most := s2.MaxEncodedLen(len(tmp)); cap(data)-at < most {
-		data = make([]byte, at, 2*cap(data)+most)
+		data = make([]byte, at, cap(data)+cap(data)/4+most)
 		copy(data, t.data)
 	}
 	data = data[:at+len(s2.Encode(data[at:at+s2.MaxEncodedLen(len(tmp))], tmp))]
