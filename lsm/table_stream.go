@@ -38,40 +38,61 @@ var fastEncodeHook func(shuffled []byte)
 // opt (opt.Fast must be set; FilterBits as BuildTable takes them), of
 // about hint records (its buffers' first sizes; 0 if unknown).
 func newFastTableWriter(f Format, opt TableOptions, hint int) (*fastTableWriter, error) {
+	t := &fastTableWriter{}
+	return t, t.reset(f, opt, hint)
+}
+
+// reset starts a new table in t, as newFastTableWriter does, keeping the
+// memory of t's buffers: the data object a finish returned is overwritten
+// by the next table's (objstore's Put keeps no data after it returns).
+func (t *fastTableWriter) reset(f Format, opt TableOptions, hint int) error {
 	if err := f.check(); err != nil {
-		return nil, err
+		return err
 	}
 	if opt.ShardBits > MaxShardBits || uint64(opt.Shard) >= 1<<opt.ShardBits {
-		return nil, fmt.Errorf("lsm: fast table: shard %d of %d bits", opt.Shard, opt.ShardBits)
+		return fmt.Errorf("lsm: fast table: shard %d of %d bits", opt.Shard, opt.ShardBits)
 	}
 	switch {
 	case !opt.Fast:
-		return nil, fmt.Errorf("lsm: fast table: options not Fast")
+		return fmt.Errorf("lsm: fast table: options not Fast")
 	case opt.transSet:
-		return nil, fmt.Errorf("lsm: fast table: a fast table with transform %v", opt.transform)
+		return fmt.Errorf("lsm: fast table: a fast table with transform %v", opt.transform)
 	case opt.writeVersion() < 11:
-		return nil, fmt.Errorf("lsm: fast table: a fast table in format version %d", opt.writeVersion())
+		return fmt.Errorf("lsm: fast table: a fast table in format version %d", opt.writeVersion())
 	}
 	b := tableBuild{f: f, opt: opt, filterBits: opt.FilterBits, transform: transformShuffleS2}
 	if b.filterBits == 0 {
 		b.filterBits = DefaultFilterBits
 	}
 	if b.filterBits != FilterBits8 && b.filterBits != FilterBits16 {
-		return nil, fmt.Errorf("lsm: fast table: filter bits %d not 8 or 16", b.filterBits)
+		return fmt.Errorf("lsm: fast table: filter bits %d not 8 or 16", b.filterBits)
 	}
-	b.perFrame = frameBytes(opt.writeVersion()) / f.Width
+	w := f.Width
+	b.perFrame = frameBytes(opt.writeVersion()) / w
 	if opt.frameMax > 0 {
 		b.perFrame = min(b.perFrame, opt.frameMax)
 	}
 	b.seed = tableFilterSeed(opt.FilterSeed)
-	b.last = make([]byte, f.Width)
-	b.keys = make([]uint64, 0, hint/2+1)
-	return &fastTableWriter{
+	b.last = reuse(t.b.last, w, w)
+	b.keys = reuse(t.b.keys, 0, hint/2+1)
+	b.fences = t.b.fences[:0]
+	*t = fastTableWriter{
 		b:       b,
-		data:    make([]byte, 0, hint*f.Width*3/10+s2.MaxEncodedLen(b.perFrame*f.Width)), // S2 keeps ~27% of a backlink
-		pend:    make([]byte, 0, (b.perFrame+1)*f.Width),
+		data:    reuse(t.data, 0, hint*w*3/10+s2.MaxEncodedLen(b.perFrame*w)), // S2 keeps ~27% of a backlink
+		pend:    reuse(t.pend, 0, (b.perFrame+1)*w),
 		minFill: b.perFrame - b.perFrame/8,
-	}, nil
+		check:   t.check,
+	}
+	return nil
+}
+
+// reuse returns s emptied to length n if its capacity is at least c, else
+// a new slice of length n and capacity c.
+func reuse[E any](s []E, n, c int) []E {
+	if cap(s) < max(n, c) {
+		return make([]E, n, max(n, c))
+	}
+	return s[:n]
 }
 
 // records is how many records the table holds so far.
