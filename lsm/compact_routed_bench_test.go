@@ -59,4 +59,3 @@ func BenchmarkMergeFlushes(b *testing.B) {
 		})
 	}
 }
-
