@@ -23,7 +23,12 @@ import (
 // from it. The big lane's shards are lsm.DefaultCompactionShardBytes
 // decoded at most, the small lane's a quarter of that (more, smaller
 // tables for runs the big lane merges again later), so the second lane
-// adds a quarter to the leader's compaction memory.
+// adds a quarter to the leader's compaction memory. A merge of flushes
+// (the small lane's usual merge) is the exception: it merges in one pass
+// and holds its inputs and its output compressed, about twice its
+// inputs' bytes (~290 MB for eight flushes of the default memtable; at
+// most 384 MiB, else it spills as the others do), and keeps its tables'
+// buffers for the next such merge.
 const (
 	bigMergeBytes        = 256 << 20
 	smallMergeShardBytes = lsm.DefaultCompactionShardBytes / 4

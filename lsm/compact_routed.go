@@ -8,20 +8,30 @@ import (
 	"time"
 )
 
+// routedMergeBytesMax bounds the memory of a merge in one pass
+// (mergeRouted): its inputs' data objects and its output's frames, about
+// twice its inputs' bytes. A merge of eight flushes of the default
+// memtable at 1B links holds ~290 MB; a larger merge of flushes is split
+// into spills instead.
+var routedMergeBytesMax uint64 = 384 << 20 // a var for tests
+
 // routable reports whether CompactRuns merges plan in one pass
 // (mergeRouted): a merge into the fast form (a merge of flushes) in
 // several output shards, every input table holding records of all of
-// them (a flush's one table).
+// them (a flush's one table), whose inputs' bytes are at most half of
+// routedMergeBytesMax.
 func routable(opt CompactOptions, bits uint8, plan []rangeTable) bool {
 	if !opt.Fast || bits == 0 || len(plan) == 0 {
 		return false
 	}
+	var data uint64
 	for _, rt := range plan {
 		if rt.lo != 0 || rt.hi != 1<<bits {
 			return false
 		}
+		data += rt.t.ref.DataBytes
 	}
-	return true
+	return 2*data <= routedMergeBytesMax
 }
 
 // mergeRouted is CompactRuns for a routable plan. The input tables are
@@ -143,9 +153,10 @@ func (in *compactionInput) mergeRouted(ctx context.Context, cat *Catalog, plan [
 	return run, nil
 }
 
-// routedWriters keeps the table writers of the last routed merge, with
-// their buffers (the output's frames: ~30% of its records' bytes), for
-// the next one, and lets them go after sortCacheIdle without one. Merges
+// routedWriters keeps the table writers of a routed merge (the largest
+// set of the last ones, if two lanes ran such merges at once), with their
+// buffers (the output's frames: ~30% of its records' bytes), for the
+// next one, and lets them go after sortCacheIdle without one. Merges
 // of flushes come every few flushes, and fresh memory costs a page fault
 // every 4 KiB: without this, a merge of eight flushes at 1B links (32
 // tables) took 2.7-3.0 s against 2.4-2.6 s split into spills
@@ -165,11 +176,14 @@ func takeRoutedWriters() []*fastTableWriter {
 	return ws
 }
 
-// keepRoutedWriters keeps ws for the next routed merge.
+// keepRoutedWriters keeps ws for the next routed merge, unless more are
+// kept already: never more than one merge's.
 func keepRoutedWriters(ws []*fastTableWriter) {
 	routedWriters.Lock()
 	defer routedWriters.Unlock()
-	routedWriters.ws = append(routedWriters.ws, ws...)
+	if len(ws) > len(routedWriters.ws) {
+		routedWriters.ws = ws
+	}
 	if routedWriters.timer == nil {
 		routedWriters.timer = time.AfterFunc(sortCacheIdle, func() {
 			routedWriters.Lock()

@@ -147,7 +147,9 @@ func RunInFastForm(ctx context.Context, cat *Catalog, r Run) (bool, error) {
 // a flush's memtable, 64 MiB of records, or a compacted table of about
 // 256 MiB of records, more for a shard with a huge target), compressed,
 // and the dictionary's sample (below); never the whole merge, however the
-// inputs are split.
+// inputs are split. A merge in one pass (mergeRouted) holds instead every
+// input's data object and its output's frames, both compressed, up to
+// routedMergeBytesMax, and no local disk.
 //
 // A run of several tables shares one account dictionary, stored in its
 // first table: counted on the records of the first output shards, about

@@ -28,6 +28,7 @@ type fastTableWriter struct {
 	minFill  int
 	prevLast []byte // the last record of the previous frame
 	check    []byte // decode scratch for the self-check
+	checked  int    // b.keys recomputed from decoded frames so far
 }
 
 // fastEncodeHook, when set (tests), changes a frame's shuffled records
@@ -190,6 +191,20 @@ func (t *fastTableWriter) cut(e int) error {
 	if !bytes.Equal(chk, raw) {
 		return fmt.Errorf("lsm: fast table: self-check failed: frame %d decodes to different records", off)
 	}
+	// The filter's keys of the frame's distinct prefixes, hashed again from
+	// the decoded records as a query hashes a prefix (finish checks that
+	// the filter holds them): a fault in computing the keys add collected
+	// would otherwise hide links from queries.
+	for i := 0; i < e; i++ {
+		r := chk[i*w : i*w+p]
+		if (i > 0 && bytes.Equal(chk[(i-1)*w:(i-1)*w+p], r)) || (i == 0 && fr.continues) {
+			continue
+		}
+		if t.checked >= len(b.keys) || b.keys[t.checked] != filterKey(r, b.seed) {
+			return fmt.Errorf("lsm: fast table: self-check failed: frame %d: prefix %x's filter key is not the one collected", off, r)
+		}
+		t.checked++
+	}
 	b.frames = append(b.frames, fr)
 	b.fences = append(b.fences, raw[:w]...)
 	copy(t.prevLast, raw[len(raw)-w:])
@@ -248,9 +263,12 @@ func (t *fastTableWriter) verifyMeta(data, meta []byte) error {
 			return fmt.Errorf("frame %d's entry differs from the frame built", i)
 		}
 	}
-	// The keys were hashed with the writer's seed: the meta's must be it,
-	// and a prefix hashed by the filter itself must be found too.
-	if m.filter.seed != b.seed || !m.MayContain(b.fences[:b.f.PrefixLen]) {
+	// Every key was hashed again from its frame's decoded records with
+	// the writer's seed (cut): the meta's seed must be it.
+	if t.checked != len(b.keys) {
+		return fmt.Errorf("%d filter keys collected, %d prefixes in the frames", len(b.keys), t.checked)
+	}
+	if m.filter.seed != b.seed {
 		return fmt.Errorf("filter's seed %016x, the keys were hashed with %016x", m.filter.seed, b.seed)
 	}
 	for _, k := range b.keys {

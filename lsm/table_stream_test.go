@@ -101,30 +101,86 @@ func TestFastTableWriterMatchesBuildTable(t *testing.T) {
 	refuse("no records", nil, TableOptions{Fast: true}, "no records")
 }
 
-// TestFastTableWriterCatchesMismatch: the writer's self-check compares a
-// decoded frame with its records; a frame that decodes to other records
-// (here: its records changed between the encoding and the check, as a
-// faulty transform would) fails it.
+// TestFastTableWriterCatchesMismatch: the writer's self-check fails on a
+// frame that decodes to other records than its own (a bit flipped between
+// the shuffle and S2, as a faulty transform would), on a filter key that
+// is not its prefix's (recomputed from the decoded frame), and, at the
+// end, on a meta that differs from what was built: a frame's entry or
+// fence, a key the filter lacks, another seed, keys not all checked.
 func TestFastTableWriterCatchesMismatch(t *testing.T) {
 	w := BacklinkFormat.Width
 	recs := synthBacklinks(3, 500)
 	SortRecords(recs, w)
 	recs = Fold(BacklinkFormat, recs)
-	tw, err := newFastTableWriter(BacklinkFormat, TableOptions{Fast: true, frameMax: 50}, 0)
+	start := func() *fastTableWriter {
+		t.Helper()
+		tw, err := newFastTableWriter(BacklinkFormat, TableOptions{Fast: true, frameMax: 50}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for o := 0; o < 20*w; o += w {
+			if err := tw.add(recs[o : o+w]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return tw
+	}
+	tw := start()
+	fastEncodeHook = func(shuffled []byte) { shuffled[len(shuffled)/2] ^= 1 }
+	err := tw.cut(len(tw.pend) / w)
+	fastEncodeHook = nil
+	if err == nil || !strings.Contains(err.Error(), "decodes to different records") {
+		t.Fatalf("a frame encoded wrong: %v", err)
+	}
+	tw = start()
+	tw.b.keys[len(tw.b.keys)/2] ^= 1 << 40
+	if err := tw.cut(len(tw.pend) / w); err == nil || !strings.Contains(err.Error(), "not the one collected") {
+		t.Fatalf("a filter key not its prefix's: %v", err)
+	}
+
+	// The meta: a table finished, then the writer's record of it changed.
+	tw, err = newFastTableWriter(BacklinkFormat, TableOptions{Fast: true, frameMax: 50}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for o := 0; o < 20*w; o += w {
+	for o := 0; o < len(recs); o += w {
 		if err := tw.add(recs[o : o+w]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// A bit flipped between the shuffle and S2: the frame decodes, to
-	// other records.
-	fastEncodeHook = func(shuffled []byte) { shuffled[len(shuffled)/2] ^= 1 }
-	defer func() { fastEncodeHook = nil }()
-	if err := tw.cut(len(tw.pend) / w); err == nil || !strings.Contains(err.Error(), "decodes to different records") {
-		t.Fatalf("a frame encoded wrong: %v", err)
+	data, meta, err := tw.finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.verifyMeta(data, meta); err != nil {
+		t.Fatalf("the table as built: %v", err)
+	}
+	for _, c := range []struct {
+		what   string
+		change func(b *tableBuild) func()
+		want   string
+	}{
+		{"a frame's checksum", func(b *tableBuild) func() { b.frames[1].sum ^= 1; return func() { b.frames[1].sum ^= 1 } }, "entry differs"},
+		{"a frame's records", func(b *tableBuild) func() { b.frames[2].n++; return func() { b.frames[2].n-- } }, "entry differs"},
+		{"a fence", func(b *tableBuild) func() { b.fences[3*w+5] ^= 1; return func() { b.fences[3*w+5] ^= 1 } }, "entry differs"},
+		{"the seed", func(b *tableBuild) func() { b.seed++; return func() { b.seed-- } }, "filter's seed"},
+		{"a key the filter lacks", func(b *tableBuild) func() {
+			k := b.keys[4]
+			b.keys[4] = 0x0123456789abcdef
+			return func() { b.keys[4] = k }
+		}, "filter misses key"},
+		{"one key more", func(b *tableBuild) func() {
+			b.keys = append(b.keys, 7)
+			return func() { b.keys = b.keys[:len(b.keys)-1] }
+		}, "decoded meta differs"},
+		{"a key not checked", func(*tableBuild) func() { tw.checked--; return func() { tw.checked++ } }, "prefixes in the frames"},
+	} {
+		undo := c.change(&tw.b)
+		err := tw.verifyMeta(data, meta)
+		undo()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%s: %v, want an error with %q", c.what, err, c.want)
+		}
 	}
 }
 
@@ -176,7 +232,27 @@ func TestRoutedMergeMatchesSpilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, target := range []uint64{1 << 62, 64 << 10, 8 << 10} { // 0, some and many shard bits
+	var total, data uint64
+	for _, r := range flushes {
+		total += r.Records()
+		data += r.Bytes()
+	}
+	// Above its memory bound, the same merge is split into spills.
+	defer func(m uint64) { routedMergeBytesMax = m }(routedMergeBytesMax)
+	routedMergeBytesMax = 2*data - 1
+	opt := CompactOptions{ShardTargetBytes: 8 << 10}
+	opt.ForMerge(flushes, false, 4)
+	spills := spillsCreated.Load()
+	if _, err := CompactRuns(ctx, store, cat, v, flushes, opt); err != nil {
+		t.Fatal(err)
+	}
+	if n := spillsCreated.Load() - spills; n != int64(len(flushes)) {
+		t.Fatalf("a merge above routedMergeBytesMax: %d spills, want %d", n, len(flushes))
+	}
+	routedMergeBytesMax = 2 * data
+	// One shard (a control: nothing to route, both read the flushes as
+	// they are), some and many.
+	for _, target := range []uint64{1 << 62, 64 << 10, 8 << 10} {
 		var outs [2]Run
 		for k, noRoute := range []bool{false, true} {
 			opt := CompactOptions{ShardTargetBytes: target, noRoute: noRoute}
@@ -202,6 +278,12 @@ func TestRoutedMergeMatchesSpilled(t *testing.T) {
 			outs[k] = out
 		}
 		a, b := outs[0], outs[1]
+		if bits := a.Tables[0].ShardBits; (target == 1<<62) != (bits == 0) {
+			t.Fatalf("shard target %d: %d shard bits", target, bits)
+		}
+		if a.Records() >= total || a.Records() != b.Records() {
+			t.Fatalf("shard target %d: %d records routed, %d spilled, of %d: the repeated links not folded", target, a.Records(), b.Records(), total)
+		}
 		if len(a.Tables) != len(b.Tables) || (target == 8<<10 && a.Tables[0].ShardBits < 3) {
 			t.Fatalf("shard target %d: %d tables routed, %d spilled (%d bits)", target, len(a.Tables), len(b.Tables), a.Tables[0].ShardBits)
 		}

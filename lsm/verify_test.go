@@ -2,7 +2,6 @@ package lsm
 
 import (
 	"bytes"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -28,12 +27,8 @@ func TestVerifyTableCatchesMismatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := tableBuild{f: BacklinkFormat, recs: recs, n: n, opt: opt}
-		if err := b.checkRecords(); err != nil {
-			t.Fatal(err)
-		}
 		verify := func(recs, data []byte) error {
-			return verifyTable(BacklinkFormat, recs, data, meta, opt, m.transform, m.filterBits, b.keys, b.seed)
+			return verifyTable(BacklinkFormat, recs, data, meta, opt, m.transform, m.filterBits, int(m.Prefixes))
 		}
 		if err := verify(recs, data); err != nil {
 			t.Fatalf("fast %v: the table as built fails its check: %v", fast, err)
@@ -57,16 +52,5 @@ func TestVerifyTableCatchesMismatch(t *testing.T) {
 		if err := verify(recs, bad); err == nil {
 			t.Fatalf("fast %v: a flipped bit in the data passed", fast)
 		}
-		// A key the filter was not built from: a filter that lost it.
-		keys := b.keys
-		b.keys = append(slices.Clone(keys[:len(keys)-1]), keys[len(keys)-1]^0x5555)
-		if err := verify(recs, data); err == nil || !strings.Contains(err.Error(), "filter misses key") {
-			t.Fatalf("fast %v: a key not in the filter: %v", fast, err)
-		}
-		b.keys, b.seed = keys, b.seed+1
-		if err := verify(recs, data); err == nil || !strings.Contains(err.Error(), "filter's seed") {
-			t.Fatalf("fast %v: another seed: %v", fast, err)
-		}
-		b.seed--
 	}
 }
