@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"sync"
-	"time"
 )
 
 // routedMergeBytesMax bounds the memory of a merge in one pass
@@ -154,43 +152,19 @@ func (in *compactionInput) mergeRouted(ctx context.Context, cat *Catalog, plan [
 }
 
 // routedWriters keeps the table writers of a routed merge (the largest
-// set of the last ones, if two lanes ran such merges at once), with their
-// buffers (the output's frames: ~30% of its records' bytes), for the
-// next one, and lets them go after sortCacheIdle without one. Merges
-// of flushes come every few flushes, and fresh memory costs a page fault
-// every 4 KiB: without this, a merge of eight flushes at 1B links (32
-// tables) took 2.7-3.0 s against 2.4-2.6 s split into spills
-// (BenchmarkMergeFlushes), its S2 encoder faulting its output in.
-var routedWriters struct {
-	sync.Mutex
-	ws    []*fastTableWriter
-	timer *time.Timer
-}
+// set of the last ones, if two lanes ran such merges at once: never more
+// than one merge's), with their buffers (the output's frames: ~30% of its
+// records' bytes), for the next one (idleCache). Without it, a merge of
+// eight flushes at 1B links (32 tables) took 2.7-3.0 s against 2.4-2.6 s
+// split into spills (BenchmarkMergeFlushes), its S2 encoder faulting its
+// output in.
+var routedWriters idleCache[[]*fastTableWriter]
 
 // takeRoutedWriters returns the kept writers (none if none are kept).
-func takeRoutedWriters() []*fastTableWriter {
-	routedWriters.Lock()
-	defer routedWriters.Unlock()
-	ws := routedWriters.ws
-	routedWriters.ws = nil
-	return ws
-}
+func takeRoutedWriters() []*fastTableWriter { return routedWriters.take() }
 
 // keepRoutedWriters keeps ws for the next routed merge, unless more are
-// kept already: never more than one merge's.
+// kept already.
 func keepRoutedWriters(ws []*fastTableWriter) {
-	routedWriters.Lock()
-	defer routedWriters.Unlock()
-	if len(ws) > len(routedWriters.ws) {
-		routedWriters.ws = ws
-	}
-	if routedWriters.timer == nil {
-		routedWriters.timer = time.AfterFunc(sortCacheIdle, func() {
-			routedWriters.Lock()
-			routedWriters.ws = nil
-			routedWriters.Unlock()
-		})
-	} else {
-		routedWriters.timer.Reset(sortCacheIdle)
-	}
+	routedWriters.keep(ws, func(kept, ws []*fastTableWriter) bool { return len(kept) < len(ws) })
 }

@@ -7,7 +7,6 @@ import (
 	"math/bits"
 	"slices"
 	"sort"
-	"sync"
 	"time"
 )
 
@@ -381,25 +380,15 @@ func cmpUint64(a, b uint64) int {
 	return 0
 }
 
-// sortCache keeps the last sort's scratch memory (1.5x a backlink buffer) for the next sort, and lets it go
-// after sortCacheIdle without a sort. A memtable is sorted every few
-// seconds, and fresh memory costs a page fault every 4 KiB: on the 2-vCPU
-// VM of the measurements, faulting in 160 MB took longer than the sort. (A
-// sync.Pool would not do: it is emptied by every other GC.)
-var sortCache struct {
-	sync.Mutex
-	s     *sorter
-	timer *time.Timer
-}
+// sortCache keeps the last sort's scratch memory (1.5x a backlink buffer)
+// for the next sort (idleCache: a memtable is sorted every few seconds).
+var sortCache idleCache[*sorter]
 
 // sortCacheIdle is how long sort scratch memory outlives its last use.
 const sortCacheIdle = 30 * time.Second
 
 func getSorter(n, width int) *sorter {
-	sortCache.Lock()
-	s := sortCache.s
-	sortCache.s = nil
-	sortCache.Unlock()
+	s := sortCache.take()
 	if s == nil {
 		s = &sorter{}
 	}
@@ -419,20 +408,7 @@ func getSorter(n, width int) *sorter {
 }
 
 func putSorter(s *sorter) {
-	sortCache.Lock()
-	defer sortCache.Unlock()
-	if sortCache.s == nil || cap(sortCache.s.scratch) < cap(s.scratch) {
-		sortCache.s = s
-	}
-	if sortCache.timer == nil {
-		sortCache.timer = time.AfterFunc(sortCacheIdle, func() {
-			sortCache.Lock()
-			sortCache.s = nil
-			sortCache.Unlock()
-		})
-	} else {
-		sortCache.timer.Reset(sortCacheIdle)
-	}
+	sortCache.keep(s, func(kept, s *sorter) bool { return kept == nil || cap(kept.scratch) < cap(s.scratch) })
 }
 
 // insertionSortRecords sorts a handful of contiguous records that agree on

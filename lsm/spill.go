@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/klauspost/compress/s2"
 )
@@ -293,22 +291,14 @@ func SpillPeakBytes() int64 { return spillPeak.Load() }
 func ResetSpillPeak() { spillPeak.Store(0) }
 
 // mergeBufCache keeps the last compaction's merge buffer (its largest
-// output shard's records) for the next one, and lets it go after
-// sortCacheIdle without a compaction: as for sort scratch (sortCache),
-// faulting in hundreds of megabytes of fresh memory cost more than the
-// merge on the VM of the measurements.
-var mergeBufCache struct {
-	sync.Mutex
-	buf   []byte
-	timer *time.Timer
-}
+// output shard's records) for the next one (idleCache: faulting in
+// hundreds of megabytes of fresh memory cost more than the merge on the
+// VM of the measurements).
+var mergeBufCache idleCache[[]byte]
 
 // getMergeBuf returns an empty buffer of capacity at least n.
 func getMergeBuf(n int) []byte {
-	mergeBufCache.Lock()
-	b := mergeBufCache.buf
-	mergeBufCache.buf = nil
-	mergeBufCache.Unlock()
+	b := mergeBufCache.take()
 	if cap(b) < n {
 		b = make([]byte, 0, n)
 	}
@@ -317,18 +307,5 @@ func getMergeBuf(n int) []byte {
 
 // putMergeBuf keeps b for the next compaction.
 func putMergeBuf(b []byte) {
-	mergeBufCache.Lock()
-	defer mergeBufCache.Unlock()
-	if cap(mergeBufCache.buf) < cap(b) {
-		mergeBufCache.buf = b[:0]
-	}
-	if mergeBufCache.timer == nil {
-		mergeBufCache.timer = time.AfterFunc(sortCacheIdle, func() {
-			mergeBufCache.Lock()
-			mergeBufCache.buf = nil
-			mergeBufCache.Unlock()
-		})
-	} else {
-		mergeBufCache.timer.Reset(sortCacheIdle)
-	}
+	mergeBufCache.keep(b[:0], func(kept, b []byte) bool { return cap(kept) < cap(b) })
 }
