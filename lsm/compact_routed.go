@@ -106,8 +106,8 @@ func (in *compactionInput) mergeRouted(ctx context.Context, cat *Catalog, plan [
 	}
 	err := mergeEach(cs, w, func(rec []byte) error {
 		records++
-		if have && string(rec[:w-8]) == string(held[:w-8]) {
-			copy(held, rec) // in order: rec's rev is at least held's
+		if have && folds(held, rec, w) {
+			copy(held, rec) // in order: rec's rev is at least held's (Fold)
 			return nil
 		}
 		if have {
@@ -137,9 +137,7 @@ func (in *compactionInput) mergeRouted(ctx context.Context, cat *Catalog, plan [
 		if err != nil {
 			return Run{}, fmt.Errorf("compaction: %w", err)
 		}
-		o := opt
-		o.Shard = tw.b.opt.Shard
-		ref, err := putTable(ctx, in.store, cat, in.tree, data, meta, uint64(tw.records()), o)
+		ref, err := putTable(ctx, in.store, cat, in.tree, data, meta, uint64(tw.records()), tw.b.opt)
 		if err != nil {
 			return Run{}, err
 		}

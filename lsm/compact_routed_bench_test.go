@@ -24,14 +24,7 @@ func BenchmarkMergeFlushes(b *testing.B) {
 	const flushes, perFlush = 8, 1 << 20
 	var runs []Run
 	for i := range flushes {
-		recs := synthBacklinks(uint64(100+i), perFlush)
-		SortRecords(recs, BacklinkFormat.Width)
-		recs = Fold(BacklinkFormat, recs)
-		r, err := WriteRun(ctx, store, cat, TreeLinks, RunDelta, 0, recs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		runs = append(runs, r)
+		runs = append(runs, writeFlush(b, store, cat, synthBacklinks(uint64(100+i), perFlush)))
 	}
 	m, _, err := (&Manifest{}).Apply(Edit{Base: 0, Add: runs})
 	if err != nil {

@@ -106,7 +106,7 @@ func Fold(f Format, recs []byte) []byte {
 	for i := 1; i < n; i++ {
 		cur := recs[i*w : (i+1)*w]
 		prev := recs[(out-1)*w : out*w]
-		if string(cur[:w-8]) == string(prev[:w-8]) {
+		if folds(prev, cur, w) {
 			copy(prev, cur) // sorted: cur's rev is >= prev's
 			continue
 		}
@@ -117,3 +117,7 @@ func Fold(f Format, recs []byte) []byte {
 	}
 	return recs[:out*w]
 }
+
+// folds reports whether record b folds into record a before it (records of
+// width w, in order): equal in all but their last 8 bytes, the rev.
+func folds(a, b []byte, w int) bool { return string(a[:w-8]) == string(b[:w-8]) }

@@ -27,22 +27,12 @@ func BuildTable(f Format, recs []byte, opt TableOptions) (data, meta []byte, err
 	if n > MaxTableRecords {
 		return nil, nil, fmt.Errorf("lsm: BuildTable: %d records, more than MaxTableRecords (%d)", n, MaxTableRecords)
 	}
-	if opt.ShardBits > MaxShardBits || uint64(opt.Shard) >= 1<<opt.ShardBits {
-		return nil, nil, fmt.Errorf("lsm: BuildTable: shard %d of %d bits", opt.Shard, opt.ShardBits)
-	}
-	b := tableBuild{f: f, recs: recs, n: n, opt: opt, filterBits: opt.FilterBits}
-	if b.filterBits == 0 {
-		b.filterBits = DefaultFilterBits
-	}
-	if b.filterBits != FilterBits8 && b.filterBits != FilterBits16 {
-		return nil, nil, fmt.Errorf("lsm: BuildTable: filter bits %d not 8 or 16", b.filterBits)
+	b := tableBuild{f: f, recs: recs, n: n, opt: opt}
+	if err := b.setup(); err != nil {
+		return nil, nil, err
 	}
 	if b.enc, err = encoderFor(opt.CompressionLevel); err != nil {
 		return nil, nil, err
-	}
-	b.perFrame = frameBytes(opt.writeVersion()) / w
-	if opt.frameMax > 0 {
-		b.perFrame = min(b.perFrame, opt.frameMax)
 	}
 	if err := b.checkRecords(); err != nil {
 		return nil, nil, err
@@ -113,34 +103,104 @@ func (b *tableBuild) fence(k int, fr builtFrame) []byte {
 	return b.rec(fr.start)
 }
 
+// setup checks the format and the options that do not depend on the
+// records (shard, filter bits) and sets the filter's width and seed and
+// the records a frame (BuildTable's and fastTableWriter's).
+func (b *tableBuild) setup() error {
+	if err := b.f.check(); err != nil {
+		return err
+	}
+	opt := b.opt
+	if opt.ShardBits > MaxShardBits || uint64(opt.Shard) >= 1<<opt.ShardBits {
+		return fmt.Errorf("lsm: BuildTable: shard %d of %d bits", opt.Shard, opt.ShardBits)
+	}
+	b.filterBits = opt.FilterBits
+	if b.filterBits == 0 {
+		b.filterBits = DefaultFilterBits
+	}
+	if b.filterBits != FilterBits8 && b.filterBits != FilterBits16 {
+		return fmt.Errorf("lsm: BuildTable: filter bits %d not 8 or 16", b.filterBits)
+	}
+	b.perFrame = frameBytes(opt.writeVersion()) / b.f.Width
+	if opt.frameMax > 0 {
+		b.perFrame = min(b.perFrame, opt.frameMax)
+	}
+	b.seed = tableFilterSeed(opt.FilterSeed)
+	return nil
+}
+
 // checkRecords checks order and shard, and collects the filter keys.
 func (b *tableBuild) checkRecords() error {
-	p, opt := b.f.PrefixLen, b.opt
-	b.seed = tableFilterSeed(opt.FilterSeed)
+	p := b.f.PrefixLen
 	b.keys = make([]uint64, 0, b.n/4+1)
 	for i := range b.n {
 		if i > 0 {
-			c := compareRecords(b.rec(i-1), b.rec(i))
-			if c >= 0 {
-				what := "out of order"
-				if c == 0 {
-					what = "duplicated"
-				}
-				return fmt.Errorf("lsm: BuildTable: record %d %s: %x", i, what, b.rec(i))
+			if c := compareRecords(b.rec(i-1), b.rec(i)); c >= 0 {
+				return orderError(i, c, b.rec(i))
 			}
 			if bytes.Equal(b.rec(i - 1)[:p], b.rec(i)[:p]) {
 				continue
 			}
 		}
-		pre := b.rec(i)[:p]
-		if opt.ShardBits > 0 && ShardOf(pre, opt.ShardBits) != opt.Shard {
-			return fmt.Errorf("lsm: BuildTable: prefix %x is in shard %d, not %d of %d bits",
-				pre, ShardOf(pre, opt.ShardBits), opt.Shard, opt.ShardBits)
+		if err := b.addPrefix(b.rec(i)[:p]); err != nil {
+			return err
 		}
-		b.keys = append(b.keys, filterKey(pre, b.seed))
 	}
 	return nil
 }
+
+// orderError is the error of record i (rec), which compared c (>= 0)
+// with the record before it.
+func orderError(i, c int, rec []byte) error {
+	what := "out of order"
+	if c == 0 {
+		what = "duplicated"
+	}
+	return fmt.Errorf("lsm: BuildTable: record %d %s: %x", i, what, rec)
+}
+
+// addPrefix checks that a new prefix is in the table's shard and adds its
+// filter key.
+func (b *tableBuild) addPrefix(pre []byte) error {
+	if opt := b.opt; opt.ShardBits > 0 && ShardOf(pre, opt.ShardBits) != opt.Shard {
+		return fmt.Errorf("lsm: BuildTable: prefix %x is in shard %d, not %d of %d bits",
+			pre, ShardOf(pre, opt.ShardBits), opt.Shard, opt.ShardBits)
+	}
+	b.keys = append(b.keys, filterKey(pre, b.seed))
+	return nil
+}
+
+// frameEnd is where a frame starting at recs[0] ends (records of width
+// w, prefixes of p bytes) when more than perFrame records follow it:
+// perFrame records, ended early at the last prefix boundary in its final
+// eighth (above minFill records) if there is one.
+func frameEnd(recs []byte, w, p, perFrame, minFill int) int {
+	for c := perFrame; c > minFill; c-- {
+		if !bytes.Equal(recs[(c-1)*w:(c-1)*w+p], recs[c*w:c*w+p]) {
+			return c
+		}
+	}
+	return perFrame
+}
+
+// appendFastFrame appends raw (records of width w) to data as a frame of
+// the fast form: shuffled, then compressed with S2.
+func appendFastFrame(data, raw []byte, w int) []byte {
+	bp := scratchPool.Get().(*[]byte)
+	defer scratchPool.Put(bp)
+	tmp := (*bp)[:len(raw)]
+	encodeTransform(transformShuffleS2, tmp, raw, w)
+	if fastEncodeHook != nil {
+		fastEncodeHook(tmp)
+	}
+	off := len(data)
+	data = slices.Grow(data, s2.MaxEncodedLen(len(tmp)))
+	return data[:off+len(s2.Encode(data[off:off+s2.MaxEncodedLen(len(tmp))], tmp))]
+}
+
+// fastEncodeHook, when set (tests), changes a frame's shuffled records
+// before S2 encodes them: a fault the self-check must catch.
+var fastEncodeHook func(shuffled []byte)
 
 // pickTransform sets the frame transform (the option's, else columns
 // for the formats the columnar codec knows, else the best of the zstd
@@ -205,12 +265,7 @@ func (b *tableBuild) buildFrames() ([]byte, error) {
 	for s := 0; s < n; {
 		e := min(s+perFrame, n)
 		if e < n {
-			for c := e; c > s+minFill; c-- {
-				if !bytes.Equal(b.rec(c - 1)[:p], b.rec(c)[:p]) {
-					e = c
-					break
-				}
-			}
+			e = s + frameEnd(b.recs[s*w:], w, p, perFrame, minFill)
 		}
 		raw := b.recs[s*w : e*w]
 		off := len(data)
@@ -227,10 +282,7 @@ func (b *tableBuild) buildFrames() ([]byte, error) {
 				data = b.enc.EncodeAll(tmp, data)
 			}
 		} else if b.transform == transformShuffleS2 {
-			tmp := (*bp)[:len(raw)]
-			encodeTransform(b.transform, tmp, raw, w)
-			data = slices.Grow(data, s2.MaxEncodedLen(len(tmp)))
-			data = data[:off+len(s2.Encode(data[off:off+s2.MaxEncodedLen(len(tmp))], tmp))]
+			data = appendFastFrame(data, raw, w)
 		} else {
 			tmp := (*bp)[:len(raw)]
 			encodeTransform(b.transform, tmp, raw, w)
@@ -247,6 +299,20 @@ func (b *tableBuild) buildFrames() ([]byte, error) {
 		s = e
 	}
 	return data, nil
+}
+
+// checkMetaFields compares a decoded meta's fields with the table built:
+// n records, dataBytes of data, its options and prefixes, its transform
+// and filter width, its first and last records.
+func checkMetaFields(m *TableMeta, f Format, n, dataBytes int, opt TableOptions, prefixes int, transform frameTransform, filterBits int, first, last []byte) error {
+	switch {
+	case m.Format != f, m.Records != uint64(n), m.DataBytes != uint64(dataBytes),
+		m.ShardBits != opt.ShardBits, m.Shard != opt.Shard, m.Prefixes != uint64(prefixes),
+		m.transform != transform, m.filterBits != filterBits,
+		!bytes.Equal(m.MinKey, first), !bytes.Equal(m.MaxKey, last):
+		return fmt.Errorf("decoded meta differs from the table built: %v", m)
+	}
+	return nil
 }
 
 // verifyTable decodes a table BuildTable just encoded and compares it with
@@ -269,12 +335,8 @@ func verifyTable(f Format, recs, data, meta []byte, opt TableOptions, transform 
 	}
 	w, p := f.Width, f.PrefixLen
 	n := len(recs) / w
-	switch {
-	case m.Format != f, m.Records != uint64(n), m.DataBytes != uint64(len(data)),
-		m.ShardBits != opt.ShardBits, m.Shard != opt.Shard, m.Prefixes != uint64(prefixes),
-		m.transform != transform, m.filterBits != filterBits,
-		!bytes.Equal(m.MinKey, recs[:w]), !bytes.Equal(m.MaxKey, recs[len(recs)-w:]):
-		return fmt.Errorf("decoded meta differs from the table built: %v", m)
+	if err := checkMetaFields(m, f, n, len(data), opt, prefixes, transform, filterBits, recs[:w], recs[len(recs)-w:]); err != nil {
+		return err
 	}
 	var buf []byte
 	at := 0

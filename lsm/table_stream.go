@@ -25,15 +25,10 @@ type fastTableWriter struct {
 	b        tableBuild
 	data     []byte // the frames encoded so far
 	pend     []byte // records not yet in a frame
-	minFill  int
 	prevLast []byte // the last record of the previous frame
 	check    []byte // decode scratch for the self-check
 	checked  int    // b.keys recomputed from decoded frames so far
 }
-
-// fastEncodeHook, when set (tests), changes a frame's shuffled records
-// before S2 encodes them: a fault the self-check must catch.
-var fastEncodeHook func(shuffled []byte)
 
 // newFastTableWriter starts a fast-form table of format f with options
 // opt (opt.Fast must be set; FilterBits as BuildTable takes them), of
@@ -47,42 +42,25 @@ func newFastTableWriter(f Format, opt TableOptions, hint int) (*fastTableWriter,
 // memory of t's buffers: the data object a finish returned is overwritten
 // by the next table's (objstore's Put keeps no data after it returns).
 func (t *fastTableWriter) reset(f Format, opt TableOptions, hint int) error {
-	if err := f.check(); err != nil {
+	if !opt.Fast {
+		return fmt.Errorf("lsm: fast table: options not Fast")
+	}
+	b := tableBuild{f: f, opt: opt}
+	if err := b.setup(); err != nil {
 		return err
 	}
-	if opt.ShardBits > MaxShardBits || uint64(opt.Shard) >= 1<<opt.ShardBits {
-		return fmt.Errorf("lsm: fast table: shard %d of %d bits", opt.Shard, opt.ShardBits)
-	}
-	switch {
-	case !opt.Fast:
-		return fmt.Errorf("lsm: fast table: options not Fast")
-	case opt.transSet:
-		return fmt.Errorf("lsm: fast table: a fast table with transform %v", opt.transform)
-	case opt.writeVersion() < 11:
-		return fmt.Errorf("lsm: fast table: a fast table in format version %d", opt.writeVersion())
-	}
-	b := tableBuild{f: f, opt: opt, filterBits: opt.FilterBits, transform: transformShuffleS2}
-	if b.filterBits == 0 {
-		b.filterBits = DefaultFilterBits
-	}
-	if b.filterBits != FilterBits8 && b.filterBits != FilterBits16 {
-		return fmt.Errorf("lsm: fast table: filter bits %d not 8 or 16", b.filterBits)
+	if err := b.pickTransform(); err != nil { // the fast form's checks
+		return err
 	}
 	w := f.Width
-	b.perFrame = frameBytes(opt.writeVersion()) / w
-	if opt.frameMax > 0 {
-		b.perFrame = min(b.perFrame, opt.frameMax)
-	}
-	b.seed = tableFilterSeed(opt.FilterSeed)
 	b.last = reuse(t.b.last, w, w)
 	b.keys = reuse(t.b.keys, 0, hint/2+1)
 	b.fences = t.b.fences[:0]
 	*t = fastTableWriter{
-		b:       b,
-		data:    reuse(t.data, 0, hint*w*3/10+s2.MaxEncodedLen(b.perFrame*w)), // S2 keeps ~27% of a backlink
-		pend:    reuse(t.pend, 0, (b.perFrame+1)*w),
-		minFill: b.perFrame - b.perFrame/8,
-		check:   t.check,
+		b:     b,
+		data:  reuse(t.data, 0, hint*w*3/10+s2.MaxEncodedLen(b.perFrame*w)), // S2 keeps ~27% of a backlink
+		pend:  reuse(t.pend, 0, (b.perFrame+1)*w),
+		check: t.check,
 	}
 	return nil
 }
@@ -108,22 +86,14 @@ func (t *fastTableWriter) add(rec []byte) error {
 		return fmt.Errorf("lsm: fast table: a record of %d bytes, not %d", len(rec), w)
 	}
 	if b.n > 0 {
-		c := compareRecords(b.last, rec)
-		if c >= 0 {
-			what := "out of order"
-			if c == 0 {
-				what = "duplicated"
-			}
-			return fmt.Errorf("lsm: fast table: record %d %s: %x", b.n, what, rec)
+		if c := compareRecords(b.last, rec); c >= 0 {
+			return orderError(b.n, c, rec)
 		}
 	}
 	if b.n == 0 || !bytes.Equal(b.last[:p], rec[:p]) {
-		pre := rec[:p]
-		if b.opt.ShardBits > 0 && ShardOf(pre, b.opt.ShardBits) != b.opt.Shard {
-			return fmt.Errorf("lsm: fast table: prefix %x is in shard %d, not %d of %d bits",
-				pre, ShardOf(pre, b.opt.ShardBits), b.opt.Shard, b.opt.ShardBits)
+		if err := b.addPrefix(rec[:p]); err != nil {
+			return err
 		}
-		b.keys = append(b.keys, filterKey(pre, b.seed))
 	}
 	if b.n >= MaxTableRecords {
 		return fmt.Errorf("lsm: fast table: more than MaxTableRecords (%d) records", MaxTableRecords)
@@ -132,17 +102,9 @@ func (t *fastTableWriter) add(rec []byte) error {
 	b.n++
 	t.pend = append(t.pend, rec...)
 	if len(t.pend) == (b.perFrame+1)*w {
-		// The frame BuildTable cuts here: perFrame records, ended early
-		// at the last prefix boundary in its final eighth if there is one
-		// (pend's last record is the next frame's first).
-		e := b.perFrame
-		for c := e; c > t.minFill; c-- {
-			if !bytes.Equal(t.pend[(c-1)*w:(c-1)*w+p], t.pend[c*w:c*w+p]) {
-				e = c
-				break
-			}
-		}
-		return t.cut(e)
+		// The frame BuildTable cuts here (pend's last record is the next
+		// frame's first).
+		return t.cut(frameEnd(t.pend, w, p, b.perFrame, b.perFrame-b.perFrame/8))
 	}
 	return nil
 }
@@ -153,22 +115,17 @@ func (t *fastTableWriter) cut(e int) error {
 	b := &t.b
 	w, p := b.f.Width, b.f.PrefixLen
 	raw := t.pend[:e*w]
-	bp := scratchPool.Get().(*[]byte)
-	defer scratchPool.Put(bp)
-	tmp := (*bp)[:len(raw)]
-	encodeTransform(transformShuffleS2, tmp, raw, w)
-	if fastEncodeHook != nil {
-		fastEncodeHook(tmp)
-	}
 	off := len(b.fences) / w // frames so far
 	at := len(t.data)
-	data := t.data
-	if most := s2.MaxEncodedLen(len(tmp)); cap(data)-at < most {
-		data = make([]byte, at, cap(data)+cap(data)/4+most)
+	if most := s2.MaxEncodedLen(len(raw)); cap(t.data)-at < most {
+		// Grown by a quarter, not doubled: the buffer is sized for the
+		// table (reset), and kept for the next one.
+		data := make([]byte, at, cap(t.data)+cap(t.data)/4+most)
 		copy(data, t.data)
+		t.data = data
 	}
-	data = data[:at+len(s2.Encode(data[at:at+s2.MaxEncodedLen(len(tmp))], tmp))]
-	t.data = data
+	t.data = appendFastFrame(t.data, raw, w)
+	data := t.data
 	fr := builtFrame{start: b.n - len(t.pend)/w, n: e, length: len(data) - at, sum: xxh3.Hash(data[at:])}
 	if fr.length > maxFrameLength {
 		return fmt.Errorf("lsm: fast table: frame %d compressed to %d bytes", off, fr.length)
@@ -179,9 +136,11 @@ func (t *fastTableWriter) cut(e int) error {
 		t.prevLast = make([]byte, w)
 	}
 	// The self-check of this frame, as verifyTable's: decode and compare.
-	dec, err := s2.Decode(tmp[:0:cap(tmp)], data[at:])
-	if err != nil || len(dec) != len(raw) {
-		return fmt.Errorf("lsm: fast table: self-check failed: frame %d decodes to %d bytes (%v), want %d", off, len(dec), err, len(raw))
+	bp := scratchPool.Get().(*[]byte)
+	defer scratchPool.Put(bp)
+	dec, what, err := decompressFrame(transformShuffleS2, nil, (*bp)[:0:len(raw)+zstdSlack], data[at:], len(raw))
+	if err != nil {
+		return fmt.Errorf("lsm: fast table: self-check failed: frame %d: %s: %v", off, what, err)
 	}
 	if cap(t.check) < len(raw) {
 		t.check = make([]byte, len(raw))
@@ -246,14 +205,11 @@ func (t *fastTableWriter) verifyMeta(data, meta []byte) error {
 		return err
 	}
 	w := b.f.Width
-	opt := b.opt
-	switch {
-	case m.Format != b.f, m.Records != uint64(b.n), m.DataBytes != uint64(len(data)),
-		m.ShardBits != opt.ShardBits, m.Shard != opt.Shard, m.Prefixes != uint64(len(b.keys)),
-		m.transform != b.transform, m.filterBits != b.filterBits,
-		!bytes.Equal(m.MinKey, b.fences[:w]), !bytes.Equal(m.MaxKey, b.last),
-		m.NumFrames() != len(b.frames):
-		return fmt.Errorf("decoded meta differs from the table built: %v", m)
+	if err := checkMetaFields(m, b.f, b.n, len(data), b.opt, len(b.keys), b.transform, b.filterBits, b.fences[:w], b.last); err != nil {
+		return err
+	}
+	if m.NumFrames() != len(b.frames) {
+		return fmt.Errorf("decoded meta has %d frames, the table built %d", m.NumFrames(), len(b.frames))
 	}
 	for i, fr := range b.frames {
 		e := m.frameEntry(i)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/objstore"
 )
 
 // TestFastTableWriterMatchesBuildTable: a fast-form table written a record
@@ -40,13 +41,15 @@ func TestFastTableWriterMatchesBuildTable(t *testing.T) {
 		{"shard 3 of 2 bits", shardOf(2, 3), TableOptions{Fast: true, ShardBits: 2, Shard: 3, frameMax: 100, FilterBits: FilterBits8}},
 		{"a seed", recs[:5000*w], TableOptions{Fast: true, FilterSeed: 99, frameMax: 333}},
 	}
+	// One writer for every case: after the first, each starts from the
+	// last one's buffers and state (reset), as a merge's writers do.
+	tw := &fastTableWriter{}
 	for _, c := range cases {
 		data, meta, err := BuildTable(BacklinkFormat, c.recs, c.opt)
 		if err != nil {
 			t.Fatalf("%s: BuildTable: %v", c.name, err)
 		}
-		tw, err := newFastTableWriter(BacklinkFormat, c.opt, len(c.recs)/w/3)
-		if err != nil {
+		if err := tw.reset(BacklinkFormat, c.opt, len(c.recs)/w/3); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		for o := 0; o < len(c.recs); o += w {
@@ -193,7 +196,6 @@ func TestRoutedMergeMatchesSpilled(t *testing.T) {
 	ctx := context.Background()
 	store := newLocalStore(t)
 	cat := NewCatalog(t.TempDir(), store)
-	f := BacklinkFormat
 	rng := rand.New(rand.NewPCG(21, 4))
 	var flushes []Run
 	var prev []link.Backlink
@@ -216,13 +218,7 @@ func TestRoutedMergeMatchesSpilled(t *testing.T) {
 			recs = appendBacklink(recs, l)
 		}
 		prev = ls
-		SortRecords(recs, f.Width)
-		recs = Fold(f, recs)
-		run, err := WriteRun(ctx, store, cat, TreeLinks, RunDelta, 0, recs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		flushes = append(flushes, run)
+		flushes = append(flushes, writeFlush(t, store, cat, recs))
 	}
 	m, _, err := (&Manifest{}).Apply(Edit{Base: 0, Add: flushes})
 	if err != nil {
@@ -307,4 +303,17 @@ func TestRoutedMergeMatchesSpilled(t *testing.T) {
 			}
 		}
 	}
+}
+
+// writeFlush writes recs (backlinks in any order), sorted and folded as a
+// memtable's, as a flush of the links tree.
+func writeFlush(tb testing.TB, store objstore.Store, cat *Catalog, recs []byte) Run {
+	tb.Helper()
+	SortRecords(recs, BacklinkFormat.Width)
+	recs = Fold(BacklinkFormat, recs)
+	run, err := WriteRun(context.Background(), store, cat, TreeLinks, RunDelta, 0, recs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return run
 }
