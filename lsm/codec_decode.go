@@ -18,6 +18,16 @@ type colDecoder struct {
 	tz, trank             []uint64 // version 9: the target planes
 	rcodes                []uint64 // version 9: rev codes in their sparse form
 	firsts                []uint64 // version 10: first times of groups
+	acc                   entryCols
+}
+
+// entryCols is the dictionary entries of a frame's records, looked up by
+// rank before the records are rebuilt (accountDict.gather): each record's
+// account's DID, clock id and rev (as the dictionary holds it), and each
+// group's target DID (version 9).
+type entryCols struct {
+	did, rev, tdid []uint64
+	clock          []uint16
 }
 
 var colDecoders = sync.Pool{New: func() any { return new(colDecoder) }}
@@ -87,7 +97,7 @@ func decodeColumns(dst, src []byte, n int, l colLayout, d *accountDict) error {
 	if f.magF {
 		f.firsts = c.firsts
 	}
-	return f.rebuild(dst, l, d, pairs, c.dt, c.rank, c.pidx, clocks, c.tz, c.trank)
+	return f.rebuild(dst, l, d, pairs, c.dt, c.rank, c.pidx, clocks, c.tz, c.trank, &c.acc)
 }
 
 // columns reads the frame's numeric columns into c: the time
@@ -493,8 +503,9 @@ func (f *colFrame) readPairs(pairs [][2]uint64, l colLayout) ([][2]uint64, error
 
 // rebuild writes the frame's records into dst from its streams, the
 // account dictionary d and the pairs (and with a clock column, the clock
-// ids); every stream must be consumed exactly.
-func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]uint64, dts, ranks, pidxs, clocks, tzs, tranks []uint64) error {
+// ids); every stream must be consumed exactly. acc is scratch for the
+// dictionary entries of the records' ranks (gather).
+func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]uint64, dts, ranks, pidxs, clocks, tzs, tranks []uint64, acc *entryCols) error {
 	n, nFirst, rate := f.n, f.nFirst, f.rate
 	np := uint64(len(pairs))
 	streams := &f.streams
@@ -522,7 +533,11 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 	ti := 0   // index into the time planes
 	g0 := 0   // version 10: index into the first times
 	nd := d.len()
-	withRevs := d != nil && d.hasRevs() // asked once, not per record
+	withRevs := d.hasRevs() // asked once, not per record
+	d.gather(ranks, acc)
+	if l.targetPlanes {
+		acc.tdid = d.gatherDIDs(tranks, acc.tdid)
+	}
 	for i := range n {
 		first := i == 0
 		if l.target && left == 0 {
@@ -542,7 +557,7 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 				case r == 0:
 					t[2] = tlits.uvarint()
 				case r <= uint64(nd):
-					t[2], _ = d.account(int(r - 1))
+					t[2] = acc.tdid[g]
 				default:
 					return colErr("target account rank %d of %d", r, nd)
 				}
@@ -582,7 +597,7 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 				return colErr("literal clock id %d", clock)
 			}
 		case rank <= uint64(nd):
-			did, clock = d.account(int(rank - 1))
+			did, clock = acc.did[i], uint64(acc.clock[i])
 		default:
 			return colErr("account rank %d of %d", rank, nd)
 		}
@@ -611,7 +626,7 @@ func (f *colFrame) rebuild(dst []byte, l colLayout, d *accountDict, pairs [][2]u
 		}
 		var dr uint64
 		if rank != 0 && withRevs {
-			dr = d.rev(int(rank - 1))
+			dr = acc.rev[i]
 		}
 		switch {
 		case l.revChain: // version 8: along the chain (codec_revs.go)

@@ -46,6 +46,9 @@ type colEncoder struct {
 	raw uint64
 	// The magnitude form tried for a column that may stay in planes.
 	mcls, mmant []byte
+	// Each record's account's rev in the dictionary (dictRevs: 1 + the
+	// rev, 0 for none).
+	arev []uint64
 }
 
 var colEncoders = sync.Pool{New: func() any { return new(colEncoder) }}
@@ -76,9 +79,18 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 
 	groups, maxD, maxRank, maxClock := e.fields(recs, l, ranks, dictClocks, tix)
 	np := e.pairIndexes(n)
+	// The records' accounts' revs in the dictionary, looked up in a pass
+	// of their own (as in fields).
+	e.arev = slices.Grow(e.arev[:0], n)[:n]
+	for i, r := range e.ranks[:n] {
+		e.arev[i] = 0
+		if dictRevs != nil && r > 0 {
+			e.arev[i] = dictRevs[r-1]
+		}
+	}
 	var rate uint64
 	if l.revChain {
-		rate = e.revStreamChain(recs, l.w, dictRevs)
+		rate = e.revStreamChain(recs, l.w)
 	} else {
 		rate = e.revStream(recs, l.w, dictRevs)
 	}
@@ -310,12 +322,35 @@ func (e *colEncoder) fields(recs []byte, l colLayout, ranks []uint32, dictClocks
 	u := func(i, off int) uint64 { return binary.BigEndian.Uint64(recs[i*w+off:]) }
 	var prevT [3]uint64
 	groupStart := 0
-	for i := range n {
-		first := i == 0
-		if l.target && i > 0 && string(recs[i*w:i*w+24]) != string(recs[(i-1)*w:(i-1)*w+24]) {
-			first = true
+	// Three passes of their own before the loop below: where each record
+	// starts a group, the targets' DID ranks (in tix), and the clock ids
+	// of the records' accounts in the dictionary. Their lookups depend on
+	// nothing but the records, so the processor overlaps their cache
+	// misses, where inside the loop below each waited for the one before
+	// (a run's dictionary at 1B links, ~200k accounts, is several MB).
+	if n > 0 {
+		e.first[0] = true
+	}
+	for i := 1; i < n; i++ {
+		e.first[i] = l.target && (u(i, 0) != u(i-1, 0) || u(i, 8) != u(i-1, 8) || u(i, 16) != u(i-1, 16))
+	}
+	if l.targetPlanes {
+		for i := range n {
+			if e.first[i] {
+				e.trank = append(e.trank, tix.find(account{did: u(i, 16)}))
+			}
 		}
-		e.first[i] = first
+	}
+	if l.clockCol {
+		for i, r := range ranks[:n] {
+			e.clocks[i] = 0
+			if r > 0 {
+				e.clocks[i] = dictClocks[r-1]
+			}
+		}
+	}
+	for i := range n {
+		first := e.first[i]
 		if first && l.target {
 			if i > 0 {
 				e.streams[stLengths] = binary.AppendUvarint(e.streams[stLengths], uint64(i-groupStart))
@@ -328,8 +363,7 @@ func (e *colEncoder) fields(recs []byte, l colLayout, ranks []uint32, dictClocks
 				// the collection here, a DID outside the dictionary
 				// in the target literals' stream.
 				e.tz = append(e.tz, zigzag(t[0]-prevT[0]))
-				r := tix.find(account{did: t[2]})
-				e.trank = append(e.trank, r)
+				r := e.trank[groups-1]
 				e.streams[stTargets] = binary.AppendUvarint(e.streams[stTargets], t[1])
 				if r == 0 {
 					e.tlit = binary.AppendUvarint(e.tlit, t[2])
@@ -361,7 +395,7 @@ func (e *colEncoder) fields(recs []byte, l colLayout, ranks []uint32, dictClocks
 		if l.clockCol {
 			var c uint16 // a literal carries its clock id
 			if r > 0 {
-				c = a.clock ^ dictClocks[r-1]
+				c = a.clock ^ e.clocks[i] // the account's (above)
 			}
 			e.clocks[i] = c
 			maxClock = max(maxClock, c)
@@ -609,13 +643,23 @@ func huffMayPay(b []byte) bool {
 // length times the entropy of its byte frequencies), how many distinct
 // bytes it has and its largest byte.
 func byteEntropy(b []byte) (bits float64, distinct, top int) {
-	var h [256]uint32
-	for _, c := range b {
-		h[c]++
+	// Four histograms, added at the end: a run of one byte (most streams
+	// have a common value) no longer waits for each count to be stored
+	// before the next increments it.
+	var h4 [4][256]uint32
+	i := 0
+	for ; i+4 <= len(b); i += 4 {
+		h4[0][b[i]]++
+		h4[1][b[i+1]]++
+		h4[2][b[i+2]]++
+		h4[3][b[i+3]]++
+	}
+	for ; i < len(b); i++ {
+		h4[0][b[i]]++
 	}
 	bits = nLog2n(uint32(len(b)))
-	for c, k := range h {
-		if k > 0 {
+	for c := range 256 {
+		if k := h4[0][c] + h4[1][c] + h4[2][c] + h4[3][c]; k > 0 {
 			bits -= nLog2n(k)
 			distinct++
 			top = c

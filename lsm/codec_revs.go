@@ -73,11 +73,11 @@ func revChainResidual(c, e uint64) uint64 {
 // revStreamChain is revStream for version 8 (see above): it writes the
 // revs stream, predicted at the rate (0: the previous chained rev) that
 // gives the fewer bytes, and returns the rate.
-func (e *colEncoder) revStreamChain(recs []byte, w int, dictRevs []uint64) uint64 {
-	rate := e.revChainRate(recs, w, dictRevs)
-	e.rcodes = e.revChainCodes(e.rcodes[:0], recs, w, dictRevs, 0)
+func (e *colEncoder) revStreamChain(recs []byte, w int) uint64 {
+	rate := e.revChainRate(recs, w)
+	e.rcodes = e.revChainCodes(e.rcodes[:0], recs, w, 0)
 	if rate != 0 {
-		e.rcodes2 = e.revChainCodes(e.rcodes2[:0], recs, w, dictRevs, rate)
+		e.rcodes2 = e.revChainCodes(e.rcodes2[:0], recs, w, rate)
 		if varintsLen(e.rcodes2) < varintsLen(e.rcodes) {
 			e.rcodes, e.rcodes2 = e.rcodes2, e.rcodes
 		} else {
@@ -141,25 +141,20 @@ func readSparseRevs(w []uint64, n int, b []byte) ([]uint64, error) {
 }
 
 // accountRev is record i's account's rev in the dictionary plus 1 (0:
-// none), as dictRevs holds it.
-func (e *colEncoder) accountRev(i int, dictRevs []uint64) uint64 {
-	if k := e.ranks[i]; dictRevs != nil && k > 0 {
-		return dictRevs[k-1]
-	}
-	return 0
-}
+// none), as the dictionary's revs hold it (e.arev, set by encodeColumns).
+func (e *colEncoder) accountRev(i int) uint64 { return e.arev[i] }
 
 // revChainRate is the rate measured along the chain: the sum of the rev
 // differences over the sum of the time differences, between chained
 // records that follow one another in time; 0 for none.
-func (e *colEncoder) revChainRate(recs []byte, w int, dictRevs []uint64) uint64 {
+func (e *colEncoder) revChainRate(recs []byte, w int) uint64 {
 	n := len(recs) / w
 	var sumD, sumRev float64
 	var lastHi, lastRev uint64
 	chained := false
 	for i := range n {
 		r := binary.BigEndian.Uint64(recs[i*w+w-8:])
-		if v := e.accountRev(i, dictRevs); v != 0 && r == v-1 {
+		if v := e.accountRev(i); v != 0 && r == v-1 {
 			continue
 		}
 		if chained && e.hi[i] > lastHi {
@@ -178,13 +173,13 @@ func (e *colEncoder) revChainRate(recs []byte, w int, dictRevs []uint64) uint64 
 }
 
 // revChainCodes appends each record's code (above) at the rate to codes.
-func (e *colEncoder) revChainCodes(codes []uint64, recs []byte, w int, dictRevs []uint64, rate uint64) []uint64 {
+func (e *colEncoder) revChainCodes(codes []uint64, recs []byte, w int, rate uint64) []uint64 {
 	n := len(recs) / w
 	var lastHi, lastRev uint64
 	chained := false
 	for i := range n {
 		r := binary.BigEndian.Uint64(recs[i*w+w-8:])
-		v := e.accountRev(i, dictRevs)
+		v := e.accountRev(i)
 		if v != 0 && r == v-1 {
 			codes = append(codes, 0)
 			continue

@@ -185,7 +185,7 @@ func TestClockPlaneCorruption(t *testing.T) {
 		t.Fatalf("clock planes: %d, want 1 (clock ids below 32)", f.kc)
 	}
 	dst := make([]byte, n*BacklinkFormat.Width)
-	if err := f.rebuild(dst, m.layout, m.dict, pairs, dts, ranks, pidxs, clocks, tzs, tranks); err != nil {
+	if err := f.rebuild(dst, m.layout, m.dict, pairs, dts, ranks, pidxs, clocks, tzs, tranks, &entryCols{}); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(dst, recs[:len(dst)]) {
@@ -216,7 +216,7 @@ func TestClockPlaneCorruption(t *testing.T) {
 	}{{"a clock plane of 1024", dictAt, 1024}, {"a nonzero plane for a literal", literal, 1}} {
 		bad := append([]uint64(nil), clocks...)
 		bad[tc.i] = tc.v
-		mustCorrupt(tc.what, f.rebuild(dst, m.layout, m.dict, pairs, dts, ranks, pidxs, bad, tzs, tranks))
+		mustCorrupt(tc.what, f.rebuild(dst, m.layout, m.dict, pairs, dts, ranks, pidxs, bad, tzs, tranks, &entryCols{}))
 	}
 	f.streams[stFixed+f.st+f.sd+f.kp] = f.streams[stFixed+f.st+f.sd+f.kp][1:]
 	mustCorrupt("a short clock plane", f.checkPlanes())

@@ -74,6 +74,9 @@ func (h *cursorHeap) less(a, b *cursor) bool {
 	if a.key != b.key {
 		return a.key < b.key
 	}
+	if h.w == 64 { // the first words are equal: the keys
+		return compare64(1, (*[64]byte)(a.recs[a.at:a.at+64]), (*[64]byte)(b.recs[b.at:b.at+64])) < 0
+	}
 	return compareRecords(a.recs[a.at:a.at+h.w], b.recs[b.at:b.at+h.w]) < 0
 }
 

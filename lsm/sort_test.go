@@ -114,3 +114,42 @@ func TestSortRecordsLarge(t *testing.T) {
 		}
 	}
 }
+
+// TestCompare64 checks the unrolled comparison of 64-byte records against
+// bytes.Compare, on pairs that differ first in each word and at each
+// byte of it, and from word 1 as the merge heap calls it (word 0 equal).
+func TestCompare64(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var a, b [64]byte
+	for k := range 20000 {
+		for i := range a {
+			a[i] = byte(rng.Uint32())
+		}
+		b = a
+		at := k % 65 // 64: equal
+		if at < 64 {
+			for b[at] == a[at] {
+				b[at] = byte(rng.Uint32())
+			}
+			for i := at + 1; i < 64; i++ {
+				b[i] = byte(rng.Uint32())
+			}
+		}
+		want := bytes.Compare(a[:], b[:])
+		if got := compare64(0, &a, &b); got != want {
+			t.Fatalf("compare64(0) of records differing at byte %d: %d, want %d", at, got, want)
+		}
+		if got := compareRecords(a[:], b[:]); got != want {
+			t.Fatalf("compareRecords of records differing at byte %d: %d, want %d", at, got, want)
+		}
+		if at >= 8 {
+			if got := compare64(1, &a, &b); got != want {
+				t.Fatalf("compare64(1) of records differing at byte %d: %d, want %d", at, got, want)
+			}
+		}
+		recs := append(append([]byte(nil), a[:]...), b[:]...)
+		if got := strictlySorted(recs, 64); got != (want < 0) {
+			t.Fatalf("strictlySorted of records differing at byte %d: %v, want %v", at, got, want < 0)
+		}
+	}
+}
