@@ -283,8 +283,8 @@ func gatherWords(dst, src []byte) {
 
 // radixSortKeys sorts ents by key, stably, using tmp (as long as ents) as
 // scratch. Large inputs take counting-sort passes (MSD) on their highest
-// varying byte until a bucket fits the L2 cache (lsdMax entries); there,
-// LSD passes over the varying bytes finish the job. Stability keeps records
+// eight varying bits until a bucket fits the L2 cache (lsdMax entries);
+// there, LSD passes over the varying bytes finish the job. Stability keeps records
 // with equal keys in buffer order: a memtable is filled in arrival order,
 // nearly the order of the source TIDs, so the runs sortFrom sorts next are
 // often sorted already.
@@ -294,29 +294,26 @@ func radixSortKeys(ents, tmp []sortEntry) {
 		slices.SortStableFunc(ents, func(a, b sortEntry) int { return cmpUint64(a.key, b.key) })
 		return
 	}
-	var counts [8][256]uint32
-	for i := range ents {
-		k := ents[i].key
-		counts[0][byte(k)]++
-		counts[1][byte(k>>8)]++
-		counts[2][byte(k>>16)]++
-		counts[3][byte(k>>24)]++
-		counts[4][byte(k>>32)]++
-		counts[5][byte(k>>40)]++
-		counts[6][byte(k>>48)]++
-		counts[7][byte(k>>56)]++
-	}
+	// The bits that vary: which bytes LSD passes skip, and where an MSD
+	// pass splits.
 	first := ents[0].key
-	varies := func(d int) bool { return counts[d][byte(first>>(8*d))] != uint32(n) }
+	var diff uint64
+	for i := range ents {
+		diff |= ents[i].key ^ first
+	}
+	if diff == 0 {
+		return // all keys equal
+	}
 	if n > lsdMax {
-		d := 7
-		for d >= 0 && !varies(d) {
-			d--
+		// Split on the highest eight bits that vary, wherever they lie: a
+		// memtable's target rkeys are mostly TIDs, whose top byte takes
+		// two or three values, so a split on whole bytes spent its first
+		// pass on three buckets.
+		shift := uint(max(bits.Len64(diff)-8, 0))
+		var c [256]uint32
+		for i := range ents {
+			c[byte(ents[i].key>>shift)]++
 		}
-		if d < 0 {
-			return // all keys equal
-		}
-		c := &counts[d]
 		var starts [257]uint32
 		var sum uint32
 		for b := range c {
@@ -325,7 +322,6 @@ func radixSortKeys(ents, tmp []sortEntry) {
 		}
 		starts[256] = sum
 		next := starts
-		shift := uint(8 * d)
 		for _, e := range ents {
 			b := byte(e.key >> shift)
 			tmp[next[b]] = e
@@ -340,6 +336,19 @@ func radixSortKeys(ents, tmp []sortEntry) {
 		}
 		return
 	}
+	var counts [8][256]uint32
+	for i := range ents {
+		k := ents[i].key
+		counts[0][byte(k)]++
+		counts[1][byte(k>>8)]++
+		counts[2][byte(k>>16)]++
+		counts[3][byte(k>>24)]++
+		counts[4][byte(k>>32)]++
+		counts[5][byte(k>>40)]++
+		counts[6][byte(k>>48)]++
+		counts[7][byte(k>>56)]++
+	}
+	varies := func(d int) bool { return byte(diff>>(8*d)) != 0 }
 	src, dst := ents, tmp[:n]
 	for d := range 8 {
 		if !varies(d) {
