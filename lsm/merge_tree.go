@@ -137,6 +137,11 @@ func mergeEach(cs []*cursor, w int, emit func(rec []byte) error) error {
 	for i := len(h.cs)/2 - 1; i >= 0; i-- {
 		h.down(i)
 	}
+	// The root's smaller child (0: not known), kept while the root stays
+	// on top: its children do not change then, and the root's next record
+	// is compared with it alone, where down compares the two children
+	// first (a popular target's links come in runs from one input).
+	second := 0
 	for len(h.cs) > 0 {
 		c := h.cs[0]
 		if err := emit(c.recs[c.at : c.at+w]); err != nil {
@@ -152,9 +157,25 @@ func mergeEach(cs []*cursor, w int, emit func(rec []byte) error) error {
 				last := len(h.cs) - 1
 				h.cs[0] = h.cs[last]
 				h.cs = h.cs[:last]
+				h.down(0)
+				second = 0
+				continue
 			}
 		}
-		h.down(0)
+		if second == 0 {
+			switch {
+			case len(h.cs) > 2 && h.less(h.cs[2], h.cs[1]):
+				second = 2
+			case len(h.cs) > 1:
+				second = 1
+			default:
+				continue // one input left
+			}
+		}
+		if h.less(h.cs[second], c) { // as down decides: the root moves
+			h.down(0)
+			second = 0
+		}
 	}
 	return nil
 }
