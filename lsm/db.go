@@ -388,6 +388,14 @@ func writeTable(ctx context.Context, store objstore.Store, cat *Catalog, tree Tr
 	if opt.FilterBits == 0 {
 		opt.FilterBits = filterBitsOf(tree)
 	}
+	if opt.Fast {
+		data, meta, done, err := buildFastTable(f, recs, opt)
+		if err != nil {
+			return TableRef{}, err
+		}
+		defer done() // after the put: data is the writer's buffer
+		return putTable(ctx, store, cat, tree, data, meta, uint64(len(recs)/f.Width), opt)
+	}
 	data, meta, err := BuildTable(f, recs, opt)
 	if err != nil {
 		return TableRef{}, err

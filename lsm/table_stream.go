@@ -234,3 +234,41 @@ func (t *fastTableWriter) verifyMeta(data, meta []byte) error {
 	}
 	return nil
 }
+
+// buildFastTable makes BuildTable's bytes of a fast table (opt.Fast) from
+// recs with a fastTableWriter, which checks each frame as it is encoded,
+// while its records are in the cache, where BuildTable's checks read all
+// of a flush's records again. The data object is the writer's buffer:
+// done, called once it has been put, keeps the writer for the next table.
+func buildFastTable(f Format, recs []byte, opt TableOptions) (data, meta []byte, done func(), err error) {
+	w := f.Width
+	if w <= 0 || len(recs) == 0 || len(recs)%w != 0 {
+		return nil, nil, nil, fmt.Errorf("lsm: fast table: %d bytes is not a positive number of %d-byte records", len(recs), w)
+	}
+	tw := flushWriters.take()
+	if tw == nil {
+		tw = &fastTableWriter{}
+	}
+	done = func() { flushWriters.keep(tw, func(kept, _ *fastTableWriter) bool { return kept == nil }) }
+	if err := tw.reset(f, opt, len(recs)/w); err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	for o := 0; o < len(recs); o += w {
+		if err := tw.add(recs[o : o+w]); err != nil {
+			done()
+			return nil, nil, nil, err
+		}
+	}
+	if data, meta, err = tw.finish(); err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return data, meta, done, nil
+}
+
+// flushWriters keeps a fast table writer and its buffers (a table's
+// frames, ~30% of its records' bytes) between the tables writeTable
+// builds whole (a flush every few seconds), as routedWriters does for
+// merges.
+var flushWriters idleCache[*fastTableWriter]

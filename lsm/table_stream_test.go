@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -316,4 +317,35 @@ func writeFlush(tb testing.TB, store objstore.Store, cat *Catalog, recs []byte) 
 		tb.Fatal(err)
 	}
 	return run
+}
+
+// buildFastTable (a flush's table, through a kept writer) makes
+// BuildTable's bytes, table after table with the writer reused, and
+// refuses what BuildTable refuses.
+func TestBuildFastTableMatchesBuildTable(t *testing.T) {
+	for i, n := range []int{20000, 3, 7000, 1} {
+		recs := synthBacklinks(uint64(40+i), n)
+		SortRecords(recs, BacklinkFormat.Width)
+		recs = Fold(BacklinkFormat, recs)
+		opt := TableOptions{Fast: true, FilterBits: FilterBits8}
+		wantData, wantMeta, err := BuildTable(BacklinkFormat, recs, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, meta, done, err := buildFastTable(BacklinkFormat, recs, opt)
+		if err != nil {
+			t.Fatalf("table %d (%d records): %v", i, n, err)
+		}
+		if !bytes.Equal(data, wantData) || !bytes.Equal(meta, wantMeta) {
+			t.Fatalf("table %d (%d records): bytes differ from BuildTable's", i, n)
+		}
+		done()
+	}
+	recs := synthBacklinks(9, 100)
+	SortRecords(recs, BacklinkFormat.Width)
+	for _, bad := range [][]byte{nil, recs[:100], append(slices.Clone(recs[64:128]), recs[:64]...)} {
+		if _, _, _, err := buildFastTable(BacklinkFormat, bad, TableOptions{Fast: true}); err == nil {
+			t.Fatalf("%d bytes of records (empty, partial or out of order): no error", len(bad))
+		}
+	}
 }
