@@ -357,13 +357,18 @@ func (c *dictCounter) dict() *accountDict {
 // ranksIn returns each record's rank in d (1-based; 0 for an account
 // outside it).
 func ranksIn(recs []byte, l colLayout, d *accountDict) []uint32 {
+	return ranksInto(make([]uint32, 0, len(recs)/l.w), recs, l, d)
+}
+
+// ranksInto is ranksIn into dst (emptied, grown as needed), returned.
+func ranksInto(dst []uint32, recs []byte, l colLayout, d *accountDict) []uint32 {
 	if d.index == nil { // built once for all the tables that share d
 		d.index = newRankIndex(d, l.clockCol)
 	}
 	t := d.index
 	n := len(recs) / l.w
 	s := l.src()
-	ranks := make([]uint32, n)
+	ranks := slices.Grow(dst[:0], n)[:n]
 	for i := range n {
 		ranks[i] = t.find(l.accountAt(recs, i*l.w+s))
 	}

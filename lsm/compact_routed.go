@@ -36,7 +36,7 @@ func routable(opt CompactOptions, bits uint8, plan []rangeTable) bool {
 // merged in one pass, in key order, each a frame at a time; identical
 // records are folded to the newest rev as they pass (as Fold does a
 // shard), and each output record goes to its shard's table, which is
-// encoded frame by frame as it fills (fastTableWriter). The tables are
+// encoded frame by frame as it fills (tableWriter). The tables are
 // then finished and put in shard order.
 //
 // Against splitting every input into a spill by output shard and merging
@@ -60,7 +60,7 @@ func (in *compactionInput) mergeRouted(ctx context.Context, cat *Catalog, plan [
 		want += meta.Records
 	}
 	opt := TableOptions{ShardBits: in.bits, Fast: true, FilterBits: filterBitsOf(in.tree)}
-	writers := make([]*fastTableWriter, 1<<in.bits)
+	writers := make([]*tableWriter, 1<<in.bits)
 	spare := takeRoutedWriters()
 	defer func() {
 		for _, tw := range writers {
@@ -71,8 +71,6 @@ func (in *compactionInput) mergeRouted(ctx context.Context, cat *Catalog, plan [
 		keepRoutedWriters(spare)
 	}()
 	var (
-		held    = make([]byte, w) // the record being folded into, not yet routed
-		have    bool
 		pre     = make([]byte, p) // the last routed record's prefix
 		shard   uint32            // and its shard
 		routed  uint64
@@ -95,7 +93,7 @@ func (in *compactionInput) mergeRouted(ctx context.Context, cat *Catalog, plan [
 			if k := len(spare); k > 0 {
 				tw, spare = spare[k-1], spare[:k-1]
 			} else {
-				tw = &fastTableWriter{}
+				tw = &tableWriter{}
 			}
 			writers[shard] = tw
 			if err := tw.reset(in.f, o, int(want>>in.bits)); err != nil {
@@ -104,23 +102,13 @@ func (in *compactionInput) mergeRouted(ctx context.Context, cat *Catalog, plan [
 		}
 		return tw.add(rec)
 	}
+	fd := newFolder(w, route)
 	err := mergeEach(cs, w, func(rec []byte) error {
 		records++
-		if have && folds(held, rec, w) {
-			copy(held, rec) // in order: rec's rev is at least held's (Fold)
-			return nil
-		}
-		if have {
-			if err := route(held); err != nil {
-				return err
-			}
-		}
-		copy(held, rec)
-		have = true
-		return nil
+		return fd.add(rec)
 	})
-	if err == nil && have {
-		err = route(held)
+	if err == nil {
+		err = fd.flush()
 	}
 	if err == nil && records != want {
 		err = fmt.Errorf("merge gave %d records, want %d: %w", records, want, ErrCorrupt)
@@ -156,13 +144,13 @@ func (in *compactionInput) mergeRouted(ctx context.Context, cat *Catalog, plan [
 // eight flushes at 1B links (32 tables) took 2.7-3.0 s against 2.4-2.6 s
 // split into spills (BenchmarkMergeFlushes), its S2 encoder faulting its
 // output in.
-var routedWriters idleCache[[]*fastTableWriter]
+var routedWriters idleCache[[]*tableWriter]
 
 // takeRoutedWriters returns the kept writers (none if none are kept).
-func takeRoutedWriters() []*fastTableWriter { return routedWriters.take() }
+func takeRoutedWriters() []*tableWriter { return routedWriters.take() }
 
 // keepRoutedWriters keeps ws for the next routed merge, unless more are
 // kept already.
-func keepRoutedWriters(ws []*fastTableWriter) {
-	routedWriters.keep(ws, func(kept, ws []*fastTableWriter) bool { return len(kept) < len(ws) })
+func keepRoutedWriters(ws []*tableWriter) {
+	routedWriters.keep(ws, func(kept, ws []*tableWriter) bool { return len(kept) < len(ws) })
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/objstore"
@@ -53,7 +54,8 @@ type CompactOptions struct {
 	// splits every table again, as before.
 	AlignFanIn int
 
-	noRoute bool // test hook: split into spills where mergeRouted would merge in one pass
+	noRoute  bool // test hook: split into spills where mergeRouted would merge in one pass
+	noStream bool // test hook: merge each shard of columns into a buffer where writeShard would write it record by record
 }
 
 // ForMerge sets the options a merge of inputs takes under compaction
@@ -269,10 +271,22 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		return nil
 	}
 	run := Run{ID: NewID(), Tree: tree, Kind: RunCompacted}
-	// Shards split the records by hash, so about evenly: room for the
-	// mean and a sixteenth, grown if a shard needs more.
-	buf := getMergeBuf(int(records/uint64(shards)+records/uint64(shards)/16) * f.Width)
-	defer func() { putMergeBuf(buf) }()
+	// A merge into columns writes each shard's table as its records come
+	// (writeShard); another merges the shard into buf first. Shards split
+	// the records by hash, so about evenly: room for the mean and a
+	// sixteenth, grown if a shard needs more.
+	var buf []byte
+	defer func() {
+		if buf != nil {
+			putMergeBuf(buf)
+		}
+	}()
+	var tw *tableWriter
+	defer func() {
+		if tw != nil {
+			columnWriters.keep(tw, func(kept, _ *tableWriter) bool { return kept == nil })
+		}
+	}()
 	for o := range shards {
 		if ctx.Err() != nil {
 			return Run{}, ctx.Err()
@@ -287,11 +301,30 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		if in.counter != nil {
 			in.shared, in.counter = in.counter.dict(), nil
 		}
-		part, err := in.mergeShard(ctx, open, direct, o, buf[:0])
-		if err != nil {
-			return Run{}, fmt.Errorf("compaction: %w", err)
+		if in.shared != nil && !opt.Fast && !opt.noStream {
+			if tw == nil {
+				if tw = columnWriters.take(); tw == nil {
+					tw = &tableWriter{}
+				}
+			}
+			ref, ok, err := in.writeShard(ctx, cat, open, direct, o, tw)
+			if err != nil {
+				return Run{}, err
+			}
+			if ok {
+				run.Tables = append(run.Tables, ref)
+			}
 		}
-		buf = part
+		var part []byte
+		if in.shared == nil || opt.Fast || opt.noStream {
+			if buf == nil {
+				buf = getMergeBuf(int(records/uint64(shards)+records/uint64(shards)/16) * f.Width)
+			}
+			if part, err = in.mergeShard(ctx, open, direct, o, buf[:0]); err != nil {
+				return Run{}, fmt.Errorf("compaction: %w", err)
+			}
+			buf = part
+		}
 		direct = slices.DeleteFunc(direct, func(rt rangeTable) bool { return rt.lo == o })
 		// Spills whose last output shard this was are done.
 		kept := open[:0]
@@ -304,22 +337,22 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 		}
 		clear(open[len(kept):])
 		open = kept
-		if len(part) == 0 {
-			continue
+		if len(part) > 0 {
+			part = Fold(in.f, part)
+			ref, err := writeTable(ctx, in.store, cat, in.tree, in.f, part, TableOptions{
+				ShardBits: in.bits, Shard: o, sharedDict: in.shared, dictOwner: in.owner, Fast: opt.Fast,
+			})
+			if err != nil {
+				return Run{}, err
+			}
+			run.Tables = append(run.Tables, ref)
 		}
-		part = Fold(in.f, part)
-		ref, err := writeTable(ctx, in.store, cat, in.tree, in.f, part, TableOptions{
-			ShardBits: in.bits, Shard: o, sharedDict: in.shared, dictOwner: in.owner, Fast: opt.Fast,
-		})
-		if err != nil {
-			return Run{}, err
-		}
-		if in.shared != nil && in.owner == nil {
-			if in.owner, err = hex.DecodeString(ref.ID); err != nil || len(in.owner) != 16 {
-				return Run{}, fmt.Errorf("compaction: table ID %q is not 16 bytes of hex", ref.ID)
+		if k := len(run.Tables); k > 0 && in.shared != nil && in.owner == nil {
+			id := run.Tables[k-1].ID
+			if in.owner, err = hex.DecodeString(id); err != nil || len(in.owner) != 16 {
+				return Run{}, fmt.Errorf("compaction: table ID %q is not 16 bytes of hex", id)
 			}
 		}
-		run.Tables = append(run.Tables, ref)
 	}
 	if next != len(plan) {
 		return Run{}, fmt.Errorf("compaction: %d of %d input tables not read", len(plan)-next, len(plan))
@@ -436,6 +469,17 @@ func (in *compactionInput) readRange(ctx context.Context, rt rangeTable, spillDi
 // Records equal in every byte come out once each time they were read
 // (Fold keeps one).
 func (in *compactionInput) mergeShard(ctx context.Context, open []*rangeSpill, direct []rangeTable, o uint32, dst []byte) ([]byte, error) {
+	cs, n, err := in.shardCursors(ctx, open, direct, o)
+	if err != nil {
+		return nil, err
+	}
+	return mergeCursors(cs, in.f.Width, n*in.f.Width, dst)
+}
+
+// shardCursors returns the cursors of output shard o's inputs (its
+// sequences in the open spills, and its direct tables) and how many
+// records they hold.
+func (in *compactionInput) shardCursors(ctx context.Context, open []*rangeSpill, direct []rangeTable, o uint32) ([]*cursor, int, error) {
 	var cs []*cursor
 	n := 0
 	for _, rs := range open {
@@ -455,12 +499,103 @@ func (in *compactionInput) mergeShard(ctx context.Context, open []*rangeSpill, d
 		}
 		meta, err := rt.t.load(ctx)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		cs = append(cs, &cursor{src: &tableSource{in: in, ctx: ctx, id: rt.t.ref.ID, meta: meta, shard: o}})
 		n += int(meta.Records)
 	}
-	return mergeCursors(cs, in.f.Width, n*in.f.Width, dst)
+	return cs, n, nil
+}
+
+// writeShard merges output shard o's inputs (as mergeShard does) into its
+// table of columns, written a record at a time (tableWriter, tw): records
+// equal in all but their rev are folded as they pass (as Fold folds a
+// merged shard), and each frame is encoded and checked while its records
+// are in the cache, where a shard merged whole into a buffer (256 MiB at
+// most) was read from memory again by each of BuildTable's passes. It
+// reports false for an empty shard.
+func (in *compactionInput) writeShard(ctx context.Context, cat *Catalog, open []*rangeSpill, direct []rangeTable, o uint32, tw *tableWriter) (TableRef, bool, error) {
+	shardsWritten.Add(1)
+	cs, n, err := in.shardCursors(ctx, open, direct, o)
+	if err != nil {
+		return TableRef{}, false, err
+	}
+	opt := TableOptions{ShardBits: in.bits, Shard: o, sharedDict: in.shared, dictOwner: in.owner, FilterBits: filterBitsOf(in.tree)}
+	if err := tw.reset(in.f, opt, n); err != nil {
+		return TableRef{}, false, err
+	}
+	records := 0
+	fd := newFolder(in.f.Width, tw.add)
+	err = mergeEach(cs, in.f.Width, func(rec []byte) error {
+		records++
+		return fd.add(rec)
+	})
+	if err == nil {
+		err = fd.flush()
+	}
+	if err == nil && records != n {
+		err = fmt.Errorf("merge gave %d records, want %d: %w", records, n, ErrCorrupt)
+	}
+	if err != nil {
+		return TableRef{}, false, fmt.Errorf("compaction: %w", err)
+	}
+	if tw.records() == 0 {
+		return TableRef{}, false, nil
+	}
+	data, meta, err := tw.finish()
+	if err != nil {
+		return TableRef{}, false, fmt.Errorf("compaction: %w", err)
+	}
+	ref, err := putTable(ctx, in.store, cat, in.tree, data, meta, uint64(tw.records()), tw.b.opt)
+	return ref, err == nil, err
+}
+
+// shardsWritten counts the output shards writeShard merged (tests).
+var shardsWritten atomic.Int64
+
+// columnWriters keeps a merge into columns' table writer and its buffers
+// (a table's frames, its dictionary's rank scratch) for the next merge
+// (idleCache).
+var columnWriters idleCache[*tableWriter]
+
+// folder folds a merge's records as they pass, as Fold folds a sorted
+// buffer: a run of records equal in all but their last 8 bytes (the rev)
+// becomes its last, newest one, and each record that remains goes to out
+// (which must not keep the slice).
+type folder struct {
+	w    int
+	held []byte // the record being folded into, not yet given to out
+	have bool
+	out  func(rec []byte) error
+}
+
+func newFolder(w int, out func(rec []byte) error) *folder {
+	return &folder{w: w, held: make([]byte, w), out: out}
+}
+
+// add takes the merge's next record.
+func (f *folder) add(rec []byte) error {
+	if f.have && folds(f.held, rec, f.w) {
+		copy(f.held, rec) // in order: rec's rev is at least held's
+		return nil
+	}
+	if f.have {
+		if err := f.out(f.held); err != nil {
+			return err
+		}
+	}
+	copy(f.held, rec)
+	f.have = true
+	return nil
+}
+
+// flush gives out the record held, after the merge's last.
+func (f *folder) flush() error {
+	if !f.have {
+		return nil
+	}
+	f.have = false
+	return f.out(f.held)
 }
 
 // tableSource reads an input table of one output shard (a direct

@@ -70,7 +70,7 @@ type tableBuild struct {
 	ranks     []uint32     // transformColumns: each record's account rank
 	frames    []builtFrame
 
-	// A table built frame by frame (fastTableWriter) keeps no records:
+	// A table built frame by frame (tableWriter) keeps no records:
 	// its frames' first records (fences, Width bytes each) and its last.
 	fences []byte
 	last   []byte
@@ -105,7 +105,7 @@ func (b *tableBuild) fence(k int, fr builtFrame) []byte {
 
 // setup checks the format and the options that do not depend on the
 // records (shard, filter bits) and sets the filter's width and seed and
-// the records a frame (BuildTable's and fastTableWriter's).
+// the records a frame (BuildTable's and tableWriter's).
 func (b *tableBuild) setup() error {
 	if err := b.f.check(); err != nil {
 		return err
@@ -270,17 +270,7 @@ func (b *tableBuild) buildFrames() ([]byte, error) {
 		raw := b.recs[s*w : e*w]
 		off := len(data)
 		if b.transform == transformColumns {
-			// Columns (frame byte 0 = 0), or, for records the columns
-			// do not shrink, delta+shuffle and zstd (byte 0 = 1).
-			data = append(data, frameColumns)
-			data = encodeColumns(data, raw, b.layout, b.ranks[s:e], b.dict.revs, b.dict.clocks, b.dict.index)
-			if len(data)-off > len(raw) {
-				data = data[:off]
-				data = append(data, frameDeltaZstd)
-				tmp := (*bp)[:len(raw)]
-				encodeTransform(transformDeltaShuffle, tmp, raw, w)
-				data = b.enc.EncodeAll(tmp, data)
-			}
+			data = b.appendColumnsFrame(data, raw, b.ranks[s:e])
 		} else if b.transform == transformShuffleS2 {
 			data = appendFastFrame(data, raw, w)
 		} else {
@@ -299,6 +289,25 @@ func (b *tableBuild) buildFrames() ([]byte, error) {
 		s = e
 	}
 	return data, nil
+}
+
+// appendColumnsFrame appends raw (records of b's layout; ranks, their
+// accounts' ranks in b.dict) to data as a frame of a columnar table: its
+// columns (frame byte 0 = frameColumns), or, for records the columns do
+// not shrink, delta+shuffle and zstd (byte 0 = frameDeltaZstd).
+func (b *tableBuild) appendColumnsFrame(data, raw []byte, ranks []uint32) []byte {
+	off := len(data)
+	data = append(data, frameColumns)
+	data = encodeColumns(data, raw, b.layout, ranks, b.dict.revs, b.dict.clocks, b.dict.index)
+	if len(data)-off > len(raw) {
+		bp := scratchPool.Get().(*[]byte)
+		defer scratchPool.Put(bp)
+		data = append(data[:off], frameDeltaZstd)
+		tmp := (*bp)[:len(raw)]
+		encodeTransform(transformDeltaShuffle, tmp, raw, b.f.Width)
+		data = b.enc.EncodeAll(tmp, data)
+	}
+	return data
 }
 
 // checkMetaFields compares a decoded meta's fields with the table built:

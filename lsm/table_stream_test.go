@@ -3,6 +3,7 @@ package lsm
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -30,6 +31,11 @@ func TestFastTableWriterMatchesBuildTable(t *testing.T) {
 		}
 		return out
 	}
+	layout, _ := columnsLayout(BacklinkFormat, TableFormatVersion)
+	counter := newDictCounter(layout)
+	counter.add(recs)
+	dict := counter.dict()
+	owner := bytes.Repeat([]byte{0xab}, 16)
 	cases := []struct {
 		name string
 		recs []byte
@@ -41,10 +47,16 @@ func TestFastTableWriterMatchesBuildTable(t *testing.T) {
 		{"frames of 7", recs[:300*w], TableOptions{Fast: true, frameMax: 7, FilterBits: FilterBits16}},
 		{"shard 3 of 2 bits", shardOf(2, 3), TableOptions{Fast: true, ShardBits: 2, Shard: 3, frameMax: 100, FilterBits: FilterBits8}},
 		{"a seed", recs[:5000*w], TableOptions{Fast: true, FilterSeed: 99, frameMax: 333}},
+		// Columns with a run's shared dictionary (a merge into columns):
+		// the run's first table holds it, the others name that table.
+		{"columns, the dictionary's table", shardOf(2, 3), TableOptions{ShardBits: 2, Shard: 3, sharedDict: dict, frameMax: 100}},
+		{"columns, another table of the run", shardOf(2, 1), TableOptions{ShardBits: 2, Shard: 1, sharedDict: dict, dictOwner: owner, FilterBits: FilterBits8}},
+		{"columns, default frames", recs, TableOptions{sharedDict: dict, dictOwner: owner}},
+		{"columns, frames of 5", recs[:200*w], TableOptions{sharedDict: dict, frameMax: 5}},
 	}
 	// One writer for every case: after the first, each starts from the
 	// last one's buffers and state (reset), as a merge's writers do.
-	tw := &fastTableWriter{}
+	tw := &tableWriter{}
 	for _, c := range cases {
 		data, meta, err := BuildTable(BacklinkFormat, c.recs, c.opt)
 		if err != nil {
@@ -80,7 +92,7 @@ func TestFastTableWriterMatchesBuildTable(t *testing.T) {
 
 	refuse := func(what string, recs []byte, opt TableOptions, want string) {
 		t.Helper()
-		tw, err := newFastTableWriter(BacklinkFormat, opt, 0)
+		tw, err := newTableWriter(BacklinkFormat, opt, 0)
 		if err == nil {
 			for o := 0; o < len(recs) && err == nil; o += w {
 				err = tw.add(recs[o : o+w])
@@ -100,7 +112,7 @@ func TestFastTableWriterMatchesBuildTable(t *testing.T) {
 	dup := append(bytes.Clone(recs[:3*w]), recs[2*w:3*w]...)
 	refuse("duplicated", dup, TableOptions{Fast: true}, "duplicated")
 	refuse("wrong shard", shardOf(2, 1), TableOptions{Fast: true, ShardBits: 2, Shard: 3}, "is in shard 1")
-	refuse("not fast", recs[:w], TableOptions{}, "not Fast")
+	refuse("neither fast nor columns", recs[:w], TableOptions{}, "neither Fast nor with a shared dictionary")
 	refuse("old version", recs[:w], TableOptions{Fast: true, version: 10}, "format version 10")
 	refuse("no records", nil, TableOptions{Fast: true}, "no records")
 }
@@ -116,9 +128,9 @@ func TestFastTableWriterCatchesMismatch(t *testing.T) {
 	recs := synthBacklinks(3, 500)
 	SortRecords(recs, w)
 	recs = Fold(BacklinkFormat, recs)
-	start := func() *fastTableWriter {
+	start := func() *tableWriter {
 		t.Helper()
-		tw, err := newFastTableWriter(BacklinkFormat, TableOptions{Fast: true, frameMax: 50}, 0)
+		tw, err := newTableWriter(BacklinkFormat, TableOptions{Fast: true, frameMax: 50}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +155,7 @@ func TestFastTableWriterCatchesMismatch(t *testing.T) {
 	}
 
 	// The meta: a table finished, then the writer's record of it changed.
-	tw, err = newFastTableWriter(BacklinkFormat, TableOptions{Fast: true, frameMax: 50}, 0)
+	tw, err = newTableWriter(BacklinkFormat, TableOptions{Fast: true, frameMax: 50}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,4 +360,139 @@ func TestBuildFastTableMatchesBuildTable(t *testing.T) {
 			t.Fatalf("%d bytes of records (empty, partial or out of order): no error", len(bad))
 		}
 	}
+}
+
+// A merge into columns writes each output shard's table a record at a
+// time (writeShard): the same tables, to the byte, as merging the shard
+// into a buffer first (noStream), from flushes (split into spills) and
+// from runs already sharded as the output (read directly), with the
+// dictionary counted on all the records or on a sample of the first
+// shards, and links repeated at newer revs folded.
+func TestColumnMergeStreamedMatchesBuffered(t *testing.T) {
+	ctx := context.Background()
+	store := newLocalStore(t)
+	cat := NewCatalog(t.TempDir(), store)
+	rng := rand.New(rand.NewPCG(7, 9))
+	var flushes []Run
+	var prev []link.Backlink
+	for r := range 6 {
+		var recs []byte
+		var ls []link.Backlink
+		for i := range 4000 {
+			var l link.Backlink
+			if len(prev) > 0 && rng.IntN(6) == 0 {
+				l = prev[rng.IntN(len(prev))]
+				l.SourceRev += uint64(1 + rng.IntN(3))
+			} else {
+				l = link.Backlink{
+					Target:    link.RecordID{RKey: uint64(rng.IntN(1500)), Collection: 3, DID: uint64(rng.IntN(40))},
+					Source:    link.RecordID{RKey: uint64(r*10000+i) << 10, Collection: 5, DID: uint64(rng.IntN(60))},
+					SourceRev: uint64(r*10 + 1),
+				}
+			}
+			ls = append(ls, l)
+			recs = appendBacklink(recs, l)
+		}
+		prev = ls
+		flushes = append(flushes, writeFlush(t, store, cat, recs))
+	}
+	var total uint64
+	for _, r := range flushes {
+		total += r.Records()
+	}
+	// Two merges of flushes in the fast form, sharded as the merge into
+	// columns below will be (its inputs then read directly).
+	const target = 8 << 10
+	var merged []Run
+	for _, in := range [][]Run{flushes[:3], flushes[3:]} {
+		m, _, err := (&Manifest{}).Apply(Edit{Base: 0, Add: in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := OpenView(ctx, cat, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := CompactRuns(ctx, store, cat, v, in, CompactOptions{ShardTargetBytes: target, Fast: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		merged = append(merged, out)
+	}
+	defer func(n uint64) { dictSampleRecords = n }(dictSampleRecords)
+	for _, c := range []struct {
+		name   string
+		inputs []Run
+		sample uint64
+	}{
+		{"flushes, every record counted", flushes, 1 << 25},
+		{"flushes, a sample counted", flushes, 3000},
+		{"merged runs, every record counted", merged, 1 << 25},
+		{"merged runs, a sample counted", merged, 3000},
+	} {
+		dictSampleRecords = c.sample
+		m, _, err := (&Manifest{}).Apply(Edit{Base: 0, Add: c.inputs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := OpenView(ctx, cat, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var outs [2]Run
+		for k, noStream := range []bool{false, true} {
+			written := shardsWritten.Load()
+			out, err := CompactRuns(ctx, store, cat, v, c.inputs, CompactOptions{ShardTargetBytes: target, noStream: noStream})
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			bits := out.Tables[0].ShardBits
+			if n := shardsWritten.Load() - written; (n == int64(1)<<bits) == noStream || bits < 2 {
+				t.Fatalf("%s (noStream %v): %d of %d shards written record by record", c.name, noStream, n, 1<<bits)
+			}
+			outs[k] = out
+		}
+		a, b := outs[0], outs[1]
+		if a.Records() >= total || a.Records() != b.Records() || len(a.Tables) != len(b.Tables) {
+			t.Fatalf("%s: %d records in %d tables streamed, %d in %d buffered, of %d", c.name, a.Records(), len(a.Tables), b.Records(), len(b.Tables), total)
+		}
+		for i := range a.Tables {
+			x, y := a.Tables[i], b.Tables[i]
+			if x.Shard != y.Shard || x.ShardBits != y.ShardBits || x.Records != y.Records {
+				t.Fatalf("%s, table %d: %+v streamed, %+v buffered", c.name, i, x, y)
+			}
+			for _, key := range []func(Tree, string) string{dataKey, metaKey} {
+				dx, err := store.Get(ctx, key(TreeLinks, x.ID))
+				if err != nil {
+					t.Fatal(err)
+				}
+				dy, err := store.Get(ctx, key(TreeLinks, y.ID))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if i > 0 && key(TreeLinks, "x") == metaKey(TreeLinks, "x") {
+					// A table's meta names the run's first table (the
+					// dictionary's), whose ID differs between the two,
+					// and ends with its checksum.
+					if !bytes.Contains(dx, mustHex(t, a.Tables[0].ID)) {
+						t.Fatalf("%s, table %d: its meta does not name the run's first table", c.name, i)
+					}
+					dx = bytes.ReplaceAll(dx, mustHex(t, a.Tables[0].ID), mustHex(t, b.Tables[0].ID))
+					dx, dy = dx[:len(dx)-metaTrailerSize], dy[:len(dy)-metaTrailerSize]
+				}
+				if !bytes.Equal(dx, dy) {
+					t.Fatalf("%s, table %d (shard %d): %s differs", c.name, i, x.Shard, key(TreeLinks, "…"))
+				}
+			}
+		}
+	}
+}
+
+func mustHex(t *testing.T, id string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
