@@ -79,17 +79,17 @@ func encodeColumns(dst, recs []byte, l colLayout, ranks []uint32, dictRevs []uin
 
 	groups, maxD, maxRank, maxClock := e.fields(recs, l, ranks, dictClocks, tix)
 	np := e.pairIndexes(n)
-	// The records' accounts' revs in the dictionary, looked up in a pass
-	// of their own (as in fields).
-	e.arev = slices.Grow(e.arev[:0], n)[:n]
-	for i, r := range e.ranks[:n] {
-		e.arev[i] = 0
-		if dictRevs != nil && r > 0 {
-			e.arev[i] = dictRevs[r-1]
-		}
-	}
 	var rate uint64
 	if l.revChain {
+		// The records' accounts' revs in the dictionary, looked up in a
+		// pass of their own (as in fields).
+		e.arev = slices.Grow(e.arev[:0], n)[:n]
+		for i, r := range e.ranks[:n] {
+			e.arev[i] = 0
+			if dictRevs != nil && r > 0 {
+				e.arev[i] = dictRevs[r-1]
+			}
+		}
 		rate = e.revStreamChain(recs, l.w)
 	} else {
 		rate = e.revStream(recs, l.w, dictRevs)

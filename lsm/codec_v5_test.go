@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
@@ -332,5 +333,79 @@ func roundTripFrames(t *testing.T, m *TableMeta, frames [][]byte, recs []byte, c
 	}
 	if !bytes.Equal(got, recs) {
 		t.Fatal("the table does not round trip")
+	}
+}
+
+// A rank beyond the dictionary (an account's or a target's) is an error,
+// not a panic, and not a record with DID 0: rebuild looks the ranks up in
+// a pass of their own (gather), which leaves such a rank's entry 0, and
+// its main loop must still refuse it.
+func TestRankBeyondDictionary(t *testing.T) {
+	for _, v := range []int{4, 8, 9, TableFormatVersion} {
+		for _, tc := range []struct {
+			f    Format
+			recs []byte
+		}{{BacklinkFormat, withHostClocks(synthSortedBacklinks(61, 2000), BacklinkFormat.Width, 24)},
+			{BacklinkFormat, synthBackfillBacklinks(3, 3000)},
+			{RevocationFormat, synthRevocations(6, 2000)}} {
+			m, frames := colTableVersion(t, tc.f, tc.recs, 300, v)
+			fr := frames[0][1:]
+			n := int(m.Frames[0].Records)
+			c := new(colDecoder)
+			f := &colFrame{n: n}
+			rest, err := f.readHeader(fr, m.layout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.readStreams(f, rest); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.checkPlanes(); err != nil {
+				t.Fatal(err)
+			}
+			pairs, err := f.readPairs(nil, m.layout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.columns(f, m.layout); err != nil {
+				t.Fatal(err)
+			}
+			f.firsts = c.firsts
+			if f.revsSparse {
+				if c.rcodes, err = readSparseRevs(c.rcodes, f.n, f.streams[stRevs]); err != nil {
+					t.Fatal(err)
+				}
+				f.revCodes = c.rcodes
+			}
+			var clocks []uint64
+			if m.layout.clockCol {
+				clocks = c.clock
+			}
+			dst := make([]byte, n*tc.f.Width)
+			nd := uint64(m.dict.len())
+			if err := f.rebuild(dst, m.layout, m.dict, pairs, c.dt, c.rank, c.pidx, clocks, c.tz, c.trank, &entryCols{}); err != nil {
+				t.Fatalf("v%d: %v", v, err)
+			}
+			for _, at := range []int{0, n / 2, n - 1} {
+				for _, bad := range []uint64{nd + 1, nd + 1000, 1 << 40} {
+					ranks := append([]uint64(nil), c.rank...)
+					ranks[at] = bad
+					err := f.rebuild(dst, m.layout, m.dict, pairs, c.dt, ranks, c.pidx, clocks, c.tz, c.trank, &entryCols{})
+					if !errors.Is(err, errColumns) || !strings.Contains(err.Error(), "account rank") {
+						t.Errorf("v%d %v: rank %d at %d: %v", v, tc.f, bad, at, err)
+					}
+				}
+			}
+			if m.layout.targetPlanes {
+				for _, g := range []int{0, len(c.trank) - 1} {
+					tr := append([]uint64(nil), c.trank...)
+					tr[g] = nd + 1
+					err := f.rebuild(dst, m.layout, m.dict, pairs, c.dt, c.rank, c.pidx, clocks, c.tz, tr, &entryCols{})
+					if !errors.Is(err, errColumns) || !strings.Contains(err.Error(), "target account rank") {
+						t.Errorf("v%d: target rank %d at group %d: %v", v, nd+1, g, err)
+					}
+				}
+			}
+		}
 	}
 }

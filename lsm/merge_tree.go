@@ -63,7 +63,8 @@ func recordKey(rec []byte, w int) uint64 {
 // log2(k) comparisons a record where the heap makes up to twice as many,
 // was no faster on Zipf-distributed targets, and slower at eight inputs:
 // a popular target's records come in runs from one input, and the root
-// then stays on top after two comparisons.)
+// then stays on top after one comparison: mergeEach keeps its smaller
+// child.)
 type cursorHeap struct {
 	cs []*cursor
 	w  int
