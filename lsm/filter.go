@@ -137,34 +137,23 @@ func (f *fuse16) contains(key uint64) bool {
 //	            b = 1 or 2 bytes (little-endian)
 const filterHeaderSize = 24
 
-// filterBuilders keeps a filter builder's scratch (~26 bytes a key: 16
-// MB for a flush of 1M links, ~40 MB for a table of a merge into columns
-// at 1B links) for the next table: every flush and merge builds filters,
-// and fresh memory costs a page fault every 4 KiB and the collector's
-// work. The builder clears what it reuses.
-var filterBuilders idleCache[*xorfilter.BinaryFuseBuilder]
-
 // maxSegmentLength is the largest segment length the fuse library builds.
 const maxSegmentLength = 1 << 18
 
 // buildFilter builds the filter over keys (which it may reorder) and
 // appends its section to dst.
 func buildFilter(dst []byte, keys []uint64, bits int) ([]byte, error) {
-	b := filterBuilders.take()
-	if b == nil {
-		b = new(xorfilter.BinaryFuseBuilder)
-	}
-	defer filterBuilders.keep(b, func(kept, b *xorfilter.BinaryFuseBuilder) bool { return kept == nil })
+	var b xorfilter.BinaryFuseBuilder
 	switch bits {
 	case FilterBits8:
-		f, err := xorfilter.BuildBinaryFuse[uint8](b, keys)
+		f, err := xorfilter.BuildBinaryFuse[uint8](&b, keys)
 		if err != nil {
 			return nil, fmt.Errorf("lsm: building filter: %w", err)
 		}
 		dst = appendFilterHeader(dst, f.Seed, f.SegmentLength, f.SegmentLengthMask, f.SegmentCount, f.SegmentCountLength)
 		return append(dst, f.Fingerprints...), nil
 	case FilterBits16:
-		f, err := xorfilter.BuildBinaryFuse[uint16](b, keys)
+		f, err := xorfilter.BuildBinaryFuse[uint16](&b, keys)
 		if err != nil {
 			return nil, fmt.Errorf("lsm: building filter: %w", err)
 		}
