@@ -136,9 +136,13 @@ func RunInFastForm(ctx context.Context, cat *Catalog, r Run) (bool, error) {
 // shard comes up and its frames decoded one at a time as the merge asks
 // (tableSource). An output shard is the merge of its sequences in every
 // open spill and of its unsplit tables (a heap over one block or frame of
-// each), identical records folded to the newest rev, written as a table.
-// Memory: the largest output shard's records (bounded by ShardBytesMax
-// but for a single target bigger than that) and its table; while a table
+// each), identical records folded to the newest rev, written as a table:
+// a table of columns (a run with a shared dictionary) a record at a time
+// as the merge produces them (writeShard), another from the shard merged
+// into a buffer first.
+// Memory: the output shard's table (its frames, compressed) or, for a
+// shard merged into a buffer, its records (bounded by ShardBytesMax but
+// for a single target bigger than that) and its table; while a table
 // is split, its data object and about spillPendMax of pending blocks (at
 // least a few KiB a shard it covers); while a shard is merged, three
 // block buffers (up to spillBlockBytes each) per spilled sequence, and
