@@ -158,27 +158,7 @@ func TestClockPlaneCorruption(t *testing.T) {
 	n := int(m.Frames[0].Records)
 	parse := func() (*colFrame, *colDecoder, [][2]uint64) {
 		t.Helper()
-		c := new(colDecoder)
-		f := &colFrame{n: n}
-		rest, err := f.readHeader(fr, m.layout)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.readStreams(f, rest); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.checkPlanes(); err != nil {
-			t.Fatal(err)
-		}
-		pairs, err := f.readPairs(nil, m.layout)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.columns(f, m.layout); err != nil {
-			t.Fatal(err)
-		}
-		f.firsts = c.firsts
-		return f, c, pairs
+		return parseColFrame(t, m, fr, n)
 	}
 	f, c, pairs := parse()
 	dts, ranks, pidxs, clocks, tzs, tranks := c.dt, c.rank, c.pidx, c.clock, c.tz, c.trank
@@ -349,29 +329,10 @@ func TestRankBeyondDictionary(t *testing.T) {
 			{BacklinkFormat, synthBackfillBacklinks(3, 3000)},
 			{RevocationFormat, synthRevocations(6, 2000)}} {
 			m, frames := colTableVersion(t, tc.f, tc.recs, 300, v)
-			fr := frames[0][1:]
 			n := int(m.Frames[0].Records)
-			c := new(colDecoder)
-			f := &colFrame{n: n}
-			rest, err := f.readHeader(fr, m.layout)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := c.readStreams(f, rest); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.checkPlanes(); err != nil {
-				t.Fatal(err)
-			}
-			pairs, err := f.readPairs(nil, m.layout)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := c.columns(f, m.layout); err != nil {
-				t.Fatal(err)
-			}
-			f.firsts = c.firsts
+			f, c, pairs := parseColFrame(t, m, frames[0][1:], n)
 			if f.revsSparse {
+				var err error
 				if c.rcodes, err = readSparseRevs(c.rcodes, f.n, f.streams[stRevs]); err != nil {
 					t.Fatal(err)
 				}
@@ -408,4 +369,32 @@ func TestRankBeyondDictionary(t *testing.T) {
 			}
 		}
 	}
+}
+
+// parseColFrame reads a columnar frame's header, streams, pairs and
+// numeric columns (fr: past its transform byte; n records), as
+// decodeColumns does before rebuild.
+func parseColFrame(t *testing.T, m *TableMeta, fr []byte, n int) (*colFrame, *colDecoder, [][2]uint64) {
+	t.Helper()
+	c := new(colDecoder)
+	f := &colFrame{n: n}
+	rest, err := f.readHeader(fr, m.layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.readStreams(f, rest); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.checkPlanes(); err != nil {
+		t.Fatal(err)
+	}
+	pairs, err := f.readPairs(nil, m.layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.columns(f, m.layout); err != nil {
+		t.Fatal(err)
+	}
+	f.firsts = c.firsts
+	return f, c, pairs
 }

@@ -210,29 +210,13 @@ func TestRoutedMergeMatchesSpilled(t *testing.T) {
 	store := newLocalStore(t)
 	cat := NewCatalog(t.TempDir(), store)
 	rng := rand.New(rand.NewPCG(21, 4))
-	var flushes []Run
-	var prev []link.Backlink
-	for r := range 5 {
-		var recs []byte
-		var ls []link.Backlink
-		for i := range 4000 {
-			var l link.Backlink
-			if len(prev) > 0 && rng.IntN(6) == 0 {
-				l = prev[rng.IntN(len(prev))]
-				l.SourceRev += uint64(1 + rng.IntN(3))
-			} else {
-				l = link.Backlink{
-					Target:    link.RecordID{RKey: uint64(rng.IntN(1500)), Collection: 3, DID: 9},
-					Source:    link.RecordID{RKey: uint64(r*10000 + i), Collection: 5, DID: uint64(rng.IntN(50))},
-					SourceRev: uint64(r*10 + 1),
-				}
-			}
-			ls = append(ls, l)
-			recs = appendBacklink(recs, l)
+	flushes := repeatingFlushes(t, store, cat, rng, 5, func(r, i int) link.Backlink {
+		return link.Backlink{
+			Target:    link.RecordID{RKey: uint64(rng.IntN(1500)), Collection: 3, DID: 9},
+			Source:    link.RecordID{RKey: uint64(r*10000 + i), Collection: 5, DID: uint64(rng.IntN(50))},
+			SourceRev: uint64(r*10 + 1),
 		}
-		prev = ls
-		flushes = append(flushes, writeFlush(t, store, cat, recs))
-	}
+	})
 	m, _, err := (&Manifest{}).Apply(Edit{Base: 0, Add: flushes})
 	if err != nil {
 		t.Fatal(err)
@@ -318,6 +302,34 @@ func TestRoutedMergeMatchesSpilled(t *testing.T) {
 	}
 }
 
+// repeatingFlushes writes n flushes of 4000 links each, link i of flush
+// r made by mk(r, i), but for about one in six of a later flush's, which
+// repeats a link of the flush before it at a newer rev (a merge folds
+// those to the newest).
+func repeatingFlushes(t *testing.T, store objstore.Store, cat *Catalog, rng *rand.Rand, n int, mk func(r, i int) link.Backlink) []Run {
+	t.Helper()
+	var flushes []Run
+	var prev []link.Backlink
+	for r := range n {
+		var recs []byte
+		var ls []link.Backlink
+		for i := range 4000 {
+			var l link.Backlink
+			if len(prev) > 0 && rng.IntN(6) == 0 {
+				l = prev[rng.IntN(len(prev))]
+				l.SourceRev += uint64(1 + rng.IntN(3))
+			} else {
+				l = mk(r, i)
+			}
+			ls = append(ls, l)
+			recs = appendBacklink(recs, l)
+		}
+		prev = ls
+		flushes = append(flushes, writeFlush(t, store, cat, recs))
+	}
+	return flushes
+}
+
 // writeFlush writes recs (backlinks in any order), sorted and folded as a
 // memtable's, as a flush of the links tree.
 func writeFlush(tb testing.TB, store objstore.Store, cat *Catalog, recs []byte) Run {
@@ -373,29 +385,13 @@ func TestColumnMergeStreamedMatchesBuffered(t *testing.T) {
 	store := newLocalStore(t)
 	cat := NewCatalog(t.TempDir(), store)
 	rng := rand.New(rand.NewPCG(7, 9))
-	var flushes []Run
-	var prev []link.Backlink
-	for r := range 6 {
-		var recs []byte
-		var ls []link.Backlink
-		for i := range 4000 {
-			var l link.Backlink
-			if len(prev) > 0 && rng.IntN(6) == 0 {
-				l = prev[rng.IntN(len(prev))]
-				l.SourceRev += uint64(1 + rng.IntN(3))
-			} else {
-				l = link.Backlink{
-					Target:    link.RecordID{RKey: uint64(rng.IntN(1500)), Collection: 3, DID: uint64(rng.IntN(40))},
-					Source:    link.RecordID{RKey: uint64(r*10000+i) << 10, Collection: 5, DID: uint64(rng.IntN(60))},
-					SourceRev: uint64(r*10 + 1),
-				}
-			}
-			ls = append(ls, l)
-			recs = appendBacklink(recs, l)
+	flushes := repeatingFlushes(t, store, cat, rng, 6, func(r, i int) link.Backlink {
+		return link.Backlink{
+			Target:    link.RecordID{RKey: uint64(rng.IntN(1500)), Collection: 3, DID: uint64(rng.IntN(40))},
+			Source:    link.RecordID{RKey: uint64(r*10000+i) << 10, Collection: 5, DID: uint64(rng.IntN(60))},
+			SourceRev: uint64(r*10 + 1),
 		}
-		prev = ls
-		flushes = append(flushes, writeFlush(t, store, cat, recs))
-	}
+	})
 	var total uint64
 	for _, r := range flushes {
 		total += r.Records()
