@@ -20,7 +20,8 @@ import (
 // Both lanes' results are published by the writer's next flush.
 //
 // Memory: a merge holds one output shard of records and the table built
-// from it. The big lane's shards are lsm.DefaultCompactionShardBytes
+// from it, but for a merge into columns, which writes its tables a
+// record at a time (its frames, compressed, and a frame of records). The big lane's shards are lsm.DefaultCompactionShardBytes
 // decoded at most, the small lane's a quarter of that (more, smaller
 // tables for runs the big lane merges again later), so the second lane
 // adds a quarter to the leader's compaction memory. A merge of flushes

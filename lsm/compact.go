@@ -14,9 +14,11 @@ const (
 	// are merged in windows of similar size (PickCompactionAtLeast).
 	tierBaseBytes = 1 << 20
 	// DefaultCompactionShardBytes bounds the decoded bytes of one output
-	// shard of a compaction: what a merge holds in memory at once (its
-	// inputs wait in a spill file on local disk). A target's links are
-	// never split, so a shard of one huge target holds all of it.
+	// shard of a compaction: what a merge that holds a shard's records
+	// holds in memory at once (its inputs wait in a spill file on local
+	// disk; a merge into columns writes its tables a record at a time).
+	// A target's links are never split, so a shard of one huge target
+	// holds all of it.
 	DefaultCompactionShardBytes = 256 << 20
 )
 

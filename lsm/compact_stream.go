@@ -20,8 +20,9 @@ type CompactOptions struct {
 	// when 0.
 	ShardTargetBytes uint64
 	// ShardBytesMax bounds each output shard's decoded bytes, and so the
-	// memory of the merge (more shards when the inputs are bigger);
-	// DefaultCompactionShardBytes when 0.
+	// memory of a merge that holds a shard's records (more shards when
+	// the inputs are bigger; a merge into columns writes its tables a
+	// record at a time instead); DefaultCompactionShardBytes when 0.
 	ShardBytesMax uint64
 	// BytesPerSec paces the reads of the inputs (<= 0: unpaced).
 	BytesPerSec int64
@@ -288,6 +289,7 @@ func CompactRuns(ctx context.Context, store objstore.Store, cat *Catalog, v *Vie
 	var tw *tableWriter
 	defer func() {
 		if tw != nil {
+			tw.dropDict()
 			columnWriters.keep(tw, func(kept, _ *tableWriter) bool { return kept == nil })
 		}
 	}()

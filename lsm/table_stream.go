@@ -250,8 +250,12 @@ func (t *tableWriter) verifyMeta(data, meta []byte) error {
 		// meta must hold it (the run's first table), or name the table
 		// that does, as the writer was told.
 		switch {
+		case m.version != b.opt.writeVersion():
+			return fmt.Errorf("meta of format version %d, the frames were encoded in %d", m.version, b.opt.writeVersion())
 		case m.dictRef != nil && !bytes.Equal(m.dictRef, b.opt.dictOwner):
 			return fmt.Errorf("dictionary reference %x, the table was built with %x", m.dictRef, b.opt.dictOwner)
+		case m.dictRef != nil && int(m.dictRefEntries) != b.dict.len():
+			return fmt.Errorf("dictionary reference of %d entries, the table was built with %d", m.dictRefEntries, b.dict.len())
 		case m.dictRef == nil && b.opt.dictOwner != nil:
 			return fmt.Errorf("the meta holds a dictionary, the table was built to refer to %x's", b.opt.dictOwner)
 		case m.dictRef == nil:
@@ -285,6 +289,13 @@ func (t *tableWriter) verifyMeta(data, meta []byte) error {
 		}
 	}
 	return nil
+}
+
+// dropDict lets go of the shared dictionary the writer's last table was
+// encoded with (and its rank index), before the writer is kept for a
+// next merge: a run's dictionary at 1B is tens of MB.
+func (t *tableWriter) dropDict() {
+	t.b.dict, t.b.opt.sharedDict, t.b.opt.dictOwner, t.shell = nil, nil, nil, nil
 }
 
 // buildFastTable makes BuildTable's bytes of a fast table (opt.Fast) from
