@@ -492,3 +492,59 @@ func mustHex(t *testing.T, id string) []byte {
 	}
 	return b
 }
+
+// The column writer's meta check fails when the meta's dictionary, or its
+// reference to the run's first table, or its format version, is not what
+// the frames were encoded with.
+func TestTableWriterCatchesDictionaryMismatch(t *testing.T) {
+	w := BacklinkFormat.Width
+	recs := synthBacklinks(5, 3000)
+	SortRecords(recs, w)
+	recs = Fold(BacklinkFormat, recs)
+	layout, _ := columnsLayout(BacklinkFormat, TableFormatVersion)
+	counter := newDictCounter(layout)
+	counter.add(recs)
+	dict := counter.dict()
+	owner := bytes.Repeat([]byte{0xcd}, 16)
+	build := func(opt TableOptions) (*tableWriter, []byte, []byte) {
+		t.Helper()
+		tw, err := newTableWriter(BacklinkFormat, opt, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for o := 0; o < len(recs); o += w {
+			if err := tw.add(recs[o : o+w]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		data, meta, err := tw.finish()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tw, bytes.Clone(data), meta
+	}
+	fewer := &accountDict{dids: dict.dids[:dict.len()-1], clocks: dict.clocks[:dict.len()-1], revs: dict.revs[:dict.len()-1]}
+	changed := &accountDict{dids: slices.Clone(dict.dids), clocks: dict.clocks, revs: dict.revs}
+	changed.dids[0]++
+	for _, c := range []struct {
+		name  string
+		owner []byte // the table built names it (nil: holds the dictionary)
+		bend  func(tw *tableWriter)
+		want  string
+	}{
+		{"another table named", owner, func(tw *tableWriter) { tw.b.opt.dictOwner = bytes.Repeat([]byte{1}, 16) }, "dictionary reference"},
+		{"a reference of another length", owner, func(tw *tableWriter) { tw.b.dict = fewer }, "entries"},
+		{"a dictionary where a reference was meant", nil, func(tw *tableWriter) { tw.b.opt.dictOwner = owner }, "holds a dictionary"},
+		{"another dictionary", nil, func(tw *tableWriter) { tw.b.dict = changed }, "dictionary differs"},
+		{"another version", nil, func(tw *tableWriter) { tw.b.opt.version = 10 }, "format version"},
+	} {
+		tw, data, meta := build(TableOptions{sharedDict: dict, dictOwner: c.owner})
+		if err := tw.verifyMeta(data, meta); err != nil {
+			t.Fatalf("%s: the table as built fails: %v", c.name, err)
+		}
+		c.bend(tw)
+		if err := tw.verifyMeta(data, meta); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%s: %v, want an error with %q", c.name, err, c.want)
+		}
+	}
+}
