@@ -13,11 +13,11 @@ import (
 	"github.com/eddy-backlinks/eddy/objstore"
 )
 
-// TestFastTableWriterMatchesBuildTable: a fast-form table written a record
+// TestTableWriterMatchesBuildTable: a fast-form table written a record
 // at a time is BuildTable's to the byte (data and meta), for one frame and
 // many, frames cut at a prefix boundary and at perFrame, sharded or not,
 // both filter widths; and the writer refuses what BuildTable refuses.
-func TestFastTableWriterMatchesBuildTable(t *testing.T) {
+func TestTableWriterMatchesBuildTable(t *testing.T) {
 	w := BacklinkFormat.Width
 	recs := synthBacklinks(11, 20000)
 	SortRecords(recs, w)
@@ -117,13 +117,13 @@ func TestFastTableWriterMatchesBuildTable(t *testing.T) {
 	refuse("no records", nil, TableOptions{Fast: true}, "no records")
 }
 
-// TestFastTableWriterCatchesMismatch: the writer's self-check fails on a
+// TestTableWriterCatchesMismatch: the writer's self-check fails on a
 // frame that decodes to other records than its own (a bit flipped between
 // the shuffle and S2, as a faulty transform would), on a filter key that
 // is not its prefix's (recomputed from the decoded frame), and, at the
 // end, on a meta that differs from what was built: a frame's entry or
 // fence, a key the filter lacks, another seed, keys not all checked.
-func TestFastTableWriterCatchesMismatch(t *testing.T) {
+func TestTableWriterCatchesMismatch(t *testing.T) {
 	w := BacklinkFormat.Width
 	recs := synthBacklinks(3, 500)
 	SortRecords(recs, w)
