@@ -155,19 +155,7 @@ func TestTableWriterCatchesMismatch(t *testing.T) {
 	}
 
 	// The meta: a table finished, then the writer's record of it changed.
-	tw, err = newTableWriter(BacklinkFormat, TableOptions{Fast: true, frameMax: 50}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for o := 0; o < len(recs); o += w {
-		if err := tw.add(recs[o : o+w]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	data, meta, err := tw.finish()
-	if err != nil {
-		t.Fatal(err)
-	}
+	tw, data, meta := writeWith(t, TableOptions{Fast: true, frameMax: 50}, recs)
 	if err := tw.verifyMeta(data, meta); err != nil {
 		t.Fatalf("the table as built: %v", err)
 	}
@@ -506,23 +494,6 @@ func TestTableWriterCatchesDictionaryMismatch(t *testing.T) {
 	counter.add(recs)
 	dict := counter.dict()
 	owner := bytes.Repeat([]byte{0xcd}, 16)
-	build := func(opt TableOptions) (*tableWriter, []byte, []byte) {
-		t.Helper()
-		tw, err := newTableWriter(BacklinkFormat, opt, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for o := 0; o < len(recs); o += w {
-			if err := tw.add(recs[o : o+w]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		data, meta, err := tw.finish()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tw, bytes.Clone(data), meta
-	}
 	fewer := &accountDict{dids: dict.dids[:dict.len()-1], clocks: dict.clocks[:dict.len()-1], revs: dict.revs[:dict.len()-1]}
 	changed := &accountDict{dids: slices.Clone(dict.dids), clocks: dict.clocks, revs: dict.revs}
 	changed.dids[0]++
@@ -538,7 +509,7 @@ func TestTableWriterCatchesDictionaryMismatch(t *testing.T) {
 		{"another dictionary", nil, func(tw *tableWriter) { tw.b.dict = changed }, "dictionary differs"},
 		{"another version", nil, func(tw *tableWriter) { tw.b.opt.version = 10 }, "format version"},
 	} {
-		tw, data, meta := build(TableOptions{sharedDict: dict, dictOwner: c.owner})
+		tw, data, meta := writeWith(t, TableOptions{sharedDict: dict, dictOwner: c.owner}, recs)
 		if err := tw.verifyMeta(data, meta); err != nil {
 			t.Fatalf("%s: the table as built fails: %v", c.name, err)
 		}
@@ -547,4 +518,26 @@ func TestTableWriterCatchesDictionaryMismatch(t *testing.T) {
 			t.Fatalf("%s: %v, want an error with %q", c.name, err, c.want)
 		}
 	}
+}
+
+// writeWith writes recs (backlinks, sorted) as one table through a new
+// tableWriter with options opt, and returns the writer (finished: its
+// record of the table is kept) and the table's data (a copy) and meta.
+func writeWith(t *testing.T, opt TableOptions, recs []byte) (*tableWriter, []byte, []byte) {
+	t.Helper()
+	w := BacklinkFormat.Width
+	tw, err := newTableWriter(BacklinkFormat, opt, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for o := 0; o < len(recs); o += w {
+		if err := tw.add(recs[o : o+w]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, meta, err := tw.finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tw, bytes.Clone(data), meta
 }
