@@ -274,14 +274,7 @@ func TestRoutedMergeMatchesSpilled(t *testing.T) {
 				t.Fatalf("shard target %d, table %d: %+v routed, %+v spilled", target, i, x, y)
 			}
 			for _, key := range []func(Tree, string) string{dataKey, metaKey} {
-				dx, err := store.Get(ctx, key(TreeLinks, x.ID))
-				if err != nil {
-					t.Fatal(err)
-				}
-				dy, err := store.Get(ctx, key(TreeLinks, y.ID))
-				if err != nil {
-					t.Fatal(err)
-				}
+				dx, dy := getPair(t, store, key(TreeLinks, x.ID), key(TreeLinks, y.ID))
 				if !bytes.Equal(dx, dy) {
 					t.Fatalf("shard target %d, table %d (shard %d): %s differs", target, i, x.Shard, key(TreeLinks, "…"))
 				}
@@ -446,14 +439,7 @@ func TestColumnMergeStreamedMatchesBuffered(t *testing.T) {
 				t.Fatalf("%s, table %d: %+v streamed, %+v buffered", c.name, i, x, y)
 			}
 			for _, key := range []func(Tree, string) string{dataKey, metaKey} {
-				dx, err := store.Get(ctx, key(TreeLinks, x.ID))
-				if err != nil {
-					t.Fatal(err)
-				}
-				dy, err := store.Get(ctx, key(TreeLinks, y.ID))
-				if err != nil {
-					t.Fatal(err)
-				}
+				dx, dy := getPair(t, store, key(TreeLinks, x.ID), key(TreeLinks, y.ID))
 				if i > 0 && key(TreeLinks, "x") == metaKey(TreeLinks, "x") {
 					// A table's meta names the run's first table (the
 					// dictionary's), whose ID differs between the two,
@@ -540,4 +526,18 @@ func writeWith(t *testing.T, opt TableOptions, recs []byte) (*tableWriter, []byt
 		t.Fatal(err)
 	}
 	return tw, bytes.Clone(data), meta
+}
+
+// getPair gets two objects from store, to compare them.
+func getPair(t *testing.T, store objstore.Store, kx, ky string) ([]byte, []byte) {
+	t.Helper()
+	dx, err := store.Get(context.Background(), kx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dy, err := store.Get(context.Background(), ky)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dx, dy
 }
