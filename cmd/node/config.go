@@ -47,6 +47,7 @@ type config struct {
 	bootstrap, nonvoter                                       bool
 	join                                                      string
 	certsDir, tokenFile, store, plc, logLevel                 string
+	memoryLimit                                               string
 	sources                                                   listFlag
 	flushInterval, readyLagMax                                time.Duration
 	gcGrace, compactionInterval                               time.Duration
@@ -108,6 +109,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.IntVar(&c.compactionFanIn, "compaction-fan-in", lsm.DefaultCompactionFanIn, "flushes (delta runs) of a size tier merged by one compaction (2..64); merged runs are merged twice as many at a time")
 	fs.DurationVar(&c.compactionInterval, "compaction-interval", 5*time.Second, "how often the leader looks for a merge due (100ms..1h)")
 	fs.Int64Var(&c.cacheBytes, "cache-bytes", lsm.DefaultCacheBytes, "bound of the decoded-frame cache, bytes (1 MiB..1 TiB)")
+	fs.StringVar(&c.memoryLimit, "memory-limit", "auto", "soft limit of the Go heap, bytes (64 MiB..1 TiB): the collector works harder as the heap nears it instead of letting it grow to twice what is live; auto: GOMEMLIMIT if the environment sets it, else 3/4 of the memory the node may use (its cgroup's limit, else the machine's); off: none")
 	fs.Int64Var(&c.metaCacheBytes, "meta-cache-bytes", 0, "0: table metadata is read in place from its files in the data directory (mapped; the page cache holds what is hot); else the bound of a cache of decoded metadata, bytes (1 MiB..1 TiB; the rest decoded again from the data directory)")
 	fs.DurationVar(&c.readyLagMax, "ready-lag-max", 30*time.Second, "/readyz answers 503 when this node has not heard from the leader, or has not served a manifest generation the leader had, for longer than this (500ms..1h)")
 	fs.Float64Var(&c.clientRate, "client-rate", query.DefaultClientRate, "queries a second one client (an IPv4 address, an IPv6 /64, or the address a --trusted-proxies proxy forwards) may make of this node, sustained, a query counting once per 100 links of its limit; past it 429 RateLimitExceeded with Retry-After (0: no bound; 0..1000000)")
@@ -387,6 +389,9 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 	if c.cacheBytes < 1<<20 || c.cacheBytes > 1<<40 {
 		return fmt.Errorf("--cache-bytes %d: out of range 1 MiB..1 TiB", c.cacheBytes)
 	}
+	if err := checkMemoryLimit(c.memoryLimit); err != nil {
+		return err
+	}
 	if c.metaCacheBytes != 0 && (c.metaCacheBytes < 1<<20 || c.metaCacheBytes > 1<<40) {
 		return fmt.Errorf("--meta-cache-bytes %d: out of range 1 MiB..1 TiB", c.metaCacheBytes)
 	}
@@ -472,8 +477,8 @@ func (c *config) logged() []any {
 		"nonvoter": strconv.FormatBool(c.nonvoter), "join": c.join, "certs-dir": c.certsDir, "admin-token-file": c.tokenFile, "store": redactStore(c.store),
 		"source": strconv.Itoa(len(c.sources)) + " sources", "plc": c.plc, "flush-interval": c.flushInterval.String(),
 		"memtable-bytes": strconv.Itoa(c.memtableBytes), "cache-bytes": strconv.FormatInt(c.cacheBytes, 10),
-		"meta-cache-bytes": strconv.FormatInt(c.metaCacheBytes, 10),
-		"ready-lag-max":    c.readyLagMax.String(), "log-level": c.logLevel, "config": c.configFile,
+		"meta-cache-bytes": strconv.FormatInt(c.metaCacheBytes, 10), "memory-limit": c.memoryLimit,
+		"ready-lag-max": c.readyLagMax.String(), "log-level": c.logLevel, "config": c.configFile,
 		"client-rate": strconv.FormatFloat(c.clientRate, 'f', -1, 64), "client-burst": strconv.Itoa(c.clientBurst),
 		"client-in-flight": strconv.Itoa(c.clientInFlight), "trusted-proxies": c.trustedProxies, "query-slots": strconv.Itoa(c.querySlots), "client-slots": strconv.Itoa(c.clientSlots), "client-pace-gap": c.clientPaceGap.String(), "client-conns": strconv.Itoa(c.clientConns),
 		"gc-grace": c.gcGrace.String(), "compaction-fan-in": strconv.Itoa(c.compactionFanIn), "compaction-interval": c.compactionInterval.String(),

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -65,6 +66,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log.SetLevel(hclog.LevelFromString(c.logLevel))
 	log.Info("configuration", c.logged()...)
+	ml := resolveMemoryLimit(c.memoryLimit, os.LookupEnv, "/")
+	if limit, _ := applyMemoryLimit(ml); limit == math.MaxInt64 {
+		log.Info("memory limit: none", "why", ml.why)
+	} else {
+		log.Info("memory limit", "bytes", limit, "why", ml.why)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, *c, log); err != nil {
