@@ -113,22 +113,14 @@ func readSystemMemory(root string) (int64, string) {
 		take(n, "MemTotal")
 	}
 	for _, c := range readCgroups(filepath.Join(root, "proc/self/cgroup")) {
+		// A limit of the cgroup or of any above it binds the process.
+		base, file := "sys/fs/cgroup/memory", "memory.limit_in_bytes"
 		if c.v2 {
-			for dir := c.path; ; dir = filepath.Dir(dir) {
-				p := filepath.Join(root, "sys/fs/cgroup", dir, "memory.max")
-				if n := readLimitFile(p); n > 0 {
-					take(n, "cgroup "+filepath.Join(dir, "memory.max"))
-				}
-				if dir == "/" || dir == "." {
-					break
-				}
-			}
-			continue
+			base, file = "sys/fs/cgroup", "memory.max"
 		}
 		for dir := c.path; ; dir = filepath.Dir(dir) {
-			p := filepath.Join(root, "sys/fs/cgroup/memory", dir, "memory.limit_in_bytes")
-			if n := readLimitFile(p); n > 0 {
-				take(n, "cgroup "+filepath.Join(dir, "memory.limit_in_bytes"))
+			if n := readLimitFile(filepath.Join(root, base, dir, file)); n > 0 {
+				take(n, "cgroup "+filepath.Join(dir, file))
 			}
 			if dir == "/" || dir == "." {
 				break
