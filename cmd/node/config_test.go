@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -223,6 +224,8 @@ func TestConfigHelp(t *testing.T) {
 // URL's query or user information.
 func TestSecretsNotLogged(t *testing.T) {
 	const token = "SEKRET-token-0123456789abcdef"
+	prev := debug.SetMemoryLimit(-1) // run sets the process's (--memory-limit auto)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
 	dir := t.TempDir()
 	t.Setenv("EDDY_ADMIN_TOKEN", token)
 	t.Setenv("EDDY_CONFIG", "")

@@ -11,14 +11,16 @@ import (
 	"strings"
 )
 
-// The Go heap's soft limit (--memory-limit). Without one, the collector
-// lets the heap grow to twice what was live after the last collection
-// (GOGC=100): a leader that holds ~1 GB while it merges a backfill's
-// flushes may ask for 2 GB, more than a 2 GB VPS has, and be killed. With
-// a limit the collector runs more often as the heap nears it, so the heap
-// stays under it as long as what is live does. Measured on the 100M
-// backfill bench (docs/scale.md, "A soft memory limit"): 1 GiB took its
-// peak RSS from 1.96 to 1.24 GB for the same CPU.
+// The Go runtime's soft memory limit (--memory-limit). Without one, the
+// collector lets the heap grow to twice what was live after the last
+// collection (GOGC=100), so a node's peak is often that slack rather than
+// what it holds. With a limit the collector runs more often as the
+// runtime's memory nears it, so it stays under it as long as what is live
+// does (it does not count mapped files: the table metadata's page cache
+// comes on top). Measured on the 100M backfill bench (docs/scale.md, "A
+// soft memory limit"): 1 GiB took the peak RSS from 1.96 to 1.24 GB (in
+// the count of the mega target; the write phase's from 1.32 to 1.10) for
+// the same write CPU.
 
 // memoryLimitShare is the share of the memory a node may use (its
 // cgroup's limit, else the machine's) that --memory-limit=auto gives the
@@ -62,7 +64,8 @@ func checkMemoryLimit(v string) error {
 // to set. auto defers to GOMEMLIMIT when the environment sets it (the
 // runtime has applied it already), else takes memoryLimitShare of the
 // memory the node may use, as readSystemMemory finds it under root ("/"
-// on a node; a directory of fake files in tests).
+// on a node; a directory of fake files in tests), and at least
+// memoryLimitMin. A byte count or off overrides GOMEMLIMIT.
 func resolveMemoryLimit(v string, getenv func(string) (string, bool), root string) memoryLimit {
 	switch v {
 	case "off":
@@ -76,9 +79,9 @@ func resolveMemoryLimit(v string, getenv func(string) (string, bool), root strin
 			return memoryLimit{why: "auto: the memory available was not found; no limit"}
 		}
 		return memoryLimit{
-			bytes: total / memoryLimitShareDen * memoryLimitShareNum,
+			bytes: max(total/memoryLimitShareDen*memoryLimitShareNum, memoryLimitMin),
 			set:   true,
-			why:   fmt.Sprintf("auto: %d/%d of %d bytes (%s)", memoryLimitShareNum, memoryLimitShareDen, total, from),
+			why:   fmt.Sprintf("auto: %d/%d of %d bytes (%s), at least %d", memoryLimitShareNum, memoryLimitShareDen, total, from, int64(memoryLimitMin)),
 		}
 	}
 	n, _ := strconv.ParseInt(v, 10, 64)
@@ -97,10 +100,13 @@ func applyMemoryLimit(l memoryLimit) (now, prev int64) {
 }
 
 // readSystemMemory returns the memory this process may use: the smallest
-// of the machine's (MemTotal in /proc/meminfo) and the memory.max (cgroup
-// v2) or memory.limit_in_bytes (cgroup v1) of its cgroup and every cgroup
-// above it (a systemd unit's MemoryMax=, a container's limit), and which
-// one it was; 0 when none is readable. Paths are under root.
+// of the machine's (MemTotal in /proc/meminfo) and the memory.max or
+// memory.high (cgroup v2) or memory.limit_in_bytes (cgroup v1) of its
+// cgroup and every cgroup above it (a systemd unit's MemoryMax= or
+// MemoryHigh=, a container's limit), and which one it was; 0 when none is
+// readable. Paths are under root, the cgroup file systems where they are
+// usually mounted (/sys/fs/cgroup, /sys/fs/cgroup/memory): a node where
+// they are elsewhere gets the machine's memory, as the log says.
 func readSystemMemory(root string) (int64, string) {
 	var best int64
 	var from string
@@ -114,15 +120,17 @@ func readSystemMemory(root string) (int64, string) {
 	}
 	for _, c := range readCgroups(filepath.Join(root, "proc/self/cgroup")) {
 		// A limit of the cgroup or of any above it binds the process.
-		base, file := "sys/fs/cgroup/memory", "memory.limit_in_bytes"
+		base, files := "sys/fs/cgroup/memory", []string{"memory.limit_in_bytes"}
 		if c.v2 {
-			base, file = "sys/fs/cgroup", "memory.max"
+			base, files = "sys/fs/cgroup", []string{"memory.max", "memory.high"}
 		}
 		for dir := c.path; ; dir = filepath.Dir(dir) {
-			if n := readLimitFile(filepath.Join(root, base, dir, file)); n > 0 {
-				take(n, "cgroup "+filepath.Join(dir, file))
+			for _, file := range files {
+				if n := readLimitFile(filepath.Join(root, base, dir, file)); n > 0 {
+					take(n, "cgroup "+filepath.Join(dir, file))
+				}
 			}
-			if dir == "/" || dir == "." {
+			if dir == "/" {
 				break
 			}
 		}
@@ -167,7 +175,9 @@ func readCgroups(path string) []cgroupLine {
 	var out []cgroupLine
 	for _, line := range strings.Split(string(b), "\n") {
 		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 || !strings.HasPrefix(parts[2], "/") {
+		// A path with ".." is a cgroup outside this namespace's view
+		// (cleaning it would name another one): skip it.
+		if len(parts) != 3 || !strings.HasPrefix(parts[2], "/") || strings.Contains(parts[2], "..") {
 			continue
 		}
 		switch {

@@ -55,15 +55,38 @@ func TestResolveMemoryLimit(t *testing.T) {
 			"sys/fs/cgroup/system.slice/memory.max":                   "536870912\n",
 		}, set: true, bytes: 512 << 20 / 4 * 3, whyHas: "/system.slice/memory.max"},
 		{name: "cgroup v1 without a limit", value: "auto", files: map[string]string{
-			"proc/meminfo":     meminfo2G,
 			"proc/self/cgroup": "12:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n",
 			"sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": "9223372036854771712\n",
-		}, set: true, bytes: 2000000 * 1024 / 4 * 3, whyHas: "MemTotal"},
+			"sys/fs/cgroup/memory/memory.limit_in_bytes":            "9223372036854775807\n",
+		}, set: false, whyHas: "not found"},
 		{name: "cgroup v1 with a limit", value: "auto", files: map[string]string{
 			"proc/meminfo":     meminfo2G,
 			"proc/self/cgroup": "4:memory:/docker/abc\n",
 			"sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": "1000000000\n",
-		}, set: true, bytes: 1000000000 / 4 * 3, whyHas: "memory.limit_in_bytes"},
+		}, set: true, bytes: 1000000000 / 4 * 3, whyHas: "/docker/abc/memory.limit_in_bytes"},
+		{name: "cgroup v1, memory among several controllers, the limit at the mount's root", value: "auto", files: map[string]string{
+			"proc/self/cgroup":                           "5:cpu,memory:/docker/abc\n9:cpuset:/x\n",
+			"sys/fs/cgroup/memory/memory.limit_in_bytes": "800000000\n",
+		}, set: true, bytes: 800000000 / 4 * 3, whyHas: "cgroup /memory.limit_in_bytes"},
+		{name: "cgroup v2 in a container: the top memory.max", value: "auto", files: map[string]string{
+			"proc/meminfo":             meminfo2G,
+			"proc/self/cgroup":         "0::/\n",
+			"sys/fs/cgroup/memory.max": "600000000\n",
+		}, set: true, bytes: 600000000 / 4 * 3, whyHas: "cgroup /memory.max"},
+		{name: "MemoryHigh below MemoryMax", value: "auto", files: map[string]string{
+			"proc/self/cgroup": "0::/system.slice/eddy-node.service\n",
+			"sys/fs/cgroup/system.slice/eddy-node.service/memory.max":  "2000000000\n",
+			"sys/fs/cgroup/system.slice/eddy-node.service/memory.high": "1200000000\n",
+		}, set: true, bytes: 1200000000 / 4 * 3, whyHas: "memory.high"},
+		{name: "a path outside the namespace is not followed", value: "auto", files: map[string]string{
+			"proc/meminfo":                     meminfo2G,
+			"proc/self/cgroup":                 "0::/../sibling\n",
+			"sys/fs/cgroup/sibling/memory.max": "100000000\n",
+		}, set: true, bytes: 2000000 * 1024 / 4 * 3, whyHas: "MemTotal"},
+		{name: "a tiny cgroup: at least 64 MiB", value: "auto", files: map[string]string{
+			"proc/self/cgroup":               "0::/small\n",
+			"sys/fs/cgroup/small/memory.max": "50000000\n",
+		}, set: true, bytes: 64 << 20, whyHas: "/small/memory.max"},
 		{name: "GOMEMLIMIT wins over auto", value: "auto", env: map[string]string{"GOMEMLIMIT": "900MiB"},
 			files: map[string]string{"proc/meminfo": meminfo2G}, set: false, whyHas: "GOMEMLIMIT=900MiB"},
 		{name: "nothing to read", value: "auto", files: map[string]string{"proc/meminfo": "garbage\n"}, set: false, whyHas: "not found"},
