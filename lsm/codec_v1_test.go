@@ -85,6 +85,27 @@ var v1Fixtures = []v1Fixture{
 	{10, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(31, 3000) }, 700},
 	{10, "links-magnitudes", BacklinkFormat, transformColumns, func() []byte { return synthUniformMicros(32, 3000) }, 700},
 	{10, "revocations-columns", RevocationFormat, transformColumns, func() []byte { return synthRevocations(33, 2000) }, 500},
+	// Version 11: version 10 with frame transform 5, shuffle and S2 (the
+	// fast form of flushes and merges of flushes), its filter a binary
+	// fuse filter (written by the version 11 code with
+	// EDDY_REWRITE_V11_FIXTURES=1).
+	{11, "links-columns", BacklinkFormat, transformColumns, func() []byte { return synthBackfillBacklinks(34, 3000) }, 700},
+	{11, "links-fast", BacklinkFormat, transformShuffleS2, func() []byte { return synthBackfillBacklinks(35, 3000) }, 700},
+	{11, "revocations-fast", RevocationFormat, transformShuffleS2, func() []byte { return synthRevocations(36, 2000) }, 500},
+	// Version 12: version 11 with a blocked filter in the links tree's
+	// tables of the fast form (fixtureFilterBits; written by the version
+	// 12 code with EDDY_REWRITE_V12_FIXTURES=1).
+	{12, "links-fast-blocked", BacklinkFormat, transformShuffleS2, func() []byte { return synthBackfillBacklinks(37, 3000) }, 700},
+}
+
+// fixtureFilterBits is the filter a fixture's table was written with: the
+// engine's for its tree and form (the blocked filter for the links tree's
+// fast form from version 12), else the default.
+func fixtureFilterBits(fx v1Fixture) int {
+	if fx.version >= 12 && fx.transform == transformShuffleS2 && fx.format == BacklinkFormat {
+		return FilterBlocked
+	}
+	return 0
 }
 
 // rewriteFixtures regenerates the fixtures of one version (see above).
@@ -115,7 +136,7 @@ func TestV1Fixtures(t *testing.T) {
 					t.Fatalf("fixtures of version %d can only be written by that version's code", fx.version)
 				}
 				recs := fx.recs()
-				data, meta, err := BuildTable(fx.format, recs, TableOptions{transform: fx.transform, transSet: true, frameMax: fx.frameMax, FilterSeed: 99})
+				data, meta, err := BuildTable(fx.format, recs, TableOptions{transform: fx.transform, transSet: true, frameMax: fx.frameMax, FilterSeed: 99, FilterBits: fixtureFilterBits(fx)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -146,6 +167,9 @@ func TestV1Fixtures(t *testing.T) {
 			}
 			if m.transform != fx.transform || m.Format != fx.format || m.NumFrames() < 3 {
 				t.Fatalf("fixture meta: %v", m)
+			}
+			if want := fixtureFilterBits(fx); want != 0 && m.filterBits != want {
+				t.Fatalf("fixture meta: filter %s, want %s", filterName(m.filterBits), filterName(want))
 			}
 			var recs, buf []byte
 			for i := range m.NumFrames() {

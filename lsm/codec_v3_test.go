@@ -19,7 +19,7 @@ func TestVersionHookMatchesFixtures(t *testing.T) {
 			continue
 		}
 		base := filepath.Join("testdata", fmt.Sprintf("v%d", fx.version), fx.name)
-		data, meta, err := BuildTable(fx.format, fx.recs(), TableOptions{transform: fx.transform, transSet: true, frameMax: fx.frameMax, FilterSeed: 99, version: fx.version})
+		data, meta, err := BuildTable(fx.format, fx.recs(), TableOptions{transform: fx.transform, transSet: true, frameMax: fx.frameMax, FilterSeed: 99, FilterBits: fixtureFilterBits(fx), version: fx.version})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -59,7 +59,7 @@ func (in *compactionInput) mergeRouted(ctx context.Context, cat *Catalog, plan [
 		cs = append(cs, &cursor{src: &tableSource{in: in, ctx: ctx, id: rt.t.ref.ID, meta: meta, all: true}})
 		want += meta.Records
 	}
-	opt := TableOptions{ShardBits: in.bits, Fast: true, FilterBits: filterBitsOf(in.tree)}
+	opt := TableOptions{ShardBits: in.bits, Fast: true, FilterBits: fastFilterBitsOf(in.tree)}
 	writers := make([]*tableWriter, 1<<in.bits)
 	spare := takeRoutedWriters()
 	defer func() {

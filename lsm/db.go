@@ -387,6 +387,9 @@ func splitShards(f Format, recs []byte, bits uint8) [][]byte {
 func writeTable(ctx context.Context, store objstore.Store, cat *Catalog, tree Tree, f Format, recs []byte, opt TableOptions) (TableRef, error) {
 	if opt.FilterBits == 0 {
 		opt.FilterBits = filterBitsOf(tree)
+		if opt.Fast {
+			opt.FilterBits = fastFilterBitsOf(tree)
+		}
 	}
 	if opt.Fast {
 		data, meta, done, err := buildFastTable(f, recs, opt)
@@ -436,6 +439,19 @@ func filterBitsOf(tree Tree) int {
 		return FilterBits8
 	}
 	return DefaultFilterBits
+}
+
+// fastFilterBitsOf is the filter of a tree's tables in the fast form (a
+// flush's, a merge of flushes'): the links tree's take the blocked filter,
+// built in a sixth of the fuse filter's CPU for a false-positive rate of
+// ~0.54% against 0.39% (FilterBlocked), since they are rewritten within
+// minutes; the revocation tree's keep their 16-bit fuse filter, whose
+// false positives round two would pay on every absent source.
+func fastFilterBitsOf(tree Tree) int {
+	if tree == TreeLinks {
+		return FilterBlocked
+	}
+	return filterBitsOf(tree)
 }
 
 // newCatalog is the catalog of an Options.MetaCacheBytes.

@@ -34,6 +34,7 @@
 //	codec_encode.go   encodeColumns
 //	codec_decode.go   decodeColumns
 //	filter.go         the binary fuse filter of a table; ShardOf
+//	filter_blocked.go the blocked filter of a table in the fast form
 //	memtable.go       the memtable (records buffered until a flush); Fold
 //	sort.go           SortRecords
 //	manifest.go       runs, manifests and their edits
@@ -54,7 +55,7 @@
 //
 // # Table format
 //
-// Tables are format version 11 (TableFormatVersion); versions 1 to 10 still
+// Tables are format version 12 (TableFormatVersion); versions 1 to 11 still
 // read (the differences are marked "v2" below; version 3 differs from 2
 // only inside the dictionary section, which holds each account's rev, and
 // in how a columnar frame stores revs: codec.go; version 4 lets the
@@ -69,7 +70,8 @@
 // predicts revs, version 9 from 8 in how it stores targets and may store
 // revs, and version 10 from 9 in how it stores its numeric columns:
 // codec.go, codec_revs.go, codec_magnitude.go; version 11 from 10 only in
-// frame transform 5, the form of a flush's table: frame.go).
+// frame transform 5, the form of a flush's table: frame.go; version 12
+// from 11 only in filter kind 1, the blocked filter: filter_blocked.go).
 //
 // A table is an immutable sorted run of distinct fixed-width records, stored
 // as two objects: a data object (tables/<tree>/<id>.data, in object storage,
@@ -121,7 +123,7 @@
 //
 //	offset          size        field
 //	0               8           magic "EDDYMETA"
-//	8               2           format version (1 to 11); a reader refuses
+//	8               2           format version (1 to 12); a reader refuses
 //	                            newer versions with ErrVersion
 //	10              2           record width W (1..MaxWidth)
 //	12              2           key prefix length P (1..W): what queries ask
@@ -132,7 +134,8 @@
 //	                            shuffle (frame.go), 4 columns (codec.go;
 //	                            v2, widths 64 and 32 with prefix 24 only),
 //	                            5 byte shuffle + S2 (v11)
-//	15              1           filter fingerprint bits: 8 or 16
+//	15              1           filter: a fuse filter's fingerprint bits,
+//	                            8 or 16, or 1, a blocked filter (v12)
 //	16              1           shard bits (0..MaxShardBits)
 //	17              3           reserved, zero
 //	20              4           shard (< 2^shard bits; 0 when shard bits is 0);
@@ -179,6 +182,19 @@
 // hi64(h * C*L), h1 = (h0 + L) ^ (h>>18 & (L-1)), h2 = (h0 + 2L) ^ (h &
 // (L-1)): the library's Contains, which is therefore part of this format
 // (a change to it needs a new format version).
+//
+// A blocked filter (byte 15 is 1, version 12: the links tree's tables in
+// the fast form) is a split-block Bloom filter of B blocks of eight 32-bit
+// words (filter_blocked.go):
+//
+//	offset  size   field
+//	0       4      blocks B (>= 1)
+//	4       4      zero
+//	8       32*B   the blocks, each eight little-endian 32-bit words
+//
+// A key k may be present when, in block hi64(k * B), word i (0..7) has
+// bit (lo32(k) * s_i mod 2^32) >> 27 set for every i, where s_i are the
+// eight salts of blockedSalts.
 //
 // Frame offsets are not stored: frame i starts at the sum of the lengths of
 // frames 0..i-1. The first record of frame 0 is the table's MinKey. Fences

@@ -38,7 +38,7 @@ func TestFastTable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.version != 11 || m.transform != transformShuffleS2 || m.dict != nil {
+			if m.version != TableFormatVersion || m.transform != transformShuffleS2 || m.dict != nil {
 				t.Fatalf("version %d transform %v dictionary %v", m.version, m.transform, m.dict != nil)
 			}
 			got := decodeFrames(t, m, data)

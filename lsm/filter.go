@@ -76,12 +76,13 @@ const DefaultFilterBits = FilterBits16
 // filter is a binary fuse filter (8- or 16-bit fingerprints): decoded (f8
 // or f16), or read in place from a mapped local meta (f8 over the mapping,
 // or m16 for 16-bit fingerprints, which a mapping may hold at an odd
-// offset).
+// offset); or a blocked filter (bl, filter_blocked.go), read in place.
 type filter struct {
 	seed uint64 // xxh3 seed of the keys
 	f8   *xorfilter.BinaryFuse[uint8]
 	f16  *xorfilter.BinaryFuse[uint16]
 	m16  *fuse16
+	bl   []byte // a blocked filter's blocks (FilterBlocked)
 }
 
 func (f *filter) contains(prefix []byte) bool {
@@ -94,6 +95,8 @@ func (f *filter) containsKey(k uint64) bool {
 		return f.f8.Contains(k)
 	case f.f16 != nil:
 		return f.f16.Contains(k)
+	case f.bl != nil:
+		return blockedContains(f.bl, k)
 	}
 	return f.m16.contains(k)
 }
@@ -162,8 +165,10 @@ func buildFilter(dst []byte, keys []uint64, bits int) ([]byte, error) {
 			dst = binary.LittleEndian.AppendUint16(dst, fp)
 		}
 		return dst, nil
+	case FilterBlocked:
+		return appendBlockedFilter(dst, keys), nil
 	}
-	return nil, fmt.Errorf("lsm: filter bits %d not 8 or 16", bits)
+	return nil, fmt.Errorf("lsm: filter bits %d not 8 or 16, nor the blocked kind", bits)
 }
 
 func appendFilterHeader(dst []byte, seed uint64, segLen, segMask, segCount, segCountLen uint32) []byte {
@@ -177,6 +182,9 @@ func appendFilterHeader(dst []byte, seed uint64, segLen, segMask, segCount, segC
 // filterSectionSize returns the byte size of a filter section whose header
 // is h, or an error if the header is inconsistent.
 func filterSectionSize(h []byte, bits int) (uint64, error) {
+	if bits == FilterBlocked {
+		return blockedSectionSize(h)
+	}
 	if len(h) < filterHeaderSize {
 		return 0, corruptf("filter header truncated")
 	}
@@ -197,7 +205,7 @@ func filterSectionSize(h []byte, bits int) (uint64, error) {
 // mapFilter returns the filter of a section (whose size filterSectionSize
 // has checked) that reads b in place: b must outlive the filter.
 func mapFilter(b []byte, fbits int, keySeed uint64) *filter {
-	if fbits == FilterBits8 {
+	if fbits == FilterBits8 || fbits == FilterBlocked {
 		return decodeFilter(b, fbits, keySeed) // its fingerprints are b's bytes
 	}
 	return &filter{seed: keySeed, m16: &fuse16{
@@ -213,6 +221,10 @@ func mapFilter(b []byte, fbits int, keySeed uint64) *filter {
 // checked).
 func decodeFilter(b []byte, bits int, keySeed uint64) *filter {
 	f := &filter{seed: keySeed}
+	if bits == FilterBlocked {
+		f.bl = b[blockedHeaderSize:] // read in place, as the 8-bit fingerprints
+		return f
+	}
 	seed := binary.LittleEndian.Uint64(b[0:])
 	segLen := binary.LittleEndian.Uint32(b[8:])
 	segMask := binary.LittleEndian.Uint32(b[12:])

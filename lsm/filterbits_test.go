@@ -5,22 +5,27 @@ import (
 	"testing"
 )
 
-// Tables the engine writes get their tree's filter width: 8-bit
-// fingerprints for the links tree, 16 for the revocation tree (round two
-// asks it about every source, nearly all absent).
+// Tables the engine writes get their tree's filter: 8-bit fingerprints for
+// the links tree's compacted runs and the blocked filter for its flushes
+// (the fast form, rewritten within minutes), 16 bits for the revocation
+// tree's (round two asks it about every source, nearly all absent).
 func TestTreeFilterBits(t *testing.T) {
 	ctx := context.Background()
 	store := newLocalStore(t)
 	cat := NewCatalogMapped(t.TempDir(), store)
 	for _, tc := range []struct {
-		tree Tree
-		recs []byte
-		want int
+		tree                  Tree
+		recs                  []byte
+		wantDelta, wantMerged int
 	}{
-		{TreeLinks, synthSortedBacklinks(41, 4000), FilterBits8},
-		{TreeRevocations, synthRevocations(42, 4000), FilterBits16},
+		{TreeLinks, synthSortedBacklinks(41, 4000), FilterBlocked, FilterBits8},
+		{TreeRevocations, synthRevocations(42, 4000), FilterBits16, FilterBits16},
 	} {
 		for _, kind := range []RunKind{RunDelta, RunCompacted} {
+			want := tc.wantMerged
+			if kind == RunDelta {
+				want = tc.wantDelta
+			}
 			run, err := WriteRun(ctx, store, cat, tc.tree, kind, 1, tc.recs)
 			if err != nil {
 				t.Fatal(err)
@@ -34,10 +39,10 @@ func TestTreeFilterBits(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if m.filterBits != tc.want {
-					t.Fatalf("%s %v table: %d-bit filter, want %d", tc.tree, kind, m.filterBits, tc.want)
+				if m.filterBits != want {
+					t.Fatalf("%s %v table: %s filter, want %s", tc.tree, kind, filterName(m.filterBits), filterName(want))
 				}
-				// Every key written is found through the 8-bit filter too.
+				// Every key written is found through its filter.
 				for i := 0; i < 4000; i += 97 {
 					w := tc.recs[i*m.Format.Width:]
 					if m.ShardBits == 0 || ShardOf(w[:m.Format.PrefixLen], m.ShardBits) == m.Shard {

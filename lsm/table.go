@@ -74,9 +74,11 @@ func frameBytes(version int) int {
 // codec_magnitude.go), and the time differences, target rkey differences
 // and first times of groups too in the frames where that is smaller, and
 // is otherwise version 9; version 11 adds frame transform 5, shuffle and
-// S2 (TableOptions.Fast: a flush's table), and is otherwise version 10.
+// S2 (TableOptions.Fast: a flush's table), and is otherwise version 10;
+// version 12 adds filter kind FilterBlocked, a split-block Bloom filter
+// (the links tree's tables in the fast form), and is otherwise version 11.
 // DecodeMeta reads versions 1..TableFormatVersion.
-const TableFormatVersion = 11
+const TableFormatVersion = 12
 
 // Limits. Everything read from a meta is checked against these (and against
 // the meta's own size) before it is trusted.
@@ -546,6 +548,8 @@ func (m *TableMeta) FilterBytes() int {
 		return len(m.filter.f8.Fingerprints)
 	case m.filter.f16 != nil:
 		return 2 * len(m.filter.f16.Fingerprints)
+	case m.filter.bl != nil:
+		return len(m.filter.bl)
 	}
 	return len(m.filter.m16.fps)
 }
@@ -555,9 +559,17 @@ func (m *TableMeta) String() string {
 	if m == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("table %s width=%d prefix=%d records=%d prefixes=%d frames=%d data=%dB meta=%dB shard=%d/%d transform=%s filter=%dbit min=%s max=%s",
+	return fmt.Sprintf("table %s width=%d prefix=%d records=%d prefixes=%d frames=%d data=%dB meta=%dB shard=%d/%d transform=%s filter=%s min=%s max=%s",
 		m.Name, m.Format.Width, m.Format.PrefixLen, m.Records, m.Prefixes, m.NumFrames(), m.DataBytes, m.MetaBytes,
-		m.Shard, m.ShardBits, m.transform, m.filterBits, hex.EncodeToString(m.MinKey), hex.EncodeToString(m.MaxKey))
+		m.Shard, m.ShardBits, m.transform, filterName(m.filterBits), hex.EncodeToString(m.MinKey), hex.EncodeToString(m.MaxKey))
+}
+
+// filterName names a filter kind: a fuse filter's width, or blocked.
+func filterName(bits int) string {
+	if bits == FilterBlocked {
+		return "blocked"
+	}
+	return fmt.Sprintf("%dbit", bits)
 }
 
 // compareRecords orders two records of the same width as their bytes.

@@ -118,8 +118,8 @@ func (b *tableBuild) setup() error {
 	if b.filterBits == 0 {
 		b.filterBits = DefaultFilterBits
 	}
-	if b.filterBits != FilterBits8 && b.filterBits != FilterBits16 {
-		return fmt.Errorf("lsm: BuildTable: filter bits %d not 8 or 16", b.filterBits)
+	if b.filterBits != FilterBits8 && b.filterBits != FilterBits16 && (b.filterBits != FilterBlocked || opt.writeVersion() < 12) {
+		return fmt.Errorf("lsm: BuildTable: filter bits %d not 8 or 16, nor the blocked kind from format version 12", b.filterBits)
 	}
 	b.perFrame = frameBytes(opt.writeVersion()) / b.f.Width
 	if opt.frameMax > 0 {

@@ -201,7 +201,7 @@ func decodeMetaHeader(b []byte, version int) (*TableMeta, metaSections, error) {
 	case m.transform >= transformCount, m.transform == transformColumns && version < 2,
 		m.transform == transformShuffleS2 && version < 11:
 		return nil, sec, corruptf("unknown frame transform %d", m.transform)
-	case filterBits != FilterBits8 && filterBits != FilterBits16:
+	case filterBits != FilterBits8 && filterBits != FilterBits16 && (filterBits != FilterBlocked || version < 12):
 		return nil, sec, corruptf("filter bits %d", filterBits)
 	case b[17] != 0 || b[18] != 0 || b[19] != 0:
 		return nil, sec, corruptf("reserved header bytes %x", b[17:20])

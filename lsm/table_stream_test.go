@@ -47,6 +47,8 @@ func TestTableWriterMatchesBuildTable(t *testing.T) {
 		{"frames of 7", recs[:300*w], TableOptions{Fast: true, frameMax: 7, FilterBits: FilterBits16}},
 		{"shard 3 of 2 bits", shardOf(2, 3), TableOptions{Fast: true, ShardBits: 2, Shard: 3, frameMax: 100, FilterBits: FilterBits8}},
 		{"a seed", recs[:5000*w], TableOptions{Fast: true, FilterSeed: 99, frameMax: 333}},
+		{"blocked filter", recs[:5000*w], TableOptions{Fast: true, FilterSeed: 7, frameMax: 200, FilterBits: FilterBlocked}},
+		{"blocked filter, shard 1 of 2 bits", shardOf(2, 1), TableOptions{Fast: true, ShardBits: 2, Shard: 1, FilterBits: FilterBlocked}},
 		// Columns with a run's shared dictionary (a merge into columns):
 		// the run's first table holds it, the others name that table.
 		{"columns, the dictionary's table", shardOf(2, 3), TableOptions{ShardBits: 2, Shard: 3, sharedDict: dict, frameMax: 100}},

@@ -326,7 +326,7 @@ func TestTableRoundTripRandom(t *testing.T) {
 		}
 		opt := TableOptions{
 			FilterSeed: rng.Uint64(),
-			FilterBits: []int{0, 8, 16}[rng.IntN(3)],
+			FilterBits: []int{0, 8, 16, FilterBlocked}[rng.IntN(4)],
 			frameMax:   []int{0, 1, 2, 7, 16, 100}[rng.IntN(6)],
 			transform:  tr,
 			transSet:   true,
@@ -645,6 +645,7 @@ func TestBuildTableRejects(t *testing.T) {
 		{"shard too big", RevocationFormat, rec(1), TableOptions{ShardBits: 2, Shard: 4}},
 		{"wrong shard", RevocationFormat, rec(1), TableOptions{ShardBits: 8, Shard: (ShardOf(rec(1)[:24], 8) + 1) % 256}},
 		{"filter bits", RevocationFormat, rec(1), TableOptions{FilterBits: 12}},
+		{"blocked filter before version 12", RevocationFormat, rec(1), TableOptions{FilterBits: FilterBlocked, version: 11}},
 		{"level", RevocationFormat, rec(1), TableOptions{CompressionLevel: 99}},
 	} {
 		if _, _, err := BuildTable(tc.f, tc.recs, tc.opt); err == nil {
