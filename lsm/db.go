@@ -443,7 +443,7 @@ func filterBitsOf(tree Tree) int {
 
 // fastFilterBitsOf is the filter of a tree's tables in the fast form (a
 // flush's, a merge of flushes'): the links tree's take the blocked filter,
-// built in a sixth of the fuse filter's CPU for a false-positive rate of
+// built in a fifth of the fuse filter's CPU or less for a false-positive rate of
 // ~0.54% against 0.39% (FilterBlocked), since they are rewritten within
 // minutes; the revocation tree's keep their 16-bit fuse filter, whose
 // false positives round two would pay on every absent source.

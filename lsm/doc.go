@@ -164,9 +164,9 @@
 //	                            appendDict: the table's accounts)
 //	...+D           8           xxh3-64 of every byte before it
 //
-// The filter section is a binary fuse filter (3-wise, FastFilter/xorfilter
-// BinaryFuse[uint8 or uint16]) over the filter keys of the distinct
-// P-byte prefixes:
+// When byte 15 is 8 or 16, the filter section is a binary fuse filter
+// (3-wise, FastFilter/xorfilter BinaryFuse[uint8 or uint16]) over the
+// filter keys of the distinct P-byte prefixes:
 //
 //	offset  size   field
 //	0       8      fuse seed
@@ -184,15 +184,15 @@
 // (a change to it needs a new format version).
 //
 // A blocked filter (byte 15 is 1, version 12: the links tree's tables in
-// the fast form) is a split-block Bloom filter of B blocks of eight 32-bit
-// words (filter_blocked.go):
+// the fast form) is a split-block Bloom filter of K blocks of eight 32-bit
+// words (filter_blocked.go), K = max(ceil(12 * keys / 256), 1):
 //
 //	offset  size   field
-//	0       4      blocks B (>= 1)
+//	0       4      blocks K (>= 1)
 //	4       4      zero
-//	8       32*B   the blocks, each eight little-endian 32-bit words
+//	8       32*K   the blocks, each eight little-endian 32-bit words
 //
-// A key k may be present when, in block hi64(k * B), word i (0..7) has
+// A key k may be present when, in block hi64(k * K), word i (0..7) has
 // bit (lo32(k) * s_i mod 2^32) >> 27 set for every i, where s_i are the
 // eight salts of blockedSalts.
 //

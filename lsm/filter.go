@@ -69,8 +69,10 @@ const (
 // round two off the network). For backlinks the 8-bit filter is: at scale
 // the filters were the largest part of a node's local metadata, and a
 // false positive in round one is one more GET in the same round, so the
-// engine writes the links tree's tables with 8 bits (filterBitsOf, in
-// db.go; docs/scale.md has the figures at 10M and 100M links).
+// engine writes the links tree's compacted tables with 8 bits
+// (filterBitsOf, in db.go; docs/scale.md has the figures at 10M and 100M
+// links), and its tables in the fast form with a blocked filter
+// (fastFilterBitsOf, FilterBlocked).
 const DefaultFilterBits = FilterBits16
 
 // filter is a binary fuse filter (8- or 16-bit fingerprints): decoded (f8

@@ -3,11 +3,13 @@ package lsm
 import (
 	"encoding/binary"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
 // The blocked filter holds every key it was built from, answers absent
-// keys falsely at about its rate (~0.54% at 12 bits a key), sizes its
+// keys falsely at about its rate (~0.54% at 12 bits a key; 0.4-0.7% with
+// the block loads of 1,000 and 200,000 keys), sizes its
 // section by its header, and refuses a header that is not one of its own.
 func TestBlockedFilter(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 5))
@@ -44,7 +46,7 @@ func TestBlockedFilter(t *testing.T) {
 					fp++
 				}
 			}
-			if rate := float64(fp) / probes; rate < 0.003 || rate > 0.008 {
+			if rate := float64(fp) / probes; rate < 0.004 || rate > 0.007 {
 				t.Fatalf("%d keys: false-positive rate %.4f, want ~0.0054", n, rate)
 			}
 		}
@@ -71,6 +73,11 @@ func TestBlockedFilterNeedsVersion12(t *testing.T) {
 	m, err := DecodeMeta(meta)
 	if err != nil || m.filterBits != FilterBlocked || m.version != 12 {
 		t.Fatalf("version %d, filter %s: %v", m.version, filterName(m.filterBits), err)
+	}
+	// BuildTable refuses the kind below version 12 itself, before its
+	// self-check's decode would.
+	if _, _, err := BuildTable(BacklinkFormat, recs, TableOptions{Fast: true, FilterBits: FilterBlocked, version: 11}); err == nil || !strings.Contains(err.Error(), "blocked kind from format version 12") {
+		t.Fatalf("a version 11 table with a blocked filter: %v", err)
 	}
 	old := append([]byte(nil), meta...)
 	binary.LittleEndian.PutUint16(old[8:], 11)

@@ -126,7 +126,8 @@ type TableOptions struct {
 	// onto klauspost/compress's four encoders); 0 is
 	// DefaultCompressionLevel.
 	CompressionLevel int
-	// FilterBits is the filter's fingerprint width, 8 or 16; 0 is
+	// FilterBits is the filter: a binary fuse filter's fingerprint width,
+	// 8 or 16, or FilterBlocked (format version 12 on); 0 is
 	// DefaultFilterBits.
 	FilterBits int
 	// Fast: frames shuffled and compressed with S2 (frame transform 5,
@@ -278,8 +279,9 @@ type FrameMeta struct {
 
 // MayContain reports whether the table may hold records whose key prefix
 // is prefix (PrefixLen bytes). False is certain; true is wrong for about one
-// absent prefix in 2^FilterBits. The filter knows PrefixLen-byte prefixes
-// only: for any other length the answer is true.
+// absent prefix in 2^FilterBits for a fuse filter, ~0.54% of them for a
+// blocked one. The filter knows PrefixLen-byte prefixes only: for any
+// other length the answer is true.
 func (m *TableMeta) MayContain(prefix []byte) bool {
 	if len(prefix) != m.Format.PrefixLen {
 		return true

@@ -70,7 +70,9 @@ func (b *tableBuild) encodeMeta(dataBytes int) ([]byte, error) {
 // DecodeMeta decodes a meta object. It verifies the magic number, the
 // version (a newer one is ErrVersion), the trailing checksum and the
 // structure; anything inconsistent is ErrCorrupt. It never panics, and
-// allocates in proportion to len(b) only. The result does not refer to b.
+// allocates in proportion to len(b) only. The result refers to b (an 8-bit
+// fuse filter's fingerprints and a blocked filter's blocks are read from
+// it in place): b must not change while the result is used.
 func DecodeMeta(b []byte) (*TableMeta, error) {
 	version, err := checkMetaEnvelope(b)
 	if err != nil {

@@ -281,6 +281,14 @@ func TestRoutedMergeMatchesSpilled(t *testing.T) {
 					t.Fatalf("shard target %d, table %d (shard %d): %s differs", target, i, x.Shard, key(TreeLinks, "…"))
 				}
 			}
+			// A merge of flushes writes the fast form's blocked filter.
+			mb, err := store.Get(ctx, metaKey(TreeLinks, x.ID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m, err := DecodeMeta(mb); err != nil || m.filterBits != FilterBlocked || m.transform != transformShuffleS2 {
+				t.Fatalf("shard target %d, table %d: %v, %v", target, i, m, err)
+			}
 		}
 	}
 }

@@ -157,7 +157,7 @@ func tblMetaDump(st *tblState) string {
 	m := st.m
 	fmt.Fprintf(&b, "format: width=%d prefix=%d version=%d\n", m.Format.Width, m.Format.PrefixLen, binary.LittleEndian.Uint16(st.meta[8:]))
 	fmt.Fprintf(&b, "records=%d prefixes=%d data=%dB meta=%dB\n", m.Records, m.Prefixes, m.DataBytes, m.MetaBytes)
-	fmt.Fprintf(&b, "shard=%d bits=%d transform=%s filter=%dbit filter-bytes=%d\n", m.Shard, m.ShardBits, m.transform, m.filterBits, m.FilterBytes())
+	fmt.Fprintf(&b, "shard=%d bits=%d transform=%s filter=%s filter-bytes=%d\n", m.Shard, m.ShardBits, m.transform, filterName(m.filterBits), m.FilterBytes())
 	if m.transform == transformColumns {
 		fmt.Fprintf(&b, "dictionary: %d accounts\n", m.dict.len())
 	}
