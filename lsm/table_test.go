@@ -645,7 +645,6 @@ func TestBuildTableRejects(t *testing.T) {
 		{"shard too big", RevocationFormat, rec(1), TableOptions{ShardBits: 2, Shard: 4}},
 		{"wrong shard", RevocationFormat, rec(1), TableOptions{ShardBits: 8, Shard: (ShardOf(rec(1)[:24], 8) + 1) % 256}},
 		{"filter bits", RevocationFormat, rec(1), TableOptions{FilterBits: 12}},
-		{"blocked filter before version 12", RevocationFormat, rec(1), TableOptions{FilterBits: FilterBlocked, version: 11}},
 		{"level", RevocationFormat, rec(1), TableOptions{CompressionLevel: 99}},
 	} {
 		if _, _, err := BuildTable(tc.f, tc.recs, tc.opt); err == nil {
