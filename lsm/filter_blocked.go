@@ -13,10 +13,9 @@ import (
 // eight bits in one 32-byte block a key, 11.5-12.5 ns a key where the
 // fuse filter's peeling took 54-72 (BenchmarkBuildFilter, one core of this
 // machine, 135k-920k keys), and asked in one cache line where the fuse
-// filter reads three; at
-// blockedBitsPerKey bits a key its false-positive rate is ~0.54% (the
-// 8-bit fuse filter's 0.39%, at 9 bits a key). Tables merged into columns,
-// which stay, keep the fuse filter's smaller bytes.
+// filter reads three; at blockedBitsPerKey bits a key its false-positive
+// rate is ~0.54% (the 8-bit fuse filter's 0.39%, at 9 bits a key). Tables
+// merged into columns, which stay, keep the fuse filter's smaller bytes.
 const FilterBlocked = 1
 
 // blockedBitsPerKey is the blocked filter's size: blocks of 256 bits for
@@ -26,9 +25,9 @@ const blockedBitsPerKey = 12
 // blockedHeaderSize: the blocked filter section's header, before its
 // blocks (all little-endian):
 //
-//	0  4  blocks B (>= 1)
-//	4  4  zero
-//	8  32*B  the blocks: eight 32-bit words each
+//	0  4     blocks K (>= 1)
+//	4  4     zero
+//	8  32*K  the blocks: eight 32-bit words each
 const blockedHeaderSize = 8
 
 // blockedSalts are the odd multipliers that pick a key's bit in each of a
