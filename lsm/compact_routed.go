@@ -71,10 +71,9 @@ func (in *compactionInput) mergeRouted(ctx context.Context, cat *Catalog, plan [
 		keepRoutedWriters(spare)
 	}()
 	var (
-		pre     = make([]byte, p) // the last routed record's prefix
-		shard   uint32            // and its shard
-		routed  uint64
-		records uint64 // merged, before folding
+		pre    = make([]byte, p) // the last routed record's prefix
+		shard  uint32            // and its shard
+		routed uint64
 	)
 	route := func(rec []byte) error {
 		if routed == 0 || !bytes.Equal(rec[:p], pre) {
@@ -102,18 +101,7 @@ func (in *compactionInput) mergeRouted(ctx context.Context, cat *Catalog, plan [
 		}
 		return tw.add(rec)
 	}
-	fd := newFolder(w, route)
-	err := mergeEach(cs, w, func(rec []byte) error {
-		records++
-		return fd.add(rec)
-	})
-	if err == nil {
-		err = fd.flush()
-	}
-	if err == nil && records != want {
-		err = fmt.Errorf("merge gave %d records, want %d: %w", records, want, ErrCorrupt)
-	}
-	if err != nil {
+	if err := mergeFolded(cs, w, want, route); err != nil {
 		return Run{}, fmt.Errorf("compaction: %w", err)
 	}
 	run := Run{ID: NewID(), Tree: in.tree, Kind: RunCompacted}

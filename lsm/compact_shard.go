@@ -58,19 +58,7 @@ func (in *compactionInput) writeShard(ctx context.Context, cat *Catalog, open []
 	if err := tw.reset(in.f, opt, n); err != nil {
 		return TableRef{}, false, err
 	}
-	records := 0
-	fd := newFolder(in.f.Width, tw.add)
-	err = mergeEach(cs, in.f.Width, func(rec []byte) error {
-		records++
-		return fd.add(rec)
-	})
-	if err == nil {
-		err = fd.flush()
-	}
-	if err == nil && records != n {
-		err = fmt.Errorf("merge gave %d records, want %d: %w", records, n, ErrCorrupt)
-	}
-	if err != nil {
+	if err = mergeFolded(cs, in.f.Width, uint64(n), tw.add); err != nil {
 		return TableRef{}, false, fmt.Errorf("compaction: %w", err)
 	}
 	if tw.records() == 0 {
@@ -130,4 +118,24 @@ func (f *folder) flush() error {
 	}
 	f.have = false
 	return f.out(f.held)
+}
+
+// mergeFolded merges the cursors' records (want of them, or the merge is
+// corrupt), folds repeated links to their newest rev (folder) and hands
+// each record that stays to emit: the loop a merge into columns and a
+// merge of flushes share.
+func mergeFolded(cs []*cursor, w int, want uint64, emit func([]byte) error) error {
+	var records uint64 // merged, before folding
+	fd := newFolder(w, emit)
+	err := mergeEach(cs, w, func(rec []byte) error {
+		records++
+		return fd.add(rec)
+	})
+	if err == nil {
+		err = fd.flush()
+	}
+	if err == nil && records != want {
+		err = fmt.Errorf("merge gave %d records, want %d: %w", records, want, ErrCorrupt)
+	}
+	return err
 }

@@ -67,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	log.SetLevel(hclog.LevelFromString(c.logLevel))
 	log.Info("configuration", c.logged()...)
 	ml := resolveMemoryLimit(c.memoryLimit, os.LookupEnv, "/")
-	if limit, _ := applyMemoryLimit(ml); limit == math.MaxInt64 {
+	if limit := applyMemoryLimit(ml); limit == math.MaxInt64 {
 		log.Info("memory limit: none", "why", ml.why)
 	} else {
 		log.Info("memory limit", "bytes", limit, "why", ml.why)

@@ -89,14 +89,12 @@ func resolveMemoryLimit(v string, getenv func(string) (string, bool), root strin
 }
 
 // applyMemoryLimit sets the limit (when there is one to set) and returns
-// the runtime's limit after it, and the previous one.
-func applyMemoryLimit(l memoryLimit) (now, prev int64) {
+// the runtime's limit after it.
+func applyMemoryLimit(l memoryLimit) int64 {
 	if l.set {
-		prev = debug.SetMemoryLimit(l.bytes)
-	} else {
-		prev = debug.SetMemoryLimit(-1)
+		debug.SetMemoryLimit(l.bytes)
 	}
-	return debug.SetMemoryLimit(-1), prev
+	return debug.SetMemoryLimit(-1)
 }
 
 // readSystemMemory returns the memory this process may use: the smallest
