@@ -96,7 +96,7 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	b.start = time.Now()
 	res := newResult(b.cfg.Seed)
 	b.res = res
-	b.mem = newMemWatch("generate")
+	b.mem = newMemWatch("generate", b.cfg.HeapProfile, b.cfg.ProfilePhase)
 	defer b.mem.close()
 	res.Shape = b.cfg.Shape
 	res.FanIn = lsm.FanInOrDefault(b.cfg.FanIn)
@@ -161,9 +161,15 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	res.PeakRSSBytes, res.LocalDirBytes = peakRSSBytes(), b.localDirBytes()
 	b.mem.sample()
 	b.mem.report(res)
-	b.logf("memory: peak RSS %.2f GB; sampled, anonymous at most %.2f GB (%s), mapped files %.2f GB (%s); at their sum's peak %.2f + %.2f GB (%s)",
+	b.logf("memory: peak RSS %.2f GB; sampled, anonymous at most %.2f GB (%s), mapped files %.2f GB (%s); at their sum's peak %.2f + %.2f GB (%s); Go heap live at most %.2f GB (%s)",
 		float64(res.PeakRSSBytes)/1e9, float64(res.PeakRSSAnonBytes)/1e9, res.PeakRSSAnonPhase, float64(res.PeakRSSFileBytes)/1e9, res.PeakRSSFilePhase,
-		float64(res.PeakRSSSampledAnon)/1e9, float64(res.PeakRSSSampledFile)/1e9, res.PeakRSSPhase)
+		float64(res.PeakRSSSampledAnon)/1e9, float64(res.PeakRSSSampledFile)/1e9, res.PeakRSSPhase, float64(res.PeakHeapLiveBytes)/1e9, res.PeakHeapLivePhase)
+	if err := b.mem.err(); err != nil {
+		return nil, err
+	}
+	if b.cfg.HeapProfile != "" {
+		b.logf("heap profile of the largest live heap of phase %s written to %s", b.cfg.ProfilePhase, b.cfg.HeapProfile)
+	}
 	mc := b.db.CatalogStats()
 	res.MetaCacheBudget, res.MetaCacheBytes, res.MetaCacheMetas = mc.Budget, mc.Bytes, mc.Metas
 	res.MetaCacheHits, res.MetaCacheMisses, res.MetaCacheEvictions = mc.Hits, mc.Misses, mc.Evictions

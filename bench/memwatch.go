@@ -1,6 +1,11 @@
 package bench
 
 import (
+	"fmt"
+	"os"
+	"runtime/metrics"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,7 +16,12 @@ import (
 // maps, a merge's buffers: what the process holds) from the pages of
 // mapped files (the table metadata the engine reads in place: page cache
 // the kernel takes back under pressure), and the phase it happened in.
-// VmHWM alone counts both, at their common peak.
+// VmHWM alone counts both, at their common peak. It also follows the Go
+// heap's live bytes (what the last collection found reachable: what a
+// memory limit cannot take back, where RSS also holds the collector's
+// slack) and, with a profile path, writes a heap profile each time the
+// peak of the profiled phases grows by a sixteenth, so the file ends as
+// the profile of the largest live heap seen there (within a sixteenth).
 type memWatch struct {
 	phase atomic.Pointer[string]
 	stop  chan struct{}
@@ -23,6 +33,15 @@ type memWatch struct {
 	anonPhase string
 	filePhase string
 	atTotal   memSample // the sample with the largest anon + file
+
+	peakLive     int64 // the Go heap's live bytes, at most
+	livePhase    string
+	profile      string // a heap profile of the peak live heap is written here ("": none)
+	profilePhase string // ... of the phases with this prefix ("all": every phase)
+	profilePeak  int64  // the live bytes at most in those phases
+	profiledLive int64  // the live bytes when the profile was last written
+	profileErr   error
+	liveSample   []metrics.Sample
 }
 
 type memSample struct {
@@ -32,8 +51,9 @@ type memSample struct {
 
 const memWatchEvery = 200 * time.Millisecond
 
-func newMemWatch(phase string) *memWatch {
-	w := &memWatch{stop: make(chan struct{})}
+func newMemWatch(phase, heapProfile, profilePhase string) *memWatch {
+	w := &memWatch{stop: make(chan struct{}), profile: heapProfile, profilePhase: profilePhase,
+		liveSample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 	w.setPhase(phase)
 	w.done.Add(1)
 	go func() {
@@ -68,6 +88,41 @@ func (w *memWatch) sample() {
 	if anon+file > w.atTotal.Anon+w.atTotal.File {
 		w.atTotal = memSample{anon, file, p}
 	}
+	metrics.Read(w.liveSample)
+	if v := w.liveSample[0].Value; v.Kind() == metrics.KindUint64 {
+		live := int64(v.Uint64())
+		if live > w.peakLive {
+			w.peakLive, w.livePhase = live, p
+		}
+		if w.profile != "" && (w.profilePhase == "all" || strings.HasPrefix(p, w.profilePhase)) && live > w.profilePeak {
+			w.profilePeak = live
+			if w.profileErr == nil && live > w.profiledLive+w.profiledLive/16 {
+				w.profiledLive = live
+				w.profileErr = writeHeapProfile(w.profile)
+			}
+		}
+	}
+}
+
+// writeHeapProfile writes the heap profile (as of the last collection)
+// to path, replacing it.
+func writeHeapProfile(path string) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	err = pprof.Lookup("heap").WriteTo(f, 0)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return nil
 }
 
 // close takes a last sample and stops the watch.
@@ -84,4 +139,12 @@ func (w *memWatch) report(res *Result) {
 	res.PeakRSSAnonBytes, res.PeakRSSAnonPhase = w.peakAnon, w.anonPhase
 	res.PeakRSSFileBytes, res.PeakRSSFilePhase = w.peakFile, w.filePhase
 	res.PeakRSSSampledAnon, res.PeakRSSSampledFile, res.PeakRSSPhase = w.atTotal.Anon, w.atTotal.File, w.atTotal.Phase
+	res.PeakHeapLiveBytes, res.PeakHeapLivePhase = w.peakLive, w.livePhase
+}
+
+// err is the heap profile's first error, if any.
+func (w *memWatch) err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.profileErr
 }

@@ -53,6 +53,11 @@ type Result struct {
 	PeakRSSSampledAnon int64  `json:"peak_rss_sampled_anon_bytes,omitempty"`
 	PeakRSSSampledFile int64  `json:"peak_rss_sampled_file_bytes,omitempty"`
 	PeakRSSPhase       string `json:"peak_rss_phase,omitempty"`
+	// PeakHeapLiveBytes is the Go heap's live bytes at most (the
+	// runtime's /gc/heap/live:bytes, sampled with the RSS): what the
+	// process held after a collection, without the collector's slack.
+	PeakHeapLiveBytes int64  `json:"peak_heap_live_bytes,omitempty"`
+	PeakHeapLivePhase string `json:"peak_heap_live_phase,omitempty"`
 	// The table metadata cache at the end (lsm.CatalogStats): its budget
 	// (0: unbounded), the decoded metas it holds, and its traffic.
 	MetaCacheBudget    int64  `json:"meta_cache_budget"`

@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -93,6 +94,17 @@ func rssBytes() int64 { return procStatusBytes("VmRSS") }
 // cache the kernel can take back at any time).
 func rssAnonBytes() int64 { return procStatusBytes("RssAnon") }
 func rssFileBytes() int64 { return procStatusBytes("RssFile") }
+
+// heapLiveBytes is the Go heap's live bytes as of the last collection
+// (0 before the first).
+func heapLiveBytes() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(s[0].Value.Uint64())
+}
 
 // rssSplit is rssAnonBytes and rssFileBytes from one read of the status
 // file (memWatch samples it five times a second).
