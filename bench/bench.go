@@ -160,6 +160,7 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	res.LoadAvgEnd = loadAvg()
 	res.PeakRSSBytes, res.LocalDirBytes = peakRSSBytes(), b.localDirBytes()
 	b.mem.sample()
+	b.mem.finishProfile()
 	b.mem.report(res)
 	b.logf("memory: peak RSS %.2f GB; sampled, anonymous at most %.2f GB (%s), mapped files %.2f GB (%s); at their sum's peak %.2f + %.2f GB (%s); Go heap live at most %.2f GB (%s)",
 		float64(res.PeakRSSBytes)/1e9, float64(res.PeakRSSAnonBytes)/1e9, res.PeakRSSAnonPhase, float64(res.PeakRSSFileBytes)/1e9, res.PeakRSSFilePhase,

@@ -132,6 +132,18 @@ func (w *memWatch) close() {
 	w.sample()
 }
 
+// finishProfile writes the heap profile now if none was written: a run
+// too short for a collection in its profiled phases (the live bytes are
+// those of the last collection, 0 before the first) still leaves one,
+// of the heap as the last collection found it.
+func (w *memWatch) finishProfile() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.profile != "" && w.profiledLive == 0 && w.profileErr == nil {
+		w.profileErr = writeHeapProfile(w.profile)
+	}
+}
+
 // report fills the result's memory figures.
 func (w *memWatch) report(res *Result) {
 	w.mu.Lock()

@@ -19,6 +19,10 @@ func TestBenchStreamShapes(t *testing.T) {
 	for _, shape := range []string{"backfill", "live"} {
 		var out, errb bytes.Buffer
 		args := []string{"lsm", "--shape", shape, "--links", "60000", "--queries", "200", "--tmp", t.TempDir(), "--json"}
+		heap := filepath.Join(dir, "heap-"+shape+".prof")
+		if shape == "backfill" {
+			args = append(args, "--heapprofile", heap, "--profile-phase", "write")
+		}
 		if code := run(args, &out, &errb); code != 0 {
 			t.Fatalf("%s: exit %d: %s\n%s", shape, code, out.String(), errb.String())
 		}
@@ -30,13 +34,23 @@ func TestBenchStreamShapes(t *testing.T) {
 			t.Fatalf("%s: model_check %v shape %v", shape, res["model_check"], res["shape"])
 		}
 		for _, f := range []string{"bytes_per_link", "meta_bytes_per_link", "bucket_bytes_per_link", "peak_rss_bytes", "write_links_per_sec_per_core",
-			"write_amplification", "tables", "runs", "manifest_bytes", "query_p50_us", "cold_query_p50_us", "gets_per_query_mean", "count_target_live", "sample_targets", "generator_cpu_s"} {
+			"write_amplification", "tables", "runs", "manifest_bytes", "query_p50_us", "cold_query_p50_us", "gets_per_query_mean", "count_target_live", "sample_targets", "generator_cpu_s",
+			"peak_heap_live_bytes"} {
 			if v, _ := res[f].(float64); v <= 0 {
 				t.Errorf("%s: %s = %v, want > 0", shape, f, res[f])
 			}
 		}
 		if _, ok := res["pebble_bytes_per_link"]; ok {
 			t.Errorf("%s: Pebble ran", shape)
+		}
+		// The heap profile: written (a gzipped protocol buffer) with
+		// --heapprofile, and only then.
+		b, err := os.ReadFile(heap)
+		switch {
+		case shape == "backfill" && (err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b):
+			t.Errorf("%s: heap profile: %v, %d bytes", shape, err, len(b))
+		case shape != "backfill" && err == nil:
+			t.Errorf("%s: a heap profile without --heapprofile", shape)
 		}
 		f := filepath.Join(dir, "bench-"+shape+".json")
 		if err := os.WriteFile(f, out.Bytes(), 0o644); err != nil {
