@@ -65,8 +65,13 @@ func (b *bench) logf(format string, args ...any) {
 	fmt.Fprintf(b.log, "bench %6.1fs: %s\n", time.Since(b.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
-// profile starts (or stops) the CPU profile around a phase.
+// profile starts (or stops) the CPU profile around a phase, and the heap
+// profile's window (--heapprofile): --profile-phase's own phase, or for
+// "all" the run's "all", from the first write to the end.
 func (b *bench) profileStart(phase string) error {
+	if b.cfg.ProfilePhase == phase {
+		b.mem.profiling.Store(true)
+	}
 	if b.cfg.CPUProfile == "" || b.prof != nil || (b.cfg.ProfilePhase != "all" && b.cfg.ProfilePhase != phase) {
 		return nil
 	}
@@ -83,6 +88,9 @@ func (b *bench) profileStart(phase string) error {
 }
 
 func (b *bench) profileStop(phase string) {
+	if b.cfg.ProfilePhase == phase {
+		b.mem.profiling.Store(false)
+	}
 	if b.prof == nil || (b.cfg.ProfilePhase == "all" && phase != "all") {
 		return
 	}
@@ -96,7 +104,7 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	b.start = time.Now()
 	res := newResult(b.cfg.Seed)
 	b.res = res
-	b.mem = newMemWatch("generate", b.cfg.HeapProfile, b.cfg.ProfilePhase)
+	b.mem = newMemWatch("generate", b.cfg.HeapProfile)
 	defer b.mem.close()
 	res.Shape = b.cfg.Shape
 	res.FanIn = lsm.FanInOrDefault(b.cfg.FanIn)
@@ -169,7 +177,7 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	if b.cfg.HeapProfile != "" {
-		b.logf("heap profile of the largest live heap of phase %s written to %s", b.cfg.ProfilePhase, b.cfg.HeapProfile)
+		b.logf("heap profile of the largest live heap of %s written to %s", b.cfg.ProfilePhase, b.cfg.HeapProfile)
 	}
 	mc := b.db.CatalogStats()
 	res.MetaCacheBudget, res.MetaCacheBytes, res.MetaCacheMetas = mc.Budget, mc.Bytes, mc.Metas

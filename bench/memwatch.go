@@ -5,7 +5,6 @@ import (
 	"os"
 	"runtime/metrics"
 	"runtime/pprof"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,8 +19,9 @@ import (
 // heap's live bytes (what the last collection found reachable: what a
 // memory limit cannot take back, where RSS also holds the collector's
 // slack) and, with a profile path, writes a heap profile each time the
-// peak of the profiled phases grows by a sixteenth, so the file ends as
-// the profile of the largest live heap seen there (within a sixteenth).
+// peak of the profiled phase (profiling set: the CPU profile's window,
+// --profile-phase) grows by a sixteenth, so the file ends as the profile
+// of the largest live heap seen there (within a sixteenth).
 type memWatch struct {
 	phase atomic.Pointer[string]
 	stop  chan struct{}
@@ -36,10 +36,10 @@ type memWatch struct {
 
 	peakLive     int64 // the Go heap's live bytes, at most
 	livePhase    string
-	profile      string // a heap profile of the peak live heap is written here ("": none)
-	profilePhase string // ... of the phases with this prefix ("all": every phase)
-	profilePeak  int64  // the live bytes at most in those phases
-	profiledLive int64  // the live bytes when the profile was last written
+	profile      string      // a heap profile of the peak live heap is written here ("": none)
+	profiling    atomic.Bool // ... of the samples taken while this is set (the profiled phase)
+	profilePeak  int64       // the live bytes at most in those samples
+	profiledLive int64       // the live bytes when the profile was last written
 	profileErr   error
 	liveSample   []metrics.Sample
 }
@@ -51,8 +51,8 @@ type memSample struct {
 
 const memWatchEvery = 200 * time.Millisecond
 
-func newMemWatch(phase, heapProfile, profilePhase string) *memWatch {
-	w := &memWatch{stop: make(chan struct{}), profile: heapProfile, profilePhase: profilePhase,
+func newMemWatch(phase, heapProfile string) *memWatch {
+	w := &memWatch{stop: make(chan struct{}), profile: heapProfile,
 		liveSample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 	w.setPhase(phase)
 	w.done.Add(1)
@@ -94,7 +94,7 @@ func (w *memWatch) sample() {
 		if live > w.peakLive {
 			w.peakLive, w.livePhase = live, p
 		}
-		if w.profile != "" && (w.profilePhase == "all" || strings.HasPrefix(p, w.profilePhase)) && live > w.profilePeak {
+		if w.profile != "" && w.profiling.Load() && live > w.profilePeak {
 			w.profilePeak = live
 			if w.profileErr == nil && live > w.profiledLive+w.profiledLive/16 {
 				w.profiledLive = live
