@@ -104,6 +104,12 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	b.start = time.Now()
 	res := newResult(b.cfg.Seed)
 	b.res = res
+	if b.cfg.HeapProfile != "" {
+		// A path that cannot be written fails the run now, not after it.
+		if err := writeHeapProfile(b.cfg.HeapProfile); err != nil {
+			return nil, err
+		}
+	}
 	b.mem = newMemWatch("generate", b.cfg.HeapProfile)
 	defer b.mem.close()
 	res.Shape = b.cfg.Shape
@@ -168,16 +174,19 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	res.LoadAvgEnd = loadAvg()
 	res.PeakRSSBytes, res.LocalDirBytes = peakRSSBytes(), b.localDirBytes()
 	b.mem.sample()
-	b.mem.finishProfile()
+	heapPeak, heapErr := b.mem.finishProfile()
 	b.mem.report(res)
 	b.logf("memory: peak RSS %.2f GB; sampled, anonymous at most %.2f GB (%s), mapped files %.2f GB (%s); at their sum's peak %.2f + %.2f GB (%s); Go heap live at most %.2f GB (%s)",
 		float64(res.PeakRSSBytes)/1e9, float64(res.PeakRSSAnonBytes)/1e9, res.PeakRSSAnonPhase, float64(res.PeakRSSFileBytes)/1e9, res.PeakRSSFilePhase,
 		float64(res.PeakRSSSampledAnon)/1e9, float64(res.PeakRSSSampledFile)/1e9, res.PeakRSSPhase, float64(res.PeakHeapLiveBytes)/1e9, res.PeakHeapLivePhase)
-	if err := b.mem.err(); err != nil {
-		return nil, err
-	}
-	if b.cfg.HeapProfile != "" {
-		b.logf("heap profile of the largest live heap of %s written to %s", b.cfg.ProfilePhase, b.cfg.HeapProfile)
+	switch {
+	case heapErr != nil:
+		// The run's figures stand; only the profile is lost.
+		b.logf("no heap profile: %v", heapErr)
+	case b.cfg.HeapProfile != "" && heapPeak == 0:
+		b.logf("heap profile written to %s: of the heap at the end (no sample of %s after a collection)", b.cfg.HeapProfile, b.cfg.ProfilePhase)
+	case b.cfg.HeapProfile != "":
+		b.logf("heap profile of the largest live heap of %s (%.2f GB live at the samples) written to %s", b.cfg.ProfilePhase, float64(heapPeak)/1e9, b.cfg.HeapProfile)
 	}
 	mc := b.db.CatalogStats()
 	res.MetaCacheBudget, res.MetaCacheBytes, res.MetaCacheMetas = mc.Budget, mc.Bytes, mc.Metas

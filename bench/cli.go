@@ -165,7 +165,7 @@ func Flags(c *Config, out io.Writer) *flag.FlagSet {
 	fs.Int64Var(&c.MetaCacheBytes, "meta-cache-bytes", 0, "0: table metadata mapped and read in place (the default); > 0: a cache of decoded metadata of that size; < 0: all decoded")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of --profile-phase to this file")
 	fs.StringVar(&c.HeapProfile, "heapprofile", "", "write a heap profile of the largest live Go heap seen in --profile-phase (sampled with the RSS five times a second; a phase too short for a sample leaves the heap at the run's end) to this file")
-	fs.StringVar(&c.ProfilePhase, "profile-phase", "all", "phase the CPU profile covers: all (from the first write to the end), write (the write phase), compact (the full compaction of --compact-full), query (the timed warm queries), cold (the cold queries), count (the counts of the mega target) or pebble")
+	fs.StringVar(&c.ProfilePhase, "profile-phase", "all", "phase the CPU profile (and --heapprofile) covers: all (from the first write to the end), write (the write phase), compact (the full compaction of --compact-full), query (the timed warm queries), cold (the cold queries), count (the counts of the mega target) or pebble")
 	fs.StringVar(&c.Tmp, "tmp", "", "directory for the run's temporary files (default: the system's)")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the temporary files (and a URL store's objects)")
 	fs.BoolVar(&c.NoPebble, "no-pebble", false, "skip the Pebble comparison")

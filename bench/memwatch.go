@@ -105,19 +105,22 @@ func (w *memWatch) sample() {
 }
 
 // writeHeapProfile writes the heap profile (as of the last collection)
-// to path, replacing it.
+// to path, replacing it through a temporary file beside it (removed if
+// anything fails).
 func writeHeapProfile(path string) error {
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	err = pprof.Lookup("heap").WriteTo(f, 0)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = pprof.Lookup("heap").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp, path)
+		}
+		if err != nil {
+			os.Remove(tmp)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("heap profile: %w", err)
@@ -132,16 +135,19 @@ func (w *memWatch) close() {
 	w.sample()
 }
 
-// finishProfile writes the heap profile now if none was written: a run
-// too short for a collection in its profiled phases (the live bytes are
-// those of the last collection, 0 before the first) still leaves one,
-// of the heap as the last collection found it.
-func (w *memWatch) finishProfile() {
+// finishProfile writes the heap profile now if none was written (a
+// profiled phase too short for a sample after a collection still leaves
+// one, of the heap as the last collection found it), stops the profile
+// (later samples write none), and returns the live bytes at most in the
+// profiled phase's samples and the profile's first error.
+func (w *memWatch) finishProfile() (peak int64, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.profile != "" && w.profiledLive == 0 && w.profileErr == nil {
 		w.profileErr = writeHeapProfile(w.profile)
 	}
+	w.profile = ""
+	return w.profilePeak, w.profileErr
 }
 
 // report fills the result's memory figures.
@@ -152,11 +158,4 @@ func (w *memWatch) report(res *Result) {
 	res.PeakRSSFileBytes, res.PeakRSSFilePhase = w.peakFile, w.filePhase
 	res.PeakRSSSampledAnon, res.PeakRSSSampledFile, res.PeakRSSPhase = w.atTotal.Anon, w.atTotal.File, w.atTotal.Phase
 	res.PeakHeapLiveBytes, res.PeakHeapLivePhase = w.peakLive, w.livePhase
-}
-
-// err is the heap profile's first error, if any.
-func (w *memWatch) err() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.profileErr
 }
