@@ -295,7 +295,8 @@ func TestMetricsMove(t *testing.T) {
 	for _, s := range samples {
 		last[s.node] = s.m
 	}
-	for _, name := range []string{"eddy_objstore_errors_total", "eddy_ready", "eddy_view_stale_seconds", "eddy_frame_cache_evictions_total", "eddy_build_info", "eddy_raft_voters"} {
+	for _, name := range []string{"eddy_objstore_errors_total", "eddy_ready", "eddy_view_stale_seconds", "eddy_frame_cache_evictions_total", "eddy_build_info", "eddy_raft_voters",
+		"go_gc_gomemlimit_bytes", "go_gc_heap_live_bytes"} {
 		for node, m := range last {
 			if _, n := family(m, name); n == 0 {
 				t.Errorf("%s: %s absent", node, name)
@@ -303,6 +304,12 @@ func TestMetricsMove(t *testing.T) {
 		}
 	}
 	for node, m := range last {
+		// The soft memory limit (--memory-limit auto: 3/4 of the machine
+		// or cgroup) and the live heap beneath it.
+		limit, _ := family(m, "go_gc_gomemlimit_bytes")
+		if live, _ := family(m, "go_gc_heap_live_bytes"); live <= 0 || limit <= live || limit >= 1<<62 {
+			t.Errorf("%s: go_gc_heap_live_bytes %v, go_gc_gomemlimit_bytes %v: want a live heap under a set limit", node, live, limit)
+		}
 		if v, _ := family(m, "eddy_ready"); v != 1 {
 			body := ""
 			for _, n := range lc.Nodes {

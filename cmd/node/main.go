@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -104,7 +105,12 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 		c.store = "file://" + filepath.Join(c.dataDir, "store")
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(
+		// Beside the defaults (go_gc_gomemlimit_bytes among them), the
+		// heap the last collection found live: what --memory-limit cannot
+		// take back.
+		collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)}),
+	), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	bucket, err := openStore(c.store, reg)
 	if err != nil {
 		return err
