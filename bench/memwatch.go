@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"os"
-	"runtime/metrics"
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
@@ -41,7 +40,6 @@ type memWatch struct {
 	profilePeak  int64       // the live bytes at most in those samples
 	profiledLive int64       // the live bytes when the profile was last written
 	profileErr   error
-	liveSample   []metrics.Sample
 }
 
 type memSample struct {
@@ -52,8 +50,7 @@ type memSample struct {
 const memWatchEvery = 200 * time.Millisecond
 
 func newMemWatch(phase, heapProfile string) *memWatch {
-	w := &memWatch{stop: make(chan struct{}), profile: heapProfile,
-		liveSample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+	w := &memWatch{stop: make(chan struct{}), profile: heapProfile}
 	w.setPhase(phase)
 	w.done.Add(1)
 	go func() {
@@ -88,18 +85,15 @@ func (w *memWatch) sample() {
 	if anon+file > w.atTotal.Anon+w.atTotal.File {
 		w.atTotal = memSample{anon, file, p}
 	}
-	metrics.Read(w.liveSample)
-	if v := w.liveSample[0].Value; v.Kind() == metrics.KindUint64 {
-		live := int64(v.Uint64())
-		if live > w.peakLive {
-			w.peakLive, w.livePhase = live, p
-		}
-		if w.profile != "" && w.profiling.Load() && live > w.profilePeak {
-			w.profilePeak = live
-			if w.profileErr == nil && live > w.profiledLive+w.profiledLive/16 {
-				w.profiledLive = live
-				w.profileErr = writeHeapProfile(w.profile)
-			}
+	live := heapLiveBytes()
+	if live > w.peakLive {
+		w.peakLive, w.livePhase = live, p
+	}
+	if w.profile != "" && w.profiling.Load() && live > w.profilePeak {
+		w.profilePeak = live
+		if w.profileErr == nil && live > w.profiledLive+w.profiledLive/16 {
+			w.profiledLive = live
+			w.profileErr = writeHeapProfile(w.profile)
 		}
 	}
 }
