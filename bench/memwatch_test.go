@@ -76,3 +76,18 @@ func TestBenchHeapProfileBadPath(t *testing.T) {
 		t.Fatalf("the run went on:\n%s", errb.String())
 	}
 }
+
+// The write phase's collector CPU (write_gc_cpu_s) comes from the
+// runtime's estimate, which a collection moves forward.
+func TestGCCPUTimeMoves(t *testing.T) {
+	before := gcCPUTime()
+	keep := make([][]byte, 0, 1024)
+	for range 1024 {
+		keep = append(keep, make([]byte, 4096))
+	}
+	runtime.GC()
+	runtime.KeepAlive(keep)
+	if after := gcCPUTime(); after <= before {
+		t.Fatalf("collector CPU %v after a collection, %v before", after, before)
+	}
+}

@@ -39,6 +39,10 @@ type Result struct {
 	SampleTargets   int     `json:"sample_targets,omitempty"`
 	SampleLinks     int     `json:"sample_links,omitempty"`
 	GeneratorCPUS   float64 `json:"generator_cpu_s,omitempty"` // left out of the write figures
+	// WriteGCCPUS is the runtime's estimate of the collector's CPU time
+	// in the write phase, generator's and engine's alike (the model's
+	// live heap is marked too): a part of both figures above.
+	WriteGCCPUS float64 `json:"write_gc_cpu_s,omitempty"`
 
 	// The process: peak resident set (VmHWM) over the whole run.
 	PeakRSSBytes int64 `json:"peak_rss_bytes"`

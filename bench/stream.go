@@ -135,7 +135,7 @@ func (b *bench) streamWrite(ctx context.Context) error {
 		return err
 	}
 	batch := make([]workload.Op, 0, streamBatch)
-	wall0, cpu0 := time.Now(), cpuTime()
+	wall0, cpu0, gc0 := time.Now(), cpuTime(), gcCPUTime()
 	mark := cpu0
 	nextLog := b.cfg.Links / 20
 	write := func() error {
@@ -154,8 +154,8 @@ func (b *bench) streamWrite(ctx context.Context) error {
 			nextLog += b.cfg.Links / 20
 			el := time.Since(wall0).Seconds()
 			w := (cpuTime() - cpu0 - genCPU).Seconds()
-			b.logf("%d links written (%.0f%%) in %.0fs: %.0f links/s wall; engine %.0fs CPU (%.0f links/s/core), generator %.0fs; %d flushes, %d compactions, %d runs; RSS %.2f GB (anonymous %.2f), Go heap live %.2f GB",
-				st.Written, 100*float64(st.Written)/float64(b.cfg.Links), el, float64(st.Written)/el, w, float64(st.Written)/w, genCPU.Seconds(),
+			b.logf("%d links written (%.0f%%) in %.0fs: %.0f links/s wall; engine %.0fs CPU (%.0f links/s/core), generator %.0fs, collector %.0fs; %d flushes, %d compactions, %d runs; RSS %.2f GB (anonymous %.2f), Go heap live %.2f GB",
+				st.Written, 100*float64(st.Written)/float64(b.cfg.Links), el, float64(st.Written)/el, w, float64(st.Written)/w, genCPU.Seconds(), (gcCPUTime() - gc0).Seconds(),
 				res.Flushes, res.Compactions, len(db.View().Manifest.Runs), float64(rssBytes())/1e9, float64(rssAnonBytes())/1e9, float64(heapLiveBytes())/1e9)
 		}
 		mark = cpuTime()
@@ -180,6 +180,7 @@ func (b *bench) streamWrite(ctx context.Context) error {
 	wall := time.Since(wall0)
 	n := float64(st.Written)
 	res.WriteCPUS, res.WriteWallS, res.GeneratorCPUS = cpu.Seconds(), wall.Seconds(), genCPU.Seconds()
+	res.WriteGCCPUS = (gcCPUTime() - gc0).Seconds()
 	res.FlushCPUS, res.CompactCPUS = flushCPU.Seconds(), compactCPU.Seconds()
 	res.AddCPUS = (cpu - flushCPU - compactCPU).Seconds()
 	res.WriteLinksPerSecPerCore = n / cpu.Seconds()

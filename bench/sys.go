@@ -106,6 +106,20 @@ func heapLiveBytes() int64 {
 	return int64(s[0].Value.Uint64())
 }
 
+// gcCPUTime is the Go runtime's estimate of the CPU time its collector
+// has spent so far (/cpu/classes/gc/total:cpu-seconds: mark workers,
+// assists, pauses), of whichever code's allocations made it run. It is
+// an estimate from wall time and GOMAXPROCS, an upper bound rather than
+// the kernel's count: a figure to see whether the collector matters.
+func gcCPUTime() time.Duration {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64 {
+		return 0
+	}
+	return time.Duration(s[0].Value.Float64() * float64(time.Second))
+}
+
 // rssSplit is rssAnonBytes and rssFileBytes from one read of the status
 // file (memWatch samples it five times a second).
 func rssSplit() (anon, file int64) {
