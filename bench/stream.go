@@ -154,7 +154,7 @@ func (b *bench) streamWrite(ctx context.Context) error {
 			nextLog += b.cfg.Links / 20
 			el := time.Since(wall0).Seconds()
 			w := (cpuTime() - cpu0 - genCPU).Seconds()
-			b.logf("%d links written (%.0f%%) in %.0fs: %.0f links/s wall; engine %.0fs CPU (%.0f links/s/core), generator %.0fs, collector %.0fs; %d flushes, %d compactions, %d runs; RSS %.2f GB (anonymous %.2f), Go heap live %.2f GB",
+			b.logf("%d links written (%.0f%%) in %.0fs: %.0f links/s wall; engine %.0fs CPU (%.0f links/s/core), generator %.0fs, collector %.1fs; %d flushes, %d compactions, %d runs; RSS %.2f GB (anonymous %.2f), Go heap live %.2f GB",
 				st.Written, 100*float64(st.Written)/float64(b.cfg.Links), el, float64(st.Written)/el, w, float64(st.Written)/w, genCPU.Seconds(), (gcCPUTime() - gc0).Seconds(),
 				res.Flushes, res.Compactions, len(db.View().Manifest.Runs), float64(rssBytes())/1e9, float64(rssAnonBytes())/1e9, float64(heapLiveBytes())/1e9)
 		}

@@ -108,9 +108,10 @@ func heapLiveBytes() int64 {
 
 // gcCPUTime is the Go runtime's estimate of the CPU time its collector
 // has spent so far (/cpu/classes/gc/total:cpu-seconds: mark workers,
-// assists, pauses), of whichever code's allocations made it run. It is
-// an estimate from wall time and GOMAXPROCS, an upper bound rather than
-// the kernel's count: a figure to see whether the collector matters.
+// assists, pauses, idle-time marking), of whichever code's allocations
+// made it run. It is an estimate from wall time and GOMAXPROCS, an upper
+// bound rather than the kernel's count, and moves only when a collection
+// ends: a figure to see whether the collector matters.
 func gcCPUTime() time.Duration {
 	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
 	metrics.Read(s)

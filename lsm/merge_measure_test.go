@@ -15,8 +15,9 @@ var lsmMeasureRuns = flag.Int("lsm.measure-runs", 4, "TestMeasureColumnMerge: ho
 // one core), and reports the merge's CPU time a record: the costliest
 // stage of the write path at 1B, measured on its real data in seconds
 // instead of a run of an hour. The output's tables are written to the
-// index's store and left out of its manifest (the directory is a copy:
-// cp -al of a running bench's). Reproduce:
+// index's store (their metas to its db directory) and left out of its
+// manifest (the directory is a copy: cp -al of a running bench's).
+// Reproduce:
 //
 //	go test ./lsm -run TestMeasureColumnMerge -v -lsm.measure-dir DIR -lsm.measure-runs 4
 func TestMeasureColumnMerge(t *testing.T) {
