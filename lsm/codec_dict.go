@@ -369,8 +369,19 @@ func ranksInto(dst []uint32, recs []byte, l colLayout, d *accountDict) []uint32 
 	n := len(recs) / l.w
 	s := l.src()
 	ranks := slices.Grow(dst[:0], n)[:n]
-	for i := range n {
-		ranks[i] = t.find(l.accountAt(recs, i*l.w+s))
+	switch {
+	case t.packed != nil && l.clockCol: // accounts of a DID alone
+		for i := range n {
+			ranks[i] = t.findPacked(l.accountAt(recs, i*l.w+s))
+		}
+	case t.packed == nil:
+		for i := range n {
+			ranks[i] = t.findSlot(l.accountAt(recs, i*l.w+s))
+		}
+	default:
+		for i := range n {
+			ranks[i] = t.find(l.accountAt(recs, i*l.w+s))
+		}
 	}
 	return ranks
 }

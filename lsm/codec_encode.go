@@ -334,10 +334,17 @@ func (e *colEncoder) fields(recs []byte, l colLayout, ranks []uint32, dictClocks
 	for i := 1; i < n; i++ {
 		e.first[i] = l.target && (u(i, 0) != u(i-1, 0) || u(i, 8) != u(i-1, 8) || u(i, 16) != u(i-1, 16))
 	}
-	if l.targetPlanes {
+	switch {
+	case l.targetPlanes && tix.packed != nil:
 		for i := range n {
 			if e.first[i] {
-				e.trank = append(e.trank, tix.find(account{did: u(i, 16)}))
+				e.trank = append(e.trank, tix.findPacked(account{did: u(i, 16)}))
+			}
+		}
+	case l.targetPlanes:
+		for i := range n {
+			if e.first[i] {
+				e.trank = append(e.trank, tix.findSlot(account{did: u(i, 16)}))
 			}
 		}
 	}
