@@ -315,7 +315,9 @@ func newDictCounter(l colLayout) *dictCounter {
 // the table last doubles, at 3/4 of 2^22 accounts), ~100 MiB for 1.43M
 // accounts. The dictionary and ranksIn's index of it take 40-50
 // bytes an entry while the output's tables are built (~200 MiB at the
-// bound, ~60 MiB for 1.43M accounts); decoding a full one from a bucket
+// bound, ~60 MiB for 1.43M accounts; ~30-34 bytes and ~42 MiB with the
+// index's packed slots, which a dictionary of DIDs within 32 bits
+// takes); decoding a full one from a bucket
 // meta takes up to dictRawMax (92 MB) more for a moment.
 const dictCountMax = MaxDictEntries
 

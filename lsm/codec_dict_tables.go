@@ -109,17 +109,18 @@ func (t *countTable) grow() {
 }
 
 // rankIndex finds an account's rank in a dictionary (ranksIn), the
-// account and its rank in one 16-byte slot: a lookup costs one cache
-// line, where an index of ids into an array of accounts cost two
-// dependent misses (a billion links' 1.43M accounts take ~32 MB here).
+// account and its rank in one slot: a lookup costs one cache line, where
+// an index of ids into an array of accounts cost two dependent misses.
+// Slots are 16 bytes (rankSlot), or 8 (packed) for most dictionaries: a
+// billion links' 1.43M accounts take ~34 MB or ~17 MB here.
 type rankIndex struct {
 	slots []rankSlot
 	// packed replaces slots when the index is keyed by DID alone (a
 	// clock column) and every DID fits in 32 bits (fitsDID32): a slot is
 	// the packed DID above the rank, 8 bytes where rankSlot takes 16, so
 	// that a run's dictionary at 1B links (~200k accounts: 4 MB of slots
-	// instead of 8) misses the caches and the TLB less in the lookups of
-	// every record's account and every target's DID.
+	// instead of 8, a table of 2^19) misses the caches and the TLB less in
+	// the lookups of every record's account and every target's DID.
 	packed []uint64
 	shift  uint
 }

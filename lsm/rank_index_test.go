@@ -98,3 +98,32 @@ func TestRankIndexForms(t *testing.T) {
 		}
 	}
 }
+
+// findPacked turns away every DID past 32 bits, whatever the slot its
+// probe starts at holds: here the packed key the DID would alias, in a
+// table whose one empty slot comes right after it (a check of the DID's
+// width that let one through would return that slot's rank).
+func TestRankIndexPackedWidth(t *testing.T) {
+	const bits = 10
+	for _, c := range []struct{ did, alias uint64 }{
+		{1<<31 | 5, 1<<63 | 5},     // bit 31 set
+		{1 << 31, 1 << 63},         // bit 31 alone
+		{1<<62 | 5, 1<<30 | 5},     // bit 62
+		{1<<40 | 5, 1<<8 | 5},      // a high bit that folds onto bit 8
+		{1<<63 | 1<<32, 1<<63 | 1}, // bit 32, with the outline bit
+	} {
+		x := &rankIndex{packed: make([]uint64, 1<<bits), shift: 64 - bits}
+		start := acctHash(account{did: c.did}, x.shift)
+		for i := range x.packed {
+			x.packed[i] = uint64(packDID32(uint64(i)+1<<20))<<32 | uint64(i+1)
+		}
+		x.packed[start] = uint64(packDID32(c.alias))<<32 | 7
+		x.packed[(start+1)&(1<<bits-1)] = 0
+		if fitsDID32(c.did) || !fitsDID32(c.alias) {
+			t.Fatalf("case %x: the DID must not fit 32 bits, its alias must", c.did)
+		}
+		if got := x.findPacked(account{did: c.did}); got != 0 {
+			t.Fatalf("findPacked(%x) = %d, the rank of %x", c.did, got, c.alias)
+		}
+	}
+}
