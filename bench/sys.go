@@ -95,15 +95,21 @@ func rssBytes() int64 { return procStatusBytes("VmRSS") }
 func rssAnonBytes() int64 { return procStatusBytes("RssAnon") }
 func rssFileBytes() int64 { return procStatusBytes("RssFile") }
 
+// runtimeMetric reads one of the Go runtime's metrics (KindBad if this
+// runtime has no such metric).
+func runtimeMetric(name string) metrics.Value {
+	s := []metrics.Sample{{Name: name}}
+	metrics.Read(s)
+	return s[0].Value
+}
+
 // heapLiveBytes is the Go heap's live bytes as of the last collection
 // (0 before the first).
 func heapLiveBytes() int64 {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
+	if v := runtimeMetric("/gc/heap/live:bytes"); v.Kind() == metrics.KindUint64 {
+		return int64(v.Uint64())
 	}
-	return int64(s[0].Value.Uint64())
+	return 0
 }
 
 // gcCPUTime is the Go runtime's estimate of the CPU time its collector
@@ -113,12 +119,10 @@ func heapLiveBytes() int64 {
 // bound rather than the kernel's count, and moves only when a collection
 // ends: a figure to see whether the collector matters.
 func gcCPUTime() time.Duration {
-	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindFloat64 {
-		return 0
+	if v := runtimeMetric("/cpu/classes/gc/total:cpu-seconds"); v.Kind() == metrics.KindFloat64 {
+		return time.Duration(v.Float64() * float64(time.Second))
 	}
-	return time.Duration(s[0].Value.Float64() * float64(time.Second))
+	return 0
 }
 
 // rssSplit is rssAnonBytes and rssFileBytes from one read of the status

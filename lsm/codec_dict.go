@@ -380,7 +380,7 @@ func ranksInto(dst []uint32, recs []byte, l colLayout, d *accountDict) []uint32 
 		for i := range n {
 			ranks[i] = t.findSlot(l.accountAt(recs, i*l.w+s))
 		}
-	default:
+	default: // not reached: a packed index is built for a clock column
 		for i := range n {
 			ranks[i] = t.find(l.accountAt(recs, i*l.w+s))
 		}

@@ -388,6 +388,16 @@ func keptFrames(t *testing.T, dir string, max int, fn func(m *TableMeta, stored,
 	}
 }
 
+// openMeasuredIndex is openKeptIndex of -lsm.measure-dir, for the
+// measurements of a kept bench run's index; it skips t without one.
+func openMeasuredIndex(t *testing.T) (*DB, objstore.Store) {
+	t.Helper()
+	if *lsmMeasureDir == "" {
+		t.Skip("-lsm.measure-dir not set")
+	}
+	return openKeptIndex(t, *lsmMeasureDir)
+}
+
 func openKeptIndex(t *testing.T, dir string) (*DB, objstore.Store) {
 	t.Helper()
 	store, err := local.New(filepath.Join(dir, "store"))

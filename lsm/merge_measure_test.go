@@ -21,15 +21,15 @@ var lsmMeasureRuns = flag.Int("lsm.measure-runs", 4, "TestMeasureColumnMerge: ho
 //
 //	go test ./lsm -run TestMeasureColumnMerge -v -lsm.measure-dir DIR -lsm.measure-runs 4
 func TestMeasureColumnMerge(t *testing.T) {
-	if *lsmMeasureDir == "" {
-		t.Skip("-lsm.measure-dir not set")
-	}
 	ctx := context.Background()
-	db, store := openKeptIndex(t, *lsmMeasureDir)
+	db, store := openMeasuredIndex(t)
 	v := db.View()
 	var inputs []Run
 	for _, r := range v.Manifest.RunsOf(TreeLinks) {
-		if r.Kind == RunDelta || len(inputs) == *lsmMeasureRuns {
+		if len(inputs) == *lsmMeasureRuns {
+			break
+		}
+		if r.Kind == RunDelta {
 			continue
 		}
 		fast, err := RunInFastForm(ctx, db.cat, r)

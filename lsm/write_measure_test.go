@@ -21,11 +21,8 @@ import (
 //
 //	go test ./lsm -run TestMeasureWritePath -v -lsm.measure-dir DIR
 func TestMeasureWritePath(t *testing.T) {
-	if *lsmMeasureDir == "" {
-		t.Skip("-lsm.measure-dir not set")
-	}
 	ctx := context.Background()
-	db, store := openKeptIndex(t, *lsmMeasureDir)
+	db, store := openMeasuredIndex(t)
 	v := db.View()
 	load := func(vt *viewTable) *TableMeta {
 		m, err := vt.load(ctx)
