@@ -43,7 +43,8 @@ func TestBenchStreamShapes(t *testing.T) {
 		// The collector's CPU in the write phase (the runtime's estimate;
 		// the writes allocate enough for a collection even at 60k links),
 		// within the phase's wall time on its one core.
-		if gc, wall := res["write_gc_cpu_s"].(float64), res["write_wall_s"].(float64); gc <= 0 || gc > wall {
+		gc, _ := res["write_gc_cpu_s"].(float64)
+		if wall, _ := res["write_wall_s"].(float64); gc <= 0 || gc > wall {
 			t.Errorf("%s: write_gc_cpu_s %v, write_wall_s %v", shape, res["write_gc_cpu_s"], res["write_wall_s"])
 		}
 		if _, ok := res["pebble_bytes_per_link"]; ok {
