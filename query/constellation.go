@@ -600,9 +600,13 @@ func (s *Server) backlinksOf(ctx context.Context, v *lsm.View, sub *subject, q l
 
 // getBacklinkDids: GET /xrpc/blue.microcosm.links.getBacklinkDids?subject=&source=&limit=&cursor=
 // The distinct DIDs linking, ordered by their encoding; the cursor is the
-// last DID returned. subject and source repeat.
+// last DID returned. subject and source repeat. It takes no did (nor does
+// Constellation's, nor its lexicon): a did given is ignored, as any
+// unknown parameter.
 func (s *Server) getBacklinkDids(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
-	lq, err := s.parseLinkQuery(r.URL.Query())
+	q := r.URL.Query()
+	delete(q, "did")
+	lq, err := s.parseLinkQuery(q)
 	if err != nil {
 		return nil, err
 	}

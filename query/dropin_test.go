@@ -450,3 +450,82 @@ func TestManyToManyScanBudget(t *testing.T) {
 	}
 	t.Logf("%d pages (%d empty) for %d items", pages, empty, len(got))
 }
+
+// The repeatable filters (did, linkDid, otherSubject) are trimmed of
+// spaces and an empty one dropped, as Constellation does: a client that
+// sends an unset filter as did= gets no filter, not 400. getBacklinkDids
+// takes no did.
+func TestEmptyFiltersDropped(t *testing.T) {
+	f := newFixture(t)
+	for i := 0; i < 5; i++ {
+		f.write(like(i))
+	}
+	const list = "at://did:plc:owner0000000000000000000/app.bsky.graph.list/3lmylist22222"
+	for i := 0; i < 4; i++ {
+		uri := fmt.Sprintf("at://did:plc:owner%019d/app.bsky.graph.listitem/%s", i%2, tid(i))
+		f.write(uri, `{"$type":"app.bsky.graph.listitem","list":"`+list+`","subject":"did:plc:m`+fmt.Sprintf("%023d", i)+`","createdAt":"2026-07-04T14:38:08.999Z"}`)
+	}
+	f.flush()
+	l2, _ := like(2)
+	did2 := didOf(l2)
+	bl := url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}}
+	totalOf := func(path string, q url.Values) uint64 {
+		t.Helper()
+		var out struct {
+			Total uint64 `json:"total"`
+		}
+		if code, _ := f.get(path, q, &out); code != 200 {
+			t.Fatalf("%s?%s: %d", path, q.Encode(), code)
+		}
+		return out.Total
+	}
+	with := func(q url.Values, k string, vs ...string) url.Values {
+		c := cloneValues(q)
+		c[k] = vs
+		return c
+	}
+	if got := totalOf("/xrpc/blue.microcosm.links.getBacklinks", bl); got != 5 {
+		t.Fatalf("getBacklinks: total %d, want 5", got)
+	}
+	for _, vs := range [][]string{{""}, {" "}, {"", "  "}} {
+		if got := totalOf("/xrpc/blue.microcosm.links.getBacklinks", with(bl, "did", vs...)); got != 5 {
+			t.Fatalf("getBacklinks with did=%q: total %d, want 5 (no filter)", vs, got)
+		}
+	}
+	if got := totalOf("/xrpc/blue.microcosm.links.getBacklinks", with(bl, "did", " "+did2+" ", "")); got != 1 {
+		t.Fatalf("getBacklinks with a padded did and an empty one: total %d, want 1", got)
+	}
+	legacy := url.Values{"target": {post}, "collection": {"app.bsky.feed.like"}, "path": {".subject.uri"}}
+	if got := totalOf("/links", with(legacy, "did", "")); got != 5 {
+		t.Fatalf("/links with did=: total %d, want 5", got)
+	}
+	q := with(legacy, "did", "")
+	q.Set("from_dids", did2)
+	if got := totalOf("/links", q); got != 1 {
+		t.Fatalf("/links with did= and from_dids: total %d, want 1", got)
+	}
+	m2m := url.Values{"subject": {list}, "source": {"app.bsky.graph.listitem:list"}, "pathToOther": {"subject"}}
+	var all, empty m2mOut
+	if code, _ := f.get("/xrpc/blue.microcosm.links.getManyToMany", m2m, &all); code != 200 || len(all.Items) != 4 {
+		t.Fatalf("getManyToMany: %d, %d items, want 4", code, len(all.Items))
+	}
+	q = with(with(m2m, "otherSubject", ""), "linkDid", " ")
+	if code, _ := f.get("/xrpc/blue.microcosm.links.getManyToMany", q, &empty); code != 200 || fmt.Sprint(empty.Items) != fmt.Sprint(all.Items) {
+		t.Fatalf("getManyToMany with otherSubject= and linkDid=' ': %d, %v, want %v", code, empty.Items, all.Items)
+	}
+	// getBacklinkDids takes no did (Constellation's does not): one given
+	// is ignored, as /links/distinct-dids ignores it.
+	var dids, didsFiltered backlinkDidsOut
+	f.get("/xrpc/blue.microcosm.links.getBacklinkDids", bl, &dids)
+	if code, _ := f.get("/xrpc/blue.microcosm.links.getBacklinkDids", with(bl, "did", did2), &didsFiltered); code != 200 ||
+		dids.Total != 5 || fmt.Sprint(didsFiltered) != fmt.Sprint(dids) {
+		t.Fatalf("getBacklinkDids with a did: %d, %v, want %v (5 accounts)", code, didsFiltered, dids)
+	}
+	var counts, countsEmpty m2mCountsOut
+	f.get("/xrpc/blue.microcosm.links.getManyToManyCounts", m2m, &counts)
+	q = with(with(m2m, "otherSubject", ""), "did", "")
+	if code, _ := f.get("/xrpc/blue.microcosm.links.getManyToManyCounts", q, &countsEmpty); code != 200 ||
+		len(counts.CountsByOtherSubject) != 4 || fmt.Sprint(countsEmpty) != fmt.Sprint(counts) {
+		t.Fatalf("getManyToManyCounts with otherSubject= and did=: %d, %v, want %v", code, countsEmpty, counts)
+	}
+}

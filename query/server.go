@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -186,6 +187,39 @@ func (e *apiError) Error() string { return e.name + ": " + e.message }
 
 func badRequest(msg string) *apiError { return &apiError{http.StatusBadRequest, "InvalidRequest", msg} }
 
+// filterParams are the repeatable filters whose values are trimmed of
+// spaces, an empty one dropped, as Constellation does: a client that
+// sends an unset filter as did= asks for no filter, not for a DID "".
+var filterParams = [...]string{"did", "linkDid", "otherSubject"}
+
+// trimFilters trims q's filterParams values and drops the empty ones;
+// it reports whether it changed q.
+func trimFilters(q url.Values) bool {
+	changed := false
+	for _, k := range filterParams {
+		vs, ok := q[k]
+		if !ok {
+			continue
+		}
+		var kept []string
+		for _, v := range vs {
+			if t := strings.TrimSpace(v); t != "" {
+				kept = append(kept, t)
+			}
+		}
+		if slices.Equal(kept, vs) {
+			continue
+		}
+		changed = true
+		if len(kept) == 0 {
+			delete(q, k)
+		} else {
+			q[k] = kept
+		}
+	}
+	return changed
+}
+
 type handler func(ctx context.Context, r *http.Request, v *lsm.View) (any, error)
 
 // wrap applies the client limits, readiness (and allowStale), the
@@ -265,6 +299,9 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 				writeErr(w, badRequest("parameter "+k+" is given "+strconv.Itoa(len(q[k]))+" times; at most once"))
 				return
 			}
+		}
+		if trimFilters(q) {
+			r.URL.RawQuery = q.Encode() // the handlers read the query again
 		}
 		// The view is held until the answer is written: the leader's garbage
 		// collector waits for it (Views.OldestServed).
