@@ -14,10 +14,13 @@ type blockSource interface {
 }
 
 // cursor is a sequence's place in a merge: its current block, the
-// record at, and that record's first eight bytes as a big-endian word,
-// which orders most pairs of records without reading them again.
+// record at, and that record's first three 8-byte words as big-endian
+// integers (a backlink's target), which order most pairs of records
+// without reading them again: a follow's target is an account, whose
+// first two words are 0, so one word left every pair of them to a
+// comparison of the records.
 type cursor struct {
-	key  uint64
+	key  [3]uint64
 	recs []byte
 	at   int
 	done bool
@@ -40,26 +43,26 @@ func (c *cursor) fill(w int) error {
 		}
 		if len(b) > 0 {
 			c.recs, c.at = b, 0
-			c.key = recordKey(b, w)
+			c.key = recordKeys(b, w)
 			return nil
 		}
 	}
 }
 
-// recordKey is the first eight bytes of the record at rec (zero-padded if
-// records are narrower), big-endian: records in bytewise order have keys
-// in order.
-func recordKey(rec []byte, w int) uint64 {
-	if w >= 8 {
-		return binary.BigEndian.Uint64(rec)
+// recordKeys is the first three 8-byte words of the record at rec (zero
+// past a record narrower than 24 bytes), big-endian: records in bytewise
+// order have keys in order.
+func recordKeys(rec []byte, w int) [3]uint64 {
+	if w >= 24 {
+		return [3]uint64{binary.BigEndian.Uint64(rec), binary.BigEndian.Uint64(rec[8:]), binary.BigEndian.Uint64(rec[16:])}
 	}
-	var b [8]byte
+	var b [24]byte
 	copy(b[:], rec[:w])
-	return binary.BigEndian.Uint64(b[:])
+	return [3]uint64{binary.BigEndian.Uint64(b[:]), binary.BigEndian.Uint64(b[8:]), binary.BigEndian.Uint64(b[16:])}
 }
 
 // cursorHeap is a binary min-heap of cursors by their head records,
-// most pairs ordered by their head words alone. (A tournament of losers,
+// most pairs ordered by their head keys alone. (A tournament of losers,
 // log2(k) comparisons a record where the heap makes up to twice as many,
 // was no faster on Zipf-distributed targets, and slower at eight inputs:
 // a popular target's records come in runs from one input, and the root
@@ -72,11 +75,17 @@ type cursorHeap struct {
 
 // less reports whether cursor a's record comes before cursor b's.
 func (h *cursorHeap) less(a, b *cursor) bool {
-	if a.key != b.key {
-		return a.key < b.key
+	if a.key[0] != b.key[0] {
+		return a.key[0] < b.key[0]
 	}
-	if h.w == 64 { // the first words are equal: the keys
-		return compare64(1, (*[64]byte)(a.recs[a.at:a.at+64]), (*[64]byte)(b.recs[b.at:b.at+64])) < 0
+	if a.key[1] != b.key[1] {
+		return a.key[1] < b.key[1]
+	}
+	if a.key[2] != b.key[2] {
+		return a.key[2] < b.key[2]
+	}
+	if h.w == 64 { // the first three words are equal: the keys
+		return compare64(3, (*[64]byte)(a.recs[a.at:a.at+64]), (*[64]byte)(b.recs[b.at:b.at+64])) < 0
 	}
 	return compareRecords(a.recs[a.at:a.at+h.w], b.recs[b.at:b.at+h.w]) < 0
 }
@@ -149,7 +158,7 @@ func mergeEach(cs []*cursor, w int, emit func(rec []byte) error) error {
 			return err
 		}
 		if c.at += w; c.at < len(c.recs) {
-			c.key = recordKey(c.recs[c.at:], w)
+			c.key = recordKeys(c.recs[c.at:], w)
 		} else {
 			if err := c.fill(w); err != nil {
 				return err

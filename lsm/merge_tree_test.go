@@ -21,13 +21,15 @@ func (s *blocksSource) nextBlock() ([]byte, error) {
 
 // mergeCursors gives the sorted concatenation of its sequences, whatever
 // their number (none to twenty), the records' width (narrower than the
-// eight bytes a cursor keeps, not a multiple of eight, or 64), how the
-// sequences are cut into blocks (empty ones too), and however many
-// records share their first eight bytes (then the rest orders them).
+// 24 bytes a cursor keeps, not a multiple of eight, a revocation's 32, or
+// a backlink's 64), how the sequences are cut into blocks (empty ones
+// too), and however many records share their first words (then the rest
+// orders them): half the records start with 24 bytes of zeros, as a
+// follow's target (an account) starts with two words of zeros.
 func TestMergeCursorsMatchesSort(t *testing.T) {
 	r := mrand.New(mrand.NewPCG(3, 5))
 	for trial := range 400 {
-		w := []int{4, 12, 64}[trial%3]
+		w := []int{4, 12, 32, 64}[trial%4]
 		k := r.IntN(21)
 		var all []byte
 		var cs []*cursor
@@ -38,6 +40,9 @@ func TestMergeCursorsMatchesSort(t *testing.T) {
 				// Few distinct leading bytes: equal first words are common.
 				for i := range rec {
 					rec[i] = byte(r.IntN(3))
+				}
+				if r.IntN(2) == 0 {
+					clear(rec[:min(w, 24)])
 				}
 				recs = append(recs, rec)
 			}

@@ -142,9 +142,9 @@ func TestCompare64(t *testing.T) {
 		if got := compareRecords(a[:], b[:]); got != want {
 			t.Fatalf("compareRecords of records differing at byte %d: %d, want %d", at, got, want)
 		}
-		if at >= 8 {
-			if got := compare64(1, &a, &b); got != want {
-				t.Fatalf("compare64(1) of records differing at byte %d: %d, want %d", at, got, want)
+		for from := 1; from <= 3 && at >= 8*from; from++ {
+			if got := compare64(from, &a, &b); got != want {
+				t.Fatalf("compare64(%d) of records differing at byte %d: %d, want %d", from, at, got, want)
 			}
 		}
 		recs := append(append([]byte(nil), a[:]...), b[:]...)

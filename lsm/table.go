@@ -612,9 +612,13 @@ func compare64(from int, a, b *[64]byte) int {
 		if x, y = binary.BigEndian.Uint64(a[8:16]), binary.BigEndian.Uint64(b[8:16]); x != y {
 			break
 		}
+		fallthrough
+	case 2:
 		if x, y = binary.BigEndian.Uint64(a[16:24]), binary.BigEndian.Uint64(b[16:24]); x != y {
 			break
 		}
+		fallthrough
+	case 3:
 		if x, y = binary.BigEndian.Uint64(a[24:32]), binary.BigEndian.Uint64(b[24:32]); x != y {
 			break
 		}
@@ -629,7 +633,7 @@ func compare64(from int, a, b *[64]byte) int {
 		}
 		x, y = binary.BigEndian.Uint64(a[56:64]), binary.BigEndian.Uint64(b[56:64])
 	default:
-		panic("lsm: compare64 from a word other than 0 or 1")
+		panic("lsm: compare64 from a word past the fourth")
 	}
 	switch {
 	case x < y:
