@@ -286,6 +286,9 @@ func buildSynthetic(lastUS int64, captureDIDs []string) *synthetic {
 	item(accounts[1], s.list, members[1])
 	item(accounts[2], s.list, members[0])
 	item(accounts[0], s.list, members[0]) // the same member twice by one account
+	// A member that is a URL: kept under its hash, named by the forward
+	// entries, so many-to-many answers it as the URL.
+	item(accounts[2], s.list, "https://example.com/eddy-member")
 	item(accounts[0], list2, members[3])
 	gone := item(accounts[1], s.list, members[3])
 

@@ -328,6 +328,17 @@ func TestWriterForwardEntries(t *testing.T) {
 			t.Fatalf("edited's forward targets %v lack %s", tgs, u)
 		}
 	}
+	// The URLs those forward entries name are in the names tree (what
+	// many-to-many renders them by); a URL no record linked is not.
+	for _, u := range []string{"https://example.com/a", "https://example.com/b", "https://example.com/c", "https://example.com/d"} {
+		s, ok, err := codec.RenderHashedTarget(targetID(u))
+		if err != nil || !ok || s != u {
+			t.Fatalf("the name of %s's key: %q %v %v", u, s, ok, err)
+		}
+	}
+	if s, ok, err := codec.RenderHashedTarget(link.HashTarget("https://example.com/never")); ok || err != nil {
+		t.Fatalf("a URL never linked has a name: %q %v", s, err)
+	}
 	if !slices.Contains([]link.RecordID{got[0][0].Target, got[0][1].Target, got[0][2].Target}, targetID(alicePost)) {
 		t.Fatalf("reply's link to the deleted %s is gone: %v", alicePost, got[0])
 	}

@@ -142,6 +142,7 @@ type Writer struct {
 		clockSeen   uint64 // the clock after this writer's barrier or its last reservation
 		ex          extract.Extractor
 		bls         []link.Backlink    // linksLocked's scratch: one record's backlinks
+		keys        []link.RecordID    // linksLocked's scratch: their targets' keys
 		compactions []compactionResult // offered, for the next flush
 		lastFlush   time.Time
 		// resyncs counts resync requests per DID: a finished resync clears
@@ -387,6 +388,26 @@ func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, sta
 		w.skipLog.log(w.log, source, "links_dropped", "position", op.Seq, "did", op.DID, "collection", op.Collection, "rkey", op.RKey,
 			"too_deep", st.TooDeep, "too_many", st.TooManyLinks, "path_too_long", st.PathTooLong, "target_too_long", st.TargetTooLong, "invalid", st.Invalid)
 	}
+	keys := w.mu.keys[:0]
+	for i := range links {
+		keys = append(keys, w.codec.TargetKey(&links[i].Target)) // never an outline: a target is anyone's string (link.Codec.TargetKey)
+	}
+	w.mu.keys = keys
+	if len(links) >= 2 {
+		// Forward entries will name these targets: store the strings of
+		// those written under their hash, for the answers that meet them
+		// there (Codec.NameTarget), before any link of the record is
+		// buffered (a failed read applies the record again).
+		for i := range links {
+			err := w.codec.NameTarget(&links[i].Target, keys[i])
+			if errors.Is(err, link.ErrLookup) {
+				return w.failLookup(err)
+			}
+			if err != nil { // the links stay: only the name is missing
+				w.skipOp(source, "target_unnamed", op, err)
+			}
+		}
+	}
 	added := 0
 	defer func() {
 		if added > 0 {
@@ -396,7 +417,7 @@ func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, sta
 	bls := w.mu.bls[:0]
 	for i := range links {
 		l := &links[i]
-		tgt := w.codec.TargetKey(&l.Target) // never an outline: a target is anyone's string (link.Codec.TargetKey)
+		tgt := keys[i]
 		loc, err := w.codec.Location(l.Path, l.StrongRef, true)
 		if err != nil {
 			w.skipOp(source, "bad_path", op, err)

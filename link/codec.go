@@ -301,6 +301,61 @@ func (c *Codec) targetKnown(t *Target, assignDID bool) (RecordID, error) {
 	return RecordID{RKey: rk, Collection: col, DID: d}, nil
 }
 
+// NameTarget stores the string of t, a target whose key (TargetKey's) is
+// its hash, in the names tree, so that an answer that meets the key where
+// no question named it (many-to-many's other subjects, read from forward
+// entries) can render it (RenderHashedTarget). The value is the key's
+// rkey field (the hash's high half), or the next free one should another
+// string hold it; a hash's string is never another's, so the probe stops
+// at the first value whose string hashes to key. Nothing is stored for a
+// key that is not a hash, or without names. An error wrapping ErrLookup
+// is a failed read of the names tree.
+func (c *Codec) NameTarget(t *Target, key RecordID) error {
+	if key.Collection != CollectionHashed || c.Names == nil {
+		return nil
+	}
+	s := t.Norm
+	if !t.IsHashed() {
+		s = t.hashName()
+	}
+	if HashTarget(s) != key {
+		return fmt.Errorf("target %q: key %v is not its hash", s, key)
+	}
+	for i := range uint64(namedProbes) {
+		v := key.RKey + i
+		held, ok, err := c.Names.Name(NameTarget, v)
+		if err != nil {
+			return fmt.Errorf("target %q: names: %w: %w", s, ErrLookup, err)
+		}
+		if !ok {
+			held = c.Names.AddName(NameTarget, v, s)
+		}
+		if held == s {
+			return nil
+		}
+	}
+	return fmt.Errorf("target %q: %d values in a row hold other strings: the names tree is broken", s, namedProbes)
+}
+
+// RenderHashedTarget returns the string NameTarget stored for a hashed
+// target's key: an http(s) URL, an at-uri, or a DID; false if none was
+// stored (the target was never named, or the codec has no names).
+func (c *Codec) RenderHashedTarget(key RecordID) (string, bool, error) {
+	if key.Collection != CollectionHashed || c.Names == nil {
+		return "", false, nil
+	}
+	for i := range uint64(namedProbes) {
+		s, ok, err := c.Names.Name(NameTarget, key.RKey+i)
+		if err != nil || !ok {
+			return "", false, err
+		}
+		if HashTarget(s) == key {
+			return s, true, nil
+		}
+	}
+	return "", false, nil
+}
+
 // HashTarget is the RecordID of a target that is not a DID-authority record
 // URI: collection CollectionHashed, and the first 128 bits of
 // SHA-256("eddy/target/v1\x00" + norm) in rkey (high half) and did (low

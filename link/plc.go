@@ -35,6 +35,9 @@ type NameKind uint8
 const (
 	NameRKey NameKind = 1 // a record key's (the rkey field)
 	NameDID  NameKind = 2 // a DID's (the did field)
+	// NameTarget is a hashed target's (Codec.NameTarget): its string
+	// under the high half of its hash (the key's rkey field).
+	NameTarget NameKind = 3
 )
 
 func (k NameKind) String() string {
@@ -43,6 +46,8 @@ func (k NameKind) String() string {
 		return "rkey"
 	case NameDID:
 		return "did"
+	case NameTarget:
+		return "target"
 	}
 	return fmt.Sprintf("name-kind-%d", uint8(k))
 }

@@ -3,14 +3,15 @@ package lsm
 // The names tree: strings stored under the 64-bit field values the index
 // writes in their place when the value is derived from the string's hash
 // (package link: a record key that is not a TID, a DID of a method other
-// than did:plc). Such strings can number
+// than did:plc; and the text of a hashed target that a forward entry
+// holds, under its hash's high half: link.Codec.NameTarget). Such strings can number
 // in the millions, so they live in the bucket, in a tree of this engine
 // (same tables, runs and compaction as the PLC map), not in every node's
 // Raft state as outlines do. A name is never deleted: the value a string
 // was given stays its value.
 //
 //	names (64 B, prefix 16):
-//	0   1   kind (link.NameRKey, link.NameDID)
+//	0   1   kind (link.NameRKey, link.NameDID, link.NameTarget)
 //	1   7   zero
 //	8   8   value (u64 BE): the field value, tag bits included
 //	16  1   chunk: the string's bytes [38*chunk, 38*chunk+len)
@@ -42,7 +43,7 @@ const TreeNames Tree = "names"
 var NamesFormat = Format{Width: 64, PrefixLen: 16}
 
 // NameKind says which field a name's value is of (link.NameRKey,
-// link.NameDID): the records' first byte.
+// link.NameDID, link.NameTarget): the records' first byte.
 type NameKind = link.NameKind
 
 const (

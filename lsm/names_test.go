@@ -285,3 +285,70 @@ func BenchmarkNamedRKey(b *testing.B) {
 		}
 	})
 }
+
+// TestNamedTargets: the text of a hashed target (a URL; an at-uri whose
+// collection nothing made known), stored through link.Codec.NameTarget,
+// renders from its key while pending and once published, also on a
+// fresh node; a value another string holds (as after a 64-bit collision
+// of the hashes' high halves) is probed past, and rendering skips it; a
+// key that is not a hash, or a hash never named, renders nothing.
+func TestNamedTargets(t *testing.T) {
+	f := newNamesFixture(t)
+	outl := link.NewMemOutlines()
+	m := NewNameMap(NewReader(f.store, nil), Views(f.current), 4<<10)
+	c := &link.Codec{Outlines: outl, Names: m}
+	parse := func(s string) link.Target {
+		tg, err := link.ParseTarget(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tg
+	}
+	url := parse("https://example.com/a/" + strings.Repeat("b", 100)) // several chunks
+	rec := parse("at://did:plc:r2zybk6op3ymzpz6jhqpkoy5/com.example.unknown/3mptbyplj5d2a")
+	known := parse("did:plc:r2zybk6op3ymzpz6jhqpkoy5")
+	want := map[link.RecordID]string{}
+	for _, tg := range []link.Target{url, rec} {
+		key := c.TargetKey(&tg)
+		if !key.IsHashed() {
+			t.Fatalf("%s: key %v, want its hash", tg.Norm, key)
+		}
+		want[key] = tg.Norm
+	}
+	urlKey := c.TargetKey(&url)
+	if held := m.Add(link.NameTarget, urlKey.RKey, "https://example.com/squatter"); held != "https://example.com/squatter" {
+		t.Fatalf("Add on a free value: %q", held)
+	}
+	for _, tg := range []link.Target{url, rec, known} {
+		if err := c.NameTarget(&tg, c.TargetKey(&tg)); err != nil {
+			t.Fatalf("NameTarget(%s): %v", tg.Norm, err)
+		}
+	}
+	if err := c.NameTarget(&url, c.TargetKey(&rec)); err == nil {
+		t.Fatal("NameTarget of a key that is not the target's hash: no error")
+	}
+	check := func(c *link.Codec, stage string) {
+		t.Helper()
+		for key, s := range want {
+			got, ok, err := c.RenderHashedTarget(key)
+			if err != nil || !ok || got != s {
+				t.Fatalf("%s: RenderHashedTarget(%v) = %q, %v, %v; want %q", stage, key, got, ok, err, s)
+			}
+		}
+		for _, key := range []link.RecordID{link.HashTarget("https://example.com/never"), c.TargetKey(&known)} {
+			if got, ok, err := c.RenderHashedTarget(key); ok || err != nil {
+				t.Fatalf("%s: RenderHashedTarget(%v) = %q, %v, want none", stage, key, got, err)
+			}
+		}
+	}
+	check(c, "pending")
+	b := m.Seal()
+	m.Published(b, f.publishNames(b))
+	check(c, "published")
+	fresh := &plcFixture{t: t, ctx: f.ctx, store: f.store, cat: NewCatalog(t.TempDir(), f.store)}
+	var err error
+	if fresh.view, err = OpenView(f.ctx, fresh.cat, f.view.Manifest); err != nil {
+		t.Fatal(err)
+	}
+	check(&link.Codec{Outlines: outl, Names: NewNameMap(NewReader(f.store, nil), Views(fresh.current), 1<<10)}, "a fresh node")
+}

@@ -174,7 +174,9 @@ func (s *Server) hashKeyOf(t link.RecordID) (link.RecordID, bool) {
 }
 
 // renderOther names an other subject: a DID, an at-uri, or (a hashed
-// target) the otherSubject that named it, else its hash.
+// target) the otherSubject that named it, else the string the names tree
+// holds for it (stored with the forward entries: link.Codec.NameTarget),
+// else its hash (a link written before targets were named).
 func (s *Server) renderOther(m *m2mQuery, t link.RecordID) (string, error) {
 	switch {
 	case t.IsRepo():
@@ -182,6 +184,13 @@ func (s *Server) renderOther(m *m2mQuery, t link.RecordID) (string, error) {
 	case t.IsHashed():
 		if n := m.named(t); n != nil {
 			return n.norm, nil
+		}
+		name, ok, err := s.Codec.RenderHashedTarget(t)
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			return name, nil
 		}
 		b := t.Bytes()
 		return hashedPrefix + hex.EncodeToString(b[:8]) + hex.EncodeToString(b[16:]), nil
