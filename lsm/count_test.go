@@ -2,6 +2,7 @@ package lsm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -280,6 +281,31 @@ func TestCountWindows(t *testing.T) {
 			if err != nil || n != uint64(wl.LiveCount(tg)) {
 				t.Fatalf("window %d: count %d (%v), want %d", w, n, err, wl.LiveCount(tg))
 			}
+		}
+		// Each gives All's links, in order, window by window; fn's
+		// error stops it.
+		all, _, err := db.reader.All(ctx, db.View(), mega, Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var each []link.Backlink
+		calls := 0
+		st, err = db.reader.Each(ctx, db.View(), mega, Filter{}, func(ls []link.Backlink) error {
+			if len(ls) == 0 {
+				t.Fatal("Each called fn with no links")
+			}
+			calls++
+			each = append(each, ls...)
+			return nil
+		})
+		if err != nil || !slices.Equal(each, all) || (w == 200 && calls < 3) {
+			t.Fatalf("window %d: Each gave %d links in %d calls (%v), All %d", w, len(each), calls, err, len(all))
+		}
+		stop := errors.New("enough")
+		calls = 0
+		_, err = db.reader.Each(ctx, db.View(), mega, Filter{}, func([]link.Backlink) error { calls++; return stop })
+		if !errors.Is(err, stop) || calls != 1 {
+			t.Fatalf("window %d: Each after fn's error: %v, %d calls", w, err, calls)
 		}
 	}
 }

@@ -257,6 +257,50 @@ func (r *Reader) All(ctx context.Context, v *View, target link.RecordID, filter 
 // read up to a common horizon as for a page), so a count holds a window's links, not the
 // target's: a count of a ten-million-link target needs ~150 MB, not ~1.5 GB.
 func (r *Reader) Count(ctx context.Context, v *View, target link.RecordID, filter Filter) (uint64, Stats, error) {
+	var n uint64
+	st, err := r.windows(ctx, v, target, filter, func(_ []link.Backlink, live []bool) error {
+		for _, ok := range live {
+			if ok {
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, st, err
+	}
+	return n, st, nil
+}
+
+// Each calls fn with the live links to target that pass filter, in source
+// order, a window at a time (as Count reads them: about countWindowLinks
+// links), so an answer that folds every link of a popular target (its
+// distinct accounts, its links per collection and path) holds a window
+// of them, not all. links is valid during the call only; fn is never
+// called with none, nor concurrently with itself. Its first error stops
+// the reading and is returned.
+func (r *Reader) Each(ctx context.Context, v *View, target link.RecordID, filter Filter, fn func(links []link.Backlink) error) (Stats, error) {
+	return r.windows(ctx, v, target, filter, func(cands []link.Backlink, live []bool) error {
+		// The live ones moved to the front, in place: the window's
+		// candidates are its scratch's, read again by no one.
+		n := 0
+		for i, ok := range live {
+			if ok {
+				cands[n] = cands[i]
+				n++
+			}
+		}
+		if n == 0 {
+			return nil
+		}
+		return fn(cands[:n])
+	})
+}
+
+// windows reads the links to target that pass filter window by window
+// (Count) and calls fn with each window's candidates and their liveness,
+// in order, one window at a time.
+func (r *Reader) windows(ctx context.Context, v *View, target link.RecordID, filter Filter, fn func(cands []link.Backlink, live []bool) error) (Stats, error) {
 	var st Stats
 	// Two scratches, alternating: window k's liveness (round two, on its
 	// scratch and candidates) runs while window k+1 is read and merged
@@ -274,27 +318,23 @@ func (r *Reader) Count(ctx context.Context, v *View, target link.RecordID, filte
 	w := window{want: countWindowLinks, spread: true}
 	cands, horizon, err := r.candidates(ctx, v, target, &filter, w, sc[0], &st)
 	if err != nil {
-		return 0, st, err
+		return st, err
 	}
-	var n uint64
 	for k := 0; ; k++ {
 		st.CountWindows++
 		cur := sc[k%2]
 		type liveResult struct {
-			n   uint64
 			st  Stats
 			err error
 		}
 		done := make(chan liveResult, 1)
-		countLive := func() {
+		windowLive := func() {
 			var res liveResult
 			if len(cands) > 0 {
 				var live []bool
 				live, res.err = r.live(ctx, v, cands, cur, &res.st)
-				for _, ok := range live {
-					if ok {
-						res.n++
-					}
+				if res.err == nil {
+					res.err = fn(cands, live)
 				}
 			}
 			done <- res
@@ -303,9 +343,9 @@ func (r *Reader) Count(ctx context.Context, v *View, target link.RecordID, filte
 		var nextHorizon *Cursor
 		var nextErr error
 		if horizon == nil {
-			countLive()
+			windowLive()
 		} else {
-			go countLive()
+			go windowLive()
 			if err := ctx.Err(); err != nil {
 				nextErr = err
 			} else {
@@ -320,14 +360,13 @@ func (r *Reader) Count(ctx context.Context, v *View, target link.RecordID, filte
 		res := <-done
 		addStats(&st, &res.st)
 		if res.err != nil {
-			return 0, st, res.err
+			return st, res.err
 		}
-		n += res.n
 		if horizon == nil {
-			return n, st, nil
+			return st, nil
 		}
 		if nextErr != nil {
-			return 0, st, nextErr
+			return st, nextErr
 		}
 		cands, horizon = next, nextHorizon
 	}

@@ -146,28 +146,33 @@ func (s *Server) allCounts(ctx context.Context, r *http.Request, v *lsm.View) (m
 	if err != nil {
 		return nil, err
 	}
-	links, err := s.allOf(ctx, v, &sub, lsm.Filter{})
+	// Window by window (a popular account's followers are millions of
+	// links): each pair's accounts are held, 8 bytes each, not the links.
+	out := map[sourceKey]*pathCounts{}
+	dids := map[sourceKey]*didSet{}
+	tooBig := &apiError{http.StatusBadRequest, "QueryTooBig", "links from more than " + strconv.Itoa(LinksAllEntriesMax) + " collection and path pairs; ask getBacklinksCount per source"}
+	err = s.eachOf(ctx, v, &sub, lsm.Filter{}, func(links []link.Backlink) error {
+		for i := range links {
+			l := &links[i]
+			k := sourceKey{l.Source.Collection, l.Location.PathID()}
+			c := out[k]
+			if c == nil {
+				if len(out) == LinksAllEntriesMax {
+					return tooBig
+				}
+				c = &pathCounts{}
+				out[k], dids[k] = c, &didSet{}
+			}
+			c.Records++
+			dids[k].add(l.Source.DID)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	out := map[sourceKey]*pathCounts{}
-	seen := map[sourceKey]map[uint64]bool{}
-	for i := range links {
-		l := &links[i]
-		k := sourceKey{l.Source.Collection, l.Location.PathID()}
-		c := out[k]
-		if c == nil {
-			c = &pathCounts{}
-			out[k], seen[k] = c, map[uint64]bool{}
-		}
-		c.Records++
-		if !seen[k][l.Source.DID] {
-			seen[k][l.Source.DID] = true
-			c.DistinctDids++
-		}
-	}
-	if len(out) > LinksAllEntriesMax {
-		return nil, &apiError{http.StatusBadRequest, "QueryTooBig", "links from more than " + strconv.Itoa(LinksAllEntriesMax) + " collection and path pairs; ask getBacklinksCount per source"}
+	for k, c := range out {
+		c.DistinctDids = dids[k].len()
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package query
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -342,13 +343,13 @@ func (s *Server) getManyToManyCounts(ctx context.Context, r *http.Request, v *ls
 	if aerr != nil {
 		return nil, aerr
 	}
-	joins, err := s.allOf(ctx, v, &m.lq.subjects[0], m.lq.filter)
+	joins, err := s.allOf(ctx, v, &m.lq.subjects[0], m.lq.filter, M2MCountJoinsMax)
+	if errors.Is(err, errTooMany) {
+		return nil, &apiError{http.StatusBadRequest, "QueryTooBig", "more than " + strconv.Itoa(M2MCountJoinsMax) +
+			" records link to subject from source, more than getManyToManyCounts groups; narrow them with did, or page getManyToMany"}
+	}
 	if err != nil {
 		return nil, err
-	}
-	if len(joins) > M2MCountJoinsMax {
-		return nil, &apiError{http.StatusBadRequest, "QueryTooBig", strconv.Itoa(len(joins)) + " records link to subject from source, more than the " +
-			strconv.Itoa(M2MCountJoinsMax) + " getManyToManyCounts groups; narrow them with did, or page getManyToMany"}
 	}
 	srcs := make([]link.RecordID, len(joins))
 	for i := range joins {

@@ -1,0 +1,108 @@
+package lsm
+
+import (
+	"context"
+	"flag"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm/workload"
+)
+
+var (
+	lsmMeasureLinks = flag.Int("lsm.measure-links", 40_000_000, "TestMeasureEachMemory: the kept run's --links")
+	lsmMeasureMega  = flag.Int("lsm.measure-mega-links", 10_000_000, "TestMeasureEachMemory: the kept run's --mega-links")
+)
+
+// TestMeasureEachMemory measures what an answer that folds every link of
+// a popular target (its distinct accounts: getBacklinkDids,
+// /links/distinct-dids; per collection and path: /links/all) costs in
+// memory and time, read whole (Reader.All, as those answers did) and
+// window by window (Reader.Each), beside a Count, on the mega target of a
+// kept bench run: the Go heap's growth at its peak (sampled every 5 ms,
+// the frame cache filling included) and the bytes allocated. Reproduce:
+//
+//	bin/eddy-bench lsm --shape backfill --links 40000000 --mega-links 10000000 --no-pebble --keep --tmp DIR --json
+//	go test ./lsm -run TestMeasureEachMemory -v -lsm.measure-dir DIR/eddy-bench-*
+func TestMeasureEachMemory(t *testing.T) {
+	db, _ := openMeasuredIndex(t)
+	st, err := workload.NewStream(workload.StreamConfig{Links: *lsmMeasureLinks, MegaLinks: *lsmMeasureMega, Seed: 1, Shape: workload.ShapeBackfill})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := st.Sample[workload.Mega].ID
+	ctx := context.Background()
+	v := db.View()
+	measure := func(what string, f func() int) {
+		runtime.GC()
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		stop, done := make(chan struct{}), make(chan struct{})
+		var peak uint64
+		go func() {
+			defer close(done)
+			for {
+				var m runtime.MemStats
+				runtime.ReadMemStats(&m)
+				peak = max(peak, m.HeapAlloc)
+				select {
+				case <-stop:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		}()
+		t0 := time.Now()
+		n := f()
+		el := time.Since(t0)
+		close(stop)
+		<-done
+		runtime.ReadMemStats(&m1)
+		t.Logf("%-5s %d: heap +%.0f MB at its peak, %.0f MB allocated, %v", what, n, float64(peak-min(peak, m0.HeapAlloc))/1e6, float64(m1.TotalAlloc-m0.TotalAlloc)/1e6, el.Round(time.Millisecond))
+	}
+	distinct := func(dids []uint64) int {
+		slices.Sort(dids)
+		return len(slices.Compact(dids))
+	}
+	for range 2 {
+		measure("Count", func() int {
+			n, _, err := db.reader.Count(ctx, v, id, Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int(n)
+		})
+		measure("All", func() int {
+			links, _, err := db.reader.All(ctx, v, id, Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var dids []uint64
+			for i := range links {
+				dids = append(dids, links[i].Source.DID)
+			}
+			return distinct(dids)
+		})
+		measure("Each", func() int {
+			var dids []uint64
+			kept := 0
+			_, err := db.reader.Each(ctx, v, id, Filter{}, func(ls []link.Backlink) error {
+				for i := range ls {
+					dids = append(dids, ls[i].Source.DID)
+					if len(dids) >= 2*kept+4096 { // as the query package's didSet
+						kept = distinct(dids)
+						dids = dids[:kept]
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return distinct(dids)
+		})
+	}
+}

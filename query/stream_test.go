@@ -1,0 +1,77 @@
+package query
+
+import (
+	"context"
+	"errors"
+	mrand "math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm"
+)
+
+// A didSet holds what a map of its accounts would, whatever the order and
+// the repeats, across the compactions it makes as it grows.
+func TestDIDSet(t *testing.T) {
+	r := mrand.New(mrand.NewPCG(1, 2))
+	for _, n := range []int{0, 1, didSetMin - 1, didSetMin, 3 * didSetMin, 50_000} {
+		var d didSet
+		want := map[uint64]bool{}
+		for range n {
+			x := r.Uint64N(uint64(n/3 + 1)) // repeats
+			if r.IntN(4) == 0 {
+				x = r.Uint64()
+			}
+			d.add(x)
+			want[x] = true
+		}
+		if d.len() != len(want) {
+			t.Fatalf("%d adds: %d accounts, want %d", n, d.len(), len(want))
+		}
+		got := d.sorted()
+		if !slices.IsSorted(got) || len(got) != len(want) {
+			t.Fatalf("%d adds: %d accounts not sorted and distinct", n, len(got))
+		}
+		for _, x := range got {
+			if !want[x] {
+				t.Fatalf("%d adds: %d was never added", n, x)
+			}
+		}
+		if n > 3*didSetMin && cap(d.dids) > 4*len(want)+2*didSetMin {
+			t.Fatalf("%d adds: a slice of %d for %d accounts", n, cap(d.dids), len(want))
+		}
+	}
+}
+
+// allOf refuses past its bound (errTooMany), not after reading the
+// subject whole, and answers every link within it.
+func TestAllOfBound(t *testing.T) {
+	f := newFixture(t)
+	for i := range 30 {
+		f.write(like(i))
+	}
+	f.flush()
+	v, release := f.views.Acquire()
+	defer release()
+	tg, err := link.ParseTarget(post)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := f.qs.parseSubject("subject", tg.Norm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, max := range []int{1, 29} {
+		if _, err := f.qs.allOf(ctx, v, &sub, lsm.Filter{}, max); !errors.Is(err, errTooMany) {
+			t.Fatalf("allOf of 30 links, at most %d: %v, want errTooMany", max, err)
+		}
+	}
+	for _, max := range []int{30, 1000} {
+		all, err := f.qs.allOf(ctx, v, &sub, lsm.Filter{}, max)
+		if err != nil || len(all) != 30 {
+			t.Fatalf("allOf of 30 links, at most %d: %d links, %v", max, len(all), err)
+		}
+	}
+}
