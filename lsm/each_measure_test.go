@@ -2,9 +2,12 @@ package lsm
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,31 +40,8 @@ func TestMeasureEachMemory(t *testing.T) {
 	ctx := context.Background()
 	v := db.View()
 	measure := func(what string, f func() int) {
-		runtime.GC()
-		var m0, m1 runtime.MemStats
-		runtime.ReadMemStats(&m0)
-		stop, done := make(chan struct{}), make(chan struct{})
-		var peak uint64
-		go func() {
-			defer close(done)
-			for {
-				var m runtime.MemStats
-				runtime.ReadMemStats(&m)
-				peak = max(peak, m.HeapAlloc)
-				select {
-				case <-stop:
-					return
-				case <-time.After(5 * time.Millisecond):
-				}
-			}
-		}()
-		t0 := time.Now()
-		n := f()
-		el := time.Since(t0)
-		close(stop)
-		<-done
-		runtime.ReadMemStats(&m1)
-		t.Logf("%-5s %d: heap +%.0f MB at its peak, %.0f MB allocated, %v", what, n, float64(peak-min(peak, m0.HeapAlloc))/1e6, float64(m1.TotalAlloc-m0.TotalAlloc)/1e6, el.Round(time.Millisecond))
+		n, heap, alloc, el := heapPeak(f)
+		t.Logf("%-5s %d: heap +%.0f MB at its peak, %.0f MB allocated, %v", what, n, float64(heap)/1e6, float64(alloc)/1e6, el.Round(time.Millisecond))
 	}
 	distinct := func(dids []uint64) int {
 		slices.Sort(dids)
@@ -104,5 +84,87 @@ func TestMeasureEachMemory(t *testing.T) {
 			}
 			return distinct(dids)
 		})
+	}
+}
+
+// heapPeak runs f and returns its answer, the Go heap's growth at its
+// peak (sampled every 5 ms), the bytes allocated and the time.
+func heapPeak(f func() int) (n int, heap, alloc uint64, el time.Duration) {
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	stop, done := make(chan struct{}), make(chan struct{})
+	var peak uint64
+	go func() {
+		defer close(done)
+		for {
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			peak = max(peak, m.HeapAlloc)
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	t0 := time.Now()
+	n = f()
+	el = time.Since(t0)
+	close(stop)
+	<-done
+	runtime.ReadMemStats(&m1)
+	return n, peak - min(peak, m0.HeapAlloc), m1.TotalAlloc - m0.TotalAlloc, el
+}
+
+// TestMeasureConcurrentCounts measures counts of the mega target of a
+// kept bench run made at once (as the query slots let them run), each
+// with a query's 10 s, without a bound on large reads and with a node's
+// (DefaultLargeReadMemory): the Go heap's growth at its peak, the time of
+// the whole, and the counts that ran out of time waiting (ErrBusy) or
+// reading.
+// Reproduce (the run of TestMeasureEachMemory):
+//
+//	go test ./lsm -run TestMeasureConcurrentCounts -v -lsm.measure-dir DIR/eddy-bench-*
+func TestMeasureConcurrentCounts(t *testing.T) {
+	db, store := openMeasuredIndex(t)
+	st, err := workload.NewStream(workload.StreamConfig{Links: *lsmMeasureLinks, MegaLinks: *lsmMeasureMega, Seed: 1, Shape: workload.ShapeBackfill})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := st.Sample[workload.Mega].ID
+	v := db.View()
+	for _, bound := range []int64{0, DefaultLargeReadMemory} {
+		for _, n := range []int{1, 4, 16} {
+			r := NewReader(store, nil) // a fresh frame cache each time
+			r.SetLargeReadMemory(bound)
+			var busy, late, done atomic.Int64
+			_, heap, _, el := heapPeak(func() int {
+				var wg sync.WaitGroup
+				for range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						defer cancel()
+						_, _, err := r.Count(ctx, v, id, Filter{})
+						switch {
+						case errors.Is(err, ErrBusy):
+							busy.Add(1)
+						case errors.Is(err, context.DeadlineExceeded):
+							late.Add(1)
+						case err != nil:
+							t.Error(err)
+						default:
+							done.Add(1)
+						}
+					}()
+				}
+				wg.Wait()
+				return 0
+			})
+			t.Logf("bound %4d MiB, %2d counts at once: heap +%.0f MB at its peak, %v; %d answered, %d busy (waited their time out), %d out of time reading",
+				bound>>20, n, float64(heap)/1e6, el.Round(time.Millisecond), done.Load(), busy.Load(), late.Load())
+		}
 	}
 }

@@ -21,6 +21,9 @@ type window struct {
 	// frames each has left of the target (a count's window), instead of
 	// for each run (a page, which must fill from any one run).
 	spread bool
+	// large: the read (Count, Each) takes its share of the reader's
+	// bound on large reads once its first window is planned.
+	large *largeRead
 }
 
 // windowBytesMin: a target spanning at most this many bytes of a table's
@@ -60,6 +63,9 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 		key = cursorKey(&keyBuf, target, w.after)
 	}
 	if err := planRoundOne(ctx, v, prefix[:], key, w, s, st); err != nil {
+		return nil, nil, err
+	}
+	if err := r.admitLarge(ctx, w.large, w, s); err != nil {
 		return nil, nil, err
 	}
 	groups := s.groups

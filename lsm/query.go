@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/objstore"
 )
@@ -32,6 +34,10 @@ type Reader struct {
 	store objstore.Store
 	cache *FrameCache
 	sem   chan struct{}
+	// large bounds the memory of reads of large targets (large_read.go);
+	// nil: unbounded.
+	large    *semaphore.Weighted
+	largeCap int64
 }
 
 // NewReader returns a reader over store with a frame cache.
@@ -315,7 +321,9 @@ func (r *Reader) windows(ctx context.Context, v *View, target link.RecordID, fil
 			}
 		}
 	}()
-	w := window{want: countWindowLinks, spread: true}
+	lr := &largeRead{}
+	defer r.releaseLarge(lr)
+	w := window{want: countWindowLinks, spread: true, large: lr}
 	cands, horizon, err := r.candidates(ctx, v, target, &filter, w, sc[0], &st)
 	if err != nil {
 		return st, err

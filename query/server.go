@@ -349,6 +349,9 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 				switch {
 				case errors.Is(err, lsm.ErrTooBig):
 					ae = &apiError{http.StatusBadRequest, "QueryTooBig", err.Error()}
+				case errors.Is(err, lsm.ErrBusy):
+					w.Header().Set("Retry-After", "1")
+					ae = &apiError{http.StatusServiceUnavailable, "Busy", "this node is reading other large targets and this query's time ran out waiting for its turn; retry, or ask another node"}
 				case corrupt.Note(s.Corrupt, s.Log, r.URL.Path, err):
 					ae.message = "a table this node read is corrupt (counted and logged); ask another node"
 				case errors.Is(err, objstore.ErrNotFound):

@@ -2,8 +2,12 @@ package query
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	mrand "math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 
@@ -73,5 +77,20 @@ func TestAllOfBound(t *testing.T) {
 		if err != nil || len(all) != 30 {
 			t.Fatalf("allOf of 30 links, at most %d: %d links, %v", max, len(all), err)
 		}
+	}
+}
+
+// A read of a large target that waited past its query's time for its turn
+// (lsm.ErrBusy) is answered 503 Busy with Retry-After, not 500.
+func TestBusyAnswer(t *testing.T) {
+	f := newFixture(t)
+	h := f.qs.wrap(func(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+		return nil, fmt.Errorf("count: %w: %w", lsm.ErrBusy, context.DeadlineExceeded)
+	})
+	rec := httptest.NewRecorder()
+	h(rec, httptest.NewRequest("GET", "/xrpc/blue.microcosm.links.getBacklinksCount?subject=did:plc:x&source=a.b.c:d", nil))
+	var e map[string]string
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != http.StatusServiceUnavailable || e["error"] != "Busy" || e["message"] == "" || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("%d %q %v: want 503 Busy with Retry-After", rec.Code, rec.Body.String(), err)
 	}
 }

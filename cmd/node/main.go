@@ -138,6 +138,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	cache := lsm.NewFrameCache(c.cacheBytes)
 	views.Cache = cache // a table compaction replaced leaves the cache with its metadata
 	reader := lsm.NewReader(store, cache)
+	reader.SetLargeReadMemory(c.largeReadMemory)
 	// The PLC map of the served view renders inline did:plc (it is empty
 	// on a cluster that never followed a directory: every DID outlined).
 	plcMap := lsm.NewPLCMap(reader, lsm.Views(views.Current), 0)

@@ -1,0 +1,104 @@
+package lsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// Reads of large targets share a bound on their memory. A count, or an
+// answer folding every link of a target (Reader.Each), reads it a window
+// of about countWindowLinks links at a time, two windows in flight, about
+// 250 MB for a target of millions of links (TestMeasureEachMemory); the
+// query slots let sixteen run at once on a node of two cores, which
+// measured 7 GB of heap for sixteen counts of a 10M-link target. A read
+// whose first window plans more than largeReadMin links takes its share
+// of the reader's bound (SetLargeReadMemory) before it fetches anything
+// and holds it to its end; the next one waits its turn, first come first
+// served, until its context ends (ErrBusy). A read of a small target, and
+// a page, never waits.
+
+// ErrBusy is the error of a read of a large target whose context ended
+// while it waited for the memory that such reads share: the node is busy
+// reading others; ask again, or ask another node.
+var ErrBusy = errors.New("lsm: busy reading other large targets")
+
+// largeReadMin is the planned links of a first window above which a read
+// counts as large: its buffers outgrow the scratch pool's
+// (queryScratchLinksMax, 4 MiB of candidates). A variable for the tests.
+var largeReadMin = queryScratchLinksMax
+
+// largeReadBytesPerLink is a window's memory a link planned: its
+// candidate (64 bytes), its share of the frames decoded and of the
+// revocation check's keys (TestMeasureEachMemory: ~250 MB for two windows
+// of ~1M links, the frame cache aside).
+const largeReadBytesPerLink = 128
+
+// DefaultLargeReadMemory is a node's bound (--large-read-memory): one
+// read of a target of millions of links, or several of smaller ones.
+const DefaultLargeReadMemory = 256 << 20
+
+// largeRead is one read's share of the bound, taken at its first window.
+type largeRead struct {
+	decided bool
+	held    int64
+}
+
+// SetLargeReadMemory bounds the memory that reads of large targets hold
+// at once to n bytes (<= 0: unbounded, the default). A read never takes
+// more than n, so one can always run. Set it before the reader is used.
+func (r *Reader) SetLargeReadMemory(n int64) {
+	if n <= 0 {
+		r.large, r.largeCap = nil, 0
+		return
+	}
+	r.large, r.largeCap = semaphore.NewWeighted(n), n
+}
+
+// admitLarge decides, once a read's first window is planned (s.groups),
+// whether it is large (more than largeReadMin links planned), and if so
+// takes its share of the bound: two
+// windows' worth when the window is full (more may follow, and the next
+// is read while this one is checked), else this one's.
+func (r *Reader) admitLarge(ctx context.Context, lr *largeRead, w window, s *queryScratch) error {
+	if lr == nil || lr.decided {
+		return nil
+	}
+	lr.decided = true
+	if r.large == nil {
+		return nil
+	}
+	// The target's links planned: the frames between a group's first and
+	// last (which the target may share with its neighbours: a small
+	// target's one or two frames a run count nothing).
+	links := 0
+	for i := range s.groups {
+		g := &s.groups[i]
+		for f := g.first + 1; f < g.last; f++ {
+			links += int(g.meta.frameEntry(f).Records)
+		}
+	}
+	if links <= largeReadMin {
+		return nil
+	}
+	n := int64(links) * largeReadBytesPerLink
+	if links >= w.want/2 {
+		n *= 2
+	}
+	n = min(n, r.largeCap)
+	if err := r.large.Acquire(ctx, n); err != nil {
+		return fmt.Errorf("%w (%d links planned): %w", ErrBusy, links, err)
+	}
+	lr.held = n
+	return nil
+}
+
+// releaseLarge gives back what a read took.
+func (r *Reader) releaseLarge(lr *largeRead) {
+	if lr.held > 0 {
+		r.large.Release(lr.held)
+		lr.held = 0
+	}
+}

@@ -1,0 +1,102 @@
+package lsm
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm/workload"
+)
+
+// Reads of large targets share the reader's bound: while one holds it
+// (an Each whose callback waits), another large read waits and, its
+// context ending, fails with ErrBusy; a small target's count and a page
+// never wait; once the first read ends the second runs; without a bound
+// nothing waits. The share is given back however the read ends.
+func TestLargeReadMemory(t *testing.T) {
+	ctx := context.Background()
+	wl, err := workload.Generate(workload.Config{Links: 60_000, Seed: 9, MegaLinks: 40_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := countWorkloadDB(t, wl, 2, 0) // two runs: the mega target spans many frames of each
+	defer func(n int) { largeReadMin = n }(largeReadMin)
+	largeReadMin = 5_000
+	mega := wl.Targets[wl.Mega].ID
+	small := wl.Targets[queryBenchTargets(wl, 1)[0]].ID
+	r := NewReader(db.store, nil)
+	v := db.View()
+	busy := func(what string) {
+		t.Helper()
+		c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		if _, _, err := r.Count(c, v, mega, Filter{}); !errors.Is(err, ErrBusy) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s: a second large count: %v, want ErrBusy", what, err)
+		}
+	}
+	free := func(what string) {
+		t.Helper()
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if n, _, err := r.Count(c, v, mega, Filter{}); err != nil || n != uint64(wl.LiveCount(wl.Mega)) {
+			t.Fatalf("%s: a large count: %d, %v; want %d", what, n, err, wl.LiveCount(wl.Mega))
+		}
+	}
+	// Unbounded: two at once.
+	hold := func() (release func(), done chan error) {
+		entered, leave := make(chan struct{}), make(chan struct{})
+		done = make(chan error, 1)
+		go func() {
+			once := false
+			_, err := r.Each(ctx, v, mega, Filter{}, func([]link.Backlink) error {
+				if !once {
+					once = true
+					close(entered)
+					<-leave
+				}
+				return nil
+			})
+			done <- err
+		}()
+		<-entered
+		return func() { close(leave) }, done
+	}
+	release, done := hold()
+	free("unbounded, beside another")
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	r.SetLargeReadMemory(1 << 20) // less than one large read's share: one at a time
+	release, done = hold()
+	busy("bounded, beside another")
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if n, _, err := r.Count(c, v, small, Filter{}); err != nil || n == 0 {
+		t.Fatalf("a small target's count beside a large read: %d, %v", n, err)
+	}
+	if res, err := r.Backlinks(ctx, v, Query{Target: mega, Limit: 100}); err != nil || len(res.Links) != 100 {
+		t.Fatalf("a page of the large target beside a large read: %v", err)
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	free("bounded, alone")
+	// A read that fails gives its share back.
+	stop := errors.New("stop")
+	if _, err := r.Each(ctx, v, mega, Filter{}, func([]link.Backlink) error { return stop }); !errors.Is(err, stop) {
+		t.Fatal(err)
+	}
+	free("bounded, after a failed read")
+	// Two may run at once under a bound that holds two shares.
+	r.SetLargeReadMemory(1 << 30)
+	release, done = hold()
+	free("a bound of two, beside another")
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
