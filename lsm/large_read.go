@@ -17,8 +17,9 @@ import (
 // whose first window plans more than largeReadMin links takes its share
 // of the reader's bound (SetLargeReadMemory) before it fetches anything
 // and holds it to its end; the next one waits its turn, first come first
-// served, until its context ends (ErrBusy). A read of a small target, and
-// a page, never waits.
+// served, until its context ends (ErrBusy); a server gives back the
+// query's execution slot while it waits (WaitHooks). A read of a small
+// target, and a page, never waits.
 
 // ErrBusy is the error of a read of a large target whose context ended
 // while it waited for the memory that such reads share: the node is busy
@@ -43,7 +44,25 @@ const DefaultLargeReadMemory = 256 << 20
 // largeRead is one read's share of the bound, taken at its first window.
 type largeRead struct {
 	decided bool
+	sem     *semaphore.Weighted // the one the share came from
 	held    int64
+}
+
+// WaitHooks let a server give back what a query holds while its read of
+// a large target waits for its share (WithWaitHooks): Leave is called
+// before the wait, Back after it (with the share, or without it once the
+// context ended); Back's error fails the read (ErrBusy).
+type WaitHooks struct {
+	Leave func()
+	Back  func(ctx context.Context) error
+}
+
+type waitHooksKey struct{}
+
+// WithWaitHooks returns ctx carrying h for the reads of large targets
+// made with it.
+func WithWaitHooks(ctx context.Context, h WaitHooks) context.Context {
+	return context.WithValue(ctx, waitHooksKey{}, h)
 }
 
 // SetLargeReadMemory bounds the memory that reads of large targets hold
@@ -88,17 +107,33 @@ func (r *Reader) admitLarge(ctx context.Context, lr *largeRead, w window, s *que
 		n *= 2
 	}
 	n = min(n, r.largeCap)
-	if err := r.large.Acquire(ctx, n); err != nil {
-		return fmt.Errorf("%w (%d links planned): %w", ErrBusy, links, err)
+	sem := r.large
+	if !sem.TryAcquire(n) {
+		h, hooked := ctx.Value(waitHooksKey{}).(WaitHooks)
+		if hooked && h.Leave != nil {
+			h.Leave()
+		}
+		err := sem.Acquire(ctx, n)
+		if hooked && h.Back != nil {
+			if berr := h.Back(ctx); berr != nil {
+				if err == nil {
+					sem.Release(n)
+				}
+				return fmt.Errorf("%w (%d links planned): %w", ErrBusy, links, berr)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%w (%d links planned): %w", ErrBusy, links, err)
+		}
 	}
-	lr.held = n
+	lr.sem, lr.held = sem, n
 	return nil
 }
 
 // releaseLarge gives back what a read took.
 func (r *Reader) releaseLarge(lr *largeRead) {
 	if lr.held > 0 {
-		r.large.Release(lr.held)
+		lr.sem.Release(lr.held)
 		lr.held = 0
 	}
 }

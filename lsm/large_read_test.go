@@ -3,6 +3,7 @@ package lsm
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,8 +23,8 @@ func TestLargeReadMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := countWorkloadDB(t, wl, 2, 0) // two runs: the mega target spans many frames of each
-	defer func(n int) { largeReadMin = n }(largeReadMin)
-	largeReadMin = 5_000
+	defer func(n, w int) { largeReadMin, countWindowLinks = n, w }(largeReadMin, countWindowLinks)
+	largeReadMin, countWindowLinks = 5_000, 16_000 // several windows a large read
 	mega := wl.Targets[wl.Mega].ID
 	small := wl.Targets[queryBenchTargets(wl, 1)[0]].ID
 	r := NewReader(db.store, nil)
@@ -49,15 +50,17 @@ func TestLargeReadMemory(t *testing.T) {
 		entered, leave := make(chan struct{}), make(chan struct{})
 		done = make(chan error, 1)
 		go func() {
-			once := false
+			calls := 0
 			_, err := r.Each(ctx, v, mega, Filter{}, func([]link.Backlink) error {
-				if !once {
-					once = true
+				if calls++; calls == 2 { // past the first window
 					close(entered)
 					<-leave
 				}
 				return nil
 			})
+			if calls < 3 {
+				err = errors.Join(err, errors.New("the large read took fewer than three windows"))
+			}
 			done <- err
 		}()
 		<-entered
@@ -72,6 +75,15 @@ func TestLargeReadMemory(t *testing.T) {
 	r.SetLargeReadMemory(1 << 20) // less than one large read's share: one at a time
 	release, done = hold()
 	busy("bounded, beside another")
+	// A server's hooks: the slot left while the read waits, taken back
+	// after, whether the wait ends with the share or without it.
+	var left, back int
+	hooked := WithWaitHooks(ctx, WaitHooks{Leave: func() { left++ }, Back: func(context.Context) error { back++; return nil }})
+	hc, hcancel := context.WithTimeout(hooked, 50*time.Millisecond)
+	if _, _, err := r.Count(hc, v, mega, Filter{}); !errors.Is(err, ErrBusy) || left != 1 || back != 1 {
+		t.Fatalf("a waiting read with hooks: %v, left %d, back %d; want ErrBusy, 1, 1", err, left, back)
+	}
+	hcancel()
 	c, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if n, _, err := r.Count(c, v, small, Filter{}); err != nil || n == 0 {
@@ -91,6 +103,18 @@ func TestLargeReadMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	free("bounded, after a failed read")
+	// A panic in fn (on the goroutine of a window not the last) is the
+	// read's error, not the process's end; its share is given back.
+	if _, err := r.Each(ctx, v, mega, Filter{}, func([]link.Backlink) error { panic("a callback's bug") }); err == nil || !strings.Contains(err.Error(), "a callback's bug") {
+		t.Fatalf("a panicking callback: %v", err)
+	}
+	free("bounded, after a panicking read")
+	// Without hooks the read waits with what it holds; with them and
+	// the share free, no hook is called.
+	left, back = 0, 0
+	if _, _, err := r.Count(hooked, v, mega, Filter{}); err != nil || left != 0 || back != 0 {
+		t.Fatalf("a read with hooks and the share free: %v, left %d, back %d", err, left, back)
+	}
 	// Two may run at once under a bound that holds two shares.
 	r.SetLargeReadMemory(1 << 30)
 	release, done = hold()

@@ -3,6 +3,8 @@ package lsm
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -323,6 +325,10 @@ func (r *Reader) windows(ctx context.Context, v *View, target link.RecordID, fil
 	}()
 	lr := &largeRead{}
 	defer r.releaseLarge(lr)
+	// Cancelled when a window's check or callback fails, so that the
+	// next window's reads, going on meanwhile, stop too.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	w := window{want: countWindowLinks, spread: true, large: lr}
 	cands, horizon, err := r.candidates(ctx, v, target, &filter, w, sc[0], &st)
 	if err != nil {
@@ -338,6 +344,18 @@ func (r *Reader) windows(ctx context.Context, v *View, target link.RecordID, fil
 		done := make(chan liveResult, 1)
 		windowLive := func() {
 			var res liveResult
+			defer func() {
+				// On its own goroutine (every window but the last), a
+				// panic of the check or of fn (the caller's) would end
+				// the process: it is this read's error instead.
+				if p := recover(); p != nil {
+					res.err = fmt.Errorf("lsm: a read of %v panicked in window %d: %v\n%s", target, k, p, debug.Stack())
+				}
+				if res.err != nil {
+					cancel()
+				}
+				done <- res
+			}()
 			if len(cands) > 0 {
 				var live []bool
 				live, res.err = r.live(ctx, v, cands, cur, &res.st)
@@ -345,7 +363,6 @@ func (r *Reader) windows(ctx context.Context, v *View, target link.RecordID, fil
 					res.err = fn(cands, live)
 				}
 			}
-			done <- res
 		}
 		var next []link.Backlink
 		var nextHorizon *Cursor
