@@ -320,6 +320,12 @@ type admission struct {
 // bounded by ctx and SlotWaitMax.
 func (a *admission) run(ctx context.Context) error {
 	l := a.l
+	l.mu.Lock()
+	held := a.running // a slot is never taken twice (lsm.WaitHooks' Back)
+	l.mu.Unlock()
+	if held {
+		return nil
+	}
 	if err := a.pace(ctx); err != nil {
 		return err
 	}

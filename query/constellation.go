@@ -327,34 +327,38 @@ func (s *Server) totalOf(ctx context.Context, v *lsm.View, known []subject, f ls
 // wrote). The hash key holds the links written before (usually few): all
 // of them are read, then the encoding's links from the same accounts.
 func (s *Server) twins(ctx context.Context, v *lsm.View, enc, hash link.RecordID, f lsm.Filter) (uint64, error) {
-	hl, _, err := s.Reader.All(ctx, v, hash, f)
-	if err != nil || len(hl) == 0 {
-		return 0, err
-	}
-	g := f
-	g.DIDs = make([]uint64, 0, len(hl))
-	for i := range hl {
-		g.DIDs = append(g.DIDs, hl[i].Source.DID)
-	}
-	slices.Sort(g.DIDs)
-	g.DIDs = slices.Compact(g.DIDs)
-	el, _, err := s.Reader.All(ctx, v, enc, g)
-	if err != nil {
-		return 0, err
-	}
 	type pos struct {
 		src link.RecordID
 		loc link.Location
 	}
-	at := make(map[pos]bool, len(el))
-	for i := range el {
-		at[pos{el[i].Source, el[i].Location}] = true
-	}
-	var n uint64
-	for i := range hl {
-		if at[pos{hl[i].Source, hl[i].Location}] {
-			n++
+	at := map[pos]bool{}
+	g := f
+	g.DIDs = nil
+	_, err := s.Reader.Each(ctx, v, hash, f, func(links []link.Backlink) error {
+		for i := range links {
+			at[pos{links[i].Source, links[i].Location}] = true
+			g.DIDs = append(g.DIDs, links[i].Source.DID)
 		}
+		return nil
+	})
+	if err != nil || len(at) == 0 {
+		return 0, err
+	}
+	slices.Sort(g.DIDs)
+	g.DIDs = slices.Compact(g.DIDs)
+	// The encoding's links from those accounts, window by window: a
+	// popular target's are millions, and this is part of a count.
+	var n uint64
+	_, err = s.Reader.Each(ctx, v, enc, g, func(links []link.Backlink) error {
+		for i := range links {
+			if at[pos{links[i].Source, links[i].Location}] {
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	return n, nil
 }
@@ -554,10 +558,10 @@ func (s *Server) allOf(ctx context.Context, v *lsm.View, sub *subject, f lsm.Fil
 	var all []link.Backlink
 	for _, k := range sub.keys {
 		_, err := s.Reader.Each(ctx, v, k, f, func(links []link.Backlink) error {
-			all = append(all, links...)
-			if len(all) > len(sub.keys)*max {
-				return errTooMany
+			if len(all)+len(links) > len(sub.keys)*max {
+				return errTooMany // checked before the window is kept
 			}
+			all = append(all, links...)
 			return nil
 		})
 		if err != nil {

@@ -339,6 +339,9 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 				writeErr(w, &apiError{http.StatusTooManyRequests, "RateLimitExceeded", "this node is saturated (no execution slot within " + SlotWaitMax.String() + "); retry, or ask another node"})
 				return
 			}
+			// A read of a large target waiting for its turn (lsm's bound on
+			// their memory) does not hold an execution slot meanwhile.
+			ctx = lsm.WithWaitHooks(ctx, lsm.WaitHooks{Leave: adm.leaveSlot, Back: adm.run})
 		}
 		out, err := h(ctx, r, v)
 		if err != nil {

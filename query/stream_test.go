@@ -46,6 +46,15 @@ func TestDIDSet(t *testing.T) {
 			t.Fatalf("%d adds: a slice of %d for %d accounts", n, cap(d.dids), len(want))
 		}
 	}
+	// A popular target's links from few accounts: the slice stays near
+	// the accounts' number, not the links'.
+	var d didSet
+	for i := range 200_000 {
+		d.add(uint64(i*7919) % 1000)
+	}
+	if d.len() != 1000 || cap(d.dids) > 4*1000+2*didSetMin {
+		t.Fatalf("200,000 adds of 1,000 accounts: %d accounts in a slice of %d", d.len(), cap(d.dids))
+	}
 }
 
 // allOf refuses past its bound (errTooMany), not after reading the
