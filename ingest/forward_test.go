@@ -432,3 +432,67 @@ func TestWriterRoomConcurrentSources(t *testing.T) {
 		t.Fatalf("%d forward entries, want %d", fwd, want)
 	}
 }
+
+// The writer names the hashed targets of records with forward entries
+// only (two links or more), at most TargetNamesPerRecordMax of a record,
+// none longer than TargetNameBytesMax; a record of one link names none.
+func TestWriterTargetNames(t *testing.T) {
+	ctx := context.Background()
+	w, node, store, _ := forwardWriter(t)
+	const bob = "did:plc:r2zybk6op3ymzpz6jhqpkoy5"
+	at := int64(1783175888000000)
+	apply := func(rkey string, rec map[string]any) {
+		t.Helper()
+		at++
+		if err := w.Apply(ctx, "js", fmt.Sprint(at), ptr(jsCommit(t, at, bob, "create", "app.bsky.feed.post", rkey, rec))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := func(i int) string { return fmt.Sprintf("https://example.com/names/%d", i) }
+	long := "https://example.com/" + strings.Repeat("l", TargetNameBytesMax)
+	// One link: no forward entries, no name.
+	apply("3mptbyplj5d2a", map[string]any{"text": "a", "embed": map[string]any{"$type": "app.bsky.embed.external", "external": map[string]any{"uri": "https://example.com/single", "title": "", "description": ""}}})
+	// More hashed targets than a record may name, and a long one first.
+	urls := []string{long}
+	for i := range TargetNamesPerRecordMax + 4 {
+		urls = append(urls, url(i))
+	}
+	apply("3mptbyplj5d3a", map[string]any{"text": "many", "facets": linkFacets(urls...)})
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	view, err := lsm.OpenView(ctx, lsm.NewCatalog(t.TempDir(), store), node.FSM.Manifest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec := &link.Codec{Outlines: node.FSM, Names: lsm.NewNameMap(lsm.NewReader(store, nil), lsm.Views(func() *lsm.View { return view }), 0)}
+	named := func(u string) bool {
+		t.Helper()
+		tg, err := link.ParseTarget(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, ok, err := codec.RenderHashedTarget(codec.TargetKey(&tg))
+		if err != nil || (ok && s != tg.Norm) {
+			t.Fatalf("%s: %q, %v", u, s, err)
+		}
+		return ok
+	}
+	if named("https://example.com/single") {
+		t.Fatal("the target of a record of one link was named")
+	}
+	if named(long) {
+		t.Fatalf("a target of %d bytes was named", len(long))
+	}
+	n := 0
+	for i := range TargetNamesPerRecordMax + 4 {
+		if named(url(i)) {
+			n++
+		}
+	}
+	if n != TargetNamesPerRecordMax {
+		t.Fatalf("%d targets of one record named, want %d", n, TargetNamesPerRecordMax)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -39,6 +39,17 @@ func namesRun(ctx context.Context, w *Writer, b *lsm.NameBatch) (lsm.Run, error)
 	return run, nil
 }
 
+// What the text of hashed targets one record may add to the names tree
+// (link.Codec.NameTarget), which never deletes a name: the first
+// TargetNamesPerRecordMax hashed targets of a record with forward
+// entries, each of at most TargetNameBytesMax bytes (a longer one, and the
+// rest, render as their hash in many-to-many answers). Under 17 KiB a
+// record, where its links may take 512 targets of 2 KiB.
+const (
+	TargetNamesPerRecordMax = 16
+	TargetNameBytesMax      = 1024
+)
+
 // ErrWriterFailed: a read the writer needs to encode an operation failed
 // (the PLC map or the names tree in the bucket: link.ErrLookup). The
 // operation is not skipped: the writer stops, and the write path starts

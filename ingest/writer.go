@@ -142,7 +142,7 @@ type Writer struct {
 		clockSeen   uint64 // the clock after this writer's barrier or its last reservation
 		ex          extract.Extractor
 		bls         []link.Backlink    // linksLocked's scratch: one record's backlinks
-		keys        []link.RecordID    // linksLocked's scratch: their targets' keys
+		linkOf      []int              // linksLocked's scratch: the link each backlink is of
 		compactions []compactionResult // offered, for the next flush
 		lastFlush   time.Time
 		// resyncs counts resync requests per DID: a finished resync clears
@@ -388,18 +388,35 @@ func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, sta
 		w.skipLog.log(w.log, source, "links_dropped", "position", op.Seq, "did", op.DID, "collection", op.Collection, "rkey", op.RKey,
 			"too_deep", st.TooDeep, "too_many", st.TooManyLinks, "path_too_long", st.PathTooLong, "target_too_long", st.TargetTooLong, "invalid", st.Invalid)
 	}
-	keys := w.mu.keys[:0]
+	// Each link's key and location; a link whose path cannot be encoded
+	// is skipped (bad_path) before anything of the record is buffered.
+	bls := w.mu.bls[:0]
 	for i := range links {
-		keys = append(keys, w.codec.TargetKey(&links[i].Target)) // never an outline: a target is anyone's string (link.Codec.TargetKey)
+		l := &links[i]
+		loc, err := w.codec.Location(l.Path, l.StrongRef, true)
+		if err != nil {
+			w.skipOp(source, "bad_path", op, err)
+			continue
+		}
+		tgt := w.codec.TargetKey(&l.Target) // never an outline: a target is anyone's string (link.Codec.TargetKey)
+		bls = append(bls, link.Backlink{Target: tgt, Source: src, Location: loc, SourceRev: stamp})
+		w.mu.linkOf = append(w.mu.linkOf[:len(bls)-1], i)
 	}
-	w.mu.keys = keys
-	if len(links) >= 2 {
-		// Forward entries will name these targets: store the strings of
+	w.mu.bls = bls
+	if len(bls) >= 2 {
+		// Forward entries will name these targets: store the text of
 		// those written under their hash, for the answers that meet them
-		// there (Codec.NameTarget), before any link of the record is
-		// buffered (a failed read applies the record again).
-		for i := range links {
-			err := w.codec.NameTarget(&links[i].Target, keys[i])
+		// there (Codec.NameTarget), before the record's links are
+		// buffered (a failed read applies the record again). Names are
+		// never deleted, so what one record may add is bounded.
+		named := 0
+		for j := range bls {
+			t := &links[w.mu.linkOf[j]].Target
+			if !bls[j].Target.IsHashed() || named == TargetNamesPerRecordMax || len(t.Norm) > TargetNameBytesMax {
+				continue
+			}
+			named++
+			err := w.codec.NameTarget(t, bls[j].Target)
 			if errors.Is(err, link.ErrLookup) {
 				return w.failLookup(err)
 			}
@@ -414,23 +431,12 @@ func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, sta
 			w.metrics.Links.WithLabelValues(source).Add(float64(added))
 		}
 	}()
-	bls := w.mu.bls[:0]
-	for i := range links {
-		l := &links[i]
-		tgt := keys[i]
-		loc, err := w.codec.Location(l.Path, l.StrongRef, true)
-		if err != nil {
-			w.skipOp(source, "bad_path", op, err)
-			continue
-		}
-		bl := link.Backlink{Target: tgt, Source: src, Location: loc, SourceRev: stamp}
-		if err := w.mu.links.AddBacklink(&bl); err != nil {
+	for i := range bls {
+		if err := w.mu.links.AddBacklink(&bls[i]); err != nil {
 			return err
 		}
 		added++
-		bls = append(bls, bl)
 	}
-	w.mu.bls = bls
 	if len(bls) >= 2 {
 		fk := link.ForwardKey(src)
 		for i := range bls {
