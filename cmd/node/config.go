@@ -109,7 +109,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.IntVar(&c.compactionFanIn, "compaction-fan-in", lsm.DefaultCompactionFanIn, "flushes (delta runs) of a size tier merged by one compaction (2..64); merged runs are merged twice as many at a time")
 	fs.DurationVar(&c.compactionInterval, "compaction-interval", 5*time.Second, "how often the leader looks for a merge due (100ms..1h)")
 	fs.Int64Var(&c.cacheBytes, "cache-bytes", lsm.DefaultCacheBytes, "bound of the decoded-frame cache, bytes (1 MiB..1 TiB)")
-	fs.Int64Var(&c.largeReadMemory, "large-read-memory", lsm.DefaultLargeReadMemory, "bound of the memory that reads of large targets hold at once, bytes (counts and folded answers of targets of more than ~65,000 links, about 256 bytes a link, one read at most all of it; the others wait their turn, answering 503 Busy if their query's time runs out); 0: no bound (1 MiB..1 TiB, or 0)")
+	fs.Int64Var(&c.largeReadMemory, "large-read-memory", lsm.DefaultLargeReadMemory, "bound of the memory that reads of large targets hold at once, bytes (counts and folded answers, such as DID lists, of targets of more than ~65,000 links between each run's first and last frame: 128 bytes a link planned, twice for a full window of ~1M links, one read at most all of it; the others wait their turn without an execution slot, answering 503 Busy if their query's time runs out); 0: no bound (1 MiB..1 TiB, or 0)")
 	fs.StringVar(&c.memoryLimit, "memory-limit", "auto", "soft limit of the Go runtime's memory, bytes (64 MiB..1 TiB; over GOMEMLIMIT): the collector works harder as the heap nears it instead of letting it grow to twice what is live; auto: GOMEMLIMIT if the environment sets it, else 3/4 of the memory the node may use (its cgroup's limit, else the machine's), at least 64 MiB; off: none (over GOMEMLIMIT too)")
 	fs.Int64Var(&c.metaCacheBytes, "meta-cache-bytes", 0, "0: table metadata is read in place from its files in the data directory (mapped; the page cache holds what is hot); else the bound of a cache of decoded metadata, bytes (1 MiB..1 TiB; the rest decoded again from the data directory)")
 	fs.DurationVar(&c.readyLagMax, "ready-lag-max", 30*time.Second, "/readyz answers 503 when this node has not heard from the leader, or has not served a manifest generation the leader had, for longer than this (500ms..1h)")
@@ -484,7 +484,7 @@ func (c *config) logged() []any {
 		"meta-cache-bytes": strconv.FormatInt(c.metaCacheBytes, 10), "memory-limit": c.memoryLimit,
 		"ready-lag-max": c.readyLagMax.String(), "log-level": c.logLevel, "config": c.configFile,
 		"client-rate": strconv.FormatFloat(c.clientRate, 'f', -1, 64), "client-burst": strconv.Itoa(c.clientBurst),
-		"client-in-flight": strconv.Itoa(c.clientInFlight), "trusted-proxies": c.trustedProxies, "query-slots": strconv.Itoa(c.querySlots), "client-slots": strconv.Itoa(c.clientSlots), "client-pace-gap": c.clientPaceGap.String(), "client-conns": strconv.Itoa(c.clientConns),
+		"client-in-flight": strconv.Itoa(c.clientInFlight), "trusted-proxies": c.trustedProxies, "query-slots": strconv.Itoa(c.querySlots), "large-read-memory": strconv.FormatInt(c.largeReadMemory, 10), "client-slots": strconv.Itoa(c.clientSlots), "client-pace-gap": c.clientPaceGap.String(), "client-conns": strconv.Itoa(c.clientConns),
 		"gc-grace": c.gcGrace.String(), "compaction-fan-in": strconv.Itoa(c.compactionFanIn), "compaction-interval": c.compactionInterval.String(),
 	}
 	names := make([]string, 0, len(vals))
