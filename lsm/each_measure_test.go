@@ -13,6 +13,7 @@ import (
 
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm/workload"
+	"github.com/eddy-backlinks/eddy/objstore"
 )
 
 var (
@@ -31,12 +32,7 @@ var (
 //	bin/eddy-bench lsm --shape backfill --links 40000000 --mega-links 10000000 --no-pebble --keep --tmp DIR --json
 //	go test ./lsm -run TestMeasureEachMemory -v -lsm.measure-dir DIR/eddy-bench-*
 func TestMeasureEachMemory(t *testing.T) {
-	db, _ := openMeasuredIndex(t)
-	st, err := workload.NewStream(workload.StreamConfig{Links: *lsmMeasureLinks, MegaLinks: *lsmMeasureMega, Seed: 1, Shape: workload.ShapeBackfill})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := st.Sample[workload.Mega].ID
+	db, _, id := openMeasuredMega(t)
 	ctx := context.Background()
 	v := db.View()
 	measure := func(what string, f func() int) {
@@ -127,12 +123,7 @@ func heapPeak(f func() int) (n int, heap, alloc uint64, el time.Duration) {
 //
 //	go test ./lsm -run TestMeasureConcurrentCounts -v -lsm.measure-dir DIR/eddy-bench-*
 func TestMeasureConcurrentCounts(t *testing.T) {
-	db, store := openMeasuredIndex(t)
-	st, err := workload.NewStream(workload.StreamConfig{Links: *lsmMeasureLinks, MegaLinks: *lsmMeasureMega, Seed: 1, Shape: workload.ShapeBackfill})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := st.Sample[workload.Mega].ID
+	db, store, id := openMeasuredMega(t)
 	v := db.View()
 	for _, bound := range []int64{0, DefaultLargeReadMemory} {
 		for _, n := range []int{1, 4, 16} {
@@ -167,4 +158,16 @@ func TestMeasureConcurrentCounts(t *testing.T) {
 				bound>>20, n, float64(heap)/1e6, el.Round(time.Millisecond), done.Load(), busy.Load(), late.Load())
 		}
 	}
+}
+
+// openMeasuredMega opens the kept index of -lsm.measure-dir and names the
+// mega target of its run (-lsm.measure-links, -lsm.measure-mega-links).
+func openMeasuredMega(t *testing.T) (*DB, objstore.Store, link.RecordID) {
+	t.Helper()
+	db, store := openMeasuredIndex(t)
+	st, err := workload.NewStream(workload.StreamConfig{Links: *lsmMeasureLinks, MegaLinks: *lsmMeasureMega, Seed: 1, Shape: workload.ShapeBackfill})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, store, st.Sample[workload.Mega].ID
 }
