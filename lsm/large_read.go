@@ -113,7 +113,9 @@ func (r *Reader) admitLarge(ctx context.Context, lr *largeRead, w window, s *que
 		if hooked && h.Leave != nil {
 			h.Leave()
 		}
+		r.largeWaiting.Add(1)
 		err := sem.Acquire(ctx, n)
+		r.largeWaiting.Add(-1)
 		if hooked && h.Back != nil {
 			if berr := h.Back(ctx); berr != nil {
 				if err == nil {
@@ -127,13 +129,21 @@ func (r *Reader) admitLarge(ctx context.Context, lr *largeRead, w window, s *que
 		}
 	}
 	lr.sem, lr.held = sem, n
+	r.largeHeld.Add(n)
 	return nil
 }
 
 // releaseLarge gives back what a read took.
 func (r *Reader) releaseLarge(lr *largeRead) {
 	if lr.held > 0 {
+		r.largeHeld.Add(-lr.held)
 		lr.sem.Release(lr.held)
 		lr.held = 0
 	}
+}
+
+// LargeReadStats is the bound on large reads' memory (0: none), the bytes
+// reads hold of it, and the reads waiting for their share.
+func (r *Reader) LargeReadStats() (bound, held, waiting int64) {
+	return r.largeCap, r.largeHeld.Load(), r.largeWaiting.Load()
 }

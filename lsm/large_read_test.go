@@ -74,6 +74,9 @@ func TestLargeReadMemory(t *testing.T) {
 	}
 	r.SetLargeReadMemory(1 << 20) // less than one large read's share: one at a time
 	release, done = hold()
+	if bound, held, waiting := r.LargeReadStats(); bound != 1<<20 || held != 1<<20 || waiting != 0 {
+		t.Fatalf("one large read holding the bound: stats %d %d %d", bound, held, waiting)
+	}
 	busy("bounded, beside another")
 	// A server's hooks: the slot left while the read waits, taken back
 	// after, whether the wait ends with the share or without it.
@@ -95,6 +98,9 @@ func TestLargeReadMemory(t *testing.T) {
 	release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	if _, held, waiting := r.LargeReadStats(); held != 0 || waiting != 0 {
+		t.Fatalf("no read: %d bytes held, %d waiting", held, waiting)
 	}
 	free("bounded, alone")
 	// A read that fails gives its share back.

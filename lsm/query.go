@@ -40,6 +40,8 @@ type Reader struct {
 	// nil: unbounded.
 	large    *semaphore.Weighted
 	largeCap int64
+	// What large reads hold of it, and how many wait (LargeReadStats).
+	largeHeld, largeWaiting atomic.Int64
 }
 
 // NewReader returns a reader over store with a frame cache.

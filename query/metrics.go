@@ -28,6 +28,9 @@ type Metrics struct {
 	// StoreUnavailable counts queries answered 503 StoreUnavailable: the
 	// object store did not answer (set it as Server.StoreUnavailable).
 	StoreUnavailable prometheus.Counter // eddy_query_store_unavailable_total
+	// Busy counts queries answered 503 Busy: a read of a large target
+	// whose time ran out waiting for its share (set it as Server.Busy).
+	Busy prometheus.Counter // eddy_query_busy_total
 
 	mu        sync.Mutex
 	endpoints map[string]bool
@@ -54,13 +57,17 @@ func NewMetrics() *Metrics {
 			Name: "eddy_query_store_unavailable_total",
 			Help: "Queries that needed the object store while it did not answer (or answered a server error); answered 503 StoreUnavailable, to be retried.",
 		}),
+		Busy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "eddy_query_busy_total",
+			Help: "Queries answered 503 Busy: a read of a large target whose time ran out waiting for its share of --large-read-memory.",
+		}),
 		endpoints: map[string]bool{},
 	}
 }
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Seconds, m.InFlight, m.Corrupt, m.MissingTable, m.StoreUnavailable} {
+	for _, c := range []prometheus.Collector{m.Seconds, m.InFlight, m.Corrupt, m.MissingTable, m.StoreUnavailable, m.Busy} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

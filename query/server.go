@@ -82,6 +82,9 @@ type Server struct {
 	// StoreUnavailable, when set, counts the queries answered 503
 	// StoreUnavailable (Metrics.StoreUnavailable).
 	StoreUnavailable prometheus.Counter
+	// Busy, when set, counts the queries answered 503 Busy
+	// (Metrics.Busy).
+	Busy prometheus.Counter
 	// MinGenerationWait bounds a query's wait for the generation its
 	// minGeneration asks for (default MinGenerationWaitMax).
 	MinGenerationWait time.Duration
@@ -353,6 +356,9 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 				case errors.Is(err, lsm.ErrTooBig):
 					ae = &apiError{http.StatusBadRequest, "QueryTooBig", err.Error()}
 				case errors.Is(err, lsm.ErrBusy):
+					if s.Busy != nil {
+						s.Busy.Inc()
+					}
 					w.Header().Set("Retry-After", "1")
 					ae = &apiError{http.StatusServiceUnavailable, "Busy", "this node is reading other large targets and this query's time ran out waiting for its turn; retry, or ask another node"}
 				case corrupt.Note(s.Corrupt, s.Log, r.URL.Path, err):

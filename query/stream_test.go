@@ -11,6 +11,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
 )
@@ -93,6 +95,8 @@ func TestAllOfBound(t *testing.T) {
 // (lsm.ErrBusy) is answered 503 Busy with Retry-After, not 500.
 func TestBusyAnswer(t *testing.T) {
 	f := newFixture(t)
+	m := NewMetrics()
+	f.qs.Busy = m.Busy
 	h := f.qs.wrap(func(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
 		return nil, fmt.Errorf("count: %w: %w", lsm.ErrBusy, context.DeadlineExceeded)
 	})
@@ -101,5 +105,8 @@ func TestBusyAnswer(t *testing.T) {
 	var e map[string]string
 	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != http.StatusServiceUnavailable || e["error"] != "Busy" || e["message"] == "" || rec.Header().Get("Retry-After") == "" {
 		t.Fatalf("%d %q %v: want 503 Busy with Retry-After", rec.Code, rec.Body.String(), err)
+	}
+	if n := testutil.ToFloat64(m.Busy); n != 1 {
+		t.Fatalf("eddy_query_busy_total %v, want 1", n)
 	}
 }

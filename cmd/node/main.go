@@ -153,6 +153,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	qs.Corrupt, views.Corrupt = queryMetrics.Corrupt, queryMetrics.Corrupt // eddy_corrupt_total{tree}
 	qs.MissingTable = queryMetrics.MissingTable                            // eddy_query_missing_table_total
 	qs.StoreUnavailable = queryMetrics.StoreUnavailable                    // eddy_query_store_unavailable_total
+	qs.Busy = queryMetrics.Busy                                            // eddy_query_busy_total
 	proxies, _ := query.ParseTrustedProxies(c.trustedProxies)              // checked with the configuration
 	qs.Clients = query.NewClientLimiter(query.ClientLimits{Rate: c.clientRate, Burst: c.clientBurst, InFlight: c.clientInFlight, TrustedProxies: proxies, RefusalDelay: query.DefaultRefusalDelay, Slots: c.querySlots, SlotsPerClient: c.clientSlots, PaceGap: cmp.Or(c.clientPaceGap, -1), Conns: cmp.Or(c.clientConns, -1)})
 	if qs.Clients != nil {
@@ -160,7 +161,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	}
 	reg.MustRegister(node.Metrics())
 	reg.MustRegister(metaCacheCollectors(cat)...)
-	reg.MustRegister(nodeCollectors(node, cache, c.compactionFanIn)...)
+	reg.MustRegister(nodeCollectors(node, cache, reader, c.compactionFanIn)...)
 	reg.MustRegister(dataDirCollector(c.dataDir))
 	ready := newReadiness(node, views, c.readyLagMax, token, c.sourceAddr)
 	ready.store = store

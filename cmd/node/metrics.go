@@ -10,9 +10,9 @@ import (
 )
 
 // nodeCollectors are the node's metrics that read state at scrape time:
-// the frame cache, the compaction backlog (at fanIn), the replicated
-// garbage list and the build.
-func nodeCollectors(node *cluster.Node, cache *lsm.FrameCache, fanIn int) []prometheus.Collector {
+// the frame cache, the reader's large reads, the compaction backlog (at
+// fanIn), the replicated garbage list and the build.
+func nodeCollectors(node *cluster.Node, cache *lsm.FrameCache, reader *lsm.Reader, fanIn int) []prometheus.Collector {
 	counter := func(name, help string, f func(lsm.CacheStats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(cache.Stats())) })
 	}
@@ -27,6 +27,14 @@ func nodeCollectors(node *cluster.Node, cache *lsm.FrameCache, fanIn int) []prom
 		gauge("eddy_frame_cache_bytes", "Decoded bytes held by the frame cache.", func(s lsm.CacheStats) float64 { return float64(s.Bytes) }),
 		gauge("eddy_frame_cache_max_bytes", "Bound of the frame cache (--cache-bytes).", func(s lsm.CacheStats) float64 { return float64(s.MaxBytes) }),
 		gauge("eddy_frame_cache_frames", "Frames held by the frame cache.", func(s lsm.CacheStats) float64 { return float64(s.Frames) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_large_read_bytes", Help: "Memory that reads of large targets (counts, DID lists, /links/all) hold of --large-read-memory."}, func() float64 {
+			_, held, _ := reader.LargeReadStats()
+			return float64(held)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_large_read_waiting", Help: "Reads of large targets waiting for their share of --large-read-memory."}, func() float64 {
+			_, _, waiting := reader.LargeReadStats()
+			return float64(waiting)
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eddy_gc_pending_tables", Help: "Tables that left the manifest and wait for deletion (the replicated garbage list; the same on every node)."}, func() float64 {
 			return float64(node.FSM.GarbageStats().Tables)
 		}),
