@@ -8,8 +8,10 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -108,5 +110,75 @@ func TestBusyAnswer(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(m.Busy); n != 1 {
 		t.Fatalf("eddy_query_busy_total %v, want 1", n)
+	}
+}
+
+// A query whose read of a large target waits for its share of the bound
+// gives back its execution slot meanwhile: on a node of one slot, a small
+// query answers while it waits, and it answers once the share is free.
+func TestLargeReadWaitsWithoutSlot(t *testing.T) {
+	f := newFixture(t)
+	for i := range 100_000 {
+		f.write(like(i))
+	}
+	f.flush()
+	f.qs.Clients = NewClientLimiter(ClientLimits{InFlight: 8, Slots: 1, SlotsPerClient: 1, PaceGap: -1, Conns: -1})
+	f.qs.Reader.SetLargeReadMemory(1 << 20)
+	v, release := f.views.Acquire()
+	defer release()
+	tg, err := link.ParseTarget(post)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := f.codec.TargetKeys(&tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Hold the share: a read of the large target whose callback waits.
+	entered, leave, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		once := false
+		_, err := f.qs.Reader.Each(context.Background(), v, keys[0], lsm.Filter{}, func([]link.Backlink) error {
+			if !once {
+				once = true
+				close(entered)
+				<-leave
+			}
+			return nil
+		})
+		held <- err
+	}()
+	<-entered
+	if _, h, _ := f.qs.Reader.LargeReadStats(); h == 0 {
+		t.Fatal("the large target's read took no share: the test needs a larger target")
+	}
+	count := make(chan int, 1)
+	go func() {
+		var out totalOut
+		code, _ := f.get("/xrpc/blue.microcosm.links.getBacklinksCount", url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}}, &out)
+		if out.Total != 100_000 {
+			code = -int(out.Total)
+		}
+		count <- code
+	}()
+	for { // the count waits for its share
+		if _, _, w := f.qs.Reader.LargeReadStats(); w == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	l0, _ := like(0)
+	start := time.Now()
+	var small totalOut
+	code, _ := f.get("/xrpc/blue.microcosm.links.getBacklinksCount", url.Values{"subject": {l0}, "source": {"app.bsky.feed.like:subject.uri"}}, &small)
+	if code != 200 || time.Since(start) > 2*time.Second {
+		t.Fatalf("a small query beside a waiting large read, one slot: %d after %v", code, time.Since(start))
+	}
+	close(leave)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if code := <-count; code != 200 {
+		t.Fatalf("the large count, once the share was free: %d", code)
 	}
 }
