@@ -78,9 +78,9 @@ func (r *Reader) SetLargeReadMemory(n int64) {
 
 // admitLarge decides, once a read's first window is planned (s.groups),
 // whether it is large (more than largeReadMin links planned), and if so
-// takes its share of the bound: two
-// windows' worth when the window is full (more may follow, and the next
-// is read while this one is checked), else this one's.
+// takes its share of the bound: two windows' worth when the window is
+// full (more may follow, and the next is read while this one is
+// checked), else this one's.
 func (r *Reader) admitLarge(ctx context.Context, lr *largeRead, w window, s *queryScratch) error {
 	if lr == nil || lr.decided {
 		return nil
