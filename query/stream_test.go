@@ -161,9 +161,17 @@ func TestLargeReadWaitsWithoutSlot(t *testing.T) {
 		}
 		count <- code
 	}()
-	for { // the count waits for its share
+	for deadline := time.Now().Add(10 * time.Second); ; { // the count waits for its share
 		if _, _, w := f.qs.Reader.LargeReadStats(); w == 1 {
 			break
+		}
+		select {
+		case code := <-count:
+			t.Fatalf("the large count answered %d before waiting for its share", code)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the large count never waited for its share")
 		}
 		time.Sleep(time.Millisecond)
 	}
