@@ -51,7 +51,10 @@ type largeRead struct {
 // WaitHooks let a server give back what a query holds while its read of
 // a large target waits for its share (WithWaitHooks): Leave is called
 // before the wait, Back after it (with the share, or without it once the
-// context ended); Back's error fails the read (ErrBusy).
+// context ended); Back's error fails the read (wrapped as it is: not
+// ErrBusy, which is the wait's). They are called from the goroutine that
+// made the read, one read of a query at a time (a server that runs a
+// query's reads at once serializes them).
 type WaitHooks struct {
 	Leave func()
 	Back  func(ctx context.Context) error
@@ -121,7 +124,7 @@ func (r *Reader) admitLarge(ctx context.Context, lr *largeRead, w window, s *que
 				if err == nil {
 					sem.Release(n)
 				}
-				return fmt.Errorf("%w (%d links planned): %w", ErrBusy, links, berr)
+				return fmt.Errorf("lsm: a read of a large target (%d links planned), after waiting for its share: %w", links, berr)
 			}
 		}
 		if err != nil {

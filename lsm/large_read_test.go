@@ -109,6 +109,32 @@ func TestLargeReadMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	free("bounded, after a failed read")
+	// A read whose Back fails after it got its share gives the share back
+	// and fails with Back's error, not ErrBusy.
+	release, done = hold()
+	noSlot := errors.New("no slot")
+	backFails := WithWaitHooks(ctx, WaitHooks{Leave: func() {}, Back: func(context.Context) error { return noSlot }})
+	failed := make(chan error, 1)
+	go func() { _, _, err := r.Count(backFails, v, mega, Filter{}); failed <- err }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, _, w := r.LargeReadStats(); w == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second read never waited")
+		}
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-failed; !errors.Is(err, noSlot) || errors.Is(err, ErrBusy) {
+		t.Fatalf("a read whose Back failed: %v, want Back's error", err)
+	}
+	if _, held, _ := r.LargeReadStats(); held != 0 {
+		t.Fatalf("%d bytes held after a read whose Back failed", held)
+	}
+	free("bounded, after a read whose Back failed")
 	// A panic in fn (on the goroutine of a window not the last) is the
 	// read's error, not the process's end; its share is given back.
 	if _, err := r.Each(ctx, v, mega, Filter{}, func([]link.Backlink) error { panic("a callback's bug") }); err == nil || !strings.Contains(err.Error(), "a callback's bug") {

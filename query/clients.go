@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/eddy-backlinks/eddy/lsm"
 )
 
 // ClientLimits bound what one client may ask of one node, so that a
@@ -320,12 +322,6 @@ type admission struct {
 // bounded by ctx and SlotWaitMax.
 func (a *admission) run(ctx context.Context) error {
 	l := a.l
-	l.mu.Lock()
-	held := a.running // a slot is never taken twice (lsm.WaitHooks' Back)
-	l.mu.Unlock()
-	if held {
-		return nil
-	}
 	if err := a.pace(ctx); err != nil {
 		return err
 	}
@@ -462,6 +458,32 @@ func (a *admission) leaveSlot() {
 	a.l.mu.Lock()
 	defer a.l.mu.Unlock()
 	a.leaveSlotLocked()
+}
+
+// waitHooks lets the query's reads of large targets give back its slot
+// while they wait for their share of lsm's bound on them: the slot is
+// left when the first of them waits, and taken again when the last is
+// done waiting, so reads of one query at once never take two slots.
+func (a *admission) waitHooks() lsm.WaitHooks {
+	var mu sync.Mutex
+	waiting := 0
+	return lsm.WaitHooks{
+		Leave: func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if waiting++; waiting == 1 {
+				a.leaveSlot()
+			}
+		},
+		Back: func(ctx context.Context) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if waiting--; waiting == 0 {
+				return a.run(ctx)
+			}
+			return nil
+		},
+	}
 }
 
 // release ends the query: it leaves its slot, and is no longer in flight

@@ -344,7 +344,7 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 			}
 			// A read of a large target waiting for its turn (lsm's bound on
 			// their memory) does not hold an execution slot meanwhile.
-			ctx = lsm.WithWaitHooks(ctx, lsm.WaitHooks{Leave: adm.leaveSlot, Back: adm.run})
+			ctx = lsm.WithWaitHooks(ctx, adm.waitHooks())
 		}
 		out, err := h(ctx, r, v)
 		if err != nil {
@@ -355,6 +355,10 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 				switch {
 				case errors.Is(err, lsm.ErrTooBig):
 					ae = &apiError{http.StatusBadRequest, "QueryTooBig", err.Error()}
+				case errors.Is(err, errSlotWait):
+					// A read that waited for its share got no slot back.
+					w.Header().Set("Retry-After", "1")
+					ae = &apiError{http.StatusTooManyRequests, "RateLimitExceeded", "this node is saturated (no execution slot within " + SlotWaitMax.String() + "); retry, or ask another node"}
 				case errors.Is(err, lsm.ErrBusy):
 					if s.Busy != nil {
 						s.Busy.Inc()

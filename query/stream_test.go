@@ -94,7 +94,8 @@ func TestAllOfBound(t *testing.T) {
 }
 
 // A read of a large target that waited past its query's time for its turn
-// (lsm.ErrBusy) is answered 503 Busy with Retry-After, not 500.
+// (lsm.ErrBusy) is answered 503 Busy with Retry-After, not 500, and
+// counted; one that got no execution slot back after its wait, 429.
 func TestBusyAnswer(t *testing.T) {
 	f := newFixture(t)
 	m := NewMetrics()
@@ -110,6 +111,16 @@ func TestBusyAnswer(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(m.Busy); n != 1 {
 		t.Fatalf("eddy_query_busy_total %v, want 1", n)
+	}
+	// A read that had its share but got no slot back is 429, not Busy.
+	h = f.qs.wrap(func(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
+		return nil, fmt.Errorf("count: after waiting for its share: %w", errSlotWait)
+	})
+	rec = httptest.NewRecorder()
+	h(rec, httptest.NewRequest("GET", "/xrpc/blue.microcosm.links.getBacklinksCount?subject=did:plc:x&source=a.b.c:d", nil))
+	e = nil
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != http.StatusTooManyRequests || e["error"] != "RateLimitExceeded" || testutil.ToFloat64(m.Busy) != 1 {
+		t.Fatalf("%d %q %v: want 429 RateLimitExceeded, Busy not counted", rec.Code, rec.Body.String(), err)
 	}
 }
 
@@ -188,5 +199,41 @@ func TestLargeReadWaitsWithoutSlot(t *testing.T) {
 	}
 	if code := <-count; code != 200 {
 		t.Fatalf("the large count, once the share was free: %d", code)
+	}
+}
+
+// A query's wait hooks leave its slot when the first of its reads waits
+// and take one back when the last is done waiting: reads of one query at
+// once never hold two slots, and the query's end frees what it holds.
+func TestWaitHooksOneSlot(t *testing.T) {
+	l := NewClientLimiter(ClientLimits{InFlight: 8, Slots: 4, SlotsPerClient: 4, PaceGap: -1, Conns: -1})
+	free := func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.mu.free
+	}
+	adm, refused := l.acquire(httptest.NewRequest("GET", "/xrpc/x", nil), url.Values{})
+	if refused != nil {
+		t.Fatal(refused.ae)
+	}
+	ctx := context.Background()
+	if err := adm.run(ctx); err != nil || free() != 3 {
+		t.Fatalf("run: %v, %d slots free", err, free())
+	}
+	h := adm.waitHooks()
+	h.Leave()
+	h.Leave() // a second read of the query waits too
+	if free() != 4 {
+		t.Fatalf("two reads waiting: %d slots free, want 4", free())
+	}
+	if err := h.Back(ctx); err != nil || free() != 4 {
+		t.Fatalf("one read back of two: %v, %d slots free, want 4", err, free())
+	}
+	if err := h.Back(ctx); err != nil || free() != 3 {
+		t.Fatalf("both back: %v, %d slots free, want 3", err, free())
+	}
+	adm.release()
+	if free() != 4 {
+		t.Fatalf("after the query: %d slots free, want 4", free())
 	}
 }
