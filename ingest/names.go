@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/eddy-backlinks/eddy/extract"
+	"github.com/eddy-backlinks/eddy/ingest/event"
+	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
 )
 
@@ -49,6 +52,32 @@ const (
 	TargetNamesPerRecordMax = 16
 	TargetNameBytesMax      = 1024
 )
+
+// nameTargetsLocked stores the text of the targets of a record with
+// forward entries that are written under their hash (bls, the record's
+// backlinks; w.mu.linkOf, the link of each), for the answers that meet
+// them there (link.Codec.NameTarget): at most TargetNamesPerRecordMax of
+// them, of at most TargetNameBytesMax bytes. A failed read of the names
+// tree stops the writer (the record is applied again); any other failure
+// is counted and the links stay, unnamed.
+func (w *Writer) nameTargetsLocked(source string, op *event.Op, links []extract.Link, bls []link.Backlink) error {
+	named := 0
+	for j := range bls {
+		t := &links[w.mu.linkOf[j]].Target
+		if !bls[j].Target.IsHashed() || named == TargetNamesPerRecordMax || len(t.Norm) > TargetNameBytesMax {
+			continue
+		}
+		named++
+		err := w.codec.NameTarget(t, bls[j].Target)
+		if errors.Is(err, link.ErrLookup) {
+			return w.failLookup(err)
+		}
+		if err != nil {
+			w.skipOp(source, "target_unnamed", op, err)
+		}
+	}
+	return nil
+}
 
 // ErrWriterFailed: a read the writer needs to encode an operation failed
 // (the PLC map or the names tree in the bucket: link.ErrLookup). The

@@ -403,26 +403,9 @@ func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, sta
 		w.mu.linkOf = append(w.mu.linkOf[:len(bls)-1], i)
 	}
 	w.mu.bls = bls
-	if len(bls) >= 2 {
-		// Forward entries will name these targets: store the text of
-		// those written under their hash, for the answers that meet them
-		// there (Codec.NameTarget), before the record's links are
-		// buffered (a failed read applies the record again). Names are
-		// never deleted, so what one record may add is bounded.
-		named := 0
-		for j := range bls {
-			t := &links[w.mu.linkOf[j]].Target
-			if !bls[j].Target.IsHashed() || named == TargetNamesPerRecordMax || len(t.Norm) > TargetNameBytesMax {
-				continue
-			}
-			named++
-			err := w.codec.NameTarget(t, bls[j].Target)
-			if errors.Is(err, link.ErrLookup) {
-				return w.failLookup(err)
-			}
-			if err != nil { // the links stay: only the name is missing
-				w.skipOp(source, "target_unnamed", op, err)
-			}
+	if len(bls) >= 2 { // before the record's links are buffered
+		if err := w.nameTargetsLocked(source, op, links, bls); err != nil {
+			return err
 		}
 	}
 	added := 0
