@@ -288,9 +288,15 @@ func (r *Reader) Count(ctx context.Context, v *View, target link.RecordID, filte
 // distinct accounts, its links per collection and path) holds a window
 // of them, not all. links is valid during the call only; fn is never
 // called with none, nor concurrently with itself. Its first error stops
-// the reading and is returned.
+// the reading and is returned; so does ErrTooBig past CandidatesMax
+// links considered, as for All.
 func (r *Reader) Each(ctx context.Context, v *View, target link.RecordID, filter Filter, fn func(links []link.Backlink) error) (Stats, error) {
+	read := 0
 	return r.windows(ctx, v, target, filter, func(cands []link.Backlink, live []bool) error {
+		// As All, at most CandidatesMax links considered.
+		if read += len(cands); read > CandidatesMax {
+			return fmt.Errorf("target %v: more than %d links: %w", target, CandidatesMax, ErrTooBig)
+		}
 		// The live ones moved to the front, in place: the window's
 		// candidates are its scratch's, read again by no one.
 		n := 0
