@@ -33,16 +33,16 @@ type getBacklinksOut struct {
 	Cursor  *string               `json:"cursor"`
 }
 
-func (s *Server) record(id link.RecordID) (constellationRecord, error) {
-	did, err := s.Codec.RenderDID(id.DID)
+func (s *Server) record(ctx context.Context, id link.RecordID) (constellationRecord, error) {
+	did, err := s.codec(ctx).RenderDID(id.DID)
 	if err != nil {
 		return constellationRecord{}, err
 	}
-	coll, err := s.Codec.RenderCollection(id.Collection)
+	coll, err := s.codec(ctx).RenderCollection(id.Collection)
 	if err != nil {
 		return constellationRecord{}, err
 	}
-	rkey, err := s.Codec.RenderRKey(id.RKey)
+	rkey, err := s.codec(ctx).RenderRKey(id.RKey)
 	if err != nil {
 		return constellationRecord{}, err
 	}
@@ -117,10 +117,10 @@ func (s *Server) pageLinks(ctx context.Context, v *lsm.View, lq *linkQuery, afte
 
 // records renders links as Constellation's records, saying which subject
 // and source each matched when the query asked about several.
-func (s *Server) records(lq *linkQuery, links []link.Backlink) ([]constellationRecord, error) {
+func (s *Server) records(ctx context.Context, lq *linkQuery, links []link.Backlink) ([]constellationRecord, error) {
 	out := make([]constellationRecord, 0, len(links))
 	for i := range links {
-		rec, err := s.record(links[i].Source)
+		rec, err := s.record(ctx, links[i].Source)
 		if err != nil {
 			return nil, err
 		}
@@ -136,7 +136,7 @@ func (s *Server) records(lq *linkQuery, links []link.Backlink) ([]constellationR
 // subject, source and did repeat. Newest first (reverse=true: oldest).
 func (s *Server) getBacklinks(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
 	q := r.URL.Query()
-	lq, err := s.parseLinkQuery(q)
+	lq, err := s.parseLinkQuery(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +180,7 @@ func (s *Server) linksPage(ctx context.Context, r *http.Request, v *lsm.View, lq
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	recs, err := s.records(lq, links)
+	recs, err := s.records(ctx, lq, links)
 	if err != nil {
 		return nil, 0, nil, err
 	}
@@ -410,7 +410,7 @@ type totalOut struct {
 // getBacklinksCount: GET /xrpc/blue.microcosm.links.getBacklinksCount?subject=&source=&did=
 // subject, source and did repeat.
 func (s *Server) getBacklinksCount(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
-	lq, err := s.parseLinkQuery(r.URL.Query())
+	lq, err := s.parseLinkQuery(ctx, r.URL.Query())
 	if err != nil {
 		return nil, err
 	}
@@ -564,7 +564,7 @@ func (s *Server) backlinksOf(ctx context.Context, v *lsm.View, sub *subject, q l
 func (s *Server) getBacklinkDids(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
 	q := r.URL.Query()
 	delete(q, "did")
-	lq, err := s.parseLinkQuery(q)
+	lq, err := s.parseLinkQuery(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -601,7 +601,7 @@ func (s *Server) didsPage(ctx context.Context, r *http.Request, v *lsm.View, lq 
 		}
 	}
 	for ; i < len(dids) && len(out.LinkingDids) < limit; i++ {
-		d, err := s.Codec.RenderDID(dids[i])
+		d, err := s.codec(ctx).RenderDID(dids[i])
 		if err != nil {
 			return nil, err
 		}

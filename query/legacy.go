@@ -19,12 +19,12 @@ import (
 // legacyQuery reads target, collection, path and the DID filters (did,
 // repeatable, or from_dids, comma-separated: Constellation's older
 // spelling; not both).
-func (s *Server) legacyQuery(q url.Values, withDIDs bool) (*linkQuery, error) {
+func (s *Server) legacyQuery(ctx context.Context, q url.Values, withDIDs bool) (*linkQuery, error) {
 	raw, err := one(q, "target")
 	if err != nil {
 		return nil, err
 	}
-	sub, err := s.parseSubject("target", raw)
+	sub, err := s.parseSubject(ctx, "target", raw)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +42,7 @@ func (s *Server) legacyQuery(q url.Values, withDIDs bool) (*linkQuery, error) {
 	if path == "" {
 		return nil, badRequest("path is required")
 	}
-	src, err := s.parseSource("path", coll, path)
+	src, err := s.parseSource(ctx, "path", coll, path)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +70,7 @@ func (s *Server) legacyQuery(q url.Values, withDIDs bool) (*linkQuery, error) {
 		}
 		var ok bool
 		lq.didNames = q["did"]
-		lq.filter.DIDs, ok, err = s.didFilter(q, "did")
+		lq.filter.DIDs, ok, err = s.didFilter(ctx, q, "did")
 		if err != nil {
 			return nil, err
 		}
@@ -88,7 +88,7 @@ type linksOut struct {
 
 // links: GET /links?target=&collection=&path=&did=&from_dids=&limit=&cursor=&reverse=
 func (s *Server) links(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
-	lq, err := s.legacyQuery(r.URL.Query(), true)
+	lq, err := s.legacyQuery(ctx, r.URL.Query(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +101,7 @@ func (s *Server) links(ctx context.Context, r *http.Request, v *lsm.View) (any, 
 
 // linksCount: GET /links/count?target=&collection=&path=
 func (s *Server) linksCount(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
-	lq, err := s.legacyQuery(r.URL.Query(), false)
+	lq, err := s.legacyQuery(ctx, r.URL.Query(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func (s *Server) linksCount(ctx context.Context, r *http.Request, v *lsm.View) (
 
 // linksCountDistinctDids: GET /links/count/distinct-dids?target=&collection=&path=
 func (s *Server) linksCountDistinctDids(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
-	lq, err := s.legacyQuery(r.URL.Query(), false)
+	lq, err := s.legacyQuery(ctx, r.URL.Query(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func (s *Server) linksCountDistinctDids(ctx context.Context, r *http.Request, v 
 
 // linksDistinctDids: GET /links/distinct-dids?target=&collection=&path=&limit=&cursor=
 func (s *Server) linksDistinctDids(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
-	lq, err := s.legacyQuery(r.URL.Query(), false)
+	lq, err := s.legacyQuery(ctx, r.URL.Query(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +142,7 @@ func (s *Server) allCounts(ctx context.Context, r *http.Request, v *lsm.View) (m
 	if err != nil {
 		return nil, err
 	}
-	sub, err := s.parseSubject("target", raw)
+	sub, err := s.parseSubject(ctx, "target", raw)
 	if err != nil {
 		return nil, err
 	}
@@ -178,14 +178,14 @@ func (s *Server) allCounts(ctx context.Context, r *http.Request, v *lsm.View) (m
 }
 
 // byCollectionPath renders counts as {"links": {collection: {path: value}}}.
-func byCollectionPath[T any](s *Server, counts map[sourceKey]*pathCounts, value func(*pathCounts) T) (map[string]map[string]map[string]T, error) {
+func byCollectionPath[T any](ctx context.Context, s *Server, counts map[sourceKey]*pathCounts, value func(*pathCounts) T) (map[string]map[string]map[string]T, error) {
 	out := map[string]map[string]map[string]T{"links": {}}
 	for k, c := range counts {
-		coll, err := s.Codec.RenderCollection(k.coll)
+		coll, err := s.codec(ctx).RenderCollection(k.coll)
 		if err != nil {
 			return nil, err
 		}
-		path, err := s.Codec.RenderLocation(link.MakeLocation(k.path, false), link.StyleConstellation)
+		path, err := s.codec(ctx).RenderLocation(link.MakeLocation(k.path, false), link.StyleConstellation)
 		if err != nil {
 			return nil, err
 		}
@@ -204,7 +204,7 @@ func (s *Server) linksAll(ctx context.Context, r *http.Request, v *lsm.View) (an
 	if err != nil {
 		return nil, err
 	}
-	return byCollectionPath(s, counts, func(c *pathCounts) pathCounts { return *c })
+	return byCollectionPath(ctx, s, counts, func(c *pathCounts) pathCounts { return *c })
 }
 
 // linksAllCount: GET /links/all/count?target= — per collection and path,
@@ -214,5 +214,5 @@ func (s *Server) linksAllCount(ctx context.Context, r *http.Request, v *lsm.View
 	if err != nil {
 		return nil, err
 	}
-	return byCollectionPath(s, counts, func(c *pathCounts) int { return c.Records })
+	return byCollectionPath(ctx, s, counts, func(c *pathCounts) int { return c.Records })
 }

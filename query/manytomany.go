@@ -47,7 +47,7 @@ type m2mQuery struct {
 	known  bool      // something can match
 }
 
-func (s *Server) parseM2M(q url.Values, didParam string) (*m2mQuery, error) {
+func (s *Server) parseM2M(ctx context.Context, q url.Values, didParam string) (*m2mQuery, error) {
 	if _, err := one(q, "source"); err != nil { // one source here (sources below parses it)
 		return nil, err
 	}
@@ -55,11 +55,11 @@ func (s *Server) parseM2M(q url.Values, didParam string) (*m2mQuery, error) {
 	if err != nil {
 		return nil, err
 	}
-	srcs, err := s.sources(q)
+	srcs, err := s.sources(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	sub, err := s.parseSubject("subject", raw)
+	sub, err := s.parseSubject(ctx, "subject", raw)
 	if err != nil {
 		return nil, err
 	}
@@ -74,11 +74,11 @@ func (s *Server) parseM2M(q url.Values, didParam string) (*m2mQuery, error) {
 	if err != nil {
 		return nil, err
 	}
-	others, err := s.subjects(q, "otherSubject", false)
+	others, err := s.subjects(ctx, q, "otherSubject", false)
 	if err != nil {
 		return nil, err
 	}
-	dids, didsOK, err := s.didFilter(q, didParam)
+	dids, didsOK, err := s.didFilter(ctx, q, didParam)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func (s *Server) parseM2M(q url.Values, didParam string) (*m2mQuery, error) {
 		m.lq.filter.Sources = []lsm.SourcePair{srcs[0].pair}
 	}
 	m.lq.filter.DIDs = dids
-	otherID, otherKnown, err := s.pathID("pathToOther", pto)
+	otherID, otherKnown, err := s.pathID(ctx, "pathToOther", pto)
 	if err != nil {
 		return nil, err
 	}
@@ -149,16 +149,16 @@ func (m *m2mQuery) named(t link.RecordID) *subject {
 // hashKeyOf is the key a link to the target whose encoding is t would
 // have been written under while a part of it was unknown (link.Codec
 // TargetKey); false for a hashed t, or one that does not render.
-func (s *Server) hashKeyOf(t link.RecordID) (link.RecordID, bool) {
+func (s *Server) hashKeyOf(ctx context.Context, t link.RecordID) (link.RecordID, bool) {
 	var name string
 	var err error
 	switch {
 	case t.IsHashed():
 		return link.RecordID{}, false
 	case t.IsRepo():
-		name, err = s.Codec.RenderDID(t.DID)
+		name, err = s.codec(ctx).RenderDID(t.DID)
 	default:
-		name, err = s.Codec.RenderRecord(t)
+		name, err = s.codec(ctx).RenderRecord(t)
 	}
 	if err != nil {
 		return link.RecordID{}, false
@@ -167,7 +167,7 @@ func (s *Server) hashKeyOf(t link.RecordID) (link.RecordID, bool) {
 	if err != nil || tg.IsHashed() {
 		return link.RecordID{}, false
 	}
-	keys, err := s.Codec.TargetKeys(&tg)
+	keys, err := s.codec(ctx).TargetKeys(&tg)
 	if err != nil || len(keys) == 0 {
 		return link.RecordID{}, false
 	}
@@ -178,15 +178,15 @@ func (s *Server) hashKeyOf(t link.RecordID) (link.RecordID, bool) {
 // target) the otherSubject that named it, else the string the names tree
 // holds for it (stored with the forward entries: link.Codec.NameTarget),
 // else its hash (a link written before targets were named).
-func (s *Server) renderOther(m *m2mQuery, t link.RecordID) (string, error) {
+func (s *Server) renderOther(ctx context.Context, m *m2mQuery, t link.RecordID) (string, error) {
 	switch {
 	case t.IsRepo():
-		return s.Codec.RenderDID(t.DID)
+		return s.codec(ctx).RenderDID(t.DID)
 	case t.IsHashed():
 		if n := m.named(t); n != nil {
 			return n.norm, nil
 		}
-		name, ok, err := s.Codec.RenderHashedTarget(t)
+		name, ok, err := s.codec(ctx).RenderHashedTarget(t)
 		if err != nil {
 			return "", err
 		}
@@ -196,7 +196,7 @@ func (s *Server) renderOther(m *m2mQuery, t link.RecordID) (string, error) {
 		b := t.Bytes()
 		return hashedPrefix + hex.EncodeToString(b[:8]) + hex.EncodeToString(b[16:]), nil
 	}
-	return s.Codec.RenderRecord(t)
+	return s.codec(ctx).RenderRecord(t)
 }
 
 type m2mItem struct {
@@ -214,7 +214,7 @@ type m2mOut struct {
 // then by the other subject's encoding.
 func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
 	q := r.URL.Query()
-	m, err := s.parseM2M(q, "linkDid")
+	m, err := s.parseM2M(ctx, q, "linkDid")
 	if err != nil {
 		return nil, err
 	}
@@ -286,11 +286,11 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 		items = items[:limit]
 	}
 	for _, it := range items {
-		rec, err := s.record(it.pos.Source)
+		rec, err := s.record(ctx, it.pos.Source)
 		if err != nil {
 			return nil, err
 		}
-		name, err := s.renderOther(m, it.other)
+		name, err := s.renderOther(ctx, m, it.other)
 		if err != nil {
 			return nil, err
 		}
@@ -326,7 +326,7 @@ type m2mCountsOut struct {
 // the cursor is the last group returned.
 func (s *Server) getManyToManyCounts(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
 	q := r.URL.Query()
-	m, err := s.parseM2M(q, "did")
+	m, err := s.parseM2M(ctx, q, "did")
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +377,7 @@ func (s *Server) getManyToManyCounts(ctx context.Context, r *http.Request, v *ls
 				continue
 			}
 			tried[t] = true
-			if h, ok := s.hashKeyOf(t); ok {
+			if h, ok := s.hashKeyOf(ctx, t); ok {
 				canon[h] = t
 			}
 		}
@@ -416,7 +416,7 @@ func (s *Server) getManyToManyCounts(ctx context.Context, r *http.Request, v *ls
 		keys = keys[:limit]
 	}
 	for _, t := range keys {
-		name, err := s.renderOther(m, t)
+		name, err := s.renderOther(ctx, m, t)
 		if err != nil {
 			return nil, err
 		}

@@ -135,7 +135,7 @@ func many(q url.Values, name string, max int, required bool) ([]string, error) {
 }
 
 // parseSubject parses and encodes one target.
-func (s *Server) parseSubject(param, raw string) (subject, error) {
+func (s *Server) parseSubject(ctx context.Context, param, raw string) (subject, error) {
 	if raw == "" {
 		return subject{}, badRequest(param + " is required")
 	}
@@ -143,7 +143,7 @@ func (s *Server) parseSubject(param, raw string) (subject, error) {
 	if err != nil {
 		return subject{}, badRequest(param + " must be an at-uri, a DID or an http(s) URL")
 	}
-	keys, err := s.Codec.TargetKeys(&t)
+	keys, err := s.codec(ctx).TargetKeys(&t)
 	if err != nil {
 		return subject{}, err // the PLC map could not be read: a server error, not the caller's
 	}
@@ -152,14 +152,14 @@ func (s *Server) parseSubject(param, raw string) (subject, error) {
 
 // subjects parses a repeatable target parameter: every target given, in
 // order, without repeats (did:x and at://did:x are one).
-func (s *Server) subjects(q url.Values, param string, required bool) ([]subject, error) {
+func (s *Server) subjects(ctx context.Context, q url.Values, param string, required bool) ([]subject, error) {
 	raws, err := many(q, param, SubjectsMax, required)
 	if err != nil {
 		return nil, err
 	}
 	var out []subject
 	for _, raw := range raws {
-		sub, err := s.parseSubject(param, raw)
+		sub, err := s.parseSubject(ctx, param, raw)
 		if err != nil {
 			return nil, err
 		}
@@ -189,8 +189,8 @@ func parsePath(param, path string) (string, error) {
 }
 
 // pathID encodes a path; ok is false when no link was ever indexed there.
-func (s *Server) pathID(param, path string) (uint64, bool, error) {
-	loc, err := s.Codec.Location(path, false, false)
+func (s *Server) pathID(ctx context.Context, param, path string) (uint64, bool, error) {
+	loc, err := s.codec(ctx).Location(path, false, false)
 	if errors.Is(err, link.ErrUnknown) {
 		return 0, false, nil
 	}
@@ -204,7 +204,7 @@ const sourceSyntax = "source must be collection:path, e.g. app.bsky.feed.like:su
 
 // parseSource parses one "collection:path" (or a collection and a path
 // given apart, as the /links paths do).
-func (s *Server) parseSource(param, coll, path string) (source, error) {
+func (s *Server) parseSource(ctx context.Context, param, coll, path string) (source, error) {
 	if !link.ValidCollection(coll) {
 		if param == "source" {
 			return source{}, badRequest(sourceSyntax)
@@ -219,14 +219,14 @@ func (s *Server) parseSource(param, coll, path string) (source, error) {
 		return source{}, err
 	}
 	src := source{coll: coll, path: p}
-	c, err := s.Codec.Collection(coll, false)
+	c, err := s.codec(ctx).Collection(coll, false)
 	if errors.Is(err, link.ErrUnknown) {
 		return src, nil
 	}
 	if err != nil {
 		return source{}, badRequest("collection: " + err.Error())
 	}
-	pid, ok, err := s.pathID(param, p)
+	pid, ok, err := s.pathID(ctx, param, p)
 	if err != nil || !ok {
 		return src, err
 	}
@@ -236,7 +236,7 @@ func (s *Server) parseSource(param, coll, path string) (source, error) {
 
 // sources parses the repeatable source parameter: all of them (known or
 // not: answers name them) in the order given, without repeats.
-func (s *Server) sources(q url.Values) ([]source, error) {
+func (s *Server) sources(ctx context.Context, q url.Values) ([]source, error) {
 	raws, err := many(q, "source", SourcesMax, true)
 	if err != nil {
 		return nil, err
@@ -247,7 +247,7 @@ func (s *Server) sources(q url.Values) ([]source, error) {
 		if !ok {
 			return nil, badRequest(sourceSyntax)
 		}
-		src, err := s.parseSource("source", coll, path)
+		src, err := s.parseSource(ctx, "source", coll, path)
 		if err != nil {
 			return nil, err
 		}
@@ -261,7 +261,7 @@ func (s *Server) sources(q url.Values) ([]source, error) {
 // didFilter parses a repeatable DID parameter into sorted did fields; ok
 // is false when DIDs were given but none ever linked anything (so nothing
 // can match).
-func (s *Server) didFilter(q url.Values, param string) (dids []uint64, ok bool, err error) {
+func (s *Server) didFilter(ctx context.Context, q url.Values, param string) (dids []uint64, ok bool, err error) {
 	raws, err := many(q, param, DIDsMax, false)
 	if err != nil {
 		return nil, false, err
@@ -270,7 +270,7 @@ func (s *Server) didFilter(q url.Values, param string) (dids []uint64, ok bool, 
 		if !link.ValidDID(d) {
 			return nil, false, badRequest(param + " must be a DID")
 		}
-		v, err := s.Codec.DID(d, false)
+		v, err := s.codec(ctx).DID(d, false)
 		if errors.Is(err, link.ErrUnknown) {
 			continue // this DID never linked anything
 		}
@@ -301,16 +301,16 @@ type linkQuery struct {
 }
 
 // parseLinkQuery reads subject, source and did, each repeatable.
-func (s *Server) parseLinkQuery(q url.Values) (*linkQuery, error) {
-	srcs, err := s.sources(q)
+func (s *Server) parseLinkQuery(ctx context.Context, q url.Values) (*linkQuery, error) {
+	srcs, err := s.sources(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	subs, err := s.subjects(q, "subject", true)
+	subs, err := s.subjects(ctx, q, "subject", true)
 	if err != nil {
 		return nil, err
 	}
-	dids, didsOK, err := s.didFilter(q, "did")
+	dids, didsOK, err := s.didFilter(ctx, q, "did")
 	if err != nil {
 		return nil, err
 	}

@@ -346,6 +346,7 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 			// their memory) does not hold an execution slot meanwhile.
 			ctx = lsm.WithWaitHooks(ctx, adm.waitHooks())
 		}
+		ctx = context.WithValue(ctx, codecKey{}, s.Codec.WithContext(ctx))
 		out, err := h(ctx, r, v)
 		if err != nil {
 			adm.leaveSlot()
@@ -373,6 +374,12 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 				case errors.Is(err, objstore.ErrUnavailable):
 					w.Header().Set("Retry-After", "1")
 					ae = s.storeUnavailable(r, err)
+				case ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+					// Its time ran out (or its client went): every read
+					// of it, the PLC map's and the names tree's included,
+					// ends with its context.
+					ae.message = "the query ran out of time on this node (" + QueryTimeout.String() + ")"
+					s.Log.Warn("query ran out of time", "path", r.URL.Path, "error", err)
 				default:
 					s.Log.Error("query failed", "path", r.URL.Path, "error", err)
 				}
@@ -460,7 +467,7 @@ func (s *Server) listBacklinks(ctx context.Context, r *http.Request, v *lsm.View
 		return nil, err
 	}
 	out := listBacklinksOut{Backlinks: map[string][]string{}}
-	sub, err := s.parseSubject("target", q.Get("target"))
+	sub, err := s.parseSubject(ctx, "target", q.Get("target"))
 	if err != nil {
 		return nil, err
 	}
@@ -474,11 +481,11 @@ func (s *Server) listBacklinks(ctx context.Context, r *http.Request, v *lsm.View
 		return nil, err
 	}
 	for _, l := range links {
-		src, err := s.Codec.RenderRecord(l.Source)
+		src, err := s.codec(ctx).RenderRecord(l.Source)
 		if err != nil {
 			return nil, err
 		}
-		loc, err := s.Codec.RenderLocation(l.Location, link.StyleDollar)
+		loc, err := s.codec(ctx).RenderLocation(l.Location, link.StyleDollar)
 		if err != nil {
 			return nil, err
 		}
@@ -486,4 +493,17 @@ func (s *Server) listBacklinks(ctx context.Context, r *http.Request, v *lsm.View
 	}
 	out.Cursor = encodePosCursor(kindLinks, next, false, sc)
 	return out, nil
+}
+
+// codecKey holds a query's codec in its context (Server.codec).
+type codecKey struct{}
+
+// codec is the codec a query renders and parses with: s.Codec with its
+// reads of the PLC map and the names tree bounded by the query's context
+// (wrap puts it there), so that no rendering outlives the query's 10 s.
+func (s *Server) codec(ctx context.Context) *link.Codec {
+	if c, ok := ctx.Value(codecKey{}).(*link.Codec); ok {
+		return c
+	}
+	return s.Codec.WithContext(ctx)
 }

@@ -75,7 +75,7 @@ func TestAllOfBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, err := f.qs.parseSubject("subject", tg.Norm)
+	sub, err := f.qs.parseSubject(context.Background(), "subject", tg.Norm)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -217,7 +217,7 @@ func BenchmarkTargetKeys(b *testing.B) {
 		_ = run
 		f.flush()
 	}
-	sub, err := f.qs.parseSubject("subject", post)
+	sub, err := f.qs.parseSubject(context.Background(), "subject", post)
 	if err != nil || len(sub.keys) != 2 || sub.keys[0].IsHashed() {
 		b.Fatalf("keys %v %v", sub.keys, err)
 	}
