@@ -3,6 +3,7 @@ package lsm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +155,105 @@ func TestLargeReadMemory(t *testing.T) {
 	release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A panic while the next window is read (on the read's own goroutine,
+// while the previous window's check runs on another with the other
+// scratch) is the read's error, returned only once that check is done:
+// the scratches go back to the pool, where another query takes them, when
+// no one uses them.
+func TestWindowPanicWaitsForTheCheck(t *testing.T) {
+	ctx := context.Background()
+	wl, err := workload.Generate(workload.Config{Links: 60_000, Seed: 9, MegaLinks: 40_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := countWorkloadDB(t, wl, 2, 0)
+	defer func(w int) { countWindowLinks, nextWindowHook = w, nil }(countWindowLinks)
+	countWindowLinks = 16_000 // several windows
+	mega := wl.Targets[wl.Mega].ID
+	r := NewReader(db.store, nil)
+	v := db.View()
+	inFn, leave := make(chan struct{}), make(chan struct{})
+	nextWindowHook = func(_ context.Context, k int) {
+		if k == 1 {
+			<-inFn // window 0's callback is running
+			panic("a bug reading window 1")
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- fmt.Errorf("the read panicked: %v", p)
+			}
+		}()
+		first := true
+		_, err := r.Each(ctx, v, mega, Filter{}, func([]link.Backlink) error {
+			if first {
+				first = false
+				close(inFn)
+				<-leave
+			}
+			return nil
+		})
+		done <- err
+	}()
+	<-inFn
+	select {
+	case err := <-done:
+		t.Fatalf("the read ended while window 0's callback ran: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(leave)
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "panicked reading window 1") {
+		t.Fatalf("a panic reading window 1: %v; want it as the read's error", err)
+	}
+	nextWindowHook = nil
+	if n, _, err := r.Count(ctx, v, mega, Filter{}); err != nil || n != uint64(wl.LiveCount(wl.Mega)) {
+		t.Fatalf("a count after: %d, %v; want %d", n, err, wl.LiveCount(wl.Mega))
+	}
+}
+
+// A window whose callback fails cancels the reads of the next window,
+// which go on meanwhile on the read's own goroutine: the read ends with
+// the callback's error, at once.
+func TestWindowFailureCancelsTheNext(t *testing.T) {
+	ctx := context.Background()
+	wl, err := workload.Generate(workload.Config{Links: 60_000, Seed: 9, MegaLinks: 40_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := countWorkloadDB(t, wl, 2, 0)
+	defer func(w int) { countWindowLinks, nextWindowHook = w, nil }(countWindowLinks)
+	countWindowLinks = 16_000 // several windows
+	mega := wl.Targets[wl.Mega].ID
+	r := NewReader(db.store, nil)
+	v := db.View()
+	failed := make(chan struct{})
+	var cancelled bool
+	nextWindowHook = func(wctx context.Context, k int) {
+		if k != 1 {
+			return
+		}
+		<-failed
+		select {
+		case <-wctx.Done():
+			cancelled = true
+		case <-time.After(10 * time.Second):
+		}
+	}
+	bug := errors.New("a callback's error")
+	start := time.Now()
+	_, err = r.Each(ctx, v, mega, Filter{}, func([]link.Backlink) error {
+		close(failed)
+		return bug
+	})
+	if !errors.Is(err, bug) {
+		t.Fatalf("a failing callback: %v; want its error", err)
+	}
+	if !cancelled {
+		t.Fatalf("window 1 was read on after window 0's callback failed (%v)", time.Since(start))
 	}
 }

@@ -387,7 +387,10 @@ func (r *Reader) windows(ctx context.Context, v *View, target link.RecordID, fil
 				}
 				after := *horizon
 				w.after = &after
-				next, nextHorizon, nextErr = r.candidates(ctx, v, target, &filter, w, sc[(k+1)%2], &st)
+				next, nextHorizon, nextErr = r.nextWindow(ctx, v, target, &filter, w, sc[(k+1)%2], &st, k+1)
+				if nextErr != nil {
+					cancel() // window k's check stops too
+				}
 			}
 		}
 		res := <-done
@@ -404,6 +407,28 @@ func (r *Reader) windows(ctx context.Context, v *View, target link.RecordID, fil
 		cands, horizon = next, nextHorizon
 	}
 }
+
+// nextWindow reads window k's candidates while the previous window's
+// check runs on its goroutine with the other scratch: a panic here is the
+// read's error, so that windows waits for that goroutine before its
+// scratches go back to the pool (where another query would take one still
+// in use).
+func (r *Reader) nextWindow(ctx context.Context, v *View, target link.RecordID, f *Filter, w window, s *queryScratch, st *Stats, k int) (cands []link.Backlink, horizon *Cursor, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			cands, horizon = nil, nil
+			err = fmt.Errorf("lsm: a read of %v panicked reading window %d: %v\n%s", target, k, p, debug.Stack())
+		}
+	}()
+	if nextWindowHook != nil {
+		nextWindowHook(ctx, k)
+	}
+	return r.candidates(ctx, v, target, f, w, s, st)
+}
+
+// nextWindowHook, when set (by tests), is called before window k > 0 of a
+// windowed read is read, with the context it is read in.
+var nextWindowHook func(ctx context.Context, k int)
 
 // countWindowLinks is about how many links one window of a count reads
 // (a variable for the tests).
