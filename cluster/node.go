@@ -68,7 +68,12 @@ type Config struct {
 	SourceAddr string
 	Certs      CertFiles
 	Bootstrap  bool // form a new cluster of this node if no state exists
-	Logger     hclog.Logger
+	// Restore, when set, is a snapshot of the replicated state (a backup
+	// from the bucket: fsm.BackupSnapshot) to form a new one-node cluster
+	// with, in a data directory that holds no Raft state (Open refuses one
+	// that does). Bootstrap does not matter then.
+	Restore []byte
+	Logger  hclog.Logger
 
 	// Timing; zero takes the defaults above.
 	HeartbeatTimeout  time.Duration
@@ -226,6 +231,18 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		n.closeStores()
 		return nil, err
+	}
+	if cfg.Restore != nil {
+		if existing {
+			n.closeStores()
+			return nil, fmt.Errorf("restore: %s already holds Raft state; a restore starts a new cluster in an empty data directory", cfg.Dir)
+		}
+		if err := installRestore(snaps, n.trans, rc.LocalID, cfg.RaftAdvertise, cfg.Restore); err != nil {
+			n.closeStores()
+			return nil, err
+		}
+		existing = true
+		n.log.Warn("starting a new cluster of this node from a backup of the replicated state")
 	}
 	n.raft, err = raft.NewRaft(rc, n.FSM, n.store, n.store, snaps, n.trans)
 	if err != nil {

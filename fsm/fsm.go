@@ -373,6 +373,12 @@ type snapshot struct{ v snapshotJSON }
 // maps, the garbage list and the lengths of the append-only outline tables; encoding runs in
 // Persist, concurrently with Apply.
 func (s *State) Snapshot() (raft.FSMSnapshot, error) {
+	v, _ := s.capture()
+	return &snapshot{v: v}, nil
+}
+
+// capture copies what a snapshot holds, and the index it holds it at.
+func (s *State) capture() (snapshotJSON, uint64) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	v := snapshotJSON{
@@ -384,7 +390,7 @@ func (s *State) Snapshot() (raft.FSMSnapshot, error) {
 		names := s.mu.outlines[k].names
 		v.Outlines[k.String()] = names[:len(names):len(names)] // a prefix that appends never change
 	}
-	return &snapshot{v: v}, nil
+	return v, s.mu.index
 }
 
 func (sn *snapshot) Persist(sink raft.SnapshotSink) error {

@@ -110,7 +110,11 @@ type collector struct {
 	firstSeen map[fsm.TableKey]time.Time // when this collector first saw each garbage entry
 	orphans   map[fsm.TableKey]*orphan
 	blocked   time.Time // since when a due deletion is held back (zero: none)
-	saidAt    time.Time // when that was last logged
+	// The newest state backup this collector put (backup.go): its
+	// generation, and when (zero: none yet).
+	backedUp   uint64
+	backedUpAt time.Time
+	saidAt     time.Time // when that was last logged
 	// afterManifest, if set (tests), runs when a sweep has read the
 	// manifest it judges the listing by.
 	afterManifest func()
@@ -139,9 +143,14 @@ func (r *Runner) gcLoop(ctx context.Context, w *Writer) {
 	if sweepEvery <= 0 {
 		sweepEvery = clamp(c.grace/2, sweepIntervalMin, sweepIntervalMax)
 	}
+	backupEvery := w.cfg.StateBackupInterval
+	if backupEvery <= 0 {
+		backupEvery = DefaultStateBackupInterval
+	}
 	defer func() { // a follower holds no collector: its gauges say nothing
 		w.metrics.GCBlockedSeconds.Set(0)
 		w.metrics.GCOrphans.Set(0)
+		w.metrics.StateBackupGeneration.Set(0)
 	}()
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -151,6 +160,11 @@ func (r *Runner) gcLoop(ctx context.Context, w *Writer) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if time.Since(c.backedUpAt) >= backupEvery {
+			if err := c.backupState(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("state backup (tried again next round)", "error", err)
+			}
 		}
 		c.collect(ctx)
 		if time.Since(swept) >= sweepEvery {
@@ -236,6 +250,20 @@ func (c *collector) collect(ctx context.Context) {
 		c.block(now, held, heldGen, gens, down)
 	} else {
 		c.unblock()
+	}
+	// The newest backup in the bucket must not name a table deleted: one
+	// at or past the generations that removed them first.
+	need := uint64(0)
+	for _, g := range ok {
+		need = max(need, g.Generation)
+	}
+	if len(ok) > 0 {
+		if err := c.ensureBackup(ctx, need); err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("replaced tables wait for a state backup", "tables", len(ok), "error", err)
+			}
+			return
+		}
 	}
 	var done []fsm.TableKey
 	var bytes uint64

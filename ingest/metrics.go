@@ -41,6 +41,10 @@ type Metrics struct {
 	GCDeletedBytes   *prometheus.CounterVec // their bytes, by reason
 	GCBlockedSeconds prometheus.Gauge       // how long a due deletion has waited for a member (0: none)
 	GCOrphans        prometheus.Gauge       // unreferenced tables seen, waiting out the grace
+	// The leader's backups of the replicated state in the bucket
+	// (backup.go): written, by result, and the newest one's generation.
+	StateBackups          *prometheus.CounterVec
+	StateBackupGeneration prometheus.Gauge
 
 	// Merges the leader's compaction loop ended, by tree and result: done
 	// (handed to the next flush to publish) or failed (an input or the
@@ -72,6 +76,10 @@ func NewMetrics() *Metrics {
 		GCBlockedSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_gc_blocked_seconds",
 			Help: "How long the deletion of a garbage table past its grace has been held back by a member that is down, unreachable or serves an older generation (0: none; the leader logs which)."}),
 		GCOrphans: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_gc_orphan_tables", Help: "Table objects no manifest references that the leader's sweep saw and waits a grace period to delete."}),
+		StateBackups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_state_backups_total",
+			Help: "Backups of the replicated state (manifest, outlines, cursors) the leader put in the bucket under state/, by result: ok or failed (logged; replaced tables are not deleted until one succeeds)."}, []string{"result"}),
+		StateBackupGeneration: prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_state_backup_generation",
+			Help: "Manifest generation of the newest state backup this leader put in the bucket (0: none yet, or not the leader)."}),
 		Compactions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_compactions_total",
 			Help: "Merges (and full compactions) the leader ended, by tree and result: done, or failed (logged with its error; tried again at the compaction loop's next look)."}, []string{"tree", "result"}),
 
@@ -85,7 +93,7 @@ func NewMetrics() *Metrics {
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.Events, m.Links, m.Skipped, m.RepoSplits, m.FlushSeconds, m.PublishSeconds, m.Generation, m.Lag, m.lagEvents,
-		m.GCDeleted, m.GCDeletedBytes, m.GCBlockedSeconds, m.GCOrphans, m.Compactions, m.ResyncsDeferred, m.ResyncsCancelled} {
+		m.GCDeleted, m.GCDeletedBytes, m.GCBlockedSeconds, m.GCOrphans, m.StateBackups, m.StateBackupGeneration, m.Compactions, m.ResyncsDeferred, m.ResyncsCancelled} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

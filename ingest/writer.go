@@ -80,6 +80,11 @@ type Config struct {
 	// for objects no manifest references (0: half the grace, within
 	// 1 s..10 min).
 	OrphanSweepInterval time.Duration
+	// StateBackupInterval: how often the leader puts a backup of the
+	// replicated state in the bucket (0: DefaultStateBackupInterval;
+	// backup.go). It also puts one before deleting replaced tables that
+	// the newest one may name.
+	StateBackupInterval time.Duration
 	// ResyncSlack: how far (by the network's clocks) a resynced repository
 	// may be ahead of the stream that asked for it before the resync waits
 	// for the stream (0: DefaultResyncSlack; resync.go).

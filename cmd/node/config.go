@@ -44,13 +44,13 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 type config struct {
 	id, dataDir, raftAddr, raftAdvertise, adminAddr, httpAddr string
 	sourceAddr                                                string
-	bootstrap, nonvoter                                       bool
+	bootstrap, nonvoter, restoreFromBucket                    bool
 	join                                                      string
 	certsDir, tokenFile, store, plc, logLevel                 string
 	memoryLimit                                               string
 	sources                                                   listFlag
 	flushInterval, readyLagMax                                time.Duration
-	gcGrace, compactionInterval                               time.Duration
+	gcGrace, compactionInterval, stateBackupInterval          time.Duration
 	memtableBytes, compactionFanIn                            int
 	cacheBytes, metaCacheBytes, largeReadMemory               int64
 	clientRate                                                float64
@@ -96,6 +96,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.adminAddr, "admin-addr", "127.0.0.1:7001", "admin API listen address host:port (join, status; token required)")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "public query API listen address host:port (also /metrics, /healthz, /readyz)")
 	fs.BoolVar(&c.bootstrap, "bootstrap", false, "form a new cluster of this node if it has no state (ignored when it has)")
+	fs.BoolVar(&c.restoreFromBucket, "restore-from-bucket", false, "with an empty data directory: form a new one-node cluster whose replicated state (manifest, outlines, cursors) is the newest backup the leaders put in the bucket under state/, after all the nodes' data directories were lost; refused if the data directory holds Raft state or if a table the backup names is missing (docs/operations.md)")
 	fs.StringVar(&c.join, "join", "", "admin addresses host:port of cluster members to join through at start (comma-separated); a no-op when already a member")
 	fs.BoolVar(&c.nonvoter, "nonvoter", false, "with --join: join as a non-voter, a query node that serves every endpoint but never votes, leads or counts for quorum (a member keeps its suffrage; eddy-ctl join --voter/--nonvoter changes it)")
 	fs.StringVar(&c.certsDir, "certs-dir", "", "directory of ca.pem, <id>.pem, <id>-key.pem (eddy-ctl certs) (required)")
@@ -106,6 +107,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.DurationVar(&c.flushInterval, "flush-interval", ingest.DefaultFlushInterval, "longest time an ingested operation waits before its flush starts (50ms..10m)")
 	fs.IntVar(&c.memtableBytes, "memtable-bytes", ingest.DefaultMemtableBytes, "memory bound of each memtable, bytes (1 MiB..4 GiB)")
 	fs.DurationVar(&c.gcGrace, "gc-grace", lsm.DefaultGCGrace, "how long a table that left the manifest, or an object under tables/ no manifest names, stays in the bucket before the leader deletes it (once every member serves past it); must exceed the longest compaction (1s..24h; below 1m for tests only)")
+	fs.DurationVar(&c.stateBackupInterval, "state-backup-interval", ingest.DefaultStateBackupInterval, "how often the leader puts a backup of the replicated state in the bucket (state/), besides before deleting replaced tables; what a cluster restored from it (--restore-from-bucket) reads again from its sources (100ms..24h)")
 	fs.IntVar(&c.compactionFanIn, "compaction-fan-in", lsm.DefaultCompactionFanIn, "flushes (delta runs) of a size tier merged by one compaction (2..64); merged runs are merged twice as many at a time")
 	fs.DurationVar(&c.compactionInterval, "compaction-interval", 5*time.Second, "how often the leader looks for a merge due (100ms..1h)")
 	fs.Int64Var(&c.cacheBytes, "cache-bytes", lsm.DefaultCacheBytes, "bound of the decoded-frame cache, bytes (1 MiB..1 TiB)")
@@ -150,7 +152,7 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 		if def == "" || f.Name == "source" {
 			def = "none"
 		}
-		if f.Name == "version" || f.Name == "bootstrap" || f.Name == "nonvoter" {
+		if f.Name == "version" || f.Name == "bootstrap" || f.Name == "nonvoter" || f.Name == "restore-from-bucket" {
 			def = ""
 		}
 		fmt.Fprintf(w, "%s  %s\n      %s", line, env, help)
@@ -339,6 +341,9 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 			}
 		}
 	}
+	if c.restoreFromBucket && (c.nonvoter || c.join != "") {
+		return errors.New("--restore-from-bucket with --join or --nonvoter: a restore forms a new cluster of this node; start the others with --join once it leads")
+	}
 	if c.nonvoter && c.bootstrap {
 		return errors.New("--nonvoter with --bootstrap: the node that forms the cluster is its first voter; start non-voters with --join and --nonvoter")
 	}
@@ -377,6 +382,9 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 	}
 	if c.memtableBytes < 1<<20 || c.memtableBytes > 4<<30 {
 		return fmt.Errorf("--memtable-bytes %d: out of range 1 MiB..4 GiB", c.memtableBytes)
+	}
+	if c.stateBackupInterval < 100*time.Millisecond || c.stateBackupInterval > 24*time.Hour {
+		return fmt.Errorf("--state-backup-interval %v: out of range 100ms..24h", c.stateBackupInterval)
 	}
 	if c.gcGrace < time.Second || c.gcGrace > 24*time.Hour {
 		return fmt.Errorf("--gc-grace %v: out of range 1s..24h", c.gcGrace)
@@ -485,6 +493,7 @@ func (c *config) logged() []any {
 		"ready-lag-max": c.readyLagMax.String(), "log-level": c.logLevel, "config": c.configFile,
 		"client-rate": strconv.FormatFloat(c.clientRate, 'f', -1, 64), "client-burst": strconv.Itoa(c.clientBurst),
 		"client-in-flight": strconv.Itoa(c.clientInFlight), "trusted-proxies": c.trustedProxies, "query-slots": strconv.Itoa(c.querySlots), "large-read-memory": strconv.FormatInt(c.largeReadMemory, 10), "client-slots": strconv.Itoa(c.clientSlots), "client-pace-gap": c.clientPaceGap.String(), "client-conns": strconv.Itoa(c.clientConns),
+		"restore-from-bucket": strconv.FormatBool(c.restoreFromBucket), "state-backup-interval": c.stateBackupInterval.String(),
 		"gc-grace": c.gcGrace.String(), "compaction-fan-in": strconv.Itoa(c.compactionFanIn), "compaction-interval": c.compactionInterval.String(),
 	}
 	names := make([]string, 0, len(vals))

@@ -121,10 +121,16 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	// says so, instead of every cold query waiting out the client's
 	// retries to fail.
 	store := objstore.NewGuard(bucket)
+	var restore []byte
+	if c.restoreFromBucket {
+		if restore, err = stateToRestore(ctx, bucket, log); err != nil {
+			return err
+		}
+	}
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, Dir: filepath.Join(c.dataDir, "raft"), RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise,
 		HTTPAddr: c.httpAddr, AdminAddr: c.adminAddr, SourceAddr: c.sourceAddr, Certs: cluster.Files(c.certsDir, c.id),
-		Bootstrap: c.bootstrap, Logger: log,
+		Bootstrap: c.bootstrap, Restore: restore, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -203,7 +209,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	writePath := &ingest.Supervisor{Node: node, Logger: log, Runner: ingest.Runner{Config: ingest.Config{
 		Node: node, Store: store, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
 		Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir, Corrupt: queryMetrics.Corrupt,
-		GCGrace: c.gcGrace, Members: admin.MembersServed,
+		GCGrace: c.gcGrace, Members: admin.MembersServed, StateBackupInterval: c.stateBackupInterval,
 	}, Sources: sources, SpillDir: spillDir, CompactionFanIn: c.compactionFanIn, CompactionInterval: c.compactionInterval}}
 	writePath.Start(bg)
 	servers := []*http.Server{

@@ -1,0 +1,145 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/fsm"
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
+)
+
+// Backups of the replicated state in the bucket (fsm/backup.go). The
+// leader puts the state under state/<generation>-<index>.json.gz every
+// StateBackupInterval and, before it deletes replaced tables, whenever
+// its newest backup is older than the generation that removed one of
+// them. So the newest backup in the bucket never names a deleted table:
+// a table is deleted only once a backup at or past the generation that
+// removed it is durable, and that backup's manifest no longer has it.
+// After each backup the older ones are deleted. A node started with
+// --restore-from-bucket begins a new cluster from the newest one
+// (docs/operations.md); its tables written since are orphans to the new
+// leader's sweep, and its sources read again from the backup's cursors.
+
+// StateBackupPrefix is where the state backups live in the bucket.
+const StateBackupPrefix = "state/"
+
+// DefaultStateBackupInterval is how often the leader backs the state up
+// at least: what a cluster restored from the bucket reads again from its
+// sources.
+const DefaultStateBackupInterval = 10 * time.Minute
+
+// stateBackupKey names a backup: its generation and index, zero-padded,
+// so that the newest is the last in the bucket's order.
+func stateBackupKey(b fsm.Backup) string {
+	return fmt.Sprintf("%s%020d-%020d.json.gz", StateBackupPrefix, b.Generation, b.Index)
+}
+
+// parseStateBackupKey returns the generation a backup's key names; false
+// for any other key.
+func parseStateBackupKey(key string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(key, StateBackupPrefix)
+	if !ok {
+		return 0, false
+	}
+	rest, ok = strings.CutSuffix(rest, ".json.gz")
+	g, i, ok2 := strings.Cut(rest, "-")
+	if !ok || !ok2 || len(g) != 20 || len(i) != 20 {
+		return 0, false
+	}
+	gen, err := strconv.ParseUint(g, 10, 64)
+	if _, err2 := strconv.ParseUint(i, 10, 64); err != nil || err2 != nil {
+		return 0, false
+	}
+	return gen, true
+}
+
+// NewestStateBackup returns the key and content of the newest state
+// backup in store; ok false if there is none.
+func NewestStateBackup(ctx context.Context, store objstore.Store) (key string, data []byte, ok bool, err error) {
+	err = store.List(ctx, StateBackupPrefix, func(k string, _ int64) error {
+		if _, ok := parseStateBackupKey(k); ok {
+			key = k // keys come in increasing order
+		}
+		return nil
+	})
+	if err != nil || key == "" {
+		return "", nil, false, err
+	}
+	data, err = store.Get(ctx, key)
+	if err != nil {
+		return "", nil, false, err
+	}
+	return key, data, true, nil
+}
+
+// MissingTables returns the objects of m's tables that store does not
+// hold (a restore refuses a backup that names any).
+func MissingTables(ctx context.Context, store objstore.Store, m *lsm.Manifest) ([]string, error) {
+	var missing []string
+	for _, r := range m.Runs {
+		for _, t := range r.Tables {
+			data, meta := lsm.TableKeys(r.Tree, t.ID)
+			for _, k := range []string{data, meta} {
+				if _, err := store.Size(ctx, k); errors.Is(err, objstore.ErrNotFound) {
+					missing = append(missing, k)
+				} else if err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return missing, nil
+}
+
+// backupState puts a backup of the current state in the bucket, then
+// deletes the older ones.
+func (c *collector) backupState(ctx context.Context) error {
+	b, err := c.w.cfg.Node.FSM.Backup()
+	if err == nil {
+		err = c.w.cfg.Store.Put(ctx, stateBackupKey(b), b.Data)
+	}
+	if err != nil {
+		c.w.metrics.StateBackups.WithLabelValues("failed").Inc()
+		return fmt.Errorf("state backup: %w", err)
+	}
+	c.w.metrics.StateBackups.WithLabelValues("ok").Inc()
+	c.w.metrics.StateBackupGeneration.Set(float64(b.Generation))
+	c.backedUp, c.backedUpAt = b.Generation, time.Now()
+	key := stateBackupKey(b)
+	var old []string
+	err = c.w.cfg.Store.List(ctx, StateBackupPrefix, func(k string, _ int64) error {
+		if _, ok := parseStateBackupKey(k); ok && k < key {
+			old = append(old, k)
+		}
+		return nil
+	})
+	for _, k := range old {
+		if err == nil {
+			err = c.w.cfg.Store.Delete(ctx, k)
+		}
+	}
+	if err != nil {
+		c.log.Warn("delete older state backups (tried again after the next backup)", "error", err)
+	}
+	return nil
+}
+
+// ensureBackup puts a backup unless this leader's newest one is at
+// generation gen or later.
+func (c *collector) ensureBackup(ctx context.Context, gen uint64) error {
+	if !c.backedUpAt.IsZero() && c.backedUp >= gen {
+		return nil
+	}
+	if err := c.backupState(ctx); err != nil {
+		return err
+	}
+	if c.backedUp < gen {
+		return fmt.Errorf("state backup at generation %d, before the %d that removed a table", c.backedUp, gen)
+	}
+	return nil
+}

@@ -1,0 +1,161 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/fsm"
+	"github.com/eddy-backlinks/eddy/internal/metricstest"
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
+)
+
+// refusingBackups is a real store that refuses to put state backups
+// while refuse is set.
+type refusingBackups struct {
+	objstore.Store
+	refuse bool
+}
+
+func (s *refusingBackups) Put(ctx context.Context, key string, data []byte) error {
+	if s.refuse && strings.HasPrefix(key, StateBackupPrefix) {
+		return errors.New("refused")
+	}
+	return s.Store.Put(ctx, key, data)
+}
+
+// stateBackups lists the backups' keys in the store.
+func stateBackups(t *testing.T, store objstore.Store) []string {
+	t.Helper()
+	var keys []string
+	if err := store.List(context.Background(), StateBackupPrefix, func(k string, _ int64) error {
+		keys = append(keys, k)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// Replaced tables are deleted only once a state backup at or past the
+// generation that removed them is in the bucket, so the newest backup
+// never names a deleted table; a failed backup holds the deletion back;
+// each backup deletes the older ones; and a new cluster restored from the
+// newest (cluster.Config.Restore) has its manifest and cursors, every
+// table it names still in the bucket.
+func TestStateBackupBeforeDeletion(t *testing.T) {
+	f := newGCFixture(t)
+	store := &refusingBackups{Store: f.store, refuse: true}
+	f.w.cfg.Store = store
+	ctx := context.Background()
+	r1, r2 := f.table("r1"), f.table("r2")
+	f.served.Store(f.publish([]lsm.Run{r1, r2}, nil))
+	c1 := f.table("c1")
+	gen := f.publish([]lsm.Run{c1}, []string{"r1", "r2"})
+	f.served.Store(gen)
+	c := newCollector(f.w)
+	c.collect(ctx) // sees the garbage: its grace starts
+	time.Sleep(testGrace)
+	c.collect(ctx) // due, every member past it, but no backup can be put
+	if !f.exists(r1) || !f.exists(r2) || len(f.node.FSM.Garbage()) != 2 {
+		t.Fatal("replaced tables deleted without a state backup")
+	}
+	store.refuse = false
+	c.collect(ctx)
+	if f.exists(r1) || f.exists(r2) || !f.exists(c1) {
+		t.Fatalf("after a backup: r1 %v r2 %v c1 %v", f.exists(r1), f.exists(r2), f.exists(c1))
+	}
+	keys := stateBackups(t, f.store)
+	if len(keys) != 1 {
+		t.Fatalf("backups %v; want one", keys)
+	}
+	if g, ok := parseStateBackupKey(keys[0]); !ok || g < gen {
+		t.Fatalf("backup %s: generation %d, want at least %d, the one that removed r1 and r2", keys[0], g, gen)
+	}
+	m := metricstest.Values(t, f.reg)
+	if m["eddy_state_backups_total{result=failed}"] != 1 || m["eddy_state_backups_total{result=ok}"] != 1 || m["eddy_state_backup_generation"] < float64(gen) {
+		t.Fatalf("metrics %v", m)
+	}
+
+	// A later backup replaces it; the newest names the live tables only.
+	if _, err := f.node.Propose(ctx, fsm.TypeFlush, 0, fsm.Flush{Edit: lsm.Edit{Base: f.node.FSM.Manifest().Generation},
+		Cursors: map[string]string{"jetstream": "1234"}, Time: time.Now().UnixNano()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.backupState(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys2 := stateBackups(t, f.store)
+	if len(keys2) != 1 || keys2[0] <= keys[0] {
+		t.Fatalf("backups %v after %v; want one, newer", keys2, keys)
+	}
+	key, data, ok, err := NewestStateBackup(ctx, f.store)
+	if err != nil || !ok || key != keys2[0] {
+		t.Fatalf("newest backup %q %v %v", key, ok, err)
+	}
+	snap, bm, err := fsm.BackupSnapshot(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if missing, err := MissingTables(ctx, f.store, bm); err != nil || len(missing) != 0 {
+		t.Fatalf("the newest backup names missing tables %v (%v)", missing, err)
+	}
+	var ids []string
+	for _, r := range bm.Runs {
+		ids = append(ids, r.ID)
+	}
+	if !slices.Equal(ids, []string{"c1"}) {
+		t.Fatalf("the backup's runs %v; want c1", ids)
+	}
+	// A table gone from the bucket: a restore must refuse that backup.
+	data1, _ := lsm.TableKeys(c1.Tree, c1.Tables[0].ID)
+	if err := f.store.Delete(ctx, data1); err != nil {
+		t.Fatal(err)
+	}
+	if missing, err := MissingTables(ctx, f.store, bm); err != nil || !slices.Equal(missing, []string{data1}) {
+		t.Fatalf("missing %v (%v); want %s", missing, err, data1)
+	}
+
+	// A new cluster from it: one node, leading, with the backup's state.
+	dir := t.TempDir()
+	if err := cluster.MakeCA(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.MakeNodeCert(dir, "r1", []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := cluster.Config{ID: "r1", Dir: filepath.Join(dir, "raft"), RaftBind: freeAddr(t), Certs: cluster.Files(dir, "r1"), Restore: snap}
+	n, err := cluster.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !n.IsLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("the restored node never led")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got, want := n.FSM.Manifest().Generation, f.node.FSM.Manifest().Generation; got != want || n.FSM.Cursor("jetstream") != "1234" {
+		t.Fatalf("restored generation %d, cursor %q; want %d, 1234", got, n.FSM.Cursor("jetstream"), want)
+	}
+	// It goes on: a flush commits on the restored state.
+	if _, err := n.Propose(ctx, fsm.TypeFlush, 0, fsm.Flush{Edit: lsm.Edit{Base: n.FSM.Manifest().Generation}, Time: time.Now().UnixNano()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Its data directory holds state now: a restore there is refused.
+	cfg.RaftBind = freeAddr(t)
+	if n, err := cluster.Open(cfg); err == nil {
+		n.Close(ctx)
+		t.Fatal("a restore over existing Raft state was accepted")
+	}
+}
