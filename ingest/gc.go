@@ -110,11 +110,11 @@ type collector struct {
 	firstSeen map[fsm.TableKey]time.Time // when this collector first saw each garbage entry
 	orphans   map[fsm.TableKey]*orphan
 	blocked   time.Time // since when a due deletion is held back (zero: none)
+	saidAt    time.Time // when that was last logged
 	// The newest state backup this collector put (backup.go): its
 	// generation, and when (zero: none yet).
 	backedUp   uint64
 	backedUpAt time.Time
-	saidAt     time.Time // when that was last logged
 	// afterManifest, if set (tests), runs when a sweep has read the
 	// manifest it judges the listing by.
 	afterManifest func()
