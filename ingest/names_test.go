@@ -86,3 +86,59 @@ func TestWriterNeverSkipsOnAFailedNameRead(t *testing.T) {
 		t.Fatalf("after the delete: cursor %q, %d revocations buffered", cursor, revs)
 	}
 }
+
+// TestLostLinksCountedOnce: a record that loses a link (an invalid
+// at-uri) and whose hashed targets' names cannot be read (their names
+// table's data object gone) fails, to be applied again; what it loses is
+// counted when it is applied for good, once, not at each try.
+func TestLostLinksCountedOnce(t *testing.T) {
+	ctx := context.Background()
+	w, node, store, _ := forwardWriter(t)
+	const bob = "did:plc:r2zybk6op3ymzpz6jhqpkoy5"
+	urls := []string{"https://example.com/lost/1", "https://example.com/lost/2"}
+	first := jsCommit(t, 1_000, bob, "create", "app.bsky.feed.post", "3mptbyplj5d2a", map[string]any{"text": "a", "facets": linkFacets(urls...)})
+	if err := w.Apply(ctx, "js", "1", &first); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runs := node.FSM.Manifest().RunsOf(lsm.TreeNames)
+	if len(runs) != 1 {
+		t.Fatalf("%d runs of names after the flush, want 1", len(runs))
+	}
+	key := "tables/names/" + runs[0].Tables[0].ID + ".data"
+	data, err := store.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics()
+	newWriter := func() *Writer {
+		w, err := NewWriter(ctx, Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), Metrics: m,
+			Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	rec := map[string]any{"text": "b", "facets": linkFacets(append(urls, "at://did:plc:r2zybk6op3ymzpz6jhqpkoy5/app.bsky.feed.post/not a key!")...)}
+	second := jsCommit(t, 2_000, bob, "create", "app.bsky.feed.post", "3mptbyplj5d3a", rec)
+	if err := newWriter().Apply(ctx, "js", "2", &second); !errors.Is(err, link.ErrLookup) {
+		t.Fatalf("a record whose targets' names cannot be read: %v, want link.ErrLookup", err)
+	}
+	if n := testutil.ToFloat64(m.Skipped.WithLabelValues("js", "invalid_link")); n != 0 {
+		t.Fatalf("%v links counted lost by a record not applied", n)
+	}
+	if err := store.Put(ctx, key, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := newWriter().Apply(ctx, "js", "2", &second); err != nil {
+		t.Fatalf("the record again, the names readable: %v", err)
+	}
+	if n := testutil.ToFloat64(m.Skipped.WithLabelValues("js", "invalid_link")); n != 1 {
+		t.Fatalf("%v links counted lost, want 1", n)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/extract"
+	"github.com/eddy-backlinks/eddy/ingest/event"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -53,4 +55,25 @@ func (s *skipLogger) log(log hclog.Logger, source, reason string, kv ...any) {
 		args = append(args, "not_logged_since_last", st.suppressed)
 	}
 	log.Warn("skipped bad input", args...)
+}
+
+func (w *Writer) skipOp(source, reason string, op *event.Op, err error) {
+	w.metrics.Skipped.WithLabelValues(source, reason).Inc()
+	w.skipLog.log(w.log, source, reason, "position", op.Seq, "did", op.DID, "collection", op.Collection, "rkey", op.RKey, "error", err)
+}
+
+// countLost counts and logs the links a record loses (dropped by the
+// extractor, or skipped for a path that cannot be encoded), once the
+// record is applied for good: not before a step that fails it to be
+// applied again (a failed read of the names tree), which would count its
+// losses twice.
+func (w *Writer) countLost(source string, op *event.Op, st extract.Stats, badPaths []error) {
+	if st.TooDeep+st.TooManyLinks+st.PathTooLong+st.TargetTooLong+st.Invalid > 0 {
+		w.metrics.countDrops(source, st)
+		w.skipLog.log(w.log, source, "links_dropped", "position", op.Seq, "did", op.DID, "collection", op.Collection, "rkey", op.RKey,
+			"too_deep", st.TooDeep, "too_many", st.TooManyLinks, "path_too_long", st.PathTooLong, "target_too_long", st.TargetTooLong, "invalid", st.Invalid)
+	}
+	for _, err := range badPaths {
+		w.skipOp(source, "bad_path", op, err)
+	}
 }

@@ -300,10 +300,6 @@ func (w *Writer) skip(source, reason string, kv ...any) {
 // skipOp counts and logs a bad operation, naming where it was in its
 // source (the cursor: time_us for Jetstream, seq for the firehose) and the
 // record it was about.
-func (w *Writer) skipOp(source, reason string, op *event.Op, err error) {
-	w.metrics.Skipped.WithLabelValues(source, reason).Inc()
-	w.skipLog.log(w.log, source, reason, "position", op.Seq, "did", op.DID, "collection", op.Collection, "rkey", op.RKey, "error", err)
-}
 
 func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) error {
 	switch op.Kind {
@@ -388,19 +384,15 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 // records that need them. The Links metric counts the links alone.
 func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, stamp uint64) error {
 	links, st := w.mu.ex.Extract(op.Record)
-	if st.TooDeep+st.TooManyLinks+st.PathTooLong+st.TargetTooLong+st.Invalid > 0 {
-		w.metrics.countDrops(source, st)
-		w.skipLog.log(w.log, source, "links_dropped", "position", op.Seq, "did", op.DID, "collection", op.Collection, "rkey", op.RKey,
-			"too_deep", st.TooDeep, "too_many", st.TooManyLinks, "path_too_long", st.PathTooLong, "target_too_long", st.TargetTooLong, "invalid", st.Invalid)
-	}
 	// Each link's key and location; a link whose path cannot be encoded
 	// is skipped (bad_path) before anything of the record is buffered.
 	bls := w.mu.bls[:0]
+	var badPaths []error
 	for i := range links {
 		l := &links[i]
 		loc, err := w.codec.Location(l.Path, l.StrongRef, true)
 		if err != nil {
-			w.skipOp(source, "bad_path", op, err)
+			badPaths = append(badPaths, err)
 			continue
 		}
 		tgt := w.codec.TargetKey(&l.Target) // never an outline: a target is anyone's string (link.Codec.TargetKey)
@@ -410,9 +402,10 @@ func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, sta
 	w.mu.bls = bls
 	if len(bls) >= 2 { // before the record's links are buffered
 		if err := w.nameTargetsLocked(source, op, links, bls); err != nil {
-			return err
+			return err // applied again later (a failed read of the names): nothing counted yet
 		}
 	}
+	w.countLost(source, op, st, badPaths)
 	added := 0
 	defer func() {
 		if added > 0 {
