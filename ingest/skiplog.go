@@ -57,16 +57,20 @@ func (s *skipLogger) log(log hclog.Logger, source, reason string, kv ...any) {
 	log.Warn("skipped bad input", args...)
 }
 
+// skipOp counts and logs a bad operation, naming where it was in its
+// source (the cursor: time_us for Jetstream, seq for the firehose) and the
+// record it was about.
 func (w *Writer) skipOp(source, reason string, op *event.Op, err error) {
 	w.metrics.Skipped.WithLabelValues(source, reason).Inc()
 	w.skipLog.log(w.log, source, reason, "position", op.Seq, "did", op.DID, "collection", op.Collection, "rkey", op.RKey, "error", err)
 }
 
 // countLost counts and logs the links a record loses (dropped by the
-// extractor, or skipped for a path that cannot be encoded), once the
-// record is applied for good: not before a step that fails it to be
-// applied again (a failed read of the names tree), which would count its
-// losses twice.
+// extractor, or skipped for a path that cannot be encoded) once the
+// record's apply can no longer fail, not before the read of the names
+// tree that may fail it. (That failure stops the writer; the next one
+// applies again everything since the last flush, and counts it again:
+// the skip counters count applies, like the links counter.)
 func (w *Writer) countLost(source string, op *event.Op, st extract.Stats, badPaths []error) {
 	if st.TooDeep+st.TooManyLinks+st.PathTooLong+st.TargetTooLong+st.Invalid > 0 {
 		w.metrics.countDrops(source, st)

@@ -297,10 +297,6 @@ func (w *Writer) skip(source, reason string, kv ...any) {
 	w.skipLog.log(w.log, source, reason, kv...)
 }
 
-// skipOp counts and logs a bad operation, naming where it was in its
-// source (the cursor: time_us for Jetstream, seq for the firehose) and the
-// record it was about.
-
 func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) error {
 	switch op.Kind {
 	case event.KindCommit:

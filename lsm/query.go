@@ -395,14 +395,16 @@ func (r *Reader) windows(ctx context.Context, v *View, target link.RecordID, fil
 		}
 		res := <-done
 		addStats(&st, &res.st)
+		if nextErr != nil && (res.err == nil || errors.Is(res.err, context.Canceled)) {
+			// The next window failed (and cancelled this one's check,
+			// which then failed for that alone): its error is the read's.
+			return st, nextErr
+		}
 		if res.err != nil {
 			return st, res.err
 		}
 		if horizon == nil {
 			return st, nil
-		}
-		if nextErr != nil {
-			return st, nextErr
 		}
 		cands, horizon = next, nextHorizon
 	}
