@@ -160,7 +160,7 @@ func (c *Codec) renderNamed(kind NameKind, v uint64) (string, error) {
 	}
 	s, ok, err := c.Names.Name(kind, v)
 	if err != nil {
-		return "", fmt.Errorf("named %s %#x: %w", kind, v, err)
+		return "", fmt.Errorf("named %s %#x: %w: %w", kind, v, ErrLookup, err)
 	}
 	if !ok {
 		return "", fmt.Errorf("named %s %#x: %w", kind, v, ErrOutlineMissing)
@@ -397,7 +397,7 @@ func (c *Codec) RenderDID(v uint64) (string, error) {
 	if c.PLC != nil {
 		s, ok, err := plcDID(c.PLC, v)
 		if err != nil {
-			return "", fmt.Errorf("plc seq %d: %w", v, err)
+			return "", fmt.Errorf("plc seq %d: %w: %w", v, ErrLookup, err)
 		}
 		if ok {
 			return s, nil

@@ -3,6 +3,7 @@ package query
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -141,5 +142,18 @@ func TestLookupsEndWithTheQuery(t *testing.T) {
 		if took > lsm.NameLookupTimeout/2 {
 			t.Fatalf("%v: answered after %v, the names map's own bound; want the query's", q, took)
 		}
+	}
+	// getManyToManyCounts folds a target's hashed key into its encoded
+	// one: a rendering that fails there is the answer's error, not a
+	// target left out of the fold (its counts split in two).
+	id, err := f.codec.Record("did:web:example.com", "app.bsky.feed.like", "self", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.qs.Codec = &link.Codec{Outlines: f.codec.Outlines, Names: lsm.NewNameMap(lsm.NewReader(store, nil), lsm.Views(func() *lsm.View { return named }), 0)}
+	dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, _, err := f.qs.hashKeyOf(dctx, id); !errors.Is(err, link.ErrLookup) {
+		t.Fatalf("hashKeyOf of a record whose names cannot be read: %v; want link.ErrLookup", err)
 	}
 }

@@ -148,30 +148,40 @@ func (m *m2mQuery) named(t link.RecordID) *subject {
 
 // hashKeyOf is the key a link to the target whose encoding is t would
 // have been written under while a part of it was unknown (link.Codec
-// TargetKey); false for a hashed t, or one that does not render.
-func (s *Server) hashKeyOf(ctx context.Context, t link.RecordID) (link.RecordID, bool) {
+// TargetKey); false for a hashed t, or one that does not render. A failed
+// read (link.ErrLookup: the bucket, or the query's time run out) is an
+// error: a group missed here would split a target's counts in two.
+func (s *Server) hashKeyOf(ctx context.Context, t link.RecordID) (link.RecordID, bool, error) {
 	var name string
 	var err error
 	switch {
 	case t.IsHashed():
-		return link.RecordID{}, false
+		return link.RecordID{}, false, nil
 	case t.IsRepo():
 		name, err = s.codec(ctx).RenderDID(t.DID)
 	default:
 		name, err = s.codec(ctx).RenderRecord(t)
 	}
 	if err != nil {
-		return link.RecordID{}, false
+		return link.RecordID{}, false, lookupErr(err)
 	}
 	tg, err := link.ParseTarget(name)
 	if err != nil || tg.IsHashed() {
-		return link.RecordID{}, false
+		return link.RecordID{}, false, nil
 	}
 	keys, err := s.codec(ctx).TargetKeys(&tg)
 	if err != nil || len(keys) == 0 {
-		return link.RecordID{}, false
+		return link.RecordID{}, false, lookupErr(err)
 	}
-	return keys[len(keys)-1], true
+	return keys[len(keys)-1], true, nil
+}
+
+// lookupErr is err if it is a failed read (link.ErrLookup), else nil.
+func lookupErr(err error) error {
+	if errors.Is(err, link.ErrLookup) {
+		return err
+	}
+	return nil
 }
 
 // renderOther names an other subject: a DID, an at-uri, or (a hashed
@@ -377,7 +387,11 @@ func (s *Server) getManyToManyCounts(ctx context.Context, r *http.Request, v *ls
 				continue
 			}
 			tried[t] = true
-			if h, ok := s.hashKeyOf(ctx, t); ok {
+			h, ok, err := s.hashKeyOf(ctx, t)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
 				canon[h] = t
 			}
 		}
