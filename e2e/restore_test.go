@@ -66,22 +66,27 @@ func TestRestoreFromBucket(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("newest backup: %v %v", ok, err)
 	}
-	snap, bm, err := fsm.BackupSnapshot(data)
+	snap, bm, _, err := ingest.ReadStateBackup(data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var backed struct {
 		Cursors map[string]string `json:"cursors"`
+		Garbage []fsm.Garbage     `json:"garbage"`
 	}
 	if err := json.Unmarshal(snap, &backed); err != nil {
 		t.Fatal(err)
 	}
-	// The tables the dead cluster wrote after the backup.
+	// The tables the dead cluster wrote after the backup: neither in its
+	// manifest nor on its garbage list.
 	named := map[string]bool{}
 	for _, r := range bm.Runs {
 		for _, tb := range r.Tables {
 			named[tb.ID] = true
 		}
+	}
+	for _, g := range backed.Garbage {
+		named[g.ID] = true
 	}
 	var after []string
 	if err := store.List(ctx, "tables/", func(k string, _ int64) error {

@@ -373,12 +373,11 @@ type snapshot struct{ v snapshotJSON }
 // maps, the garbage list and the lengths of the append-only outline tables; encoding runs in
 // Persist, concurrently with Apply.
 func (s *State) Snapshot() (raft.FSMSnapshot, error) {
-	v, _ := s.capture()
-	return &snapshot{v: v}, nil
+	return &snapshot{v: s.capture()}, nil
 }
 
-// capture copies what a snapshot holds, and the index it holds it at.
-func (s *State) capture() (snapshotJSON, uint64) {
+// capture copies what a snapshot holds.
+func (s *State) capture() snapshotJSON {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	v := snapshotJSON{
@@ -390,7 +389,7 @@ func (s *State) capture() (snapshotJSON, uint64) {
 		names := s.mu.outlines[k].names
 		v.Outlines[k.String()] = names[:len(names):len(names)] // a prefix that appends never change
 	}
-	return v, s.mu.index
+	return v
 }
 
 func (sn *snapshot) Persist(sink raft.SnapshotSink) error {

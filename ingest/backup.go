@@ -1,7 +1,10 @@
 package ingest
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -14,16 +17,18 @@ import (
 )
 
 // Backups of the replicated state in the bucket (fsm/backup.go). The
-// leader puts the state under state/<generation>-<index>.json.gz every
+// leader puts the state under state/<generation>-<time>.json.gz every
 // StateBackupInterval and, before it deletes replaced tables, whenever
 // its newest backup is older than the generation that removed one of
 // them. So the newest backup in the bucket never names a deleted table:
 // a table is deleted only once a backup at or past the generation that
 // removed it is durable, and that backup's manifest no longer has it.
-// After each backup the older ones are deleted. A node started with
-// --restore-from-bucket begins a new cluster from the newest one
-// (docs/operations.md); its tables written since are orphans to the new
-// leader's sweep, and its sources read again from the backup's cursors.
+// With the state go the objects its cursors name that their owners
+// delete as they go (a backfill's checkpoint). After each backup the
+// older ones are deleted. A node started with --restore-from-bucket
+// begins a new cluster from the newest one (docs/operations.md); its
+// tables written since are orphans to the new leader's sweep, and its
+// sources read again from the backup's cursors.
 
 // StateBackupPrefix is where the state backups live in the bucket.
 const StateBackupPrefix = "state/"
@@ -33,10 +38,19 @@ const StateBackupPrefix = "state/"
 // sources.
 const DefaultStateBackupInterval = 10 * time.Minute
 
-// stateBackupKey names a backup: its generation and index, zero-padded,
-// so that the newest is the last in the bucket's order.
-func stateBackupKey(b fsm.Backup) string {
-	return fmt.Sprintf("%s%020d-%020d.json.gz", StateBackupPrefix, b.Generation, b.Index)
+// stateBackupFile is a backup's content, gzipped JSON: the snapshot and
+// the objects its cursors name (key: content).
+type stateBackupFile struct {
+	V        int               `json:"v"`
+	Snapshot json.RawMessage   `json:"snapshot"`
+	Objects  map[string][]byte `json:"objects,omitempty"`
+}
+
+// stateBackupKey names a backup: its generation, then the leader's clock,
+// zero-padded, so that the newest is the last in the bucket's order (two
+// backups of one generation hold the same manifest).
+func stateBackupKey(gen uint64, at time.Time) string {
+	return fmt.Sprintf("%s%020d-%020d.json.gz", StateBackupPrefix, gen, at.UnixNano())
 }
 
 // parseStateBackupKey returns the generation a backup's key names; false
@@ -77,6 +91,45 @@ func NewestStateBackup(ctx context.Context, store objstore.Store) (key string, d
 	return key, data, true, nil
 }
 
+// ReadStateBackup decodes a backup: the snapshot a new cluster starts from
+// (cluster.Config.Restore), the manifest in it, and the objects its
+// cursors name.
+func ReadStateBackup(data []byte) (snapshot []byte, m *lsm.Manifest, objects map[string][]byte, err error) {
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("state backup: %w", err)
+	}
+	var f stateBackupFile
+	if err := json.NewDecoder(zr).Decode(&f); err != nil {
+		return nil, nil, nil, fmt.Errorf("state backup: %w", err)
+	}
+	if f.V != 1 {
+		return nil, nil, nil, fmt.Errorf("state backup: version %d, this build reads 1", f.V)
+	}
+	if m, err = fsm.SnapshotManifest(f.Snapshot); err != nil {
+		return nil, nil, nil, fmt.Errorf("state backup: %w", err)
+	}
+	return f.Snapshot, m, f.Objects, nil
+}
+
+// RestoreObjects puts back the objects a backup holds that the bucket no
+// longer does.
+func RestoreObjects(ctx context.Context, store objstore.Store, objects map[string][]byte) (int, error) {
+	n := 0
+	for k, b := range objects {
+		if _, err := store.Size(ctx, k); err == nil {
+			continue
+		} else if !errors.Is(err, objstore.ErrNotFound) {
+			return n, err
+		}
+		if err := store.Put(ctx, k, b); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
 // MissingTables returns the objects of m's tables that store does not
 // hold (a restore refuses a backup that names any).
 func MissingTables(ctx context.Context, store objstore.Store, m *lsm.Manifest) ([]string, error) {
@@ -99,21 +152,16 @@ func MissingTables(ctx context.Context, store objstore.Store, m *lsm.Manifest) (
 // backupState puts a backup of the current state in the bucket, then
 // deletes the older ones.
 func (c *collector) backupState(ctx context.Context) error {
-	b, err := c.w.cfg.Node.FSM.Backup()
-	if err == nil {
-		err = c.w.cfg.Store.Put(ctx, stateBackupKey(b), b.Data)
-	}
+	err := c.putBackup(ctx)
 	if err != nil {
 		c.w.metrics.StateBackups.WithLabelValues("failed").Inc()
 		return fmt.Errorf("state backup: %w", err)
 	}
 	c.w.metrics.StateBackups.WithLabelValues("ok").Inc()
-	c.w.metrics.StateBackupGeneration.Set(float64(b.Generation))
-	c.backedUp, c.backedUpAt = b.Generation, time.Now()
-	key := stateBackupKey(b)
+	c.w.metrics.StateBackupGeneration.Set(float64(c.backedUp))
 	var old []string
 	err = c.w.cfg.Store.List(ctx, StateBackupPrefix, func(k string, _ int64) error {
-		if _, ok := parseStateBackupKey(k); ok && k < key {
+		if _, ok := parseStateBackupKey(k); ok && k < c.backedUpKey {
 			old = append(old, k)
 		}
 		return nil
@@ -127,6 +175,52 @@ func (c *collector) backupState(ctx context.Context) error {
 		c.log.Warn("delete older state backups (tried again after the next backup)", "error", err)
 	}
 	return nil
+}
+
+// putBackup captures the state with the checkpoints its cursors name and
+// puts it. A checkpoint deleted between the two (its backfill published a
+// newer one) takes a new capture.
+func (c *collector) putBackup(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		b, err := c.w.cfg.Node.FSM.Backup()
+		if err != nil {
+			return err
+		}
+		f := stateBackupFile{V: 1, Snapshot: b.Snapshot, Objects: map[string][]byte{}}
+		retry := false
+		for name, key := range b.Cursors {
+			if !strings.HasSuffix(name, StateCursorSuffix) || key == "" {
+				continue
+			}
+			data, err := c.w.cfg.Store.Get(ctx, key)
+			if errors.Is(err, objstore.ErrNotFound) && attempt < 3 {
+				retry = true
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			f.Objects[key] = data
+		}
+		if retry {
+			continue
+		}
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		if err := json.NewEncoder(zw).Encode(&f); err != nil {
+			return err
+		}
+		if err := zw.Close(); err != nil {
+			return err
+		}
+		at := time.Now()
+		key := stateBackupKey(b.Generation, at)
+		if err := c.w.cfg.Store.Put(ctx, key, buf.Bytes()); err != nil {
+			return err
+		}
+		c.backedUp, c.backedUpAt, c.backedUpKey = b.Generation, at, key
+		return nil
+	}
 }
 
 // ensureBackup puts a backup unless this leader's newest one is at

@@ -83,9 +83,14 @@ func TestStateBackupBeforeDeletion(t *testing.T) {
 		t.Fatalf("metrics %v", m)
 	}
 
-	// A later backup replaces it; the newest names the live tables only.
+	// A later backup replaces it; the newest names the live tables only,
+	// and holds the backfill checkpoint its cursors name.
+	const checkpoint = "checkpoints/backfill/0123456789abcdef/00000000000000000003-00000000000000000001.json"
+	if err := f.store.Put(ctx, checkpoint, []byte(`{"failed":["did:plc:x"]}`)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := f.node.Propose(ctx, fsm.TypeFlush, 0, fsm.Flush{Edit: lsm.Edit{Base: f.node.FSM.Manifest().Generation},
-		Cursors: map[string]string{"jetstream": "1234"}, Time: time.Now().UnixNano()}); err != nil {
+		Cursors: map[string]string{"jetstream": "1234", "backfill:https://relay" + StateCursorSuffix: checkpoint}, Time: time.Now().UnixNano()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.backupState(ctx); err != nil {
@@ -99,9 +104,22 @@ func TestStateBackupBeforeDeletion(t *testing.T) {
 	if err != nil || !ok || key != keys2[0] {
 		t.Fatalf("newest backup %q %v %v", key, ok, err)
 	}
-	snap, bm, err := fsm.BackupSnapshot(data)
+	snap, bm, objects, err := ReadStateBackup(data)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if string(objects[checkpoint]) != `{"failed":["did:plc:x"]}` || len(objects) != 1 {
+		t.Fatalf("the backup's objects %q; want the backfill checkpoint", objects)
+	}
+	// The checkpoint gone (its backfill went on): a restore puts it back.
+	if err := f.store.Delete(ctx, checkpoint); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := RestoreObjects(ctx, f.store, objects); err != nil || n != 1 {
+		t.Fatalf("restore objects: %d, %v", n, err)
+	}
+	if b, err := f.store.Get(ctx, checkpoint); err != nil || string(b) != `{"failed":["did:plc:x"]}` {
+		t.Fatalf("the checkpoint after the restore: %q, %v", b, err)
 	}
 	if missing, err := MissingTables(ctx, f.store, bm); err != nil || len(missing) != 0 {
 		t.Fatalf("the newest backup names missing tables %v (%v)", missing, err)
@@ -154,8 +172,10 @@ func TestStateBackupBeforeDeletion(t *testing.T) {
 	}
 	// Its data directory holds state now: a restore there is refused.
 	cfg.RaftBind = freeAddr(t)
-	if n, err := cluster.Open(cfg); err == nil {
-		n.Close(ctx)
-		t.Fatal("a restore over existing Raft state was accepted")
+	if n, err := cluster.Open(cfg); err == nil || !strings.Contains(err.Error(), "already holds Raft state") {
+		if n != nil {
+			n.Close(ctx)
+		}
+		t.Fatalf("a restore over existing Raft state: %v; want it refused", err)
 	}
 }

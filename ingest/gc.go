@@ -113,8 +113,9 @@ type collector struct {
 	saidAt    time.Time // when that was last logged
 	// The newest state backup this collector put (backup.go): its
 	// generation, and when (zero: none yet).
-	backedUp   uint64
-	backedUpAt time.Time
+	backedUp    uint64
+	backedUpAt  time.Time
+	backedUpKey string
 	// afterManifest, if set (tests), runs when a sweep has read the
 	// manifest it judges the listing by.
 	afterManifest func()

@@ -121,11 +121,16 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	// says so, instead of every cold query waiting out the client's
 	// retries to fail.
 	store := objstore.NewGuard(bucket)
+	var rs *restoreState
 	var restore []byte
 	if c.restoreFromBucket {
-		if restore, err = stateToRestore(ctx, bucket, log); err != nil {
+		if rs, err = stateToRestore(ctx, bucket); err != nil {
 			return err
 		}
+		if err := rs.putBack(ctx, bucket); err != nil {
+			return err
+		}
+		restore = rs.snapshot
 	}
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, Dir: filepath.Join(c.dataDir, "raft"), RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise,
@@ -134,6 +139,9 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	})
 	if err != nil {
 		return err
+	}
+	if rs != nil {
+		rs.logRestored(log)
 	}
 	log = log.With("node", node.ID())
 	cat := lsm.NewCatalogMapped(filepath.Join(c.dataDir, "meta"), store)

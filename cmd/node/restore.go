@@ -5,16 +5,26 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/eddy-backlinks/eddy/fsm"
 	"github.com/eddy-backlinks/eddy/ingest"
 	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/hashicorp/go-hclog"
 )
 
+// restoreState is the newest backup of the replicated state in the bucket
+// (--restore-from-bucket), checked: the snapshot a new cluster starts
+// from, and the objects to put back once it is formed.
+type restoreState struct {
+	key      string
+	snapshot []byte
+	objects  map[string][]byte
+	gen      uint64
+	tables   int
+	putBackN int
+}
+
 // stateToRestore reads the newest backup of the replicated state in the
-// bucket (--restore-from-bucket) and checks that every table it names is
-// there, returning the snapshot a new cluster starts from.
-func stateToRestore(ctx context.Context, bucket objstore.Store, log hclog.Logger) ([]byte, error) {
+// bucket and checks that every table it names is there.
+func stateToRestore(ctx context.Context, bucket objstore.Store) (*restoreState, error) {
 	key, data, ok, err := ingest.NewestStateBackup(ctx, bucket)
 	if err != nil {
 		return nil, fmt.Errorf("--restore-from-bucket: %w", err)
@@ -22,7 +32,7 @@ func stateToRestore(ctx context.Context, bucket objstore.Store, log hclog.Logger
 	if !ok {
 		return nil, fmt.Errorf("--restore-from-bucket: the bucket holds no state backup under %s", ingest.StateBackupPrefix)
 	}
-	snap, m, err := fsm.BackupSnapshot(data)
+	snap, m, objects, err := ingest.ReadStateBackup(data)
 	if err != nil {
 		return nil, fmt.Errorf("--restore-from-bucket: %s: %w", key, err)
 	}
@@ -33,11 +43,28 @@ func stateToRestore(ctx context.Context, bucket objstore.Store, log hclog.Logger
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("--restore-from-bucket: %s names %d table objects the bucket does not hold (%s): not restored", key, len(missing), strings.Join(missing[:min(len(missing), 5)], ", "))
 	}
-	tables := 0
+	rs := &restoreState{key: key, snapshot: snap, objects: objects, gen: m.Generation}
 	for _, r := range m.Runs {
-		tables += len(r.Tables)
+		rs.tables += len(r.Tables)
 	}
+	return rs, nil
+}
+
+// putBack puts back the objects the backup holds that the bucket lost
+// (a backfill's checkpoint, deleted as the lost cluster's backfill went
+// on), before the cluster is formed: a restore refused after it leaves
+// only objects their owner deletes as it goes.
+func (rs *restoreState) putBack(ctx context.Context, bucket objstore.Store) error {
+	n, err := ingest.RestoreObjects(ctx, bucket, rs.objects)
+	if err != nil {
+		return fmt.Errorf("--restore-from-bucket: put back the backup's objects: %w", err)
+	}
+	rs.putBackN = n
+	return nil
+}
+
+// logRestored says, once the new cluster is formed, what it came from.
+func (rs *restoreState) logRestored(log hclog.Logger) {
 	log.Warn("restoring the replicated state from the bucket: a new cluster of this node; its sources read again from the backup's cursors",
-		"backup", key, "generation", m.Generation, "tables", tables)
-	return snap, nil
+		"backup", rs.key, "generation", rs.gen, "tables", rs.tables, "objects_put_back", rs.putBackN)
 }
