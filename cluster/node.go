@@ -69,7 +69,7 @@ type Config struct {
 	Certs      CertFiles
 	Bootstrap  bool // form a new cluster of this node if no state exists
 	// Restore, when set, is a snapshot of the replicated state (a backup
-	// from the bucket: fsm.BackupSnapshot) to form a new one-node cluster
+	// from the bucket: ingest.ReadStateBackup) to form a new one-node cluster
 	// with, in a data directory that holds no Raft state (Open refuses one
 	// that does). Bootstrap does not matter then.
 	Restore []byte

@@ -66,6 +66,12 @@ func TestDiskFull(t *testing.T) {
 	stopStepping := keepStepping(world)
 	var unready string
 	lc.waitFor(t, "the full node unready", 60*time.Second, func() error {
+		// Not before it met its full disk: a 503 for another reason (the
+		// leadership moved off it above) would let the test free the
+		// disk before the node ever wrote to it.
+		if b, err := os.ReadFile(full.Log); err != nil || !strings.Contains(string(b), "no space left on device") {
+			return fmt.Errorf("%s has not met its full disk yet (%v)", full.ID, err)
+		}
 		code, body, err := readyz(full.HTTP)
 		if err != nil {
 			return err

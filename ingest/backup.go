@@ -179,7 +179,9 @@ func (c *collector) backupState(ctx context.Context) error {
 
 // putBackup captures the state with the checkpoints its cursors name and
 // puts it. A checkpoint deleted between the two (its backfill published a
-// newer one) takes a new capture.
+// newer one) takes a new capture; one still missing after a few (lost:
+// the backfill itself then starts from an empty state, backfill.go) is
+// left out, said in the log, rather than fail every backup.
 func (c *collector) putBackup(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		b, err := c.w.cfg.Node.FSM.Backup()
@@ -196,6 +198,10 @@ func (c *collector) putBackup(ctx context.Context) error {
 			if errors.Is(err, objstore.ErrNotFound) && attempt < 3 {
 				retry = true
 				break
+			}
+			if errors.Is(err, objstore.ErrNotFound) {
+				c.log.Warn("state backup without a checkpoint its cursor names: the object is gone", "cursor", name, "key", key)
+				continue
 			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)

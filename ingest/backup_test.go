@@ -140,6 +140,21 @@ func TestStateBackupBeforeDeletion(t *testing.T) {
 		t.Fatalf("missing %v (%v); want %s", missing, err, data1)
 	}
 
+	// A cursor naming a checkpoint that is gone for good: backups go on
+	// without it.
+	if _, err := f.node.Propose(ctx, fsm.TypeFlush, 0, fsm.Flush{Edit: lsm.Edit{Base: f.node.FSM.Manifest().Generation},
+		Cursors: map[string]string{"backfill:https://old" + StateCursorSuffix: "checkpoints/backfill/gone.json"}, Time: time.Now().UnixNano()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.backupState(ctx); err != nil {
+		t.Fatalf("a backup with a lost checkpoint: %v", err)
+	}
+	if _, data, _, err := NewestStateBackup(ctx, f.store); err != nil {
+		t.Fatal(err)
+	} else if _, _, objs, err := ReadStateBackup(data); err != nil || len(objs) != 1 || objs[checkpoint] == nil {
+		t.Fatalf("the backup's objects %q (%v); want the checkpoint still there alone", objs, err)
+	}
+
 	// A new cluster from it: one node, leading, with the backup's state.
 	dir := t.TempDir()
 	if err := cluster.MakeCA(dir); err != nil {
@@ -160,7 +175,7 @@ func TestStateBackupBeforeDeletion(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got, want := n.FSM.Manifest().Generation, f.node.FSM.Manifest().Generation; got != want || n.FSM.Cursor("jetstream") != "1234" {
+	if got, want := n.FSM.Manifest().Generation, bm.Generation; got != want || n.FSM.Cursor("jetstream") != "1234" {
 		t.Fatalf("restored generation %d, cursor %q; want %d, 1234", got, n.FSM.Cursor("jetstream"), want)
 	}
 	// It goes on: a flush commits on the restored state.

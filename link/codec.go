@@ -346,8 +346,11 @@ func (c *Codec) RenderHashedTarget(key RecordID) (string, bool, error) {
 	}
 	for i := range uint64(namedProbes) {
 		s, ok, err := c.Names.Name(NameTarget, key.RKey+i)
-		if err != nil || !ok {
-			return "", false, err
+		if err != nil {
+			return "", false, fmt.Errorf("hashed target: names: %w: %w", ErrLookup, err)
+		}
+		if !ok {
+			return "", false, nil
 		}
 		if HashTarget(s) == key {
 			return s, true, nil
