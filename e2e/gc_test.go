@@ -148,19 +148,9 @@ func TestGCWithLeaderKills(t *testing.T) {
 		if bucket, tables, err = bucketBytes(store); err != nil {
 			return err
 		}
-		_, st, err := lc.leaderStatus()
-		if err != nil {
+		if live, pending, err = lc.gcLive(); err != nil {
 			return err
 		}
-		var gc struct {
-			LiveBytes     uint64  `json:"live_bytes"`
-			PendingTables float64 `json:"pending_tables"`
-		}
-		b, _ := json.Marshal(st.Extra["gc"])
-		if err := json.Unmarshal(b, &gc); err != nil {
-			return err
-		}
-		live, pending = gc.LiveBytes, gc.PendingTables
 		if exists(t, store, planted) {
 			return fmt.Errorf("the planted orphan %s is still there", planted)
 		}
@@ -358,4 +348,22 @@ func (lc *localCluster) staleMetas(store objstore.Store) error {
 		}
 	}
 	return nil
+}
+
+// gcLive returns what the leader's status says of the live tables' bytes
+// and of the tables waiting for deletion.
+func (lc *localCluster) gcLive() (live uint64, pending float64, err error) {
+	_, st, err := lc.leaderStatus()
+	if err != nil {
+		return 0, 0, err
+	}
+	var gc struct {
+		LiveBytes     uint64  `json:"live_bytes"`
+		PendingTables float64 `json:"pending_tables"`
+	}
+	b, _ := json.Marshal(st.Extra["gc"])
+	if err := json.Unmarshal(b, &gc); err != nil {
+		return 0, 0, err
+	}
+	return gc.LiveBytes, gc.PendingTables, nil
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/eddy-backlinks/eddy/ingest/event"
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -20,42 +22,14 @@ import (
 // which applies it once the names can be read again.
 func TestWriterNeverSkipsOnAFailedNameRead(t *testing.T) {
 	ctx := context.Background()
-	w, node, store, _ := forwardWriter(t)
 	const alice = "did:plc:aliceaaaaaaaaaaaaaaaaaaa"
 	profile := jsCommit(t, 1_000, alice, "create", "app.bsky.actor.profile", "self",
 		map[string]any{"pinnedPost": strongRef("at://did:plc:bobbbbbbbbbbbbbbbbbbbbbb/app.bsky.feed.post/3mptbyplj5d8b")})
-	if err := w.Apply(ctx, "js", "1", &profile); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	runs := node.FSM.Manifest().RunsOf(lsm.TreeNames)
-	if len(runs) != 1 {
-		t.Fatalf("%d runs of names after the flush, want 1", len(runs))
-	}
-	key := "tables/names/" + runs[0].Tables[0].ID + ".data"
-	data, err := store.Get(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Delete(ctx, key); err != nil {
-		t.Fatal(err)
-	}
-
-	// A new leader's writer: nothing cached.
-	m := NewMetrics()
-	newWriter := func() *Writer {
-		w, err := NewWriter(ctx, Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), Metrics: m,
-			Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
+	ln := namesLost(t, &profile)
+	store, key, data, m, newWriter := ln.store, ln.key, ln.data, ln.m, ln.newWriter
 	w2 := newWriter()
 	del := jsCommit(t, 2_000, alice, "delete", "app.bsky.actor.profile", "self", nil)
-	err = w2.Apply(ctx, "js", "2", &del)
+	err := w2.Apply(ctx, "js", "2", &del)
 	if !errors.Is(err, link.ErrLookup) || !errors.Is(err, ErrWriterFailed) {
 		t.Fatalf("delete with its name unreadable: %v, want ErrWriterFailed and link.ErrLookup", err)
 	}
@@ -93,37 +67,11 @@ func TestWriterNeverSkipsOnAFailedNameRead(t *testing.T) {
 // counted when it is applied for good, once, not at each try.
 func TestLostLinksCountedOnce(t *testing.T) {
 	ctx := context.Background()
-	w, node, store, _ := forwardWriter(t)
 	const bob = "did:plc:r2zybk6op3ymzpz6jhqpkoy5"
 	urls := []string{"https://example.com/lost/1", "https://example.com/lost/2"}
 	first := jsCommit(t, 1_000, bob, "create", "app.bsky.feed.post", "3mptbyplj5d2a", map[string]any{"text": "a", "facets": linkFacets(urls...)})
-	if err := w.Apply(ctx, "js", "1", &first); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	runs := node.FSM.Manifest().RunsOf(lsm.TreeNames)
-	if len(runs) != 1 {
-		t.Fatalf("%d runs of names after the flush, want 1", len(runs))
-	}
-	key := "tables/names/" + runs[0].Tables[0].ID + ".data"
-	data, err := store.Get(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Delete(ctx, key); err != nil {
-		t.Fatal(err)
-	}
-	m := NewMetrics()
-	newWriter := func() *Writer {
-		w, err := NewWriter(ctx, Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), Metrics: m,
-			Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
+	ln := namesLost(t, &first)
+	store, key, data, m, newWriter := ln.store, ln.key, ln.data, ln.m, ln.newWriter
 	rec := map[string]any{"text": "b", "facets": linkFacets(append(urls, "at://did:plc:r2zybk6op3ymzpz6jhqpkoy5/app.bsky.feed.post/not a key!")...)}
 	second := jsCommit(t, 2_000, bob, "create", "app.bsky.feed.post", "3mptbyplj5d3a", rec)
 	if err := newWriter().Apply(ctx, "js", "2", &second); !errors.Is(err, link.ErrLookup) {
@@ -141,4 +89,49 @@ func TestLostLinksCountedOnce(t *testing.T) {
 	if n := testutil.ToFloat64(m.Skipped.WithLabelValues("js", "invalid_link")); n != 1 {
 		t.Fatalf("%v links counted lost, want 1", n)
 	}
+}
+
+// lostNamesFixture: a writer applied and flushed a record whose strings
+// went to the names tree, then that table's data object was deleted
+// (data, under key, to put back): a new leader's writers (newWriter,
+// nothing cached, sharing the metrics m) cannot read those names.
+type lostNamesFixture struct {
+	store     objstore.Store
+	key       string
+	data      []byte
+	m         *Metrics
+	newWriter func() *Writer
+}
+
+func namesLost(t *testing.T, first *event.Op) lostNamesFixture {
+	t.Helper()
+	ctx := context.Background()
+	w, node, store, _ := forwardWriter(t)
+	if err := w.Apply(ctx, "js", "1", first); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runs := node.FSM.Manifest().RunsOf(lsm.TreeNames)
+	if len(runs) != 1 {
+		t.Fatalf("%d runs of names after the flush, want 1", len(runs))
+	}
+	f := lostNamesFixture{store: store, key: "tables/names/" + runs[0].Tables[0].ID + ".data", m: NewMetrics()}
+	var err error
+	if f.data, err = store.Get(ctx, f.key); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(ctx, f.key); err != nil {
+		t.Fatal(err)
+	}
+	f.newWriter = func() *Writer {
+		w, err := NewWriter(ctx, Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), Metrics: f.m,
+			Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	return f
 }

@@ -1,0 +1,178 @@
+package lsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm/workload"
+	"github.com/eddy-backlinks/eddy/objstore"
+)
+
+// windowedMega is a DB of two runs whose mega target (~40,000 links) a
+// count reads in several windows (countWindowLinks lowered until the test
+// ends, nextWindowHook cleared then).
+func windowedMega(t *testing.T) (*workload.Workload, *DB) {
+	t.Helper()
+	wl, err := workload.Generate(workload.Config{Links: 60_000, Seed: 9, MegaLinks: 40_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := countWorkloadDB(t, wl, 2, 0)
+	w := countWindowLinks
+	t.Cleanup(func() { countWindowLinks, nextWindowHook = w, nil })
+	countWindowLinks = 16_000
+	return wl, db
+}
+
+// A panic while the next window is read (on the read's own goroutine,
+// while the previous window's check runs on another with the other
+// scratch) is the read's error, returned only once that check is done:
+// the scratches go back to the pool, where another query takes them, when
+// no one uses them.
+func TestWindowPanicWaitsForTheCheck(t *testing.T) {
+	ctx := context.Background()
+	wl, db := windowedMega(t)
+	mega := wl.Targets[wl.Mega].ID
+	r := NewReader(db.store, nil)
+	v := db.View()
+	inFn, leave := make(chan struct{}), make(chan struct{})
+	nextWindowHook = func(_ context.Context, k int) {
+		if k == 1 {
+			<-inFn // window 0's callback is running
+			panic("a bug reading window 1")
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- fmt.Errorf("the read panicked: %v", p)
+			}
+		}()
+		first := true
+		_, err := r.Each(ctx, v, mega, Filter{}, func([]link.Backlink) error {
+			if first {
+				first = false
+				close(inFn)
+				<-leave
+			}
+			return nil
+		})
+		done <- err
+	}()
+	<-inFn
+	select {
+	case err := <-done:
+		t.Fatalf("the read ended while window 0's callback ran: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(leave)
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "panicked reading window 1") {
+		t.Fatalf("a panic reading window 1: %v; want it as the read's error", err)
+	}
+	// The panic while window 0's check still reads (a cold reader): the
+	// check, cancelled, fails for that alone; the read's error is the
+	// panic, not the cancellation.
+	nextWindowHook = func(_ context.Context, k int) {
+		if k == 1 {
+			panic("a bug reading window 1")
+		}
+	}
+	for i := range 5 {
+		cold := NewReader(db.store, nil)
+		if _, err := cold.Each(ctx, v, mega, Filter{}, func([]link.Backlink) error { return nil }); err == nil || !strings.Contains(err.Error(), "panicked reading window 1") {
+			t.Fatalf("try %d: a panic reading window 1 beside a cold check: %v; want the panic", i, err)
+		}
+	}
+	nextWindowHook = nil
+	if n, _, err := r.Count(ctx, v, mega, Filter{}); err != nil || n != uint64(wl.LiveCount(wl.Mega)) {
+		t.Fatalf("a count after: %d, %v; want %d", n, err, wl.LiveCount(wl.Mega))
+	}
+}
+
+// A window whose callback fails cancels the reads of the next window,
+// which go on meanwhile on the read's own goroutine: the read ends with
+// the callback's error, at once.
+func TestWindowFailureCancelsTheNext(t *testing.T) {
+	ctx := context.Background()
+	wl, db := windowedMega(t)
+	mega := wl.Targets[wl.Mega].ID
+	r := NewReader(db.store, nil)
+	v := db.View()
+	failed := make(chan struct{})
+	var cancelled bool
+	nextWindowHook = func(wctx context.Context, k int) {
+		if k != 1 {
+			return
+		}
+		<-failed
+		select {
+		case <-wctx.Done():
+			cancelled = true
+		case <-time.After(10 * time.Second):
+		}
+	}
+	bug := errors.New("a callback's error")
+	start := time.Now()
+	_, err := r.Each(ctx, v, mega, Filter{}, func([]link.Backlink) error {
+		close(failed)
+		return bug
+	})
+	if !errors.Is(err, bug) {
+		t.Fatalf("a failing callback: %v; want its error", err)
+	}
+	if !cancelled {
+		t.Fatalf("window 1 was read on after window 0's callback failed (%v)", time.Since(start))
+	}
+}
+
+// heldRevocations is a real store whose reads of the revocation tree's
+// tables wait, once held, until their context ends (or 10 s pass).
+type heldRevocations struct {
+	objstore.Store
+	held    atomic.Bool
+	waiting chan struct{} // closed at the first read held
+	once    sync.Once
+}
+
+func (s *heldRevocations) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	if s.held.Load() && strings.HasPrefix(key, "tables/revocations/") {
+		s.once.Do(func() { close(s.waiting) })
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Second):
+		}
+	}
+	return s.Store.GetRange(ctx, key, off, n)
+}
+
+// A failed read of the next window cancels the previous window's check,
+// still reading on its goroutine: the read ends at once with the failure.
+func TestNextWindowFailureCancelsTheCheck(t *testing.T) {
+	ctx := context.Background()
+	wl, db := windowedMega(t)
+	store := &heldRevocations{Store: db.store, waiting: make(chan struct{})}
+	store.held.Store(true)
+	nextWindowHook = func(_ context.Context, k int) {
+		if k == 1 {
+			<-store.waiting // window 0's check is reading
+			panic("a bug reading window 1")
+		}
+	}
+	start := time.Now()
+	_, err := NewReader(store, nil).Each(ctx, db.View(), wl.Targets[wl.Mega].ID, Filter{}, func([]link.Backlink) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "panicked reading window 1") {
+		t.Fatalf("%v; want the panic", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the read ended after %v: window 0's check was not cancelled", took)
+	}
+}
