@@ -131,17 +131,23 @@ func RestoreObjects(ctx context.Context, store objstore.Store, objects map[strin
 }
 
 // MissingTables returns the objects of m's tables that store does not
-// hold (a restore refuses a backup that names any).
+// hold (a restore refuses a backup that names any), from one listing of
+// the tables.
 func MissingTables(ctx context.Context, store objstore.Store, m *lsm.Manifest) ([]string, error) {
+	held := map[string]bool{}
+	if err := store.List(ctx, "tables/", func(k string, _ int64) error {
+		held[k] = true
+		return nil
+	}); err != nil {
+		return nil, err
+	}
 	var missing []string
 	for _, r := range m.Runs {
 		for _, t := range r.Tables {
 			data, meta := lsm.TableKeys(r.Tree, t.ID)
 			for _, k := range []string{data, meta} {
-				if _, err := store.Size(ctx, k); errors.Is(err, objstore.ErrNotFound) {
+				if !held[k] {
 					missing = append(missing, k)
-				} else if err != nil {
-					return nil, err
 				}
 			}
 		}

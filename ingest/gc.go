@@ -132,8 +132,10 @@ func newCollector(w *Writer) *collector {
 // clamp bounds d to [lo, hi].
 func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
 
-// gcLoop collects garbage every GCInterval and sweeps orphans every
-// OrphanSweepInterval until ctx ends.
+// gcLoop collects garbage every GCInterval, sweeps orphans every
+// OrphanSweepInterval and puts a state backup every StateBackupInterval
+// (looked at each GCInterval: the backups are no more frequent than it)
+// until ctx ends.
 func (r *Runner) gcLoop(ctx context.Context, w *Writer) {
 	c := newCollector(w)
 	every := w.cfg.GCInterval

@@ -501,6 +501,9 @@ type codecKey struct{}
 // codec is the codec a query renders and parses with: s.Codec with its
 // reads of the PLC map and the names tree bounded by the query's context
 // (wrap puts it there), so that no rendering outlives the query's 10 s.
+// Within a query it is that codec whatever context derived from the
+// query's is passed: a shorter deadline of a part of an answer does not
+// bound its renderings (none needs one).
 func (s *Server) codec(ctx context.Context) *link.Codec {
 	if c, ok := ctx.Value(codecKey{}).(*link.Codec); ok {
 		return c

@@ -124,6 +124,12 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	var rs *restoreState
 	var restore []byte
 	if c.restoreFromBucket {
+		// Refused here over existing state, before anything is put back
+		// (cluster.Open would refuse it too, after).
+		raftDir := filepath.Join(c.dataDir, "raft")
+		if _, err := os.Stat(filepath.Join(raftDir, "raft.db")); err == nil {
+			return fmt.Errorf("--restore-from-bucket: %s already holds Raft state; a restore starts a new cluster in an empty data directory (remove the flag to start this node as it is)", raftDir)
+		}
 		if rs, err = stateToRestore(ctx, bucket); err != nil {
 			return err
 		}
