@@ -178,7 +178,7 @@ func Open(cfg Config) (*Node, error) {
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: transportPool, Timeout: transportTimeout, Logger: cfg.Logger.Named("raft-net"),
 	})
-	n.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db")})
+	n.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, raftDBFile)})
 	if err != nil {
 		n.trans.Close()
 		return nil, fmt.Errorf("raft store: %w", err)

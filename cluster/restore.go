@@ -1,10 +1,28 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/hashicorp/raft"
 )
+
+// raftDBFile is the Raft log and stable store in a node's Config.Dir.
+const raftDBFile = "raft.db"
+
+// HasState reports whether dir (a Config.Dir) holds a node's Raft store,
+// without opening it (Open does, and locks it): for a check made before
+// a node starts, such as a restore's refusal over existing state before
+// it writes anything. Open's own check (raft.HasExistingState) decides.
+func HasState(dir string) (bool, error) {
+	_, err := os.Stat(filepath.Join(dir, raftDBFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
 
 // installRestore writes state as the Raft snapshot a new cluster starts
 // from: index and term 1, this node its one voter. NewRaft restores the

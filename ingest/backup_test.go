@@ -164,6 +164,9 @@ func TestStateBackupBeforeDeletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := cluster.Config{ID: "r1", Dir: filepath.Join(dir, "raft"), RaftBind: freeAddr(t), Certs: cluster.Files(dir, "r1"), Restore: snap}
+	if has, err := cluster.HasState(cfg.Dir); err != nil || has {
+		t.Fatalf("an empty data directory holds state: %v %v", has, err)
+	}
 	n, err := cluster.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -186,6 +189,9 @@ func TestStateBackupBeforeDeletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Its data directory holds state now: a restore there is refused.
+	if has, err := cluster.HasState(cfg.Dir); err != nil || !has {
+		t.Fatalf("a restored node's data directory holds no state: %v %v", has, err)
+	}
 	cfg.RaftBind = freeAddr(t)
 	if n, err := cluster.Open(cfg); err == nil || !strings.Contains(err.Error(), "already holds Raft state") {
 		if n != nil {

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/link"
-	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
+	"github.com/eddy-backlinks/eddy/objstore/objstoretest"
 )
 
 // A node's maps take a context: link.Codec.WithContext binds them to a
@@ -17,29 +17,6 @@ var (
 	_ link.PLCContext   = (*PLCMap)(nil)
 	_ link.NamesContext = (*NameMap)(nil)
 )
-
-// stallingStore is a real store whose reads wait for their context's end
-// while stalled is set: a bucket that stopped answering.
-type stallingStore struct {
-	objstore.Store
-	stalled bool
-}
-
-func (s *stallingStore) Get(ctx context.Context, key string) ([]byte, error) {
-	if s.stalled {
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	return s.Store.Get(ctx, key)
-}
-
-func (s *stallingStore) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
-	if s.stalled {
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	return s.Store.GetRange(ctx, key, off, n)
-}
 
 // TestCodecWithContext: a codec bound to a context reads the PLC map and
 // the names tree within it: on a bucket that stopped answering, encoding
@@ -52,7 +29,7 @@ func TestCodecWithContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := &stallingStore{Store: base}
+	store := objstoretest.NewStalling(base, "", 0)
 	f := &plcFixture{t: t, ctx: ctx, store: store, cat: NewCatalog(t.TempDir(), store)}
 	if f.view, err = OpenView(ctx, f.cat, &Manifest{}); err != nil {
 		t.Fatal(err)
@@ -88,7 +65,7 @@ func TestCodecWithContext(t *testing.T) {
 			t.Fatalf("%s, the bucket answering: %v", s.what, err)
 		}
 	}
-	store.stalled = true
+	store.Stall(true)
 	for _, s := range steps {
 		c := fresh()
 		dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -106,11 +83,11 @@ func TestCodecWithContext(t *testing.T) {
 		// cached: a bound codec answers it past its context's end.
 		if s.what == "encode the did:plc" {
 			c2 := fresh()
-			store.stalled = false
+			store.Stall(false)
 			if err := s.do(c2); err != nil {
 				t.Fatal(err)
 			}
-			store.stalled = true
+			store.Stall(true)
 			dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
 			<-dctx.Done()
 			if err := s.do(c2.WithContext(dctx)); err != nil {

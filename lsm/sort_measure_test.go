@@ -1,6 +1,7 @@
 package lsm
 
 import (
+	"encoding/binary"
 	"errors"
 	"testing"
 	"time"
@@ -65,7 +66,7 @@ func TestMeasureSortBackfill(t *testing.T) {
 	m := mts[0]
 	zero, runs := 0, 0
 	for i := 0; i < n; i++ {
-		if bigEndianWord(m, i, 0) == 0 {
+		if binary.BigEndian.Uint64(m[i*64:]) == 0 {
 			zero++
 		}
 	}
@@ -73,21 +74,13 @@ func TestMeasureSortBackfill(t *testing.T) {
 	SortRecords(buf, 64)
 	for i := 0; i < n; {
 		j := i + 1
-		for j < n && bigEndianWord(buf, j, 0) == bigEndianWord(buf, i, 0) {
+		for j < n && binary.BigEndian.Uint64(buf[j*64:]) == binary.BigEndian.Uint64(buf[i*64:]) {
 			j++
 		}
 		runs++
 		i = j
 	}
 	t.Logf("%d records: %d with a first word of zeros (account targets), %d distinct first words", n, zero, runs)
-}
-
-func bigEndianWord(b []byte, rec, w int) uint64 {
-	var k uint64
-	for _, c := range b[rec*64+w*8 : rec*64+w*8+8] {
-		k = k<<8 | uint64(c)
-	}
-	return k
 }
 
 // backfillMemtables returns count memtables of the 1B backfill's stream

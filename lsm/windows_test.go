@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm/workload"
-	"github.com/eddy-backlinks/eddy/objstore"
+	"github.com/eddy-backlinks/eddy/objstore/objstoretest"
 )
 
 // windowedMega is a DB of two runs whose mega target (~40,000 links) a
@@ -133,37 +131,18 @@ func TestWindowFailureCancelsTheNext(t *testing.T) {
 	}
 }
 
-// heldRevocations is a real store whose reads of the revocation tree's
-// tables wait, once held, until their context ends (or 10 s pass).
-type heldRevocations struct {
-	objstore.Store
-	held    atomic.Bool
-	waiting chan struct{} // closed at the first read held
-	once    sync.Once
-}
-
-func (s *heldRevocations) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
-	if s.held.Load() && strings.HasPrefix(key, "tables/revocations/") {
-		s.once.Do(func() { close(s.waiting) })
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(10 * time.Second):
-		}
-	}
-	return s.Store.GetRange(ctx, key, off, n)
-}
-
 // A failed read of the next window cancels the previous window's check,
 // still reading on its goroutine: the read ends at once with the failure.
 func TestNextWindowFailureCancelsTheCheck(t *testing.T) {
 	ctx := context.Background()
 	wl, db := windowedMega(t)
-	store := &heldRevocations{Store: db.store, waiting: make(chan struct{})}
-	store.held.Store(true)
+	// Its reads of the revocation tree (the checks') held until their
+	// context ends, or 10 s.
+	store := objstoretest.NewStalling(db.store, "tables/revocations/", 10*time.Second)
+	store.Stall(true)
 	nextWindowHook = func(_ context.Context, k int) {
 		if k == 1 {
-			<-store.waiting // window 0's check is reading
+			<-store.Waiting() // window 0's check is reading
 			panic("a bug reading window 1")
 		}
 	}

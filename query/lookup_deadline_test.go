@@ -8,52 +8,14 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
-	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
+	"github.com/eddy-backlinks/eddy/objstore/objstoretest"
 )
-
-// errorBody is an XRPC error's body.
-type errorBody struct {
-	Error   string `json:"error"`
-	Message string `json:"message"`
-}
-
-// stalledStore is a real store whose reads, once stalled, wait until
-// their context ends: a bucket that stopped answering.
-type stalledStore struct {
-	objstore.Store
-	stalled atomic.Bool
-	reads   atomic.Int64
-}
-
-func (s *stalledStore) wait(ctx context.Context) error {
-	s.reads.Add(1)
-	if !s.stalled.Load() {
-		return nil
-	}
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-func (s *stalledStore) Get(ctx context.Context, key string) ([]byte, error) {
-	if err := s.wait(ctx); err != nil {
-		return nil, err
-	}
-	return s.Store.Get(ctx, key)
-}
-
-func (s *stalledStore) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
-	if err := s.wait(ctx); err != nil {
-		return nil, err
-	}
-	return s.Store.GetRange(ctx, key, off, n)
-}
 
 // TestLookupsEndWithTheQuery: a query's reads of the names tree (to
 // encode a did:web it filters by, to render a named record key it
@@ -93,9 +55,9 @@ func TestLookupsEndWithTheQuery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := &stalledStore{Store: base}
+	store := objstoretest.NewStalling(base, "", 0)
 	// Each query gets a node's names map of its own, whose cache is empty.
-	serve := func(params url.Values, timeout time.Duration) (int, errorBody, time.Duration) {
+	serve := func(params url.Values, timeout time.Duration) (int, map[string]string, time.Duration) {
 		f.qs.Codec = &link.Codec{Outlines: f.codec.Outlines, Names: lsm.NewNameMap(lsm.NewReader(store, nil), lsm.Views(func() *lsm.View { return named }), 0)}
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
@@ -104,7 +66,7 @@ func TestLookupsEndWithTheQuery(t *testing.T) {
 		start := time.Now()
 		f.qs.Handler().ServeHTTP(w, r)
 		took := time.Since(start)
-		var e errorBody
+		var e map[string]string
 		if w.Code != http.StatusOK {
 			if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil {
 				t.Fatalf("an error without an XRPC body: %d %q", w.Code, w.Body.String())
@@ -125,18 +87,18 @@ func TestLookupsEndWithTheQuery(t *testing.T) {
 	rendered := url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}}
 	filtered := url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}, "did": {"did:web:example.com"}}
 	for _, q := range []url.Values{rendered, filtered} {
-		before := store.reads.Load()
+		before := store.Reads()
 		if code, e, _ := serve(q, time.Minute); code != http.StatusOK {
 			t.Fatalf("%v: %d %+v", q, code, e)
 		}
-		if store.reads.Load() == before {
+		if store.Reads() == before {
 			t.Fatalf("%v: answered without reading the names tree; the test would prove nothing", q)
 		}
 	}
-	store.stalled.Store(true)
+	store.Stall(true)
 	for _, q := range []url.Values{rendered, filtered} {
 		code, e, took := serve(q, 500*time.Millisecond)
-		if code != http.StatusInternalServerError || !strings.Contains(e.Message, "out of time") {
+		if code != http.StatusInternalServerError || !strings.Contains(e["message"], "out of time") {
 			t.Fatalf("%v on a stalled bucket: %d %+v; want 500 saying the query ran out of time", q, code, e)
 		}
 		if took > lsm.NameLookupTimeout/2 {

@@ -127,7 +127,11 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 		// Refused here over existing state, before anything is put back
 		// (cluster.Open would refuse it too, after).
 		raftDir := filepath.Join(c.dataDir, "raft")
-		if _, err := os.Stat(filepath.Join(raftDir, "raft.db")); err == nil {
+		has, err := cluster.HasState(raftDir)
+		if err != nil {
+			return fmt.Errorf("--restore-from-bucket: %w", err)
+		}
+		if has {
 			return fmt.Errorf("--restore-from-bucket: %s already holds Raft state; a restore starts a new cluster in an empty data directory (remove the flag to start this node as it is)", raftDir)
 		}
 		if rs, err = stateToRestore(ctx, bucket); err != nil {
