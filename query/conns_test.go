@@ -68,6 +68,11 @@ func TestClientConns(t *testing.T) {
 	if r.StatusCode != http.StatusTooManyRequests || r.Header.Get("Retry-After") == "" || !strings.Contains(body, `"RateLimitExceeded"`) {
 		t.Fatalf("a's third connection: %d (Retry-After %q) %s", r.StatusCode, r.Header.Get("Retry-After"), body)
 	}
+	// A page on another origin reads the refusal as it reads the server's
+	// own 429s: allowed, with its Retry-After exposed.
+	if o, e := r.Header.Get("Access-Control-Allow-Origin"), r.Header.Get("Access-Control-Expose-Headers"); o != "*" || !strings.Contains(e, "Retry-After") {
+		t.Fatalf("a's third connection's 429: Access-Control-Allow-Origin %q, Access-Control-Expose-Headers %q", o, e)
+	}
 	a3.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := a3.Read(make([]byte, 1)); n != 0 || err == nil {
 		t.Fatalf("a's third connection stayed open after its 429 (%d, %v)", n, err)

@@ -345,6 +345,64 @@ func TestManyToMany(t *testing.T) {
 	}
 }
 
+// A join record linking the subject twice at one path (a strong
+// reference's uri and a plain string: two links) is one join record:
+// listed once per other subject at every page size, counted once.
+func TestManyToManyRecordLinkingTwice(t *testing.T) {
+	f := newFixture(t)
+	const list = "at://did:plc:owner0000000000000000000/app.bsky.graph.list/3lmylist22222"
+	const cid = "bafyreiftot7eltsc3f6g4qktykmbv6jcmdmhcx5osscan6jpdxkpqcmcza"
+	var want []string
+	for i := range 3 {
+		member := fmt.Sprintf("did:plc:m%023d", i)
+		uri := fmt.Sprintf("at://did:plc:joiner%017d/com.example.join/%s", i, tid(i))
+		f.write(uri, `{"$type":"com.example.join","items":[{"uri":"`+list+`","cid":"`+cid+`"},{"uri":"`+list+`"}],"member":"`+member+`"}`)
+		want = append(want, uri+" "+member)
+	}
+	f.flush()
+	slices.Reverse(want) // newest join record first
+	base := url.Values{"subject": {list}, "source": {"com.example.join:items[].uri"}, "pathToOther": {"member"}}
+	var bl getBacklinksOut
+	f.get("/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {list}, "source": {"com.example.join:items[].uri"}}, &bl)
+	if bl.Total != 6 {
+		t.Fatalf("getBacklinks: total %d, want 6 (two links a record)", bl.Total)
+	}
+	for _, limit := range []string{"1", "2", "100"} {
+		q := cloneValues(base)
+		q.Set("limit", limit)
+		var seen []string
+		for page := 0; ; page++ {
+			if page > 10 {
+				t.Fatal("paging does not end")
+			}
+			var out m2mOut
+			if code, _ := f.get("/xrpc/blue.microcosm.links.getManyToMany", q, &out); code != 200 {
+				t.Fatalf("getManyToMany: %d", code)
+			}
+			for _, it := range out.Items {
+				seen = append(seen, "at://"+it.LinkRecord.DID+"/"+it.LinkRecord.Collection+"/"+it.LinkRecord.RKey+" "+it.OtherSubject)
+			}
+			if out.Cursor == nil {
+				break
+			}
+			q.Set("cursor", *out.Cursor)
+		}
+		if !slices.Equal(seen, want) {
+			t.Fatalf("getManyToMany limit %s:\n got %v\nwant %v", limit, seen, want)
+		}
+	}
+	var counts m2mCountsOut
+	f.get("/xrpc/blue.microcosm.links.getManyToManyCounts", base, &counts)
+	if len(counts.CountsByOtherSubject) != 3 {
+		t.Fatalf("getManyToManyCounts: %+v, want 3 groups", counts.CountsByOtherSubject)
+	}
+	for _, c := range counts.CountsByOtherSubject {
+		if c.Total != 1 || c.Distinct != 1 {
+			t.Fatalf("getManyToManyCounts: %+v, want total 1 and distinct 1 a member", counts.CountsByOtherSubject)
+		}
+	}
+}
+
 // Every answer is a JSON body: wrong HTTP methods 405, unknown XRPC
 // methods 501, unknown paths 404; GET / answers stats as JSON or a page.
 func TestFallbacksAndIndex(t *testing.T) {
@@ -503,6 +561,25 @@ func TestEmptyFiltersDropped(t *testing.T) {
 	q.Set("from_dids", did2)
 	if got := totalOf("/links", q); got != 1 {
 		t.Fatalf("/links with did= and from_dids: total %d, want 1", got)
+	}
+	// An empty from_dids names nobody, as in Constellation (an empty
+	// follow list: no likes, not everyone's); a comma-separated list of
+	// as many DIDs as did takes repeated is taken, however long.
+	for _, fd := range []string{"", ",", " "} {
+		if got := totalOf("/links", with(legacy, "from_dids", fd)); got != 0 {
+			t.Fatalf("/links with from_dids=%q: total %d, want 0", fd, got)
+		}
+	}
+	many := []string{did2}
+	for i := len(many); i < DIDsMax; i++ {
+		many = append(many, fmt.Sprintf("did:web:follow-%04d.example.com", i))
+	}
+	if got := totalOf("/links", with(legacy, "from_dids", strings.Join(many, ","))); got != 1 {
+		t.Fatalf("/links with %d DIDs in from_dids: total %d, want 1", len(many), got)
+	}
+	var tooMany struct{ Error, Message string }
+	if code, _ := f.get("/links", with(legacy, "from_dids", strings.Join(append(many, "did:web:one-more.example.com"), ",")), &tooMany); code != 400 || tooMany.Error != "InvalidRequest" {
+		t.Fatalf("/links with %d DIDs in from_dids: %d %+v, want 400 InvalidRequest", DIDsMax+1, code, tooMany)
 	}
 	m2m := url.Values{"subject": {list}, "source": {"app.bsky.graph.listitem:list"}, "pathToOther": {"subject"}}
 	var all, empty m2mOut

@@ -53,7 +53,11 @@ func (s *Server) legacyQuery(ctx context.Context, q url.Values, withDIDs bool) (
 	}
 	didsOK := true
 	if withDIDs {
-		if fd := q.Get("from_dids"); fd != "" {
+		// Present but empty, from_dids names nobody (as in Constellation,
+		// where it is the set of one empty name): an empty follow list
+		// gets no links, not every link.
+		if fds, given := q["from_dids"]; given {
+			fd := strings.Join(fds, ",")
 			if len(q["did"]) > 0 {
 				return nil, badRequest("give did (repeated) or from_dids (comma-separated), not both")
 			}

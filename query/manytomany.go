@@ -176,6 +176,34 @@ func (s *Server) hashKeyOf(ctx context.Context, t link.RecordID) (link.RecordID,
 	return keys[len(keys)-1], true, nil
 }
 
+// foldTwins drops from ts, one join record's other subjects (sorted, no
+// repeats), a hashed key that is the twin of an encoded key in ts: the
+// same subject, linked by the record's write while a part of it was
+// unknown and again by a write after it was known (a backfill or a stream
+// read again), so that the record lists it once.
+func (s *Server) foldTwins(ctx context.Context, ts []link.RecordID) ([]link.RecordID, error) {
+	hashed := 0
+	for _, t := range ts {
+		if t.IsHashed() {
+			hashed++
+		}
+	}
+	if hashed == 0 || hashed == len(ts) {
+		return ts, nil
+	}
+	var twins []link.RecordID
+	for _, t := range ts {
+		h, ok, err := s.hashKeyOf(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			twins = append(twins, h)
+		}
+	}
+	return slices.DeleteFunc(ts, func(t link.RecordID) bool { return t.IsHashed() && slices.Contains(twins, t) }), nil
+}
+
 // lookupErr is err if it is a failed read (link.ErrLookup), else nil.
 func lookupErr(err error) error {
 	if errors.Is(err, link.ErrLookup) {
@@ -252,6 +280,9 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 	}
 	var items []item
 	var stop *linkPos // set when the scan budget ends the page
+	// A record's links to the subject come together (a backlink's order:
+	// target, source, location), so its second is the one after its first.
+	var prevSource link.RecordID
 	batch := min(limit+1, m2mScanMax)
 	examined := 0
 	for len(items) <= limit {
@@ -272,7 +303,18 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 		}
 		for i := range res.Links {
 			b := &res.Links[i]
-			for _, t := range m.othersOf(b, fw[i]) {
+			if b.Source == prevSource {
+				// A record's second link to the subject at this path (a
+				// strong reference's uri and a plain string): one join
+				// record, its items given with its first.
+				continue
+			}
+			prevSource = b.Source
+			others, err := s.foldTwins(ctx, m.othersOf(b, fw[i]))
+			if err != nil {
+				return nil, err
+			}
+			for _, t := range others {
 				if cur != nil && b.Source == cur.Source && b.Location == cur.Location && t.Compare(cur.Target) <= 0 {
 					continue // returned on the cursor's page
 				}
@@ -361,6 +403,10 @@ func (s *Server) getManyToManyCounts(ctx context.Context, r *http.Request, v *ls
 	if err != nil {
 		return nil, err
 	}
+	// A record linking the subject twice at the path (a strong
+	// reference's uri and a plain string) is one join record; its links
+	// come together.
+	joins = slices.CompactFunc(joins, func(a, b link.Backlink) bool { return a.Source == b.Source })
 	srcs := make([]link.RecordID, len(joins))
 	for i := range joins {
 		srcs[i] = joins[i].Source

@@ -38,6 +38,10 @@ const (
 	MinGenerationWaitMax = 5 * time.Second
 	// paramBytesMax bounds a query parameter.
 	paramBytesMax = link.TargetBytesMax + 64
+	// fromDIDsBytesMax bounds /links's from_dids, DIDsMax DIDs in one
+	// comma-separated value: as many as did takes repeated, each up to
+	// paramBytesMax (the request's header bound, 1 MB, comes first).
+	fromDIDsBytesMax = DIDsMax * (paramBytesMax + 1)
 	// ResponseBytesMax bounds an answer's body; a query whose answer would
 	// be larger gets 400 QueryTooBig. The page limits keep every answer
 	// well under it (about 4.4 MB for the worst listBacklinks page: 1,000
@@ -170,7 +174,9 @@ func cors(next http.Handler) http.Handler {
 		w.Header().Set("Access-Control-Allow-Origin", "*")
 		w.Header().Set("Access-Control-Allow-Methods", "GET, OPTIONS")
 		w.Header().Set("Access-Control-Allow-Headers", "*")
-		w.Header().Set("Access-Control-Expose-Headers", GenerationHeader+", "+StaleHeader)
+		// Retry-After is not among the headers a browser shows a page
+		// from another origin unless named: the 429s and 503s carry it.
+		w.Header().Set("Access-Control-Expose-Headers", GenerationHeader+", "+StaleHeader+", Retry-After")
 		if r.Method == http.MethodOptions {
 			w.WriteHeader(http.StatusNoContent)
 			return
@@ -287,7 +293,7 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 		}
 		for k, vs := range q {
 			for _, v := range vs {
-				if len(v) > paramBytesMax {
+				if len(v) > paramBytesMax && (k != "from_dids" || len(v) > fromDIDsBytesMax) {
 					writeErr(w, badRequest("parameter "+k+" is too long"))
 					return
 				}
