@@ -19,6 +19,7 @@ type Pending struct {
 	next  [5]uint64
 	added [5][]Outline
 	ids   [5]map[string]uint64
+	bytes int // of the strings in added
 }
 
 var _ link.Outlines = (*Pending)(nil)
@@ -82,7 +83,17 @@ func (p *Pending) Assign(kind link.OutlineKind, str string) (uint64, error) {
 	p.next[kind]++
 	p.ids[kind][str] = id
 	p.added[kind] = append(p.added[kind], Outline{Kind: kind, ID: id, S: str})
+	p.bytes += len(str)
 	return id, nil
+}
+
+// Bytes is the length of the uncommitted outlines' strings together: what
+// the next flush entry carries of them (a writer flushes before it grows
+// past a bound, as it does for its memtables).
+func (p *Pending) Bytes() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.bytes
 }
 
 // Take returns every uncommitted outline, in counter order per kind, for
@@ -109,6 +120,7 @@ func (p *Pending) Committed() {
 				keep = append(keep, o)
 			} else {
 				delete(p.ids[k], o.S)
+				p.bytes -= len(o.S)
 			}
 		}
 		p.added[k] = keep

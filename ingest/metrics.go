@@ -30,6 +30,7 @@ type Metrics struct {
 	Links          *prometheus.CounterVec // by source
 	Skipped        *prometheus.CounterVec // by source, reason
 	RepoSplits     prometheus.Counter     // repositories written whole across two flushes (too big for the memtables' room)
+	OutlineEntries prometheus.Counter     // entries of outlines alone, published ahead of their flush (publishOutlines)
 	FlushSeconds   prometheus.Histogram   // a whole flush: tables written and the entry committed
 	PublishSeconds prometheus.Histogram   // the flush entry's Raft commit alone
 	Generation     prometheus.Gauge
@@ -65,6 +66,7 @@ func NewMetrics() *Metrics {
 		Events:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_events_total", Help: "Operations consumed, by source and kind."}, []string{"source", "kind"}),
 		Links:          prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_links_total", Help: "Links extracted, by source."}, []string{"source"}),
 		Skipped:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_skipped_total", Help: "Inputs or links skipped as bad, by source and reason."}, []string{"source", "reason"}),
+		OutlineEntries: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_ingest_outline_entries_total", Help: "Raft entries of new paths and collections alone, published ahead of their flush because one entry could not carry them (records of many made-up field names)."}),
 		RepoSplits:     prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_ingest_repo_splits_total", Help: "Repositories written whole (a backfill or a resync) that did not fit the memtables' room and went out in two flushes: answers from the generation between miss their links."}),
 		FlushSeconds:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eddy_ingest_flush_seconds", Help: "Time of a whole flush: tables written to the store and the entry committed.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
 		PublishSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eddy_ingest_publish_seconds", Help: "Time to commit a flush's entry through Raft (the publication alone).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
@@ -92,7 +94,7 @@ func NewMetrics() *Metrics {
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Events, m.Links, m.Skipped, m.RepoSplits, m.FlushSeconds, m.PublishSeconds, m.Generation, m.Lag, m.lagEvents,
+	for _, c := range []prometheus.Collector{m.Events, m.Links, m.Skipped, m.RepoSplits, m.OutlineEntries, m.FlushSeconds, m.PublishSeconds, m.Generation, m.Lag, m.lagEvents,
 		m.GCDeleted, m.GCDeletedBytes, m.GCBlockedSeconds, m.GCOrphans, m.StateBackups, m.StateBackupGeneration, m.Compactions, m.ResyncsDeferred, m.ResyncsCancelled} {
 		if err := r.Register(c); err != nil {
 			return err

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -85,39 +86,45 @@ func (r *Replay) Run(ctx context.Context, cursor string, emit func(op *event.Op,
 }
 
 func (r *Replay) runJSONL(ctx context.Context, f io.Reader, start int, emit func(*event.Op, string) error) error {
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), event.MaxJetstreamMessageSize)
+	br := bufio.NewReaderSize(f, 64<<10)
 	pos := 0
-	for sc.Scan() {
+	for {
+		line, err := readLine(br, event.MaxJetstreamMessageSize)
+		eof := errors.Is(err, io.EOF)
+		if err != nil && !eof && !errors.Is(err, errLineTooLong) {
+			return err // the file could not be read: not its end
+		}
+		if eof && len(line) == 0 {
+			break
+		}
 		pos++
-		if pos <= start {
-			continue
+		if pos > start {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			switch {
+			case errors.Is(err, errLineTooLong):
+				// Counted, and read past: the lines after it are read.
+				r.skip(pos, "line_too_long", err)
+			case len(bytes.TrimSpace(line)) > 0:
+				op, derr := event.DecodeJetstream(line)
+				if derr != nil {
+					r.skip(pos, badEventReason(derr), derr)
+				} else if err := emit(&op, strconv.Itoa(pos)); err != nil {
+					return err
+				}
+			}
 		}
-		if err := ctx.Err(); err != nil {
-			return err
+		if eof {
+			break
 		}
-		if len(sc.Bytes()) == 0 {
-			continue
-		}
-		op, err := event.DecodeJetstream(sc.Bytes())
-		if err != nil {
-			r.skip(pos, badEventReason(err), err)
-			continue
-		}
-		if err := emit(&op, strconv.Itoa(pos)); err != nil {
-			return err
-		}
-	}
-	if err := sc.Err(); err != nil {
-		// A line past the limit: count it and end here rather than loop.
-		r.skip(pos+1, "line_too_long", err)
 	}
 	return emit(nil, EOFCursor(strconv.Itoa(pos)))
 }
 
 func (r *Replay) runFrames(ctx context.Context, f io.Reader, start int, emit func(*event.Op, string) error) error {
 	pos := 0
-	err := event.ReadFrames(bufio.NewReader(f), func(frame []byte) error {
+	err := event.ReadFramesPast(bufio.NewReader(f), func(frame []byte) error {
 		pos++
 		if pos <= start {
 			return nil
@@ -151,12 +158,22 @@ func (r *Replay) runFrames(ctx context.Context, f io.Reader, start int, emit fun
 			}
 		}
 		return nil
+	}, func(n uint32) error {
+		// Counted, and read past: the frames after it are read.
+		pos++
+		if pos > start {
+			r.skip(pos, "frame_too_big", fmt.Errorf("a frame of %d bytes, past %d", n, event.MaxFrameSize))
+		}
+		return nil
 	})
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return err
 		}
-		// A truncated or oversized frame ends the capture: count it.
+		if !errors.Is(err, io.ErrUnexpectedEOF) {
+			return err // the file could not be read: not its end
+		}
+		// A truncated last frame (a capture cut short) ends it: count it.
 		r.skip(pos+1, "truncated", err)
 	}
 	return emit(nil, EOFCursor(strconv.Itoa(pos)))

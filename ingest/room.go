@@ -60,5 +60,20 @@ func (w *Writer) lockRoom(ctx context.Context, gated bool) (bool, error) {
 // its links and their forward entries, twice the bytes of its links.
 func (w *Writer) fullLocked() bool {
 	return w.mu.links.Bytes() > w.cfg.MemtableBytes-2*link.BacklinkSize*extract.LinksPerRecordMax || w.mu.revs.Full() ||
-		w.names.PendingBytes() > w.cfg.MemtableBytes // a flood of new record keys (each up to 512 bytes)
+		w.names.PendingBytes() > w.cfg.MemtableBytes || // a flood of new record keys (each up to 512 bytes)
+		// a flood of new paths and collections (records of made-up
+		// fields): the flush publishes them in entries of their own
+		// (publishOutlines), a bounded number of them
+		w.pending.Bytes() > pendingOutlineBytesMax ||
+		len(w.mu.cursors) > cursorsPerFlushMax // a burst of resync markers
 }
+
+// pendingOutlineBytesMax bounds the outlines a flush publishes: sixteen
+// entries of outlineEntryBytes at most.
+const pendingOutlineBytesMax = 16 * outlineEntryBytes
+
+// cursorsPerFlushMax bounds the cursors one flush entry carries (a
+// stream's, and a resync marker for each repository a #sync or an
+// account's return asked to fetch again: up to ~2.1 KB each with a
+// did:web's 2,048 bytes), under a quarter of fsm.EntryBytesMax.
+const cursorsPerFlushMax = 512

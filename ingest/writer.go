@@ -660,6 +660,10 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 		edit.Add = append(edit.Add, c.add)
 		edit.Remove = append(edit.Remove, c.remove...)
 	}
+	outlines, err := w.publishOutlines(ctx, outlines)
+	if err != nil {
+		return err
+	}
 	edit.Base = w.gen
 	// Time: the tables the edit removes wait for deletion from it (gc.go).
 	entry := fsm.Flush{Edit: edit, Outlines: outlines, Cursors: cursors, Clock: maxStamp, Time: time.Now().UnixNano()}

@@ -43,6 +43,13 @@ func (e *StreamError) Error() string {
 // record is io.ErrUnexpectedEOF; a length above MaxFrameSize is an error.
 // An error from fn stops reading and is returned.
 func ReadFrames(r io.Reader, fn func(frame []byte) error) error {
+	return ReadFramesPast(r, fn, nil)
+}
+
+// ReadFramesPast is ReadFrames, but a record above MaxFrameSize is read
+// past (its bytes discarded) and given to tooBig, which may stop the
+// reading with an error, instead of ending it; tooBig nil is ReadFrames.
+func ReadFramesPast(r io.Reader, fn func(frame []byte) error, tooBig func(n uint32) error) error {
 	var hdr [4]byte
 	var buf []byte
 	for {
@@ -53,6 +60,18 @@ func ReadFrames(r io.Reader, fn func(frame []byte) error) error {
 			return err
 		}
 		n := binary.LittleEndian.Uint32(hdr[:])
+		if n > MaxFrameSize && tooBig != nil {
+			if m, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
+				if err == io.EOF && m < int64(n) {
+					err = io.ErrUnexpectedEOF
+				}
+				return err
+			}
+			if err := tooBig(n); err != nil {
+				return err
+			}
+			continue
+		}
 		if n > MaxFrameSize {
 			return fmt.Errorf("frame of %d bytes exceeds MaxFrameSize", n)
 		}

@@ -1,0 +1,105 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/extract"
+	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore/local"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// Records of hundreds of made-up field names close to the path limit
+// assign megabytes of outlines within one flush, more than one Raft entry
+// may carry: they go out in entries of their own ahead of the flush, and
+// every link is indexed. (One entry carrying them all was refused, the
+// writer started again from the same cursor and made the same flush:
+// ingest stalled for good, on every node in turn.)
+func TestOutlinesPastOneEntry(t *testing.T) {
+	const records, fields = 12, extract.LinksPerRecordMax
+	pad := strings.Repeat("x", 900)
+	var b strings.Builder
+	for r := range records {
+		kv := make([]string, fields)
+		for i := range kv {
+			kv[i] = fmt.Sprintf(`"%s%06d_%06d":"https://example.com/"`, pad, r, i)
+		}
+		fmt.Fprintf(&b, `{"did":"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa","time_us":%d,"kind":"commit","commit":{"rev":"3jzfcijpj2z2a","operation":"create","collection":"com.example.spam","rkey":"3jzfcijpj2z%02d","record":{%s}}}`+"\n",
+			1000+r, r, strings.Join(kv, ","))
+	}
+	path := filepath.Join(t.TempDir(), "capture.jsonl")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	node := oneNode(t)
+	store, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics()
+	src := &Replay{Path: path}
+	r := &Runner{Config: Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), Metrics: m,
+		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})}, Sources: []Source{src}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	for deadline := time.Now().Add(60 * time.Second); !Done(node.FSM.Cursor(src.Name())); {
+		select {
+		case err := <-done:
+			t.Fatalf("the write path ended before the replay's end: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replay cursor %q after 60 s", node.FSM.Cursor(src.Name()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if n := node.FSM.OutlineLen(link.OutlinePath); n < records*fields {
+		t.Fatalf("%d paths outlined, want at least %d", n, records*fields)
+	}
+	if got := testutil.ToFloat64(m.Links); got != records*fields {
+		t.Fatalf("%v links indexed, want %d", got, records*fields)
+	}
+	if got := testutil.ToFloat64(m.OutlineEntries); got < 4 {
+		t.Fatalf("%v entries of outlines alone, want the ~5.7 MB of them in at least 4", got)
+	}
+	// Each of the records' links is in the index, under its path.
+	view, err := lsm.OpenView(context.Background(), lsm.NewCatalog(t.TempDir(), store), node.FSM.Manifest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg, err := link.ParseTarget("https://example.com/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec := &link.Codec{Outlines: node.FSM}
+	ls, _, err := lsm.NewReader(store, nil).All(context.Background(), view, codec.TargetKey(&tg), lsm.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := map[string]bool{}
+	for _, l := range ls {
+		p, err := codec.RenderLocation(l.Location, link.StyleConstellation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths[p] = true
+	}
+	if len(ls) != records*fields || len(paths) != records*fields {
+		t.Fatalf("%d links to the target at %d paths, want %d at as many", len(ls), len(paths), records*fields)
+	}
+}
