@@ -175,10 +175,12 @@ func (c *collector) backupState(ctx context.Context) error {
 	}
 	c.w.metrics.StateBackups.WithLabelValues("ok").Inc()
 	c.w.metrics.StateBackupGeneration.Set(float64(c.backedUp))
-	var old []string
+	var old, newer []string
 	err = c.w.cfg.Store.List(ctx, StateBackupPrefix, func(k string, _ int64) error {
 		if _, ok := parseStateBackupKey(k); ok && k < c.backedUpKey {
 			old = append(old, k)
+		} else if ok && k > c.backedUpKey {
+			newer = append(newer, k)
 		}
 		return nil
 	})
@@ -190,7 +192,53 @@ func (c *collector) backupState(ctx context.Context) error {
 	if err != nil {
 		c.log.Warn("delete older state backups (tried again after the next backup)", "error", err)
 	}
+	if len(newer) > 0 {
+		return c.deleteNewer(ctx, newer)
+	}
 	return nil
+}
+
+// deleteNewer deletes the backups that sort after this leader's newest
+// one, so that it is the newest in the bucket, the one a restore reads.
+// Such a backup is either of a generation past the state this leader has
+// applied, which no leader of its history can have made (a leader applies
+// every entry committed before its term, and the flushes that move the
+// generation are entries): another history's, e.g. of peers lost after
+// the survivor recovered with peers.json fell behind them, naming tables
+// this leader never wrote and will sweep as orphans; or one of its own
+// generation put by a deposed leader whose clock runs ahead, with the
+// same manifest. Both go, but only once this node has checked with a
+// quorum that it still leads: a deposed leader must not delete the backup
+// of the leader after it, which would be of a later generation.
+func (c *collector) deleteNewer(ctx context.Context, newer []string) error {
+	if err := c.w.cfg.Node.Raft().VerifyLeader().Error(); err != nil {
+		return fmt.Errorf("state backups sort after this leader's newest (%s…), and it could not check that it still leads: %w", newer[0], err)
+	}
+	for _, k := range newer {
+		gen, _ := parseStateBackupKey(k)
+		c.log.Warn("deleting a state backup newer than this leader's: another history's (a cluster recovered from fewer nodes than had the newest state) or a deposed leader's", "key", k, "its_generation", gen, "generation", c.backedUp)
+		if err := c.w.cfg.Store.Delete(ctx, k); err != nil {
+			return fmt.Errorf("delete state backup %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// newestIsOurs reports whether this leader's newest backup is the newest
+// in the bucket: a state backup of another history, or a deposed leader's,
+// may sort after it (deleteNewer); deletions wait until it does not.
+func (c *collector) newestIsOurs(ctx context.Context) (bool, error) {
+	if c.backedUpKey == "" {
+		return false, nil
+	}
+	newest := ""
+	err := c.w.cfg.Store.List(ctx, StateBackupPrefix, func(k string, _ int64) error {
+		if _, ok := parseStateBackupKey(k); ok {
+			newest = k // keys come in increasing order
+		}
+		return nil
+	})
+	return newest == c.backedUpKey, err
 }
 
 // backupCaptureTries bounds the captures of one backup whose checkpoint
@@ -250,16 +298,26 @@ func (c *collector) putBackup(ctx context.Context) error {
 }
 
 // ensureBackup puts a backup unless this leader's newest one is at
-// generation gen or later.
+// generation gen or later and still the newest in the bucket (one LIST of
+// the backups, which are few).
 func (c *collector) ensureBackup(ctx context.Context, gen uint64) error {
 	if !c.backedUpAt.IsZero() && c.backedUp >= gen {
-		return nil
+		ours, err := c.newestIsOurs(ctx)
+		if err != nil {
+			return err
+		}
+		if ours {
+			return nil
+		}
 	}
 	if err := c.backupState(ctx); err != nil {
 		return err
 	}
 	if c.backedUp < gen {
 		return fmt.Errorf("state backup at generation %d, before the %d that removed a table", c.backedUp, gen)
+	}
+	if ours, err := c.newestIsOurs(ctx); err != nil || !ours {
+		return fmt.Errorf("this leader's state backup %s is not the newest in the bucket (%v)", c.backedUpKey, err)
 	}
 	return nil
 }

@@ -1,7 +1,10 @@
 package ingest
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"slices"
@@ -20,7 +23,15 @@ import (
 // while refuse is set.
 type refusingBackups struct {
 	objstore.Store
-	refuse bool
+	refuse       bool
+	refuseDelete bool // and to delete them
+}
+
+func (s *refusingBackups) Delete(ctx context.Context, key string) error {
+	if s.refuseDelete && strings.HasPrefix(key, StateBackupPrefix) {
+		return errors.New("refused")
+	}
+	return s.Store.Delete(ctx, key)
 }
 
 func (s *refusingBackups) Put(ctx context.Context, key string, data []byte) error {
@@ -198,5 +209,117 @@ func TestStateBackupBeforeDeletion(t *testing.T) {
 			n.Close(ctx)
 		}
 		t.Fatalf("a restore over existing Raft state: %v; want it refused", err)
+	}
+}
+
+// putForeignBackup puts, as another history's leader would have, a backup
+// of generation gen holding f's state as it is now (its manifest names
+// the tables f's manifest names now).
+func putForeignBackup(t *testing.T, f *gcFixture, gen uint64) string {
+	t.Helper()
+	b, err := f.node.FSM.Backup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if err := json.NewEncoder(zw).Encode(&stateBackupFile{V: 1, Snapshot: b.Snapshot}); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	key := stateBackupKey(gen, time.Now())
+	if err := f.store.Put(context.Background(), key, buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// newestNamesOnlyLive fails t unless the bucket's newest state backup is
+// want and names only tables the bucket holds.
+func newestNamesOnlyLive(t *testing.T, f *gcFixture, want string) {
+	t.Helper()
+	ctx := context.Background()
+	key, data, ok, err := NewestStateBackup(ctx, f.store)
+	if err != nil || !ok {
+		t.Fatalf("newest state backup: %v (%v)", ok, err)
+	}
+	_, m, _, err := ReadStateBackup(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if missing, err := MissingTables(ctx, f.store, m); err != nil || len(missing) > 0 || key != want {
+		t.Fatalf("newest backup %s (want %s) names %d deleted objects (%v): %v", key, want, len(missing), err, missing)
+	}
+}
+
+// A backup of another history, of a generation past this leader's state
+// (a survivor recovered with peers.json after its peers, ahead of it, had
+// backed up and were lost), sorts after this leader's backups: the leader
+// deletes it before it deletes a table that backup may name, replaced
+// tables and orphans alike, so that a restore never reads a backup whose
+// tables are gone. (It stayed the newest and named deleted tables.)
+func TestStateBackupOfAnotherHistory(t *testing.T) {
+	f := newGCFixture(t)
+	ctx := context.Background()
+	r1, r2 := f.table("r1"), f.table("r2")
+	f.served.Store(f.publish([]lsm.Run{r1, r2}, nil))
+	foreign := putForeignBackup(t, f, 1000) // names r1 and r2
+	c1 := f.table("c1")
+	gen := f.publish([]lsm.Run{c1}, []string{"r1", "r2"})
+	f.served.Store(gen)
+	c := newCollector(f.w)
+	c.collect(ctx)
+	time.Sleep(testGrace)
+	c.collect(ctx)
+	if f.exists(r1) || f.exists(r2) || !f.exists(c1) {
+		t.Fatalf("after the grace: r1 %v r2 %v c1 %v", f.exists(r1), f.exists(r2), f.exists(c1))
+	}
+	if keys := stateBackups(t, f.store); len(keys) != 1 || keys[0] == foreign {
+		t.Fatalf("backups %v; want this leader's alone", keys)
+	}
+	newestNamesOnlyLive(t, f, c.backedUpKey)
+
+	// Once this leader has a backup at the generation it needs (its
+	// interval's), another history's that appears after it still goes
+	// before a deletion.
+	c2 := f.table("c2")
+	f.served.Store(f.publish([]lsm.Run{c2}, []string{"c1"}))
+	c.collect(ctx)
+	if err := c.backupState(ctx); err != nil {
+		t.Fatal(err)
+	}
+	foreign = putForeignBackup(t, f, 2000) // names c1
+	time.Sleep(testGrace)
+	c.collect(ctx)
+	if f.exists(c1) || !f.exists(c2) {
+		t.Fatalf("after the grace: c1 %v c2 %v", f.exists(c1), f.exists(c2))
+	}
+	if keys := stateBackups(t, f.store); len(keys) != 1 || keys[0] == foreign {
+		t.Fatalf("backups %v; want this leader's alone", keys)
+	}
+	newestNamesOnlyLive(t, f, c.backedUpKey)
+
+	// An orphan (here a table uploaded and never published: in the
+	// recovered cluster, a table of the lost history's leader, which its
+	// backup may name) goes only once this leader's backup is the newest.
+	store := &refusingBackups{Store: f.store, refuseDelete: true}
+	f.w.cfg.Store = store
+	foreign = putForeignBackup(t, f, 3000)
+	o := f.table("o")
+	if err := c.sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(testGrace)
+	if err := c.sweep(ctx); err == nil || !f.exists(o) {
+		t.Fatalf("an orphan deleted (%v) while another history's backup %s, which could not be deleted, was the newest", err, foreign)
+	}
+	store.refuseDelete = false
+	if err := c.sweep(ctx); err != nil || f.exists(o) {
+		t.Fatalf("the orphan after the other history's backup went: exists %v (%v)", f.exists(o), err)
+	}
+	if keys := stateBackups(t, f.store); len(keys) != 1 || keys[0] == foreign {
+		t.Fatalf("backups %v; want this leader's alone", keys)
 	}
 }

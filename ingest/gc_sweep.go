@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/fsm"
@@ -73,6 +74,12 @@ func (c *collector) sweep(ctx context.Context) error {
 	c.w.metrics.GCOrphans.Set(float64(len(c.orphans)))
 	if len(due) == 0 {
 		return nil
+	}
+	// An orphan may be a table the newest backup in the bucket names, if
+	// that backup is another history's (backup.go, deleteNewer): the
+	// newest must be this leader's before any goes.
+	if err := c.ensureBackup(ctx, 0); err != nil {
+		return fmt.Errorf("orphans wait for a state backup: %w", err)
 	}
 	return c.deleteOrphans(ctx, due, inflight)
 }
