@@ -27,6 +27,7 @@ type Backup struct {
 // Backup encodes the state as a snapshot, copied under one read lock.
 func (s *State) Backup() (Backup, error) {
 	v := s.capture()
+	v.Index = 0 // a new cluster's log starts over (cluster.Config.Restore)
 	m, err := lsm.DecodeManifest(v.Manifest)
 	if err != nil {
 		return Backup{}, fmt.Errorf("backup: %w", err)

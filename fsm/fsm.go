@@ -365,6 +365,12 @@ type snapshotJSON struct {
 	Settings  map[string]string   `json:"settings"`
 	Skipped   uint64              `json:"skipped"`
 	Garbage   []Garbage           `json:"garbage,omitempty"` // version 2
+	// Index is the last log index the state applied (0 in a state backup,
+	// which a new cluster installs as its first snapshot, and in earlier
+	// builds' snapshots): a node restarted from a snapshot, or sent one,
+	// knows it has applied that far (readiness compares it with the log's
+	// last command) before the next entry comes.
+	Index uint64 `json:"index,omitempty"`
 }
 
 type snapshot struct{ v snapshotJSON }
@@ -383,7 +389,7 @@ func (s *State) capture() snapshotJSON {
 	v := snapshotJSON{
 		V: snapshotVersion(s.mu.manifest), Clock: s.mu.clock, Published: s.mu.published, Outlines: map[string][]string{},
 		Cursors: maps.Clone(s.mu.cursors), Manifest: s.mu.manifest.Encode(), Nodes: maps.Clone(s.mu.nodes),
-		Settings: maps.Clone(s.mu.settings), Skipped: s.mu.skipped, Garbage: slices.Clone(s.mu.garbage),
+		Settings: maps.Clone(s.mu.settings), Skipped: s.mu.skipped, Garbage: slices.Clone(s.mu.garbage), Index: s.mu.index,
 	}
 	for _, k := range link.OutlineKinds {
 		names := s.mu.outlines[k].names
@@ -419,7 +425,7 @@ func (s *State) Restore(rc io.ReadCloser) error {
 	}
 	s.mu.Lock()
 	s.reset()
-	s.mu.clock, s.mu.published, s.mu.skipped = v.Clock, v.Published, v.Skipped
+	s.mu.clock, s.mu.published, s.mu.skipped, s.mu.index = v.Clock, v.Published, v.Skipped, v.Index
 	s.mu.manifest = m
 	if v.V >= 2 {
 		s.mu.garbage = v.Garbage

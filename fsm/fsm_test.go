@@ -150,4 +150,19 @@ func TestSnapshotRestore(t *testing.T) {
 	if _, ok := r.Lookup(link.OutlineDID, "did:web:c.example"); ok {
 		t.Fatal("snapshot saw a later outline")
 	}
+	// It knows how far it applied: a node restarted from a snapshot of an
+	// idle cluster is caught up before any new entry (its readiness waited
+	// for one, up to --ready-lag-max).
+	if got, want := r.AppliedIndex(), index-1; got != want {
+		t.Fatalf("restored applied index %d, want the snapshot's %d", got, want)
+	}
+	// A state backup starts a new log: no index.
+	b, err := r.Backup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2 := New()
+	if err := b2.Restore(io.NopCloser(bytes.NewReader(b.Snapshot))); err != nil || b2.AppliedIndex() != 0 {
+		t.Fatalf("a backup restored at applied index %d (%v), want 0", b2.AppliedIndex(), err)
+	}
 }
