@@ -62,8 +62,17 @@ func (s *Server) pageLinks(ctx context.Context, v *lsm.View, lq *linkQuery, afte
 		return nil, nil, nil
 	}
 	qs := make([]lsm.Query, len(known))
+	twins := len(known) > 1 && twoKeys(known)
 	for i, sub := range known {
-		qs[i] = lsm.Query{Target: sub.id, After: resumeAfter(after, sub.id, desc), Reverse: desc, Limit: limit, Filter: lq.filter}
+		q := lsm.Query{Target: sub.id, After: resumeAfter(after, sub.id, desc), Reverse: desc, Limit: limit, Filter: lq.filter}
+		if twins && after != nil && servedSide(sub.id, after, desc) {
+			// The cursor's (source, location) read again under the keys
+			// the page before gave it for (dropTwins: not given again),
+			// so that a link there under a later key whose subject's other
+			// key was given then is known for a twin: one link more.
+			q.After, q.Limit = resumeAt(after, desc), limit+1
+		}
+		qs[i] = q
 	}
 	results, err := s.backlinksAll(ctx, v, qs)
 	if err != nil {
@@ -95,8 +104,8 @@ func (s *Server) pageLinks(ctx context.Context, v *lsm.View, lq *linkQuery, afte
 			}
 			return c
 		})
-		if twoKeys(known) {
-			all = dropTwins(all, after, func(a, b link.RecordID) bool { return lq.subjectOfKey(a) == lq.subjectOfKey(b) })
+		if twins {
+			all = dropTwins(all, after, desc, func(a, b link.RecordID) bool { return lq.subjectOfKey(a) == lq.subjectOfKey(b) })
 		}
 		if horizon != nil {
 			all = cutAt(all, *horizon, desc)
@@ -373,18 +382,27 @@ func cutAt(links []link.Backlink, h linkPos, desc bool) []link.Backlink {
 	return links
 }
 
-// dropTwins removes from links (sorted by position, either direction) the
-// second copy of a link one subject has under two keys (see twins), and a
-// link at after's (source, location) of after's subject (its twin was the
-// last link of the page before); sameSubject says whether two links go to
-// one subject.
-func dropTwins(links []link.Backlink, after *linkPos, sameSubject func(a, b link.RecordID) bool) []link.Backlink {
+// dropTwins removes from links (sorted by position, in the page's
+// direction desc) the second copy of a link one subject has under two keys
+// (see twins). At after's (source, location), the position a page ended
+// in, the links up to after (read again: pageLinks) were given by the page
+// before: they are dropped, and so is a link past after there whose
+// subject's link they hold, or after's subject's; sameSubject says whether
+// two links go to one subject.
+func dropTwins(links []link.Backlink, after *linkPos, desc bool, sameSubject func(a, b link.RecordID) bool) []link.Backlink {
 	out := links[:0]
-	group := 0 // where in out the links at the current (source, location) start
+	var given []link.RecordID // targets at after's (source, location) the page before gave
+	group := 0                // where in out the links at the current (source, location) start
 	for i := range links {
 		l := links[i]
-		if after != nil && l.Source == after.Source && l.Location == after.Location && sameSubject(l.Target, after.Target) {
-			continue
+		if after != nil && l.Source == after.Source && l.Location == after.Location {
+			if servedSide(l.Target, after, desc) {
+				given = append(given, l.Target)
+				continue
+			}
+			if sameSubject(l.Target, after.Target) || slices.ContainsFunc(given, func(g link.RecordID) bool { return sameSubject(g, l.Target) }) {
+				continue
+			}
 		}
 		if len(out) > 0 && (out[len(out)-1].Source != l.Source || out[len(out)-1].Location != l.Location) {
 			group = len(out)
@@ -531,7 +549,7 @@ func (s *Server) backlinksOf(ctx context.Context, v *lsm.View, sub *subject, q l
 	// The lsm cursor after a page is exclusive of its last (source,
 	// location) under both keys, so a twin split by the page's end is
 	// never read again.
-	out.Links = dropTwins(out.Links, nil, func(a, b link.RecordID) bool { return true })
+	out.Links = dropTwins(out.Links, nil, q.Reverse, func(a, b link.RecordID) bool { return true })
 	if horizon != nil {
 		// Up to the horizon's (source, location) under every key: the lsm
 		// cursor after it is exclusive of that position for all of them.

@@ -192,6 +192,23 @@ func resumeAfter(p *linkPos, tgt link.RecordID, desc bool) *lsm.Cursor {
 	return successor(p.Source, p.Location)
 }
 
+// servedSide reports whether a link to tgt at p's (source, location) is
+// at or before p in the page's direction (desc): one the page that ended
+// at p gave.
+func servedSide(tgt link.RecordID, p *linkPos, desc bool) bool {
+	c := tgt.Compare(p.Target)
+	return (!desc && c <= 0) || (desc && c >= 0)
+}
+
+// resumeAt is the lsm cursor that pages a target's links from p's
+// (source, location) itself, in the page's direction desc.
+func resumeAt(p *linkPos, desc bool) *lsm.Cursor {
+	if !desc {
+		return predecessor(p.Source, p.Location)
+	}
+	return successor(p.Source, p.Location)
+}
+
 // predecessor and successor are the positions just before and after
 // (source, location) in byte order, as lsm cursors; the ends of the order
 // have none (nil: from the start).

@@ -102,7 +102,7 @@ func (s *Server) allOf(ctx context.Context, v *lsm.View, sub *subject, f lsm.Fil
 	}
 	if len(sub.keys) > 1 {
 		slices.SortFunc(all, func(a, b link.Backlink) int { return posOf(&a).compare(posOf(&b)) })
-		all = dropTwins(all, nil, func(a, b link.RecordID) bool { return true })
+		all = dropTwins(all, nil, false, func(a, b link.RecordID) bool { return true })
 	}
 	if len(all) > max {
 		return nil, errTooMany

@@ -280,3 +280,67 @@ func BenchmarkTargetKeys(b *testing.B) {
 		})
 	}
 }
+
+// One record links subject X (under both of X's keys: written while X was
+// unknown, then again once it was known) and subject Y at one path, and Y's
+// key sorts between X's two: a page of a question about both that ends at
+// the record's link to Y gives its link to X once, at every page size and
+// in both orders. (The next page read the record again under X's later
+// key and gave it a second time.)
+func TestTwinAcrossAPageEndingAtAnotherSubject(t *testing.T) {
+	f := newFixture(t)
+	const x = "at://did:plc:gen00000000000000000000/com.example.thing/3mptbyplj5d22"
+	tx, err := link.ParseTarget(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashX := f.codec.TargetKey(&tx)
+	if !hashX.IsHashed() {
+		t.Fatal("X known before its record")
+	}
+	// Y, a URL, is stored under its hash: one whose key sorts after X's
+	// encoding (its record key, a TID's value, below 2^61 for this one)
+	// and before X's hash.
+	var y string
+	var hashY link.RecordID
+	for i := 0; ; i++ {
+		y = fmt.Sprintf("https://example.com/%d", i)
+		ty, err := link.ParseTarget(y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hashY = f.codec.TargetKey(&ty); hashY.Compare(hashX) < 0 && hashY.RKey > 1<<61 {
+			break
+		}
+	}
+	const src = "at://did:plc:src00000000000000000000/com.example.multi/3mptbyplj5d23"
+	body := `{"$type":"com.example.multi","refs":["` + x + `","` + y + `"]}`
+	f.write(src, body) // X unknown: under its hash
+	f.write(x, `{"$type":"com.example.thing","name":"x"}`)
+	encX := f.codec.TargetKey(&tx)
+	if encX.IsHashed() || encX.Compare(hashY) >= 0 {
+		t.Fatalf("X's keys %v and %v, Y's %v: want Y's between", encX, hashX, hashY)
+	}
+	f.write(src, body) // replayed: under X's encoding too
+	// Two more records linking Y, around src in time.
+	f.write("at://did:plc:zzz00000000000000000000/com.example.multi/3mptbyplj5d24", `{"$type":"com.example.multi","refs":["`+y+`"]}`)
+	f.write("at://did:plc:aaa00000000000000000000/com.example.multi/3mptbyplj5c22", `{"$type":"com.example.multi","refs":["`+y+`"]}`)
+	f.flush()
+	var want []string
+	for _, rev := range []string{"false", "true"} {
+		for _, limit := range []string{"1", "2", "3", "100"} {
+			q := url.Values{"subject": {x, y}, "source": {"com.example.multi:refs[]"}, "limit": {limit}, "reverse": {rev}}
+			var got []string
+			for _, r := range f.pageAll("/xrpc/blue.microcosm.links.getBacklinks", q, "records") { // fails on a record given twice
+				got = append(got, r.DID+" "+r.Subject)
+			}
+			slices.Sort(got)
+			if want == nil {
+				want = got
+			}
+			if len(got) != 4 || !slices.Equal(got, want) {
+				t.Fatalf("reverse %s, limit %s: %v, want the four links %v", rev, limit, got, want)
+			}
+		}
+	}
+}
