@@ -87,6 +87,17 @@ func (p *Pending) Assign(kind link.OutlineKind, str string) (uint64, error) {
 	return id, nil
 }
 
+// Len is the number of outlines of kind, committed and pending
+// (link.OutlineCounter: the bound of link.Codec.PathOutlinesMax).
+func (p *Pending) Len(kind link.OutlineKind) int {
+	if kind == link.OutlineUnknown || int(kind) >= len(p.ids) {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return int(p.next[kind] - 1)
+}
+
 // Bytes is the length of the uncommitted outlines' strings together: what
 // the next flush entry carries of them (a writer flushes before it grows
 // past a bound, as it does for its memtables).

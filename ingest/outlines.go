@@ -10,6 +10,15 @@ import (
 	"github.com/eddy-backlinks/eddy/lsm"
 )
 
+// DefaultPathOutlinesMax bounds the paths outlined in the replicated
+// state, each up to extract.PathBytesMax: 16 MiB at most of every node's
+// memory and of each snapshot. The paths of real records number in the
+// thousands; records of made-up field names could add hundreds each,
+// without end. Past it a new path is named in the bucket's names tree
+// (link.Codec.PathOutlinesMax): its links are kept, and cost a names
+// lookup where an outlined path's cost a map's.
+const DefaultPathOutlinesMax = 16384
+
 // outlineEntryBytes bounds the outlines one flush entry carries, encoded:
 // a quarter of fsm.EntryBytesMax, the rest left to the entry's edit and
 // cursors. Real flushes assign a few new paths and collections at most;

@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/cluster"
 	"github.com/eddy-backlinks/eddy/extract"
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -26,6 +28,33 @@ import (
 // ingest stalled for good, on every node in turn.)
 func TestOutlinesPastOneEntry(t *testing.T) {
 	const records, fields = 12, extract.LinksPerRecordMax
+	node, store, m := ingestMadeUpFields(t, records, fields, 0)
+	if n := node.FSM.OutlineLen(link.OutlinePath); n < records*fields {
+		t.Fatalf("%d paths outlined, want at least %d", n, records*fields)
+	}
+	if got := testutil.ToFloat64(m.OutlineEntries); got < 4 {
+		t.Fatalf("%v entries of outlines alone, want the ~5.7 MB of them in at least 4", got)
+	}
+	checkMadeUpFields(t, node, store, records*fields)
+}
+
+// Past PathOutlinesMax paths outlined, new paths are named in the bucket
+// (the names tree) instead of the replicated state: it stops growing, and
+// every link is indexed under a path that renders.
+func TestPathsNamedPastTheBound(t *testing.T) {
+	const records, fields, bound = 3, 200, 250
+	node, store, _ := ingestMadeUpFields(t, records, fields, bound)
+	if n := node.FSM.OutlineLen(link.OutlinePath); n != bound {
+		t.Fatalf("%d paths outlined, want the bound, %d", n, bound)
+	}
+	checkMadeUpFields(t, node, store, records*fields)
+}
+
+// ingestMadeUpFields writes, through a replay and the write path, records
+// of fields made-up field names close to the path limit, each a link, and
+// returns once the replay is read to its end and published.
+func ingestMadeUpFields(t *testing.T, records, fields, pathsMax int) (*cluster.Node, objstore.Store, *Metrics) {
+	t.Helper()
 	pad := strings.Repeat("x", 900)
 	var b strings.Builder
 	for r := range records {
@@ -47,7 +76,7 @@ func TestOutlinesPastOneEntry(t *testing.T) {
 	}
 	m := NewMetrics()
 	src := &Replay{Path: path}
-	r := &Runner{Config: Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), Metrics: m,
+	r := &Runner{Config: Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), Metrics: m, PathOutlinesMax: pathsMax,
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})}, Sources: []Source{src}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -68,16 +97,16 @@ func TestOutlinesPastOneEntry(t *testing.T) {
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
-	if n := node.FSM.OutlineLen(link.OutlinePath); n < records*fields {
-		t.Fatalf("%d paths outlined, want at least %d", n, records*fields)
-	}
-	if got := testutil.ToFloat64(m.Links); got != records*fields {
+	if got := testutil.ToFloat64(m.Links); got != float64(records*fields) {
 		t.Fatalf("%v links indexed, want %d", got, records*fields)
 	}
-	if got := testutil.ToFloat64(m.OutlineEntries); got < 4 {
-		t.Fatalf("%v entries of outlines alone, want the ~5.7 MB of them in at least 4", got)
-	}
-	// Each of the records' links is in the index, under its path.
+	return node, store, m
+}
+
+// checkMadeUpFields demands that the index hold n links to the records'
+// target, each at its own path, which renders to a made-up field's.
+func checkMadeUpFields(t *testing.T, node *cluster.Node, store objstore.Store, n int) {
+	t.Helper()
 	view, err := lsm.OpenView(context.Background(), lsm.NewCatalog(t.TempDir(), store), node.FSM.Manifest())
 	if err != nil {
 		t.Fatal(err)
@@ -86,8 +115,9 @@ func TestOutlinesPastOneEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	codec := &link.Codec{Outlines: node.FSM}
-	ls, _, err := lsm.NewReader(store, nil).All(context.Background(), view, codec.TargetKey(&tg), lsm.Filter{})
+	reader := lsm.NewReader(store, nil)
+	codec := &link.Codec{Outlines: node.FSM, Names: lsm.NewNameMap(reader, lsm.Views(func() *lsm.View { return view }), 0)}
+	ls, _, err := reader.All(context.Background(), view, codec.TargetKey(&tg), lsm.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +127,16 @@ func TestOutlinesPastOneEntry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if !strings.HasPrefix(p, ".xxxx") {
+			t.Fatalf("a link at path %q", p)
+		}
 		paths[p] = true
+		// A query names the path: it encodes to the link's location.
+		if loc, err := codec.Location(p, false, false); err != nil || loc != l.Location {
+			t.Fatalf("path %.20q… encodes to %#x (%v), the link's is %#x", p, loc, err, l.Location)
+		}
 	}
-	if len(ls) != records*fields || len(paths) != records*fields {
-		t.Fatalf("%d links to the target at %d paths, want %d at as many", len(ls), len(paths), records*fields)
+	if len(ls) != n || len(paths) != n {
+		t.Fatalf("%d links to the target at %d paths, want %d at as many", len(ls), len(paths), n)
 	}
 }

@@ -89,6 +89,10 @@ type Config struct {
 	// may be ahead of the stream that asked for it before the resync waits
 	// for the stream (0: DefaultResyncSlack; resync.go).
 	ResyncSlack time.Duration
+	// PathOutlinesMax: past this many paths outlined in the replicated
+	// state, a new path is named in the bucket instead (0:
+	// DefaultPathOutlinesMax; link.Codec.PathOutlinesMax).
+	PathOutlinesMax int
 }
 
 // ErrLeadershipLost: the writer's node is no longer the leader (or its
@@ -213,7 +217,10 @@ func NewWriter(ctx context.Context, cfg Config) (*Writer, error) {
 	// stays empty), targets' too; with one, a target's unknown DID is hashed.
 	w.reader = lsm.NewReader(cfg.Store, nil)
 	w.names = lsm.NewNameMap(w.reader, w.currentView, 0)
-	w.codec = link.Codec{Outlines: w.pending, PLC: cfg.PLC, Names: w.names, TargetDIDOutlines: cfg.PLCDirectory == nil}
+	if cfg.PathOutlinesMax <= 0 {
+		cfg.PathOutlinesMax = DefaultPathOutlinesMax
+	}
+	w.codec = link.Codec{Outlines: w.pending, PLC: cfg.PLC, Names: w.names, TargetDIDOutlines: cfg.PLCDirectory == nil, PathOutlinesMax: cfg.PathOutlinesMax}
 	if cfg.PLCDirectory != nil {
 		w.plc = newPLCFollower(ctx, cfg.PLCDirectory, w)
 		w.codec.PLC = w.plc

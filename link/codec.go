@@ -42,7 +42,8 @@ var ErrLookup = errors.New("lookup failed")
 //   - a record key that is a TID is inline; otherwise, one that has an
 //     outline keeps it; otherwise, with Names, it is named (NamedBit);
 //     without, it is outlined;
-//   - collections and paths are outlined.
+//   - collections are outlined; paths are outlined, and named past
+//     PathOutlinesMax (with Names).
 type Codec struct {
 	Outlines Outlines
 	PLC      PLC // nil: every DID is outlined
@@ -54,6 +55,18 @@ type Codec struct {
 	// anyway, and links to accounts render); otherwise such a target is
 	// written under its hash (TargetKey). Also true when PLC is nil.
 	TargetDIDOutlines bool
+	// PathOutlinesMax bounds the paths outlined (0: none): past it, with
+	// Names set and Outlines counting (OutlineCounter), a new path is
+	// named instead (Location). A path is any string a record's field
+	// names make, so records of made-up field names could otherwise grow
+	// every node's memory and every Raft snapshot without end.
+	PathOutlinesMax int
+}
+
+// OutlineCounter is the Outlines that say how many strings of a kind
+// they hold (committed and pending): the bound of Codec.PathOutlinesMax.
+type OutlineCounter interface {
+	Len(kind OutlineKind) int
 }
 
 // DID encodes a DID. With assign false, an unknown DID gives ErrUnknown.
@@ -120,8 +133,11 @@ const namedProbes = 64
 // nameHash is the first value a named string of kind is looked for at.
 func nameHash(kind NameKind, s string) uint64 {
 	domain := "eddy/did/v1\x00"
-	if kind == NameRKey {
+	switch kind {
+	case NameRKey:
 		domain = "eddy/rkey/v1\x00"
+	case NamePath:
+		domain = "eddy/path/v1\x00"
 	}
 	var buf [64]byte
 	b := append(append(buf[:0], domain...), s...) // on the stack for the usual short strings
@@ -130,12 +146,19 @@ func nameHash(kind NameKind, s string) uint64 {
 }
 
 func (c *Codec) named(kind NameKind, s string, assign bool) (uint64, error) {
+	return c.namedWith(kind, s, assign, OutlinedBit|NamedBit)
+}
+
+// namedWith is named with the value's tag bits: OutlinedBit and NamedBit
+// for a record key or a DID, NamedBit alone for a path (a location's top
+// bit is its StrongRefBit).
+func (c *Codec) namedWith(kind NameKind, s string, assign bool, tag uint64) (uint64, error) {
 	if s == "" || len(s) > OutlineBytesMax {
 		return 0, fmt.Errorf("%s: length %d out of range", kind, len(s))
 	}
 	h := nameHash(kind, s)
 	for i := uint64(0); i < namedProbes; i++ {
-		v := OutlinedBit | NamedBit | (h+i)&(NamedBit-1)
+		v := tag | (h+i)&(NamedBit-1)
 		held, ok, err := c.Names.Name(kind, v)
 		if err != nil {
 			return 0, fmt.Errorf("%s %q: names: %w: %w", kind, s, ErrLookup, err)
@@ -177,8 +200,31 @@ func (c *Codec) Collection(nsid string, assign bool) (uint64, error) {
 	return id + CollectionFirst - 1, nil
 }
 
-// Location encodes a link path (Constellation's convention).
+// Location encodes a link path (Constellation's convention): an outline
+// counter, or, for a path first met once PathOutlinesMax paths were
+// outlined, a named value (NamedBit and 62 bits of its hash, its string in
+// the names tree, as a record key's that is not a TID).
 func (c *Codec) Location(path string, strongRef bool, assign bool) (Location, error) {
+	if path == "" {
+		return 0, fmt.Errorf("encode %s: empty", OutlinePath)
+	}
+	if id, ok := c.Outlines.Lookup(OutlinePath, path); ok {
+		return MakeLocation(id, strongRef), nil
+	}
+	if c.Names != nil {
+		// Named once the outlines were full, or to be named now.
+		full := false
+		if n, ok := c.Outlines.(OutlineCounter); ok && c.PathOutlinesMax > 0 {
+			full = n.Len(OutlinePath) >= c.PathOutlinesMax
+		}
+		v, err := c.namedWith(NamePath, path, assign && full, NamedBit)
+		if err == nil {
+			return MakeLocation(v, strongRef), nil
+		}
+		if !errors.Is(err, ErrUnknown) || !assign {
+			return 0, err
+		}
+	}
 	id, err := c.outline(OutlinePath, path, assign, 0)
 	if err != nil {
 		return 0, err
@@ -468,6 +514,13 @@ const (
 
 // RenderLocation renders a location in a style.
 func (c *Codec) RenderLocation(l Location, style PathStyle) (string, error) {
+	if id := l.PathID(); id&NamedBit != 0 {
+		p, err := c.renderNamed(NamePath, id)
+		if err != nil {
+			return "", err
+		}
+		return RenderPath(p, l.StrongRef(), style), nil
+	}
 	p, ok := c.Outlines.Name(OutlinePath, l.PathID())
 	if !ok {
 		return "", fmt.Errorf("path outline %d: %w", l.PathID(), ErrOutlineMissing)

@@ -38,6 +38,9 @@ const (
 	// NameTarget is a hashed target's (Codec.NameTarget): its string
 	// under the high half of its hash (the key's rkey field).
 	NameTarget NameKind = 3
+	// NamePath is a link path's met once the path outlines were full
+	// (Codec.PathOutlinesMax): its string under the location's path value.
+	NamePath NameKind = 4
 )
 
 func (k NameKind) String() string {
@@ -48,6 +51,8 @@ func (k NameKind) String() string {
 		return "did"
 	case NameTarget:
 		return "target"
+	case NamePath:
+		return "path"
 	}
 	return fmt.Sprintf("name-kind-%d", uint8(k))
 }

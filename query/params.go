@@ -194,6 +194,9 @@ func (s *Server) pathID(ctx context.Context, param, path string) (uint64, bool, 
 	if errors.Is(err, link.ErrUnknown) {
 		return 0, false, nil
 	}
+	if errors.Is(err, link.ErrLookup) {
+		return 0, false, err // a path past the outlines is named: the names tree could not be read
+	}
 	if err != nil {
 		return 0, false, badRequest(param + ": " + err.Error())
 	}
