@@ -304,7 +304,7 @@ func TestBadInputFirehose(t *testing.T) {
 			lastSeq = max(lastSeq, frameSeq(f))
 		}
 		lc := up(t, "--nodes", "1", "--flush-interval", "200ms", "--source", "firehose+ws://"+addr)
-		waitCursor(t, lc, "firehose", func(c string) bool { return c == strconv.FormatInt(lastSeq, 10) })
+		waitCursor(t, lc, "firehose", func(c string) bool { return c == strconv.FormatInt(lastSeq, 10)+"@"+addr })
 		links := checkAnswers(t, lc.Nodes[0], want)
 		checkSkips(t, lc.Nodes[0], "firehose", map[string]int{"bad_frame": 2, "unknown_type": 1})
 		if conns.Load() < 2 {

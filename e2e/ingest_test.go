@@ -117,7 +117,7 @@ func ingestWithKills(t *testing.T, kind string) {
 			t.Fatalf("leader's sources: %s (%v)", b, err)
 		}
 		stream := srcs[0]
-		if stream.Kind != kind || stream.Cursor != wantStream {
+		if cur, _, _ := strings.Cut(stream.Cursor, "@"); stream.Kind != kind || cur != wantStream { // a firehose's: its seq, then its relay's host
 			t.Fatalf("leader's stream source: %s", b)
 		}
 		// Jetstream's lag comes from its cursor (time_us); the firehose's
@@ -184,7 +184,9 @@ func progressOf(st cluster.NodeStatus) ingestProgress {
 			p.resyncs++
 		case strings.HasPrefix(k, ingest.PLCCursorPrefix):
 			p.plc = v
-		case k == "jetstream" || k == "firehose" || k == "jetstream2":
+		case k == "firehose":
+			p.stream, _, _ = strings.Cut(v, "@") // its seq; the relay's host after it
+		case k == "jetstream" || k == "jetstream2":
 			p.stream = v
 		}
 	}

@@ -70,17 +70,72 @@ func (f *Firehose) report(st *SourceStatus, now time.Time) {
 	st.setLastEvent(&f.last)
 }
 
-// Run follows the relay from cursor (seq; "" or 0: from its head), calling
-// emit for every operation with the cursor to resume after it, until ctx
-// ends or emit fails; it reconnects with backoff.
+// Run follows the relay from cursor ("<seq>@<host>", an older build's bare
+// "<seq>", or "": from its head), calling emit for every operation with
+// the cursor to resume after it, until ctx ends or emit fails; it
+// reconnects with backoff. A relay numbers its own events: a cursor
+// another relay numbered (the source's URL changed) is worth nothing here,
+// and the source starts at this relay's head, saying so (what was published
+// between the two is not read from the stream: a backfill or an account's
+// next event brings it). So does a relay that keeps answering FutureCursor
+// (it numbers from scratch: its state was reset) for futureCursorWait.
 func (f *Firehose) Run(ctx context.Context, cursor string, emit func(*event.Op, string) error) error {
-	cur, err := intCursor("firehose", cursor)
+	cur, host, err := parseFirehoseCursor(cursor)
 	if err != nil {
 		return err
 	}
+	if here := urlHost(f.URL); cur > 0 && host != "" && host != here {
+		f.headInstead("relay_changed", cur, fmt.Errorf("the committed cursor is relay %s's seq; %s numbers its own", host, here))
+		cur = 0
+	}
+	var future time.Time // since when the relay answers FutureCursor
 	return reconnect(ctx, f.Log, "firehose", func(int) (string, error) {
-		return f.URL, f.session(ctx, &cur, emit)
+		err := f.session(ctx, &cur, emit)
+		var se *event.StreamError
+		switch {
+		case !errors.As(err, &se) || se.Name != "FutureCursor":
+			future = time.Time{}
+		case future.IsZero():
+			future = time.Now()
+		case time.Since(future) >= futureCursorWait:
+			f.headInstead("future_cursor", cur, err)
+			cur, future = 0, time.Time{}
+		}
+		return f.URL, err
 	})
+}
+
+// futureCursorWait is how long a relay may answer FutureCursor to a
+// committed seq (one that lags behind another of its hosts catches up)
+// before the source starts at its head instead.
+var futureCursorWait = 5 * time.Minute
+
+// headInstead counts and logs a start at the relay's head in place of the
+// committed seq.
+func (f *Firehose) headInstead(reason string, seq int64, err error) {
+	if f.Log != nil {
+		f.Log.Error("firehose: the committed cursor cannot be read from this relay: starting at its head; events between are not read from the stream (a backfill source fetches them, or an account's next event)",
+			"url", f.URL, "committed_seq", seq, "reason", reason, "error", err)
+	}
+	if f.OnSkip != nil {
+		f.OnSkip(reason)
+	}
+}
+
+// parseFirehoseCursor reads a committed firehose cursor: "<seq>@<host>",
+// an older build's "<seq>" (host ""), or "".
+func parseFirehoseCursor(c string) (int64, string, error) {
+	n, host, ok := strings.Cut(c, "@")
+	if ok && host == "" {
+		return 0, "", fmt.Errorf("firehose: bad cursor %q", c)
+	}
+	seq, err := intCursor("firehose", n)
+	return seq, host, err
+}
+
+// firehoseCursor is the cursor to commit after a relay's event seq.
+func firehoseCursor(seq int64, host string) string {
+	return strconv.FormatInt(seq, 10) + "@" + host
 }
 
 func (f *Firehose) session(ctx context.Context, cur *int64, emit func(*event.Op, string) error) error {
@@ -88,6 +143,7 @@ func (f *Firehose) session(ctx context.Context, cur *int64, emit func(*event.Op,
 	if err != nil {
 		return err
 	}
+	host := u.Host
 	if *cur > 0 {
 		q := u.Query()
 		q.Set("cursor", strconv.FormatInt(*cur, 10))
@@ -131,7 +187,7 @@ func (f *Firehose) session(ctx context.Context, cur *int64, emit func(*event.Op,
 			if i == len(ops)-1 {
 				c = seq
 			}
-			if err := emit(&ops[i], strconv.FormatInt(max(c, *cur), 10)); err != nil {
+			if err := emit(&ops[i], firehoseCursor(max(c, *cur), host)); err != nil {
 				return &emitError{err}
 			}
 			if ops[i].Rev != "" {

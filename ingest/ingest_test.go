@@ -243,9 +243,11 @@ func compareModel(t *testing.T, node *cluster.Node, store objstore.Store, world 
 }
 
 func wantCursor(w *simnet.World, s Source) string {
-	switch s.(type) {
+	switch s := s.(type) {
 	case *Jetstream:
 		return fmt.Sprint(w.LastTimeUS())
+	case *Firehose:
+		return firehoseCursor(w.LastSeq(), urlHost(s.URL))
 	default:
 		return fmt.Sprint(w.LastSeq())
 	}

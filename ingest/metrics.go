@@ -29,7 +29,7 @@ type Metrics struct {
 	Events         *prometheus.CounterVec // by source, kind
 	Links          *prometheus.CounterVec // by source
 	Skipped        *prometheus.CounterVec // by source, reason
-	RepoSplits     prometheus.Counter     // repositories written whole across two flushes (too big for the memtables' room)
+	RepoSplits     prometheus.Counter     // repositories written whole across two flushes (the memtables filled while they were written)
 	OutlineEntries prometheus.Counter     // entries of outlines alone, published ahead of their flush (publishOutlines)
 	FlushSeconds   prometheus.Histogram   // a whole flush: tables written and the entry committed
 	PublishSeconds prometheus.Histogram   // the flush entry's Raft commit alone
@@ -67,7 +67,7 @@ func NewMetrics() *Metrics {
 		Links:          prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_links_total", Help: "Links extracted, by source."}, []string{"source"}),
 		Skipped:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_skipped_total", Help: "Inputs or links skipped as bad, by source and reason."}, []string{"source", "reason"}),
 		OutlineEntries: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_ingest_outline_entries_total", Help: "Raft entries of new paths and collections alone, published ahead of their flush because one entry could not carry them (records of many made-up field names)."}),
-		RepoSplits:     prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_ingest_repo_splits_total", Help: "Repositories written whole (a backfill or a resync) that did not fit the memtables' room and went out in two flushes: answers from the generation between miss their links."}),
+		RepoSplits:     prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_ingest_repo_splits_total", Help: "Repositories written whole (a backfill or a resync) that went out in two flushes because the memtables filled while they were written (every one being written then): answers from the generation between miss their links."}),
 		FlushSeconds:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eddy_ingest_flush_seconds", Help: "Time of a whole flush: tables written to the store and the entry committed.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
 		PublishSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eddy_ingest_publish_seconds", Help: "Time to commit a flush's entry through Raft (the publication alone).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		Generation:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_ingest_published_generation", Help: "Manifest generation of the last publication by this node."}),

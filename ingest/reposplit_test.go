@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/ingest/event"
+	"github.com/eddy-backlinks/eddy/internal/metricstest"
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
 )
@@ -82,5 +83,66 @@ func TestScheduledFlushKeepsRepoWhole(t *testing.T) {
 	}
 	if last := manifests[len(manifests)-1]; len(linksTree(t, store, last)) != repos*records {
 		t.Fatalf("the last generation holds %d links, want %d", len(linksTree(t, store, last)), repos*records)
+	}
+}
+
+// When the memtables fill while repositories are written at once (a
+// backfill's concurrency), the flush made for room splits each of them,
+// not only the one that filled them: eddy_ingest_repo_splits_total
+// counts every one. (It counted the one that flushed.)
+func TestRepoSplitsCountEveryRepositoryBeingWritten(t *testing.T) {
+	ctx := context.Background()
+	w, node, store, reg := testWriterOf(t, 1<<20) // ~15,000 links
+	const repos, records = 6, 4000
+	post := func(i int) string { return fmt.Sprintf("at://did:plc:poster%018d/app.bsky.feed.post/3mptbyplj5d2a", i) }
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range repos {
+		did := fmt.Sprintf("did:plc:liker%019d", i)
+		stamp, err := w.ReserveStamp(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops := make([]event.Op, records)
+		for k := range ops {
+			ops[k] = jsCommit(t, 1783175888000000, did, "create", "app.bsky.feed.like", fmt.Sprintf("3mptbyp%06d", k),
+				map[string]any{"subject": strongRef(post(i)), "createdAt": "2026-07-04T14:38:08.999Z"})
+		}
+		wg.Go(func() {
+			<-start
+			if err := w.ApplyRepo(ctx, "backfill", did, stamp, ops); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A repository split: its links in more than one flush's run (no
+	// compaction runs here).
+	runs := map[link.RecordID]int{}
+	for _, run := range node.FSM.Manifest().RunsOf(lsm.TreeLinks) {
+		m := lsm.Manifest{Runs: []lsm.Run{run}}
+		seen := map[link.RecordID]bool{}
+		for _, l := range linksTree(t, store, &m) {
+			if !seen[l.Target] {
+				seen[l.Target] = true
+				runs[l.Target]++
+			}
+		}
+	}
+	split := 0
+	for _, n := range runs {
+		if n > 1 {
+			split++
+		}
+	}
+	if split < 2 {
+		t.Fatalf("%d repositories split (runs per target: %v): the writes did not overlap a flush", split, runs)
+	}
+	if got := metricstest.Values(t, reg)["eddy_ingest_repo_splits_total"]; got < float64(split) {
+		t.Fatalf("eddy_ingest_repo_splits_total %v, but %d repositories went out in two flushes", got, split)
 	}
 }

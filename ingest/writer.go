@@ -132,10 +132,12 @@ type Writer struct {
 	// a flush waits for the writes in progress and new ones wait for the
 	// swap. Split across two generations, a repository would be revoked in
 	// the first and written again only in the second: answers from the
-	// first would miss its links. Only a repository that fills the
-	// memtables itself is split: ApplyRepo then flushes without the gate
-	// (counted in eddy_ingest_repo_splits_total).
-	repos sync.RWMutex
+	// first would miss its links. Only when a repository's records fill
+	// the memtables is a flush made without the gate (ApplyRepo): it
+	// splits that repository and every other one being written then
+	// (counted in eddy_ingest_repo_splits_total: repoWrites at the swap).
+	repos      sync.RWMutex
+	repoWrites atomic.Int64 // repositories being written (holding repos shared)
 	// spare holds the links and revocations memtables of the last flush,
 	// emptied, for the next swap (under flushMu): each keeps its buffer
 	// (up to MemtableBytes) instead of allocating and clearing a new one.
@@ -456,74 +458,6 @@ func (w *Writer) ReserveStamp(ctx context.Context) (uint64, error) {
 	return w.stampLocked(ctx)
 }
 
-// ApplyRepo writes a whole repository at one stamp: a repository-wide
-// revocation, then the links of every record. Nil ops (a repository that
-// is gone) writes the revocation alone.
-func (w *Writer) ApplyRepo(ctx context.Context, source, did string, stamp uint64, ops []event.Op) error {
-	if w.dead.Load() {
-		return ErrLeadershipLost
-	}
-	// Room for the revocation, checked under the lock it goes in with; a
-	// flush it needs first is gated (it waits for the repositories being
-	// written: nothing of this one is yet).
-	for {
-		w.repos.RLock() // no scheduled flush between its revocation and its last record
-		w.mu.Lock()
-		if !w.fullLocked() {
-			break
-		}
-		w.mu.Unlock()
-		w.repos.RUnlock()
-		if err := w.makeRoom(ctx); err != nil {
-			return err
-		}
-	}
-	defer w.repos.RUnlock()
-	d, err := w.codec.DID(did, true)
-	if errors.Is(err, link.ErrLookup) {
-		w.mu.Unlock()
-		return w.failLookup(err) // not the DID's fault: the repository is written again, never skipped
-	}
-	if err != nil {
-		w.mu.Unlock()
-		w.skip(source, "bad_did", "did", did, "error", err)
-		return nil
-	}
-	v := link.Revocation{Source: link.RepoID(d), Rev: stamp}
-	err = w.mu.revs.AddRevocation(&v)
-	w.mu.Unlock()
-	w.log.Debug("repository written", "source", source, "did", did, "stamp", stamp, "records", len(ops), "gone", ops == nil)
-	if err != nil {
-		return err
-	}
-	// Records go in batches under one hold of the lock (live sources wait
-	// at most one batch), each record checked for room as makeRoom does.
-	const batch = 256
-	split := false
-	for i := 0; i < len(ops); {
-		flushed, err := w.makeRoomInRepo(ctx)
-		if err != nil {
-			return err
-		}
-		if flushed && !split {
-			// It filled the memtables: split across two flushes.
-			split = true
-			w.metrics.RepoSplits.Inc()
-			w.log.Warn("a repository that fills the memtables is written across two flushes: answers between them miss its links", "source", source, "did", did, "records", len(ops))
-		}
-		w.mu.Lock()
-		for end := min(i+batch, len(ops)); i < end && !w.fullLocked(); i++ {
-			if err := w.recordLocked(source, &ops[i], stamp); err != nil {
-				w.mu.Unlock()
-				return err
-			}
-		}
-		w.mu.Unlock()
-	}
-	w.metrics.Events.WithLabelValues(source, "repo").Inc()
-	return nil
-}
-
 // recordLocked buffers the links of one record at stamp.
 func (w *Writer) recordLocked(source string, op *event.Op, stamp uint64) error {
 	if !link.ValidDID(op.DID) || !link.ValidCollection(op.Collection) || !link.ValidRKey(op.RKey) {
@@ -600,6 +534,13 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 	cursors := w.mu.cursors
 	maxStamp := w.mu.maxStamp
 	comps := w.mu.compactions
+	if !gated {
+		// Every repository being written (made to wait for no gated
+		// flush) is split by this one: counted.
+		if n := w.repoWrites.Load(); n > 0 {
+			w.metrics.RepoSplits.Add(float64(n))
+		}
+	}
 	w.mu.links, w.mu.revs = w.spare[0], w.spare[1]
 	w.spare = [2]*lsm.Memtable{}
 	if w.mu.links == nil {
