@@ -105,7 +105,7 @@ type Query struct {
 	Target  link.RecordID
 	After   *Cursor // exclusive start; nil = from the first (or, Reverse, the last)
 	Reverse bool
-	Limit   int // 0 = LimitMax
+	Limit   int // 0 = LimitMax; at most LimitMax+1 (a page and the link a caller reads again)
 	Filter  Filter
 }
 
@@ -141,7 +141,7 @@ type Result struct {
 // round two repeats on the next candidates, a bounded number of times.
 func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, error) {
 	limit := q.Limit
-	if limit <= 0 || limit > LimitMax {
+	if limit <= 0 || limit > LimitMax+1 {
 		limit = LimitMax
 	}
 	s := getQueryScratch()
