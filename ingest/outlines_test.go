@@ -140,3 +140,36 @@ func checkMadeUpFields(t *testing.T, node *cluster.Node, store objstore.Store, n
 		t.Fatalf("%d links to the target at %d paths, want %d at as many", len(ls), len(paths), n)
 	}
 }
+
+// failPathNames is a names tree whose reads of paths fail (the bucket
+// unreachable), its other reads those of the names it wraps.
+type failPathNames struct{ link.Names }
+
+func (f failPathNames) Name(kind link.NameKind, v uint64) (string, bool, error) {
+	if kind == link.NamePath {
+		return "", false, errors.New("bucket unreachable")
+	}
+	return f.Names.Name(kind, v)
+}
+
+// A path not outlined is looked for in the names tree; a read that fails
+// there is not the record's fault: the writer stops (its operation is
+// applied again by the next), as for a record key's or a DID's name, and
+// the link is neither skipped as a bad path nor its cursor published.
+// (It was skipped as bad_path and the cursor moved on: the link lost.)
+func TestPathNameReadFailureStopsTheWriter(t *testing.T) {
+	ctx := context.Background()
+	w, node, _, _ := forwardWriter(t)
+	w.codec.Names = failPathNames{w.codec.Names}
+	op := jsCommit(t, 1_000, "did:plc:aliceaaaaaaaaaaaaaaaaaaa", "create", "app.bsky.feed.like", "3mptbyplj5d8b",
+		map[string]any{"subject": strongRef("at://did:plc:bobbbbbbbbbbbbbbbbbbbbbb/app.bsky.feed.post/3mptbyplj5d8b")})
+	if err := w.Apply(ctx, "js", "1", &op); !errors.Is(err, ErrWriterFailed) || !errors.Is(err, link.ErrLookup) {
+		t.Fatalf("Apply with the names tree unreadable: %v, want the writer failed on a lookup", err)
+	}
+	if got := testutil.ToFloat64(w.metrics.Skipped.WithLabelValues("js", "bad_path")); got != 0 {
+		t.Fatalf("%v links skipped as bad paths", got)
+	}
+	if err := w.Flush(ctx); err == nil || node.FSM.Cursor("js") != "" {
+		t.Fatalf("a failed writer flushed (%v), cursor %q", err, node.FSM.Cursor("js"))
+	}
+}

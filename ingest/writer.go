@@ -396,6 +396,9 @@ func (w *Writer) linksLocked(source string, op *event.Op, src link.RecordID, sta
 	for i := range links {
 		l := &links[i]
 		loc, err := w.codec.Location(l.Path, l.StrongRef, true)
+		if errors.Is(err, link.ErrLookup) {
+			return w.failLookup(err) // a path's name unread: not the record's fault, applied again
+		}
 		if err != nil {
 			badPaths = append(badPaths, err)
 			continue

@@ -180,8 +180,9 @@ func (s *Server) hashKeyOf(ctx context.Context, t link.RecordID) (link.RecordID,
 // repeats), a hashed key that is the twin of an encoded key in ts: the
 // same subject, linked by the record's write while a part of it was
 // unknown and again by a write after it was known (a backfill or a stream
-// read again), so that the record lists it once.
-func (s *Server) foldTwins(ctx context.Context, ts []link.RecordID) ([]link.RecordID, error) {
+// read again), so that the record lists it once. hashKeys remembers hashKeyOf's answers within one request (a page
+// examines up to m2mScanMax join records, most naming the same others).
+func (s *Server) foldTwins(ctx context.Context, ts []link.RecordID, hashKeys map[link.RecordID]link.RecordID) ([]link.RecordID, error) {
 	hashed := 0
 	for _, t := range ts {
 		if t.IsHashed() {
@@ -193,11 +194,21 @@ func (s *Server) foldTwins(ctx context.Context, ts []link.RecordID) ([]link.Reco
 	}
 	var twins []link.RecordID
 	for _, t := range ts {
-		h, ok, err := s.hashKeyOf(ctx, t)
-		if err != nil {
-			return nil, err
+		if t.IsHashed() {
+			continue
 		}
-		if ok {
+		h, seen := hashKeys[t]
+		if !seen {
+			k, ok, err := s.hashKeyOf(ctx, t)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				k = link.RecordID{} // none: no twin
+			}
+			hashKeys[t], h = k, k
+		}
+		if h != (link.RecordID{}) {
 			twins = append(twins, h)
 		}
 	}
@@ -283,6 +294,7 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 	// A record's links to the subject come together (a backlink's order:
 	// target, source, location), so its second is the one after its first.
 	var prevSource link.RecordID
+	hashKeys := map[link.RecordID]link.RecordID{}
 	batch := min(limit+1, m2mScanMax)
 	examined := 0
 	for len(items) <= limit {
@@ -310,7 +322,7 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 				continue
 			}
 			prevSource = b.Source
-			others, err := s.foldTwins(ctx, m.othersOf(b, fw[i]))
+			others, err := s.foldTwins(ctx, m.othersOf(b, fw[i]), hashKeys)
 			if err != nil {
 				return nil, err
 			}
