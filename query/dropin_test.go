@@ -403,6 +403,33 @@ func TestManyToManyRecordLinkingTwice(t *testing.T) {
 	}
 }
 
+// getManyToManyCounts' bound is of join records, not links: records
+// that link the subject twice count once toward it.
+func TestManyToManyCountsBoundIsOfRecords(t *testing.T) {
+	f := newFixture(t)
+	const list = "at://did:plc:owner0000000000000000000/app.bsky.graph.list/3lmylist22222"
+	const cid = "bafyreiftot7eltsc3f6g4qktykmbv6jcmdmhcx5osscan6jpdxkpqcmcza"
+	write := func(from, to int) {
+		for i := from; i < to; i++ {
+			f.write(fmt.Sprintf("at://did:plc:joiner%017d/com.example.join/%s", i, tid(i%1000)),
+				`{"$type":"com.example.join","items":[{"uri":"`+list+`","cid":"`+cid+`"},{"uri":"`+list+`"}],"member":"did:plc:m00000000000000000000000"}`)
+		}
+		f.flush()
+	}
+	q := url.Values{"subject": {list}, "source": {"com.example.join:items[].uri"}, "pathToOther": {"member"}}
+	write(0, M2MCountJoinsMax/2+1) // more links than the bound, fewer records
+	var counts m2mCountsOut
+	if code, _ := f.get("/xrpc/blue.microcosm.links.getManyToManyCounts", q, &counts); code != 200 ||
+		len(counts.CountsByOtherSubject) != 1 || counts.CountsByOtherSubject[0].Total != M2MCountJoinsMax/2+1 {
+		t.Fatalf("getManyToManyCounts of %d records linking twice: %d %+v", M2MCountJoinsMax/2+1, code, counts.CountsByOtherSubject)
+	}
+	write(M2MCountJoinsMax/2+1, M2MCountJoinsMax+1) // more records than the bound
+	var tooBig struct{ Error, Message string }
+	if code, _ := f.get("/xrpc/blue.microcosm.links.getManyToManyCounts", q, &tooBig); code != 400 || tooBig.Error != "QueryTooBig" {
+		t.Fatalf("getManyToManyCounts of %d records: %d %+v, want 400 QueryTooBig", M2MCountJoinsMax+1, code, tooBig)
+	}
+}
+
 // Every answer is a JSON body: wrong HTTP methods 405, unknown XRPC
 // methods 501, unknown paths 404; GET / answers stats as JSON or a page.
 func TestFallbacksAndIndex(t *testing.T) {

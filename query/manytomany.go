@@ -407,7 +407,16 @@ func (s *Server) getManyToManyCounts(ctx context.Context, r *http.Request, v *ls
 	if aerr != nil {
 		return nil, aerr
 	}
-	joins, err := s.allOf(ctx, v, &m.lq.subjects[0], m.lq.filter, M2MCountJoinsMax)
+	// A record linking the subject twice at the path (a strong
+	// reference's uri and a plain string) is one join record; its links
+	// come together. The bound is of join records: twice as many links.
+	joins, err := s.allOf(ctx, v, &m.lq.subjects[0], m.lq.filter, 2*M2MCountJoinsMax)
+	if err == nil {
+		joins = slices.CompactFunc(joins, func(a, b link.Backlink) bool { return a.Source == b.Source })
+		if len(joins) > M2MCountJoinsMax {
+			err = errTooMany
+		}
+	}
 	if errors.Is(err, errTooMany) {
 		return nil, &apiError{http.StatusBadRequest, "QueryTooBig", "more than " + strconv.Itoa(M2MCountJoinsMax) +
 			" records link to subject from source, more than getManyToManyCounts groups; narrow them with did, or page getManyToMany"}
@@ -415,10 +424,6 @@ func (s *Server) getManyToManyCounts(ctx context.Context, r *http.Request, v *ls
 	if err != nil {
 		return nil, err
 	}
-	// A record linking the subject twice at the path (a strong
-	// reference's uri and a plain string) is one join record; its links
-	// come together.
-	joins = slices.CompactFunc(joins, func(a, b link.Backlink) bool { return a.Source == b.Source })
 	srcs := make([]link.RecordID, len(joins))
 	for i := range joins {
 		srcs[i] = joins[i].Source
