@@ -22,7 +22,6 @@ func TestScheduledFlushKeepsRepoWhole(t *testing.T) {
 	ctx := context.Background()
 	w, node, store, _ := testWriterOf(t, 64<<20)
 	const repos, records = 16, 2048 // eight batches a repository
-	post := func(i int) string { return fmt.Sprintf("at://did:plc:poster%018d/app.bsky.feed.post/3mptbyplj5d2a", i) }
 	var manifests []*lsm.Manifest
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -43,16 +42,7 @@ func TestScheduledFlushKeepsRepoWhole(t *testing.T) {
 		}
 	})
 	for i := range repos {
-		did := fmt.Sprintf("did:plc:liker%019d", i)
-		stamp, err := w.ReserveStamp(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ops := make([]event.Op, records)
-		for k := range ops {
-			ops[k] = jsCommit(t, 1783175888000000, did, "create", "app.bsky.feed.like", fmt.Sprintf("3mptbyp%06d", k),
-				map[string]any{"subject": strongRef(post(i)), "createdAt": "2026-07-04T14:38:08.999Z"})
-		}
+		did, stamp, ops := repoOfLikes(t, w, i, records)
 		if err := w.ApplyRepo(ctx, "backfill", did, stamp, ops); err != nil {
 			t.Fatal(err)
 		}
@@ -94,20 +84,10 @@ func TestRepoSplitsCountEveryRepositoryBeingWritten(t *testing.T) {
 	ctx := context.Background()
 	w, node, store, reg := testWriterOf(t, 1<<20) // ~15,000 links
 	const repos, records = 6, 4000
-	post := func(i int) string { return fmt.Sprintf("at://did:plc:poster%018d/app.bsky.feed.post/3mptbyplj5d2a", i) }
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range repos {
-		did := fmt.Sprintf("did:plc:liker%019d", i)
-		stamp, err := w.ReserveStamp(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ops := make([]event.Op, records)
-		for k := range ops {
-			ops[k] = jsCommit(t, 1783175888000000, did, "create", "app.bsky.feed.like", fmt.Sprintf("3mptbyp%06d", k),
-				map[string]any{"subject": strongRef(post(i)), "createdAt": "2026-07-04T14:38:08.999Z"})
-		}
+		did, stamp, ops := repoOfLikes(t, w, i, records)
 		wg.Go(func() {
 			<-start
 			if err := w.ApplyRepo(ctx, "backfill", did, stamp, ops); err != nil {
@@ -145,4 +125,22 @@ func TestRepoSplitsCountEveryRepositoryBeingWritten(t *testing.T) {
 	if got := metricstest.Values(t, reg)["eddy_ingest_repo_splits_total"]; got < float64(split) {
 		t.Fatalf("eddy_ingest_repo_splits_total %v, but %d repositories went out in two flushes", got, split)
 	}
+}
+
+// repoOfLikes is repository i of n likes of poster i's post, as a
+// backfill gives, with a stamp reserved for it.
+func repoOfLikes(t *testing.T, w *Writer, i, n int) (string, uint64, []event.Op) {
+	t.Helper()
+	did := fmt.Sprintf("did:plc:liker%019d", i)
+	stamp, err := w.ReserveStamp(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := fmt.Sprintf("at://did:plc:poster%018d/app.bsky.feed.post/3mptbyplj5d2a", i)
+	ops := make([]event.Op, n)
+	for k := range ops {
+		ops[k] = jsCommit(t, 1783175888000000, did, "create", "app.bsky.feed.like", fmt.Sprintf("3mptbyp%06d", k),
+			map[string]any{"subject": strongRef(post), "createdAt": "2026-07-04T14:38:08.999Z"})
+	}
+	return did, stamp, ops
 }

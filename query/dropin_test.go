@@ -69,6 +69,33 @@ func (f *fixture) pageAll(path string, q url.Values, field string) []rec {
 	}
 }
 
+// m2mItems pages getManyToMany to its end (at most 100 pages) and returns
+// every item.
+func (f *fixture) m2mItems(q url.Values) []m2mItem {
+	f.t.Helper()
+	q = cloneValues(q)
+	var all []m2mItem
+	for page := 0; ; page++ {
+		if page > 100 {
+			f.t.Fatalf("getManyToMany %v: paging does not end", q)
+		}
+		var out m2mOut
+		if code, _ := f.get("/xrpc/blue.microcosm.links.getManyToMany", q, &out); code != 200 {
+			f.t.Fatalf("getManyToMany %v: %d", q, code)
+		}
+		all = append(all, out.Items...)
+		if out.Cursor == nil {
+			return all
+		}
+		q.Set("cursor", *out.Cursor)
+	}
+}
+
+// uri is the at-uri of a many-to-many item's join record.
+func (it m2mItem) uri() string {
+	return "at://" + it.LinkRecord.DID + "/" + it.LinkRecord.Collection + "/" + it.LinkRecord.RKey
+}
+
 func cloneValues(q url.Values) url.Values {
 	o := url.Values{}
 	for k, v := range q {
@@ -303,18 +330,8 @@ func TestManyToMany(t *testing.T) {
 	q = cloneValues(base)
 	q.Set("limit", "3")
 	var seen []string
-	for {
-		var out m2mOut
-		if code, _ := f.get("/xrpc/blue.microcosm.links.getManyToMany", q, &out); code != 200 {
-			t.Fatalf("items: %d", code)
-		}
-		for _, it := range out.Items {
-			seen = append(seen, "at://"+it.LinkRecord.DID+"/"+it.LinkRecord.Collection+"/"+it.LinkRecord.RKey+" "+it.OtherSubject)
-		}
-		if out.Cursor == nil {
-			break
-		}
-		q.Set("cursor", *out.Cursor)
+	for _, it := range f.m2mItems(q) {
+		seen = append(seen, it.uri()+" "+it.OtherSubject)
 	}
 	var wantItems []string
 	for i := len(items) - 1; i >= 0; i-- {
@@ -371,21 +388,8 @@ func TestManyToManyRecordLinkingTwice(t *testing.T) {
 		q := cloneValues(base)
 		q.Set("limit", limit)
 		var seen []string
-		for page := 0; ; page++ {
-			if page > 10 {
-				t.Fatal("paging does not end")
-			}
-			var out m2mOut
-			if code, _ := f.get("/xrpc/blue.microcosm.links.getManyToMany", q, &out); code != 200 {
-				t.Fatalf("getManyToMany: %d", code)
-			}
-			for _, it := range out.Items {
-				seen = append(seen, "at://"+it.LinkRecord.DID+"/"+it.LinkRecord.Collection+"/"+it.LinkRecord.RKey+" "+it.OtherSubject)
-			}
-			if out.Cursor == nil {
-				break
-			}
-			q.Set("cursor", *out.Cursor)
+		for _, it := range f.m2mItems(q) {
+			seen = append(seen, it.uri()+" "+it.OtherSubject)
 		}
 		if !slices.Equal(seen, want) {
 			t.Fatalf("getManyToMany limit %s:\n got %v\nwant %v", limit, seen, want)
