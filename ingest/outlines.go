@@ -19,6 +19,11 @@ import (
 // lookup where an outlined path's cost a map's.
 const DefaultPathOutlinesMax = 16384
 
+// DefaultCollectionOutlinesMax bounds the collections outlined, each up
+// to 317 bytes: 20 MiB at most. Past it a record in a new collection (any
+// author can make one up) names it in the bucket instead.
+const DefaultCollectionOutlinesMax = 65536
+
 // outlineEntryBytes bounds the outlines one flush entry carries, encoded:
 // a quarter of fsm.EntryBytesMax, the rest left to the entry's edit and
 // cursors. Real flushes assign a few new paths and collections at most;

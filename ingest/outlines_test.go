@@ -65,8 +65,66 @@ func ingestMadeUpFields(t *testing.T, records, fields, pathsMax int) (*cluster.N
 		fmt.Fprintf(&b, `{"did":"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa","time_us":%d,"kind":"commit","commit":{"rev":"3jzfcijpj2z2a","operation":"create","collection":"com.example.spam","rkey":"3jzfcijpj2z%02d","record":{%s}}}`+"\n",
 			1000+r, r, strings.Join(kv, ","))
 	}
+	node, store, m := ingestCapture(t, b.String(), Config{PathOutlinesMax: pathsMax})
+	if got := testutil.ToFloat64(m.Links); got != float64(records*fields) {
+		t.Fatalf("%v links indexed, want %d", got, records*fields)
+	}
+	return node, store, m
+}
+
+// Records in collections past CollectionOutlinesMax have them named in
+// the bucket, not outlined: the replicated state stops growing with made-up
+// collections, and every record renders and is found by its collection.
+func TestCollectionsNamedPastTheBound(t *testing.T) {
+	const collections, bound = 20, 5
+	var b strings.Builder
+	for r := range collections {
+		fmt.Fprintf(&b, `{"did":"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa","time_us":%d,"kind":"commit","commit":{"rev":"3jzfcijpj2z2a","operation":"create","collection":"com.example.c%02d","rkey":"3jzfcijpj2z2a","record":{"url":"https://example.com/"}}}`+"\n", 1000+r, r)
+	}
+	node, store, _ := ingestCapture(t, b.String(), Config{CollectionOutlinesMax: bound})
+	if n := node.FSM.OutlineLen(link.OutlineCollection); n != bound {
+		t.Fatalf("%d collections outlined, want the bound, %d", n, bound)
+	}
+	view, err := lsm.OpenView(context.Background(), lsm.NewCatalog(t.TempDir(), store), node.FSM.Manifest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := lsm.NewReader(store, nil)
+	codec := &link.Codec{Outlines: node.FSM, Names: lsm.NewNameMap(reader, lsm.Views(func() *lsm.View { return view }), 0)}
+	tg, err := link.ParseTarget("https://example.com/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, _, err := reader.All(context.Background(), view, codec.TargetKey(&tg), lsm.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := 0
+	for _, l := range ls {
+		uri, err := codec.RenderRecord(l.Source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nsid := strings.Split(uri, "/")[3]
+		if c, err := codec.Collection(nsid, false); err != nil || c != l.Source.Collection {
+			t.Fatalf("collection %s of %s encodes to %#x (%v), the link's is %#x", nsid, uri, c, err, l.Source.Collection)
+		}
+		if l.Source.Collection&link.NamedCollectionBit != 0 {
+			named++
+		}
+	}
+	if len(ls) != collections || named != collections-bound {
+		t.Fatalf("%d links, %d of their collections named; want %d and %d", len(ls), named, collections, collections-bound)
+	}
+}
+
+// ingestCapture writes a Jetstream capture through a replay and the write
+// path, configured by cfg's PathOutlinesMax and CollectionOutlinesMax, and
+// returns once it is read to its end and published.
+func ingestCapture(t *testing.T, capture string, cfg Config) (*cluster.Node, objstore.Store, *Metrics) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "capture.jsonl")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(capture), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	node := oneNode(t)
@@ -76,7 +134,8 @@ func ingestMadeUpFields(t *testing.T, records, fields, pathsMax int) (*cluster.N
 	}
 	m := NewMetrics()
 	src := &Replay{Path: path}
-	r := &Runner{Config: Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), Metrics: m, PathOutlinesMax: pathsMax,
+	r := &Runner{Config: Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), Metrics: m,
+		PathOutlinesMax: cfg.PathOutlinesMax, CollectionOutlinesMax: cfg.CollectionOutlinesMax,
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})}, Sources: []Source{src}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -96,9 +155,6 @@ func ingestMadeUpFields(t *testing.T, records, fields, pathsMax int) (*cluster.N
 	cancel()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
-	}
-	if got := testutil.ToFloat64(m.Links); got != float64(records*fields) {
-		t.Fatalf("%v links indexed, want %d", got, records*fields)
 	}
 	return node, store, m
 }

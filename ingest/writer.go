@@ -93,6 +93,9 @@ type Config struct {
 	// state, a new path is named in the bucket instead (0:
 	// DefaultPathOutlinesMax; link.Codec.PathOutlinesMax).
 	PathOutlinesMax int
+	// CollectionOutlinesMax: the same for collections (0:
+	// DefaultCollectionOutlinesMax).
+	CollectionOutlinesMax int
 }
 
 // ErrLeadershipLost: the writer's node is no longer the leader (or its
@@ -222,7 +225,11 @@ func NewWriter(ctx context.Context, cfg Config) (*Writer, error) {
 	if cfg.PathOutlinesMax <= 0 {
 		cfg.PathOutlinesMax = DefaultPathOutlinesMax
 	}
-	w.codec = link.Codec{Outlines: w.pending, PLC: cfg.PLC, Names: w.names, TargetDIDOutlines: cfg.PLCDirectory == nil, PathOutlinesMax: cfg.PathOutlinesMax}
+	if cfg.CollectionOutlinesMax <= 0 {
+		cfg.CollectionOutlinesMax = DefaultCollectionOutlinesMax
+	}
+	w.codec = link.Codec{Outlines: w.pending, PLC: cfg.PLC, Names: w.names, TargetDIDOutlines: cfg.PLCDirectory == nil,
+		PathOutlinesMax: cfg.PathOutlinesMax, CollectionOutlinesMax: cfg.CollectionOutlinesMax}
 	if cfg.PLCDirectory != nil {
 		w.plc = newPLCFollower(ctx, cfg.PLCDirectory, w)
 		w.codec.PLC = w.plc

@@ -42,8 +42,8 @@ var ErrLookup = errors.New("lookup failed")
 //   - a record key that is a TID is inline; otherwise, one that has an
 //     outline keeps it; otherwise, with Names, it is named (NamedBit);
 //     without, it is outlined;
-//   - collections are outlined; paths are outlined, and named past
-//     PathOutlinesMax (with Names).
+//   - collections and paths are outlined, and named past
+//     CollectionOutlinesMax and PathOutlinesMax (with Names).
 type Codec struct {
 	Outlines Outlines
 	PLC      PLC // nil: every DID is outlined
@@ -55,6 +55,10 @@ type Codec struct {
 	// anyway, and links to accounts render); otherwise such a target is
 	// written under its hash (TargetKey). Also true when PLC is nil.
 	TargetDIDOutlines bool
+	// CollectionOutlinesMax bounds the collections outlined as
+	// PathOutlinesMax does paths (0: none): a record may be in any
+	// collection its author makes up.
+	CollectionOutlinesMax int
 	// PathOutlinesMax bounds the paths outlined (0: none): past it, with
 	// Names set and Outlines counting (OutlineCounter), a new path is
 	// named instead (Location). A path is any string a record's field
@@ -138,6 +142,8 @@ func nameHash(kind NameKind, s string) uint64 {
 		domain = "eddy/rkey/v1\x00"
 	case NamePath:
 		domain = "eddy/path/v1\x00"
+	case NameCollection:
+		domain = "eddy/collection/v1\x00"
 	}
 	var buf [64]byte
 	b := append(append(buf[:0], domain...), s...) // on the stack for the usual short strings
@@ -153,12 +159,18 @@ func (c *Codec) named(kind NameKind, s string, assign bool) (uint64, error) {
 // for a record key or a DID, NamedBit alone for a path (a location's top
 // bit is its StrongRefBit).
 func (c *Codec) namedWith(kind NameKind, s string, assign bool, tag uint64) (uint64, error) {
+	return c.namedIn(kind, s, assign, tag, NamedBit-1)
+}
+
+// namedIn is namedWith with the hash's bits below tag as mask: 62 bits, 61
+// for a collection (whose field's bit 62 marks a forward key).
+func (c *Codec) namedIn(kind NameKind, s string, assign bool, tag, mask uint64) (uint64, error) {
 	if s == "" || len(s) > OutlineBytesMax {
 		return 0, fmt.Errorf("%s: length %d out of range", kind, len(s))
 	}
 	h := nameHash(kind, s)
 	for i := uint64(0); i < namedProbes; i++ {
-		v := tag | (h+i)&(NamedBit-1)
+		v := tag | (h+i)&mask
 		held, ok, err := c.Names.Name(kind, v)
 		if err != nil {
 			return 0, fmt.Errorf("%s %q: names: %w: %w", kind, s, ErrLookup, err)
@@ -191,8 +203,31 @@ func (c *Codec) renderNamed(kind NameKind, v uint64) (string, error) {
 	return s, nil
 }
 
-// Collection encodes a collection NSID.
+// Collection encodes a collection NSID: an outline counter (from
+// CollectionFirst), or, for a collection first met once
+// CollectionOutlinesMax collections were outlined, a named value
+// (NamedCollectionBit and 61 bits of its hash, its string in the names
+// tree), as Location does for paths.
 func (c *Codec) Collection(nsid string, assign bool) (uint64, error) {
+	if nsid == "" {
+		return 0, fmt.Errorf("encode %s: empty", OutlineCollection)
+	}
+	if id, ok := c.Outlines.Lookup(OutlineCollection, nsid); ok {
+		return id + CollectionFirst - 1, nil
+	}
+	if c.Names != nil {
+		full := false
+		if n, ok := c.Outlines.(OutlineCounter); ok && c.CollectionOutlinesMax > 0 {
+			full = n.Len(OutlineCollection) >= c.CollectionOutlinesMax
+		}
+		v, err := c.namedIn(NameCollection, nsid, assign && full, NamedCollectionBit, NamedCollectionBit-1)
+		if err == nil {
+			return v, nil
+		}
+		if !errors.Is(err, ErrUnknown) || !assign {
+			return 0, err
+		}
+	}
 	id, err := c.outline(OutlineCollection, nsid, assign, 0)
 	if err != nil {
 		return 0, err
@@ -473,6 +508,9 @@ func (c *Codec) RenderRKey(v uint64) (string, error) {
 func (c *Codec) RenderCollection(v uint64) (string, error) {
 	if v < CollectionFirst {
 		return "", fmt.Errorf("collection %d is reserved", v)
+	}
+	if v&NamedCollectionBit != 0 {
+		return c.renderNamed(NameCollection, v)
 	}
 	if s, ok := c.Outlines.Name(OutlineCollection, v-CollectionFirst+1); ok {
 		return s, nil

@@ -41,6 +41,10 @@ const (
 	// NamePath is a link path's met once the path outlines were full
 	// (Codec.PathOutlinesMax): its string under the location's path value.
 	NamePath NameKind = 4
+	// NameCollection is a collection's met once the collection outlines
+	// were full (Codec.CollectionOutlinesMax): its string under the
+	// collection field's value.
+	NameCollection NameKind = 5
 )
 
 func (k NameKind) String() string {
@@ -53,6 +57,8 @@ func (k NameKind) String() string {
 		return "target"
 	case NamePath:
 		return "path"
+	case NameCollection:
+		return "collection"
 	}
 	return fmt.Sprintf("name-kind-%d", uint8(k))
 }

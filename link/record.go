@@ -23,7 +23,9 @@
 // CollectionRepo (0) names a whole repository (rkey 0; a bare-DID target, or
 // a repository-wide revocation), CollectionHashed (1) names a target that is
 // not a DID-authority record URI. Bit 62 (ForwardBit) tags a forward key
-// (see Forward entries); no outline counter reaches it.
+// (see Forward entries); no outline counter reaches it. A collection met
+// once the outlines were full is named: bit 61 (NamedCollectionBit) set,
+// 61 bits of its hash below.
 //
 // did: a did:plc known to the PLC directory is inline as the sequence number
 // of its genesis operation (bits 63 and 62 clear); a DID of another method
@@ -134,6 +136,11 @@ type RecordID struct {
 	Collection uint64
 	DID        uint64
 }
+
+// NamedCollectionBit tags a collection field whose value is a named
+// collection's (Codec.Collection): 61 bits of its hash below it, above
+// every outline counter, below ForwardBit.
+const NamedCollectionBit uint64 = 1 << 61
 
 // ForwardBit tags the collection field of a forward key: the target under
 // which a record's forward entries are stored (see Forward entries in the

@@ -226,6 +226,9 @@ func (s *Server) parseSource(ctx context.Context, param, coll, path string) (sou
 	if errors.Is(err, link.ErrUnknown) {
 		return src, nil
 	}
+	if errors.Is(err, link.ErrLookup) {
+		return source{}, err // a collection past the outlines is named: the names tree could not be read
+	}
 	if err != nil {
 		return source{}, badRequest("collection: " + err.Error())
 	}
