@@ -336,9 +336,13 @@ func TestAPIErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		var out map[string]string
-		code, _ := f.get(c.path, c.params, &out)
+		code, h := f.get(c.path, c.params, &out)
 		if code != c.code || out["error"] != c.name || out["message"] == "" {
 			t.Errorf("%s %v: %d %v", c.path, c.params, code, out)
+		}
+		// A page on another origin reads the error and when to retry.
+		if e := h.Get("Access-Control-Expose-Headers"); h.Get("Access-Control-Allow-Origin") != "*" || !strings.Contains(e, "Retry-After") || !strings.Contains(e, GenerationHeader) {
+			t.Errorf("%s %v: Access-Control-Expose-Headers %q", c.path, c.params, e)
 		}
 	}
 	// A cursor of one direction is refused in the other.
