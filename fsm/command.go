@@ -117,6 +117,14 @@ type Outline struct {
 	S    string           `json:"s"`
 }
 
+// OutlineEntryBytes is o's bytes in a flush entry's payload (its JSON and
+// a comma): what a writer that splits a flush's outlines over several
+// entries counts against EntryBytesMax.
+func OutlineEntryBytes(o *Outline) int {
+	b, _ := json.Marshal(o) // an Outline always encodes
+	return len(b) + 1
+}
+
 // Flush is one atomic publication.
 type Flush struct {
 	Edit     lsm.Edit          `json:"edit"`

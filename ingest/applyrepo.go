@@ -53,12 +53,14 @@ func (w *Writer) ApplyRepo(ctx context.Context, source, did string, stamp uint64
 	// Records go in batches under one hold of the lock (live sources wait
 	// at most one batch), each record checked for room as makeRoom does.
 	const batch = 256
+	warned := false
 	for i := 0; i < len(ops); {
 		flushed, err := w.makeRoomInRepo(ctx)
 		if err != nil {
 			return err
 		}
-		if flushed {
+		if flushed && !warned {
+			warned = true
 			// The memtables filled while it was written: split across two
 			// flushes, it and the others being written (flush counts them).
 			w.log.Warn("the memtables filled while repositories were written: they are written across two flushes, and answers between them miss their links", "source", source, "did", did, "records", len(ops))

@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -46,7 +45,7 @@ func (w *Writer) publishOutlines(ctx context.Context, outlines []fsm.Outline) ([
 	for {
 		n, bytes := 0, 0
 		for n < len(outlines) {
-			b := outlineEntrySize(&outlines[n])
+			b := fsm.OutlineEntryBytes(&outlines[n])
 			if n > 0 && bytes+b > outlineEntryBytes {
 				break
 			}
@@ -66,13 +65,4 @@ func (w *Writer) publishOutlines(ctx context.Context, outlines []fsm.Outline) ([
 		w.log.Info("outlines published in an entry of their own", "outlines", n, "bytes", bytes, "left", len(outlines)-n, "generation", w.gen)
 		outlines = outlines[n:]
 	}
-}
-
-// outlineEntrySize is o's bytes in an entry's JSON.
-func outlineEntrySize(o *fsm.Outline) int {
-	b, err := json.Marshal(o)
-	if err != nil {
-		return len(o.S)*6 + 64 // every byte escaped: more than it can take
-	}
-	return len(b) + 1 // and its comma
 }

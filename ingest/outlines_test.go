@@ -229,3 +229,43 @@ func TestPathNameReadFailureStopsTheWriter(t *testing.T) {
 		t.Fatalf("a failed writer flushed (%v), cursor %q", err, node.FSM.Cursor("js"))
 	}
 }
+
+// The memtables count as full (a flush first) once the outlines waiting
+// for a flush pass pendingOutlineBytesMax, or the cursors
+// cursorsPerFlushMax: what keeps a flush within its entries.
+func TestRoomBoundsOutlinesAndCursors(t *testing.T) {
+	w, _, _, _ := forwardWriter(t)
+	full := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.fullLocked()
+	}
+	if full() {
+		t.Fatal("an empty writer is full")
+	}
+	path := strings.Repeat("p", 1000)
+	for i := 0; w.pending.Bytes() <= pendingOutlineBytesMax; i++ {
+		if full() {
+			t.Fatalf("full at %d bytes of outlines, under %d", w.pending.Bytes(), pendingOutlineBytesMax)
+		}
+		if _, err := w.pending.Assign(link.OutlinePath, fmt.Sprintf(".%s%08d", path, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !full() {
+		t.Fatalf("not full at %d bytes of outlines", w.pending.Bytes())
+	}
+	w2, _, _, _ := forwardWriter(t)
+	w2.mu.Lock()
+	for i := range cursorsPerFlushMax + 1 {
+		if w2.fullLocked() {
+			w2.mu.Unlock()
+			t.Fatalf("full at %d cursors", i)
+		}
+		w2.mu.cursors[fmt.Sprintf("%s%d", ResyncPrefix, i)] = "pending"
+	}
+	defer w2.mu.Unlock()
+	if !w2.fullLocked() {
+		t.Fatalf("not full at %d cursors", len(w2.mu.cursors))
+	}
+}

@@ -213,6 +213,12 @@ func NewWriter(ctx context.Context, cfg Config) (*Writer, error) {
 	if cfg.ResyncSlack <= 0 {
 		cfg.ResyncSlack = DefaultResyncSlack
 	}
+	if cfg.PathOutlinesMax <= 0 {
+		cfg.PathOutlinesMax = DefaultPathOutlinesMax
+	}
+	if cfg.CollectionOutlinesMax <= 0 {
+		cfg.CollectionOutlinesMax = DefaultCollectionOutlinesMax
+	}
 	if err := cfg.Node.Barrier(cluster.ProposeTimeout); err != nil {
 		return nil, fmt.Errorf("barrier: %w", err)
 	}
@@ -222,12 +228,6 @@ func NewWriter(ctx context.Context, cfg Config) (*Writer, error) {
 	// stays empty), targets' too; with one, a target's unknown DID is hashed.
 	w.reader = lsm.NewReader(cfg.Store, nil)
 	w.names = lsm.NewNameMap(w.reader, w.currentView, 0)
-	if cfg.PathOutlinesMax <= 0 {
-		cfg.PathOutlinesMax = DefaultPathOutlinesMax
-	}
-	if cfg.CollectionOutlinesMax <= 0 {
-		cfg.CollectionOutlinesMax = DefaultCollectionOutlinesMax
-	}
 	w.codec = link.Codec{Outlines: w.pending, PLC: cfg.PLC, Names: w.names, TargetDIDOutlines: cfg.PLCDirectory == nil,
 		PathOutlinesMax: cfg.PathOutlinesMax, CollectionOutlinesMax: cfg.CollectionOutlinesMax}
 	if cfg.PLCDirectory != nil {

@@ -152,18 +152,14 @@ func nameHash(kind NameKind, s string) uint64 {
 }
 
 func (c *Codec) named(kind NameKind, s string, assign bool) (uint64, error) {
-	return c.namedWith(kind, s, assign, OutlinedBit|NamedBit)
+	return c.namedIn(kind, s, assign, OutlinedBit|NamedBit, NamedBit-1)
 }
 
-// namedWith is named with the value's tag bits: OutlinedBit and NamedBit
-// for a record key or a DID, NamedBit alone for a path (a location's top
-// bit is its StrongRefBit).
-func (c *Codec) namedWith(kind NameKind, s string, assign bool, tag uint64) (uint64, error) {
-	return c.namedIn(kind, s, assign, tag, NamedBit-1)
-}
-
-// namedIn is namedWith with the hash's bits below tag as mask: 62 bits, 61
-// for a collection (whose field's bit 62 marks a forward key).
+// namedIn is named with the value's tag bits and the hash's bits under
+// mask: OutlinedBit and NamedBit over 62 bits for a record key or a DID,
+// NamedBit alone for a path (a location's top bit is its StrongRefBit),
+// NamedCollectionBit over 61 bits for a collection (whose field's bit 62
+// marks a forward key).
 func (c *Codec) namedIn(kind NameKind, s string, assign bool, tag, mask uint64) (uint64, error) {
 	if s == "" || len(s) > OutlineBytesMax {
 		return 0, fmt.Errorf("%s: length %d out of range", kind, len(s))
@@ -206,65 +202,55 @@ func (c *Codec) renderNamed(kind NameKind, v uint64) (string, error) {
 // Collection encodes a collection NSID: an outline counter (from
 // CollectionFirst), or, for a collection first met once
 // CollectionOutlinesMax collections were outlined, a named value
-// (NamedCollectionBit and 61 bits of its hash, its string in the names
-// tree), as Location does for paths.
+// (NamedCollectionBit and 61 bits of its hash; outlineOrName).
 func (c *Codec) Collection(nsid string, assign bool) (uint64, error) {
-	if nsid == "" {
-		return 0, fmt.Errorf("encode %s: empty", OutlineCollection)
+	v, named, err := c.outlineOrName(OutlineCollection, NameCollection, nsid, assign, c.CollectionOutlinesMax, NamedCollectionBit, NamedCollectionBit-1)
+	if err != nil || named {
+		return v, err
 	}
-	if id, ok := c.Outlines.Lookup(OutlineCollection, nsid); ok {
-		return id + CollectionFirst - 1, nil
-	}
-	if c.Names != nil {
-		full := false
-		if n, ok := c.Outlines.(OutlineCounter); ok && c.CollectionOutlinesMax > 0 {
-			full = n.Len(OutlineCollection) >= c.CollectionOutlinesMax
-		}
-		v, err := c.namedIn(NameCollection, nsid, assign && full, NamedCollectionBit, NamedCollectionBit-1)
-		if err == nil {
-			return v, nil
-		}
-		if !errors.Is(err, ErrUnknown) || !assign {
-			return 0, err
-		}
-	}
-	id, err := c.outline(OutlineCollection, nsid, assign, 0)
-	if err != nil {
-		return 0, err
-	}
-	return id + CollectionFirst - 1, nil
+	return v + CollectionFirst - 1, nil
 }
 
 // Location encodes a link path (Constellation's convention): an outline
 // counter, or, for a path first met once PathOutlinesMax paths were
-// outlined, a named value (NamedBit and 62 bits of its hash, its string in
-// the names tree, as a record key's that is not a TID).
+// outlined, a named value (NamedBit and 62 bits of its hash;
+// outlineOrName).
 func (c *Codec) Location(path string, strongRef bool, assign bool) (Location, error) {
-	if path == "" {
-		return 0, fmt.Errorf("encode %s: empty", OutlinePath)
+	v, _, err := c.outlineOrName(OutlinePath, NamePath, path, assign, c.PathOutlinesMax, NamedBit, NamedBit-1)
+	if err != nil {
+		return 0, err
 	}
-	if id, ok := c.Outlines.Lookup(OutlinePath, path); ok {
-		return MakeLocation(id, strongRef), nil
+	return MakeLocation(v, strongRef), nil
+}
+
+// outlineOrName encodes s, of a kind that is outlined until max strings
+// of it are (0: no bound) and named past them (tag and the hash's bits
+// under mask, its string in the names tree), as a record's fields may
+// hold made-up strings: its outline counter (named false), or the value
+// it was named, or is named now. With Names nil it is outlined.
+func (c *Codec) outlineOrName(kind OutlineKind, nk NameKind, s string, assign bool, max int, tag, mask uint64) (v uint64, named bool, err error) {
+	if s == "" {
+		return 0, false, fmt.Errorf("encode %s: empty", kind)
+	}
+	if id, ok := c.Outlines.Lookup(kind, s); ok {
+		return id, false, nil
 	}
 	if c.Names != nil {
 		// Named once the outlines were full, or to be named now.
 		full := false
-		if n, ok := c.Outlines.(OutlineCounter); ok && c.PathOutlinesMax > 0 {
-			full = n.Len(OutlinePath) >= c.PathOutlinesMax
+		if n, ok := c.Outlines.(OutlineCounter); ok && max > 0 {
+			full = n.Len(kind) >= max
 		}
-		v, err := c.namedWith(NamePath, path, assign && full, NamedBit)
+		v, err := c.namedIn(nk, s, assign && full, tag, mask)
 		if err == nil {
-			return MakeLocation(v, strongRef), nil
+			return v, true, nil
 		}
 		if !errors.Is(err, ErrUnknown) || !assign {
-			return 0, err
+			return 0, false, err
 		}
 	}
-	id, err := c.outline(OutlinePath, path, assign, 0)
-	if err != nil {
-		return 0, err
-	}
-	return MakeLocation(id, strongRef), nil
+	id, err := c.outline(kind, s, assign, 0)
+	return id, false, err
 }
 
 func (c *Codec) outline(kind OutlineKind, s string, assign bool, tag uint64) (uint64, error) {

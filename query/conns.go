@@ -99,7 +99,7 @@ func (c *connLimiter) refuse(conn net.Conn, open int) {
 	conn.SetWriteDeadline(time.Now().Add(refuseIOMax))
 	if _, err := conn.Write(append([]byte("HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"+
 		// as cors() answers, so that a page's script can read the refusal
-		"Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: Retry-After\r\nConnection: close\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"), body...)); err != nil {
+		"Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: "+exposedHeaders+"\r\nConnection: close\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"), body...)); err != nil {
 		return
 	}
 	// Closing with the request unread would send a reset, and a client

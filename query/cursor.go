@@ -182,14 +182,10 @@ func resumeAfter(p *linkPos, tgt link.RecordID, desc bool) *lsm.Cursor {
 	if p == nil {
 		return nil
 	}
-	c := tgt.Compare(p.Target)
-	if (!desc && c <= 0) || (desc && c >= 0) {
+	if servedSide(tgt, p, desc) {
 		return &lsm.Cursor{Source: p.Source, Location: p.Location}
 	}
-	if !desc {
-		return predecessor(p.Source, p.Location)
-	}
-	return successor(p.Source, p.Location)
+	return resumeAt(p, desc)
 }
 
 // servedSide reports whether a link to tgt at p's (source, location) is

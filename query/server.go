@@ -169,6 +169,10 @@ func getOnly(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// exposedHeaders are the headers of an answer a page on another origin may
+// read (cors, and the refused connection's 429).
+const exposedHeaders = GenerationHeader + ", " + StaleHeader + ", Retry-After"
+
 func cors(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Access-Control-Allow-Origin", "*")
@@ -176,7 +180,7 @@ func cors(next http.Handler) http.Handler {
 		w.Header().Set("Access-Control-Allow-Headers", "*")
 		// Retry-After is not among the headers a browser shows a page
 		// from another origin unless named: the 429s and 503s carry it.
-		w.Header().Set("Access-Control-Expose-Headers", GenerationHeader+", "+StaleHeader+", Retry-After")
+		w.Header().Set("Access-Control-Expose-Headers", exposedHeaders)
 		if r.Method == http.MethodOptions {
 			w.WriteHeader(http.StatusNoContent)
 			return
