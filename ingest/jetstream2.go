@@ -451,7 +451,7 @@ func (j *Jetstream2) apply(ctx context.Context, w *Writer, ev *jetstream.Event) 
 			w.SetCursor(j.Name(), cursor)
 			return nil
 		}
-		if !ev.Account.Active && len(j.inactive) < inactiveMax {
+		if !ev.Account.Active && event.AccountGone(ev.Account.Status) && len(j.inactive) < inactiveMax {
 			if j.inactive == nil {
 				j.inactive = map[string]bool{}
 			}

@@ -58,6 +58,7 @@ type Metrics struct {
 	// taken down or deleted since is dropped (cancelled).
 	ResyncsDeferred  prometheus.Counter
 	ResyncsCancelled prometheus.Counter
+	AccountsKept     prometheus.Counter
 }
 
 // NewMetrics makes unregistered metrics; Register adds them to a registry.
@@ -89,13 +90,15 @@ func NewMetrics() *Metrics {
 			Help: "Resyncs held back because the repository fetched was ahead of the stream that asked for it (a stream catching up): each waits until the stream reaches the repository's revision, then fetches it again."}),
 		ResyncsCancelled: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_ingest_resyncs_cancelled_total",
 			Help: "Resyncs deferred or queued that were dropped because their account was deactivated, taken down or deleted after the event that asked for them (a later reactivation asks again)."}),
+		AccountsKept: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_ingest_accounts_inactive_kept_total",
+			Help: "Account events marking an account inactive whose links were kept: a status other than deleted, takendown, suspended or deactivated (a relay's desynchronized or throttled), or none."}),
 	}
 }
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.Events, m.Links, m.Skipped, m.RepoSplits, m.OutlineEntries, m.FlushSeconds, m.PublishSeconds, m.Generation, m.Lag, m.lagEvents,
-		m.GCDeleted, m.GCDeletedBytes, m.GCBlockedSeconds, m.GCOrphans, m.StateBackups, m.StateBackupGeneration, m.Compactions, m.ResyncsDeferred, m.ResyncsCancelled} {
+		m.GCDeleted, m.GCDeletedBytes, m.GCBlockedSeconds, m.GCOrphans, m.StateBackups, m.StateBackupGeneration, m.Compactions, m.ResyncsDeferred, m.ResyncsCancelled, m.AccountsKept} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

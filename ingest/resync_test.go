@@ -334,3 +334,27 @@ func TestResyncWithoutBackfillSource(t *testing.T) {
 	default:
 	}
 }
+
+// An account a relay marks inactive for its own reasons (desynchronized,
+// throttled) or for none given is still there: its links stay, counted;
+// one deactivated, taken down, suspended or deleted has them revoked.
+func TestInactiveAccountStatuses(t *testing.T) {
+	for i, c := range []struct {
+		status string
+		gone   bool
+	}{
+		{"desynchronized", false}, {"throttled", false}, {"host-throttled", false}, {"", false},
+		{"deactivated", true}, {"takendown", true}, {"suspended", true}, {"deleted", true},
+	} {
+		w, _, _, reg := testWriterOf(t, 1<<20)
+		op := event.Op{Kind: event.KindAccount, DID: "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", Status: c.status, Seq: int64(i + 1), Time: time.Now()}
+		if err := w.Apply(context.Background(), "firehose", fmt.Sprintf("%d@relay", i+1), &op); err != nil {
+			t.Fatal(err)
+		}
+		revoked := w.mu.revs.Len()
+		kept := metricstest.Values(t, reg)["eddy_ingest_accounts_inactive_kept_total"]
+		if c.gone && (revoked != 1 || kept != 0) || !c.gone && (revoked != 0 || kept != 1) {
+			t.Errorf("status %q: %d revocations, %v counted kept; want the repository revoked: %v", c.status, revoked, kept, c.gone)
+		}
+	}
+}

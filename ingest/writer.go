@@ -324,6 +324,13 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 			w.requestResync(source, op.DID, op.Time) // its links may have been revoked: fetch it again
 			return nil
 		}
+		if op.Kind == event.KindAccount && !event.AccountGone(op.Status) {
+			// Inactive for the relay's own reasons (desynchronized,
+			// throttled) or for none given: the account is still there.
+			w.metrics.AccountsKept.Inc()
+			w.log.Debug("inactive account's links kept", "did", op.DID, "status", op.Status, "position", op.Seq)
+			return nil
+		}
 		// deleted, takendown, suspended, deactivated: the repository is no
 		// longer served, so its links go; a reactivation resyncs them. A
 		// reset: the records that follow replace the repository's.

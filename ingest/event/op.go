@@ -123,3 +123,18 @@ type Op struct {
 func (o *Op) URI() string {
 	return "at://" + o.DID + "/" + o.Collection + "/" + o.RKey
 }
+
+// AccountGone reports whether an account event that is not active, of this
+// status, says the account's repository is no longer served: deleted,
+// taken down, suspended or deactivated. A relay also marks accounts
+// inactive for its own reasons ("desynchronized": it lost the repository's
+// chain; "throttled", "host-throttled": their host is over its limits),
+// and sends some without a status: the account is still there, so its
+// links stay.
+func AccountGone(status string) bool {
+	switch status {
+	case "deleted", "takendown", "suspended", "deactivated":
+		return true
+	}
+	return false
+}
