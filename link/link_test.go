@@ -112,6 +112,34 @@ func TestTIDRoundTrip(t *testing.T) {
 	}
 }
 
+// Record keys of TID syntax whose first character is c-j would set the
+// field's top bit, OutlinedBit: they are not TIDs here, and get fields of
+// their own (c222222222223's integer is the outline of the first key
+// outlined, here "self", and j222222222223's has NamedBit set too).
+func TestTIDSyntaxWithTheTopBit(t *testing.T) {
+	c := Codec{Outlines: NewMemOutlines()}
+	keys := []string{"self", "c222222222223", "j222222222223", "b222222222223", "c222222222222"}
+	seen := map[uint64]string{}
+	for _, k := range keys {
+		v, err := c.RKey(k, true)
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		if other, ok := seen[v]; ok {
+			t.Fatalf("%s and %s share the field %x", k, other, v)
+		}
+		seen[v] = k
+		back, err := c.RenderRKey(v)
+		if err != nil || back != k {
+			t.Fatalf("%s -> %x -> %q %v", k, v, back, err)
+		}
+		_, tid := TIDValue(k)
+		if want := k[0] >= '2' && k[0] <= 'b'; tid != want {
+			t.Fatalf("%s: TID %v, want %v", k, tid, want)
+		}
+	}
+}
+
 func TestRecordEncodingOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	rid := func() RecordID {

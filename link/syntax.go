@@ -132,7 +132,11 @@ func isRKey(s string) bool {
 }
 
 // tidValue decodes a TID: 13 characters of the base32-sortable alphabet,
-// the first in 2-7a-j (so the top bit is 0).
+// the first in 2-7ab, so that the integer's top bit is 0, as the TID spec
+// says it always is. atproto's TID syntax lets the first character go up
+// to j (the top bit set), and such a string is a valid record key anyone
+// can use; but a record key's field keeps its top bit for OutlinedBit, so
+// those are not TIDs here: they are named as other record keys are.
 func tidValue(s string) (uint64, bool) {
 	if len(s) != 13 {
 		return 0, false
@@ -149,7 +153,7 @@ func tidValue(s string) (uint64, bool) {
 		default:
 			return 0, false
 		}
-		if i == 0 && d > 15 {
+		if i == 0 && d > 7 {
 			return 0, false
 		}
 		v = v<<5 | uint64(d)
