@@ -60,7 +60,7 @@ func PickCompaction(m *Manifest, t Tree, fanIn int) []Run {
 // one is busy, so a large merge does not wait behind small ones.
 func PickCompactionAtLeast(m *Manifest, t Tree, fanIn int, minBytes uint64) []Run {
 	if t == TreeRevocations {
-		return atLeast(pickRatio(m.RunsOf(t), revocationMergeRatio, revocationMergeMaxRuns), minBytes)
+		return atLeast(pickRatio(largestFirst(m.RunsOf(t)), revocationMergeRatio, revocationMergeMaxRuns), minBytes)
 	}
 	var small, flushes, large []Run
 	for _, r := range m.RunsOf(t) {
@@ -198,11 +198,26 @@ func similarSpread(fanIn int) uint64 {
 	return uint64(max(2, fanIn/2))
 }
 
-// pickRatio returns the newest runs of runs (oldest first, as
-// Manifest.RunsOf gives them) up to and including the oldest run r such
-// that the runs newer than r hold at least 1/ratio of r's bytes, at most
-// maxRuns of them; nil if no run qualifies. After each merge the runs'
-// sizes grow by more than ratio from newest to oldest.
+// largestFirst returns runs ordered by bytes, largest first (runs of
+// equal bytes in their order), the order pickRatio reads as oldest first.
+// Not by Seq: in a cluster a merge's output is published with a later
+// flush, after its own runs, so it gets a newer Seq than runs flushed while
+// it ran; read by Seq, the whole tree would look newer than those small
+// runs and be merged again with them at every merge. A revocation's
+// effect does not depend on the runs it is merged with (a link is live
+// while its stamp is above every revocation of its record), so any runs
+// may merge together.
+func largestFirst(runs []Run) []Run {
+	s := slices.Clone(runs)
+	slices.SortStableFunc(s, func(a, b Run) int { return cmp.Compare(b.Bytes(), a.Bytes()) })
+	return s
+}
+
+// pickRatio returns the newest runs of runs (oldest first) up to and
+// including the oldest run r such that the runs newer than r hold at
+// least 1/ratio of r's bytes, at most maxRuns of them; nil if no run
+// qualifies. After each merge the runs' sizes grow by more than ratio
+// from newest to oldest.
 func pickRatio(runs []Run, ratio uint64, maxRuns int) []Run {
 	n := len(runs)
 	best := -1 // index, newest first, of the oldest run the merge reaches

@@ -226,6 +226,45 @@ func TestPickRatioKeepsRevocationRunsFew(t *testing.T) {
 		}
 		t.Logf("flush %d B: at most %d runs, %d at the end, write amplification %.1f", flush, maxRuns, len(m.RunsOf(TreeRevocations)), float64(merged+total)/float64(total))
 	}
+	// As a cluster publishes: a merge's output goes out with the next
+	// flush, after its run, so its Seq is the newer; the next pick must
+	// not take the whole tree again with that flush.
+	for _, flush := range []uint64{4 << 10, 1600 << 10} {
+		m := &Manifest{}
+		id := 0
+		mk := func(bytes uint64, kind RunKind) Run {
+			id++
+			return Run{ID: strconv.Itoa(id), Tree: TreeRevocations, Kind: kind, Tables: []TableRef{{ID: strconv.Itoa(id), DataBytes: bytes}}}
+		}
+		var pending *Edit // a merge done, waiting for the next flush
+		var total, merged uint64
+		for range 3000 {
+			e := Edit{Base: m.Generation, Add: []Run{mk(flush, RunDelta)}}
+			total += flush
+			if pending != nil {
+				e.Add, e.Remove, pending = append(e.Add, pending.Add...), pending.Remove, nil
+			}
+			next, _, err := m.Apply(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m = next
+			if in := PickCompaction(m, TreeRevocations, DefaultCompactionFanIn); in != nil {
+				var sum uint64
+				var ids []string
+				for _, r := range in {
+					sum += r.Bytes()
+					ids = append(ids, r.ID)
+				}
+				merged += sum
+				pending = &Edit{Add: []Run{mk(sum, RunCompacted)}, Remove: ids}
+			}
+		}
+		runs := len(m.RunsOf(TreeRevocations))
+		if amp := float64(merged+total) / float64(total); amp > 16 || runs > 13 {
+			t.Errorf("published with flushes, flush %d: write amplification %.1f, %d runs at the end; want <= 16 and <= 13", flush, amp, runs)
+		}
+	}
 	// The links tree is still size-tiered: eight runs of one tier merge.
 	m := &Manifest{}
 	for i := range 7 {
