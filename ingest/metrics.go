@@ -34,8 +34,7 @@ type Metrics struct {
 	FlushSeconds   prometheus.Histogram   // a whole flush: tables written and the entry committed
 	PublishSeconds prometheus.Histogram   // the flush entry's Raft commit alone
 	Generation     prometheus.Gauge
-	Lag            *prometheus.GaugeVec // seconds behind the stream head, by source
-	lagEvents      *lagEventsCollector  // events behind the stream head, by source
+	lagEvents      *lagEventsCollector // seconds and events behind the stream head, by source
 	// The leader's garbage collector (gc.go); the pending list itself is
 	// replicated state, exported by every node (eddy_gc_pending_tables).
 	GCDeleted        *prometheus.CounterVec // tables deleted, by reason: replaced, orphan
@@ -72,7 +71,6 @@ func NewMetrics() *Metrics {
 		FlushSeconds:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eddy_ingest_flush_seconds", Help: "Time of a whole flush: tables written to the store and the entry committed.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
 		PublishSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eddy_ingest_publish_seconds", Help: "Time to commit a flush's entry through Raft (the publication alone).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		Generation:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "eddy_ingest_published_generation", Help: "Manifest generation of the last publication by this node."}),
-		Lag:            prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "eddy_ingest_lag_seconds", Help: "Seconds between the newest consumed event's own time and now, by live source."}, []string{"source"}),
 		lagEvents:      newLagEvents(),
 		GCDeleted:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_gc_deleted_total", Help: "Tables the leader deleted from the store, by reason: replaced (left the manifest through a compaction) or orphan (never in a manifest: a deposed leader's upload)."}, []string{"reason"}),
 		GCDeletedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_gc_deleted_bytes_total", Help: "Bytes (data and meta) of the tables the leader deleted, by reason."}, []string{"reason"}),
@@ -97,7 +95,7 @@ func NewMetrics() *Metrics {
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Events, m.Links, m.Skipped, m.RepoSplits, m.OutlineEntries, m.FlushSeconds, m.PublishSeconds, m.Generation, m.Lag, m.lagEvents,
+	for _, c := range []prometheus.Collector{m.Events, m.Links, m.Skipped, m.RepoSplits, m.OutlineEntries, m.FlushSeconds, m.PublishSeconds, m.Generation, m.lagEvents,
 		m.GCDeleted, m.GCDeletedBytes, m.GCBlockedSeconds, m.GCOrphans, m.StateBackups, m.StateBackupGeneration, m.Compactions, m.ResyncsDeferred, m.ResyncsCancelled, m.AccountsKept} {
 		if err := r.Register(c); err != nil {
 			return err
@@ -130,19 +128,30 @@ func (m *Metrics) Watch(s Source, committed func(name string) string) {
 		return
 	}
 	name := s.Name()
+	switch s.(type) {
+	case *Firehose, *Jetstream, *Jetstream2:
+		m.lagEvents.addLive(name)
+	}
 	ws.watch(watchHooks{
 		skip: func(reason string) { m.Skipped.WithLabelValues(name, reason).Inc() },
-		lag:  func(d time.Duration) { m.observeLag(name, time.Now().Add(-d), d) },
+		lag:  func(d time.Duration) { m.observeLag(name, time.Now().Add(-d)) },
 		replay: func(path string) {
 			m.lagEvents.addReplay(name, path, func() string { return committed(name) })
 		},
 	})
 }
 
-func (m *Metrics) observeLag(source string, at time.Time, d time.Duration) {
-	m.Lag.WithLabelValues(source).Set(d.Seconds())
-	m.lagEvents.observe(source, at, d)
+// observeLag notes a live source's newest event, of time at.
+func (m *Metrics) observeLag(source string, at time.Time) {
+	m.lagEvents.observe(source, at)
 }
+
+// termStarted and termEnded bracket a term of the write path on this
+// node: only then do its live sources have a lag here, worked out when
+// the metrics are read (so it grows while no event comes), from the
+// newest event of the term, or from the term's start before its first.
+func (m *Metrics) termStarted(now time.Time) { m.lagEvents.term(now) }
+func (m *Metrics) termEnded()                { m.lagEvents.term(time.Time{}) }
 
 func (m *Metrics) countDrops(source string, st extract.Stats) {
 	for reason, n := range map[string]int{
@@ -161,13 +170,23 @@ const rateWindow = 256
 
 type liveLag struct {
 	times [rateWindow]time.Time // event times, a ring
-	n     int                   // events observed
-	lag   time.Duration
+	n     int                   // events observed this term
 }
 
-// behind estimates the events between the newest consumed one and now.
-func (l *liveLag) behind() float64 {
-	if l.n < 2 || l.lag <= 0 {
+// seconds is how far behind now the source is: from its newest event of
+// the term, or from the term's start before any came.
+func (l *liveLag) seconds(now, start time.Time) float64 {
+	from := start
+	if l.n > 0 {
+		from = l.times[(l.n-1)%rateWindow]
+	}
+	return max(0, now.Sub(from).Seconds())
+}
+
+// behind estimates the events between the newest consumed one and now:
+// its lag times the recent rate of events per second of event time.
+func (l *liveLag) behind(lag float64) float64 {
+	if l.n < 2 || lag <= 0 {
 		return 0
 	}
 	k := min(l.n, rateWindow)
@@ -177,7 +196,7 @@ func (l *liveLag) behind() float64 {
 	if span <= 0 {
 		return 0
 	}
-	return l.lag.Seconds() * float64(k-1) / span
+	return lag * float64(k-1) / span
 }
 
 type replayLag struct {
@@ -188,20 +207,43 @@ type replayLag struct {
 }
 
 type lagEventsCollector struct {
-	desc *prometheus.Desc
-	mu   sync.Mutex
-	live map[string]*liveLag
-	reps []*replayLag
+	desc, seconds *prometheus.Desc
+	mu            sync.Mutex
+	start         time.Time // the write path's term on this node began; zero: none
+	live          map[string]*liveLag
+	reps          []*replayLag
 }
 
 func newLagEvents() *lagEventsCollector {
 	return &lagEventsCollector{
 		desc: prometheus.NewDesc("eddy_ingest_lag_events", "Events behind the stream head, by source: exact for a replay (events after the committed cursor), estimated for a live stream (seconds behind times the recent event rate).", []string{"source"}, nil),
+		seconds: prometheus.NewDesc("eddy_ingest_lag_seconds", "Seconds between the newest consumed event's own time and now, by live source, on the node that runs the write path (before the term's first event: since the term began).",
+			[]string{"source"}, nil),
 		live: map[string]*liveLag{},
 	}
 }
 
-func (c *lagEventsCollector) observe(source string, at time.Time, d time.Duration) {
+// addLive names a live source (firehose, Jetstream).
+func (c *lagEventsCollector) addLive(source string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.live[source] == nil {
+		c.live[source] = &liveLag{}
+	}
+}
+
+// term starts a term at start, or ends it (zero); either forgets the
+// events seen.
+func (c *lagEventsCollector) term(start time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.start = start
+	for _, l := range c.live {
+		l.n = 0
+	}
+}
+
+func (c *lagEventsCollector) observe(source string, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l := c.live[source]
@@ -211,7 +253,6 @@ func (c *lagEventsCollector) observe(source string, at time.Time, d time.Duratio
 	}
 	l.times[l.n%rateWindow] = at
 	l.n++
-	l.lag = d
 }
 
 func (c *lagEventsCollector) addReplay(name, path string, committed func() string) {
@@ -277,13 +318,18 @@ func countReplayEvents(path string) (int, error) {
 	return n, err
 }
 
-func (c *lagEventsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *lagEventsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc; ch <- c.seconds }
 
 func (c *lagEventsCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for name, l := range c.live {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, l.behind(), name)
+	if !c.start.IsZero() {
+		now := time.Now()
+		for name, l := range c.live {
+			lag := l.seconds(now, c.start)
+			ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.GaugeValue, lag, name)
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, l.behind(lag), name)
+		}
 	}
 	for _, r := range c.reps {
 		r.mu.Lock()

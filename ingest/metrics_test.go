@@ -61,7 +61,9 @@ func TestMetricsReplay(t *testing.T) {
 }
 
 // A live stream's lag: seconds from the last event's time, and events
-// estimated from its rate in event time.
+// estimated from its rate in event time; worked out when read, so a stream
+// that stops sending falls behind; only while this node runs the write
+// path; before the term's first event, from the term's start.
 func TestMetricsLiveLag(t *testing.T) {
 	m := NewMetrics()
 	reg := prometheus.NewRegistry()
@@ -76,28 +78,45 @@ func TestMetricsLiveLag(t *testing.T) {
 	if j.OnLag == nil || j.OnSkip == nil {
 		t.Fatal("Watch did not wire the Jetstream source")
 	}
+	const secs, events = "eddy_ingest_lag_seconds{source=jetstream}", "eddy_ingest_lag_events{source=jetstream}"
+	if _, ok := metricstest.Values(t, reg)[secs]; ok {
+		t.Fatal("a lag before this node runs the write path")
+	}
+	m.termStarted(time.Now().Add(-7 * time.Second))
+	if s := metricstest.Values(t, reg)[secs]; s < 6.9 || s > 8 {
+		t.Fatalf("lag seconds before the term's first event %v, want ~7 (since the term began)", s)
+	}
 	// 101 events 10 ms apart in event time (100 per second), the last one
 	// 5 s ago: about 500 events behind.
 	base := time.Now().Add(-6 * time.Second)
 	for i := 0; i <= 100; i++ {
-		at := base.Add(time.Duration(i) * 10 * time.Millisecond)
-		m.observeLag(j.Name(), at, time.Since(at))
+		m.observeLag(j.Name(), base.Add(time.Duration(i)*10*time.Millisecond))
 	}
 	j.OnSkip("bad_event")
 	got := metricstest.Values(t, reg)
-	if s := got["eddy_ingest_lag_seconds{source=jetstream}"]; s < 4.9 || s > 6 {
+	if s := got[secs]; s < 4.9 || s > 6 {
 		t.Fatalf("lag seconds %v", s)
 	}
-	if e := got["eddy_ingest_lag_events{source=jetstream}"]; e < 490 || e > 600 {
+	if e := got[events]; e < 490 || e > 600 {
 		t.Fatalf("lag events %v", e)
 	}
 	if got["eddy_ingest_skipped_total{reason=bad_event,source=jetstream}"] != 1 {
 		t.Fatalf("skipped %v", got)
 	}
+	// No event for a while: the lag grows.
+	time.Sleep(1100 * time.Millisecond)
+	if s := metricstest.Values(t, reg)[secs]; s < 6 {
+		t.Fatalf("lag seconds %v a second later with no event, want >= 6", s)
+	}
 	// Caught up: no lag.
-	m.observeLag(j.Name(), time.Now(), 0)
-	if e := metricstest.Values(t, reg)["eddy_ingest_lag_events{source=jetstream}"]; e != 0 {
+	m.observeLag(j.Name(), time.Now())
+	if e := metricstest.Values(t, reg)[events]; e >= 1 {
 		t.Fatalf("lag events when caught up: %v", e)
+	}
+	// The term ends (leadership lost): no lag here.
+	m.termEnded()
+	if v, ok := metricstest.Values(t, reg)[secs]; ok {
+		t.Fatalf("lag seconds %v after the term ended", v)
 	}
 }
 

@@ -264,6 +264,8 @@ func (r *Runner) Run(ctx context.Context) error {
 		log.Warn("no backfill source: an account active again does not get back the links revoked when it went inactive (a backfill source with resync_only=true fetches its repository again)")
 	}
 	r.queueUnfinishedResyncs(w)
+	w.metrics.termStarted(time.Now())
+	defer w.metrics.termEnded()
 	var wg sync.WaitGroup
 	if w.plc != nil {
 		wg.Go(func() {
