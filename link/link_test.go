@@ -305,6 +305,13 @@ func TestNormalizeURL(t *testing.T) {
 		{"https://bücher.example/", "https://xn--bcher-kva.example/"},
 		{"https://youtu.be/oKXm4szEP1Q?si=_0n_uPu4qNKokMnq", "https://youtu.be/oKXm4szEP1Q?si=_0n_uPu4qNKokMnq"},
 		{"https://[2001:DB8::1]:443/", "https://[2001:db8::1]/"},
+		// The user part is normalised as a path is.
+		{"https://us%65r@x.com/", "https://user@x.com/"},
+		{"https://a%7cb@x.com/", "https://a%7Cb@x.com/"},
+		{"https://a|b@x.com/", "https://a%7Cb@x.com/"},
+		{"https://ä@x.com/", "https://%C3%A4@x.com/"},
+		{"https://a@b@x.com/", "https://a%40b@x.com/"},
+		{"https://u:p@x.com/", "https://u:p@x.com/"},
 	}
 	for _, c := range cases {
 		got, err := NormalizeURL(c.in)

@@ -229,10 +229,14 @@ func NormalizeURL(s string) (string, error) {
 func normalizeAuthority(scheme, a string) (string, error) {
 	userinfo := ""
 	if i := strings.LastIndexByte(a, '@'); i >= 0 {
-		userinfo, a = a[:i+1], a[i+1:]
-		if _, err := normalizePct(userinfo[:len(userinfo)-1], false); err != nil {
+		// Normalised as a path is (an '@' before the last one escaped,
+		// as it cannot stand in the user part), so that equal URLs are
+		// equal strings: https://us%65r@x.com/ is https://user@x.com/.
+		u, err := normalizePct(a[:i], false)
+		if err != nil {
 			return "", err
 		}
+		userinfo, a = strings.ReplaceAll(u, "@", "%40")+"@", a[i+1:]
 	}
 	host, port := a, ""
 	if strings.HasPrefix(a, "[") { // IP literal
