@@ -637,3 +637,30 @@ func TestEmptyFiltersDropped(t *testing.T) {
 		t.Fatalf("getManyToManyCounts with otherSubject= and did=: %d, %v, want %v", code, countsEmpty, counts)
 	}
 }
+
+// A link under a record's top-level key "" is at path "."; it can be asked
+// about as Constellation's clients ask: source "collection:" (Constellation
+// puts a dot before the path) or "collection:.", and /links's path ".".
+func TestLinkAtTheRootPath(t *testing.T) {
+	f := newFixture(t)
+	const uri = "at://did:plc:owner0000000000000000000/com.example.odd/3lmyodd222222"
+	f.write(uri, `{"$type":"com.example.odd","":"https://example.com/root"}`)
+	f.flush()
+	for _, src := range []string{"com.example.odd:", "com.example.odd:."} {
+		var out struct {
+			Total   uint64 `json:"total"`
+			Records []rec  `json:"records"`
+		}
+		q := url.Values{"subject": {"https://example.com/root"}, "source": {src}}
+		if code, _ := f.get("/xrpc/blue.microcosm.links.getBacklinks", q, &out); code != 200 || out.Total != 1 || len(out.Records) != 1 {
+			t.Fatalf("source %q: %d, %+v", src, code, out)
+		}
+	}
+	var legacy struct {
+		Total uint64 `json:"total"`
+	}
+	q := url.Values{"target": {"https://example.com/root"}, "collection": {"com.example.odd"}, "path": {"."}}
+	if code, _ := f.get("/links", q, &legacy); code != 200 || legacy.Total != 1 {
+		t.Fatalf("/links path .: %d, %+v", code, legacy)
+	}
+}

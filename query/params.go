@@ -171,9 +171,10 @@ func (s *Server) subjects(ctx context.Context, q url.Values, param string, requi
 }
 
 // parsePath checks a path parameter (the leading dot optional) against the
-// limits ingest applies, so any path that can be indexed can be asked about.
+// limits ingest applies, so any path that can be indexed can be asked about:
+// "." too, where a record's top-level key "" holds a link.
 func parsePath(param, path string) (string, error) {
-	if path == "" || path == "." {
+	if path == "" {
 		return "", badRequest(param + " must be a path, e.g. subject.uri")
 	}
 	if !strings.HasPrefix(path, ".") {
@@ -214,11 +215,11 @@ func (s *Server) parseSource(ctx context.Context, param, coll, path string) (sou
 		}
 		return source{}, badRequest("collection must be an NSID, e.g. app.bsky.feed.like")
 	}
+	if param == "source" && path == "" {
+		path = "." // "collection:" as Constellation reads it: the dot it puts before a path, alone
+	}
 	p, err := parsePath(param, path)
 	if err != nil {
-		if param == "source" && (path == "" || path == ".") {
-			return source{}, badRequest(sourceSyntax)
-		}
 		return source{}, err
 	}
 	src := source{coll: coll, path: p}

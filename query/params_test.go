@@ -59,11 +59,11 @@ var badValues = map[string][]string{
 		"at://did:plc:abc/app.bsky.feed.post/3mp?x=1", "https://example.com/" + strings.Repeat("a", 2050), "\xff\xfe", " at://did:plc:abc",
 	},
 	"source": {
-		"nocolon", ":subject.uri", "app.bsky.feed.like:", "app.bsky.feed.like:.", "not an nsid:subject.uri", "app..like:subject.uri",
+		"nocolon", ":subject.uri", "not an nsid:subject.uri", "app..like:subject.uri",
 		"app.bsky.feed.like:" + strings.Repeat("a", 1100), "app.bsky.feed.like:" + strings.Repeat(".a", 65), "app.bsky.feed.like:subject\xff", "app.bsky.feed.like",
 	},
 	"path": {
-		".", strings.Repeat("a", 1100), strings.Repeat(".a", 65), "subject\xff",
+		strings.Repeat("a", 1100), strings.Repeat(".a", 65), "subject\xff",
 	},
 	"collection": {
 		"not an nsid", "app..like", "a", "app.bsky.feed.like:x", "\xff",
