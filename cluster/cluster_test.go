@@ -397,8 +397,16 @@ func TestThreeNodes(t *testing.T) {
 // The node ID persists: a data directory refuses another ID.
 func TestNodeIDPersisted(t *testing.T) {
 	dir := t.TempDir()
+	// A start refused for want of the ID's certificate (a mistyped --id)
+	// leaves the directory free for the right ID.
+	if _, err := Open(Config{ID: "typo", Dir: dir, RaftBind: "127.0.0.1:0", Certs: Files(t.TempDir(), "typo")}); err == nil {
+		t.Fatal("opened without a certificate")
+	}
 	if id, err := readNodeID(dir, "a"); err != nil || id != "a" {
 		t.Fatal(id, err)
+	}
+	if err := keepNodeID(dir, "a"); err != nil {
+		t.Fatal(err)
 	}
 	if id, err := readNodeID(dir, ""); err != nil || id != "a" {
 		t.Fatal(id, err)

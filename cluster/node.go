@@ -127,10 +127,17 @@ func readNodeID(dir, want string) (string, error) {
 		}
 		want = "node-" + hex.EncodeToString(r[:])
 	}
-	if err := os.WriteFile(path, []byte(want+"\n"), 0o644); err != nil {
-		return "", err
-	}
 	return want, nil
+}
+
+// keepNodeID binds dir to id, once the node's certificate has loaded: a
+// start refused for a mistyped --id leaves the directory free.
+func keepNodeID(dir, id string) error {
+	path := filepath.Join(dir, "node-id")
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	return os.WriteFile(path, []byte(id+"\n"), 0o644)
 }
 
 // Open starts a node: with existing state it rejoins its cluster; with
@@ -158,6 +165,9 @@ func Open(cfg Config) (*Node, error) {
 
 	tlsCfg, err := LoadTLS(cfg.Certs, n.acceptPeer)
 	if err != nil {
+		return nil, err
+	}
+	if err := keepNodeID(cfg.Dir, cfg.ID); err != nil {
 		return nil, err
 	}
 	adv, err := net.ResolveTCPAddr("tcp", cfg.RaftAdvertise)

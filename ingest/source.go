@@ -96,6 +96,13 @@ func ParseSource(raw string, log hclog.Logger) (Source, error) {
 			return nil, fmt.Errorf("source %q: a backfill reads a relay at http(s)://host[?plc=http(s)://plc-directory]", raw)
 		}
 		q := u.Query()
+		for name := range q {
+			switch name {
+			case "plc", "didweb", "concurrency", "per_host", "rate", "resync_only", "compact":
+			default: // a misspelt resync_only would crawl the whole network
+				return nil, fmt.Errorf("source %q: unknown parameter %q (plc, didweb, concurrency, per_host, rate, resync_only, compact)", raw, name)
+			}
+		}
 		bf := &Backfill{PLC: q.Get("plc"), DIDWeb: q.Get("didweb"), Log: log}
 		for _, p := range []struct {
 			name string

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -102,7 +103,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.certsDir, "certs-dir", "", "directory of ca.pem, <id>.pem, <id>-key.pem (eddy-ctl certs) (required)")
 	fs.StringVar(&c.tokenFile, "admin-token-file", "", "file holding the admin bearer token; or the token itself in "+envAdminToken+" (one of the two required)")
 	fs.StringVar(&c.store, "store", "", "object store URL shared by every node: file:///dir or s3://bucket/prefix?endpoint=host:port&access_key_file=F&secret_key_file=F (default: file://<data-dir>/store)")
-	fs.Var(&c.sources, "source", "ingest source, repeatable (in the environment: several separated by spaces): replay+file:///path, jetstream+wss://host/subscribe[,wss://failover/subscribe], firehose+wss://host, backfill+https://relay?plc=https://plc")
+	fs.Var(&c.sources, "source", "ingest source, repeatable (in the environment: several separated by spaces): replay+file:///path, jetstream+wss://host/subscribe[,wss://failover/subscribe], firehose+wss://host, jetstream2+https://host, backfill+https://relay?plc=https://plc")
 	fs.StringVar(&c.plc, "plc", "off", "DID source: off (every DID outlined through Raft), or the URL of a PLC directory whose /export the leader follows into the PLC map")
 	fs.DurationVar(&c.flushInterval, "flush-interval", ingest.DefaultFlushInterval, "longest time an ingested operation waits before its flush starts (50ms..10m)")
 	fs.IntVar(&c.memtableBytes, "memtable-bytes", ingest.DefaultMemtableBytes, "memory bound of each memtable, bytes (1 MiB..4 GiB)")
@@ -283,11 +284,15 @@ func readConfigFile(path string, fs *flag.FlagSet) (map[string][]fileValue, erro
 			return nil, fmt.Errorf("config file %s line %d: unknown option %q (eddy-node --help lists the options)", path, n, name)
 		}
 		if strings.HasPrefix(value, `"`) {
-			uq, err := strconv.Unquote(value)
+			// The quoted string, then nothing or a comment.
+			q, err := strconv.QuotedPrefix(value)
+			if rest := strings.TrimSpace(value[len(q):]); err == nil && rest != "" && !strings.HasPrefix(rest, "#") {
+				err = fmt.Errorf("%q after the closing quote", rest)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("config file %s line %d: %s: bad quoted value: %v", path, n, name, err)
 			}
-			value = uq
+			value, _ = strconv.Unquote(q)
 		} else if i := strings.Index(value, " #"); i >= 0 {
 			value = strings.TrimSpace(value[:i]) // a trailing comment
 		}
@@ -315,6 +320,13 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 	if c.dataDir == "" {
 		return errors.New("--data-dir is required")
 	}
+	// Absolute, so the default store (file://<data-dir>/store) is a file
+	// URL even when the directory was given relative.
+	abs, err := filepath.Abs(c.dataDir)
+	if err != nil {
+		return fmt.Errorf("--data-dir %s: %v", c.dataDir, err)
+	}
+	c.dataDir = abs
 	if c.certsDir == "" {
 		return errors.New("--certs-dir is required (eddy-ctl certs makes one)")
 	}

@@ -34,7 +34,7 @@ id = n-file
 data-dir = /var/lib/eddy
 flush-interval = 3s
 memtable-bytes = 2097152   # 2 MiB
-log-level = "debug"
+log-level = "debug"   # a comment after a quoted value
 http-addr = 127.0.0.1:9001
 source = replay+file:///a.jsonl
 source = replay+file:///b.jsonl
@@ -144,6 +144,8 @@ func TestConfigErrors(t *testing.T) {
 		{"s3 secret in file", nil, validBase(), "s3-secret-key = abc\n", "EDDY_S3_SECRET_KEY"},
 		{"version in file", nil, validBase(), "version = true\n", `unknown option "version"`},
 		{"missing file", []string{"--config", "/nonexistent/eddy.conf"}, validBase(), "", "--config: open /nonexistent/eddy.conf"},
+		{"text after a quoted value", nil, validBase(), "log-level = \"debug\" info\n", `line 1: log-level: bad quoted value: "info" after the closing quote`},
+		{"unclosed quote", nil, validBase(), "log-level = \"debug\n", "line 1: log-level: bad quoted value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := tc.env
@@ -166,6 +168,16 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if err := c.validate(envMap(validBase())); err != nil {
 		t.Fatal(err)
+	}
+	// A relative data directory is made absolute, so that the default
+	// store is a file URL.
+	rel := merge(validBase(), "EDDY_DATA_DIR", "lc/n5")
+	c, err = parseConfig(nil, envMap(rel), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.validate(envMap(rel)); err != nil || !filepath.IsAbs(c.dataDir) || !strings.HasSuffix(c.dataDir, "/lc/n5") {
+		t.Fatalf("data dir %q, %v", c.dataDir, err)
 	}
 }
 
@@ -277,5 +289,38 @@ func TestExampleConfigFile(t *testing.T) {
 	}
 	if c.id == "" || c.origin["id"] != "file" || c.readyLagMax != 30*time.Second {
 		t.Fatalf("example: id %q from %s, ready-lag-max %v", c.id, c.origin["id"], c.readyLagMax)
+	}
+}
+
+// The example environment file in deploy/systemd is valid as shipped, read
+// as systemd reads an EnvironmentFile (KEY=VALUE lines, # comments), and
+// its sources are the live stream and the resync-only backfill it names.
+func TestExampleEnvFile(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/systemd/eddy-node.env.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"EDDY_ADMIN_TOKEN": "0123456789abcdef0123"}
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Fatalf("line %q", line)
+		}
+		env[k] = v
+	}
+	delete(env, "EDDY_ADMIN_TOKEN_FILE") // the example's path does not exist here
+	c, err := parseConfig(nil, envMap(env), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.validate(envMap(env)); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.sources) != 2 || !strings.HasPrefix(c.sources[0], "jetstream+") || !strings.HasSuffix(c.sources[1], "&resync_only=true") {
+		t.Fatalf("sources %q", c.sources)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/eddy-backlinks/eddy/cluster"
 	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/query"
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -49,6 +50,7 @@ type readiness struct {
 	store *objstore.Guard
 	bound time.Duration
 	every time.Duration
+	log   hclog.Logger // failed asks of the leader; nil: not logged
 	// leaderGeneration asks the leader (its admin address) for its applied
 	// manifest generation.
 	leaderGeneration func(ctx context.Context, adminAddr string) (uint64, error)
@@ -68,6 +70,8 @@ type readiness struct {
 		lastPoll     time.Time // last successful ask of the leader
 		leaderSince  time.Time // when the current leader was first seen
 		pollErr      error
+		loggedErr    string // the last ask failure logged, and when
+		loggedAt     time.Time
 		leaderGen    uint64
 		behindSince  time.Time // when the view first trailed the applied generation
 		wasLeader    bool
@@ -287,6 +291,13 @@ func (r *readiness) poll(ctx context.Context) {
 		}
 	} else if err != nil {
 		r.mu.pollErr = err
+		// Logged when it changes, else once a minute: a follower that
+		// cannot ask (an admin token unlike the leader's, a firewalled
+		// admin port) is not ready for as long.
+		if r.log != nil && (err.Error() != r.mu.loggedErr || now.Sub(r.mu.loggedAt) >= time.Minute) {
+			r.log.Warn("cannot ask the leader for its generation: not ready while this lasts", "leader", leaderID, "error", err)
+			r.mu.loggedErr, r.mu.loggedAt = err.Error(), now
+		}
 	}
 	k := 0
 	for k < len(r.mu.seen) && r.mu.seen[k].gen <= served {
@@ -319,21 +330,34 @@ func (r *readiness) judgeLocked(now time.Time, leaderID string, isLeader bool, s
 		if d := now.Sub(lc); d > r.bound {
 			return fmt.Sprintf("no contact with the leader %s for %v", leaderID, d.Round(time.Millisecond))
 		}
-		if r.mu.lastPoll.IsZero() {
-			return "the leader's generation is not known yet"
-		}
-		last := r.mu.lastPoll
-		if r.mu.leaderSince.After(last) {
-			last = r.mu.leaderSince
-		}
-		if d := now.Sub(last); d > r.bound {
-			return fmt.Sprintf("cannot ask the leader %s for its generation for %v: %v", leaderID, d.Round(time.Millisecond), r.mu.pollErr)
+		if why := r.askedLocked(now, leaderID); why != "" {
+			return why
 		}
 		if s, ok := r.unservedLocked(served); ok && s.at.IsZero() {
 			return fmt.Sprintf("serving generation %d; the leader has generation %d (catching up after a start or a gap)", served, s.gen)
 		}
 	}
 	return r.staleLocked(now, served, applied) // a leader's seen is empty
+}
+
+// askedLocked says why a follower does not know the leader's generation
+// well enough to be ready: never asked it, or could not ask it for longer
+// than the bound (and the last ask's error); "" when it does.
+func (r *readiness) askedLocked(now time.Time, leaderID string) string {
+	if r.mu.lastPoll.IsZero() {
+		if r.mu.pollErr != nil {
+			return fmt.Sprintf("cannot ask the leader %s for its generation: %v", leaderID, r.mu.pollErr)
+		}
+		return "the leader's generation is not known yet"
+	}
+	last := r.mu.lastPoll
+	if r.mu.leaderSince.After(last) {
+		last = r.mu.leaderSince
+	}
+	if d := now.Sub(last); d > r.bound {
+		return fmt.Sprintf("cannot ask the leader %s for its generation for %v: %v", leaderID, d.Round(time.Millisecond), r.mu.pollErr)
+	}
+	return ""
 }
 
 // state returns why the node is not ready ("" when ready) and the served

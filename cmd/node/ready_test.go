@@ -221,3 +221,26 @@ func waitReady(t *testing.T, r *readiness, readyz func() (int, string)) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A follower that has never asked the leader successfully says why: the
+// ask's error (a refused admin token, an admin port it cannot reach), not
+// that the generation is merely not known yet.
+func TestReadinessSaysWhyTheLeaderCannotBeAsked(t *testing.T) {
+	r := &readiness{bound: time.Second}
+	now := time.Now()
+	if why := r.askedLocked(now, "n1"); why != "the leader's generation is not known yet" {
+		t.Fatalf("before any ask: %q", why)
+	}
+	r.mu.pollErr = fmt.Errorf("Unauthorized (401): a valid admin token is required")
+	if why := r.askedLocked(now, "n1"); !strings.Contains(why, "cannot ask the leader n1") || !strings.Contains(why, "401") {
+		t.Fatalf("after a refused ask: %q", why)
+	}
+	r.mu.lastPoll, r.mu.pollErr = now, nil
+	if why := r.askedLocked(now.Add(500*time.Millisecond), "n1"); why != "" {
+		t.Fatalf("asked within the bound: %q", why)
+	}
+	r.mu.pollErr = fmt.Errorf("connection refused")
+	if why := r.askedLocked(now.Add(2*time.Second), "n1"); !strings.Contains(why, "for 2s: connection refused") {
+		t.Fatalf("no ask for longer than the bound: %q", why)
+	}
+}
