@@ -174,6 +174,17 @@ func (f *Firehose) session(ctx context.Context, cur *int64, emit func(*event.Op,
 			if errors.As(err, &se) {
 				return err // the relay closes after an error frame: reconnect
 			}
+			var info *event.Info
+			if errors.As(err, &info) {
+				if info.Name == "OutdatedCursor" {
+					// The relay no longer holds the events after the
+					// cursor: what came between is lost to this stream.
+					f.skip("outdated_cursor", *cur, err)
+				} else {
+					f.Log.Info("relay info", "name", info.Name, "message", info.Message, "position", "after seq "+strconv.FormatInt(*cur, 10))
+				}
+				continue
+			}
 			if errors.Is(err, event.ErrUnknownType) {
 				f.skip("unknown_type", *cur, err)
 				continue

@@ -86,6 +86,13 @@ func TestFirehoseCursorOfAnotherRelay(t *testing.T) {
 	if seq, h, err := parseFirehoseCursor(cur); err != nil || h != host || seq <= last || seq > last+1000 || skips["future_cursor"] != 1 {
 		t.Fatalf("from a cursor past the relay's head: first cursor %q (want this relay's past %d), skips %v", cur, last, skips)
 	}
+	// A cursor older than the relay holds: its #info OutdatedCursor is
+	// counted, and the stream goes on from the relay's oldest event.
+	sim.SetFirehoseOldest(20)
+	cur, skips = followFirehose(t, world, sim, firehoseCursor(5, host), 5)
+	if cur != firehoseCursor(20, host) || skips["outdated_cursor"] != 1 {
+		t.Fatalf("from a cursor older than the relay holds: first cursor %q (want %q), skips %v", cur, firehoseCursor(20, host), skips)
+	}
 	if _, _, err := parseFirehoseCursor("12@"); err == nil || !strings.Contains(err.Error(), "bad cursor") {
 		t.Fatalf("a cursor with an empty host: %v", err)
 	}

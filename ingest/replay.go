@@ -138,7 +138,9 @@ func (r *Replay) runFrames(ctx context.Context, f io.Reader, start int, emit fun
 		err := event.DecodeFrame(frame, func(o *event.Op) error { ops = append(ops, *o); return nil })
 		if err != nil {
 			var se *event.StreamError
+			var info *event.Info
 			switch {
+			case errors.As(err, &info): // a relay's notice, captured: nothing to index
 			case errors.As(err, &se):
 				r.skip(pos, "stream_error", err)
 			case errors.Is(err, event.ErrUnknownType):

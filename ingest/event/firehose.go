@@ -119,9 +119,10 @@ var framePool = sync.Pool{New: func() any {
 //   - #account: one KindAccount op (Seq, DID, Active, Status).
 //   - #sync: one KindSync op (Seq, DID, Rev): the repository is now at Rev
 //     with no ops given; a consumer whose copy is older must re-fetch it.
-//   - #info (such as OutdatedCursor) yields nothing and no error; a message
-//     type it does not know yields nothing and an error wrapping
-//     ErrUnknownType (to count, not to stop on).
+//   - #info (such as OutdatedCursor) yields nothing and returns an *Info
+//     (to log, not to stop on); a message type it does not know yields
+//     nothing and an error wrapping ErrUnknownType (to count, not to stop
+//     on).
 //   - an error frame (header op -1) returns a *StreamError.
 //
 // Every op of a #commit, #identity, #account or #sync frame has Time set
@@ -207,10 +208,25 @@ func DecodeFrame(frame []byte, fn func(*Op) error) error {
 		*o = Op{Kind: KindSync, DID: ev.Did, Seq: ev.Seq, Rev: ev.Rev, Time: frameTime(ev.Time)}
 		return fn(o)
 	case "#info":
-		return nil
+		var ev comatproto.SyncSubscribeRepos_Info
+		if err := ev.UnmarshalCBOR(bytes.NewReader(body)); err != nil {
+			return fmt.Errorf("#info: %w", err)
+		}
+		info := &Info{Name: ev.Name}
+		if ev.Message != nil {
+			info.Message = *ev.Message
+		}
+		return info
 	}
 	return fmt.Errorf("frame type %q: %w", typ, ErrUnknownType)
 }
+
+// Info is a relay's #info message. OutdatedCursor says the cursor asked for
+// is older than what the relay keeps: the stream starts at its oldest event,
+// and the events between are not in it.
+type Info struct{ Name, Message string }
+
+func (i *Info) Error() string { return "relay info " + i.Name + ": " + i.Message }
 
 // frameTime reads a frame's "time" (an atproto datetime: RFC 3339 with a
 // timezone), in UTC; zero when it is absent or not one.

@@ -260,10 +260,11 @@ func TestDecodeFrameKinds(t *testing.T) {
 	if err != nil || len(ops) != 1 || !reflect.DeepEqual(ops[0], Op{Kind: KindSync, DID: "did:plc:x", Seq: 7, Rev: "3abc"}) {
 		t.Fatalf("#sync: %+v %v", ops, err)
 	}
-	// #info: nothing.
+	// #info: no op, the message as an *Info.
 	info := &comatproto.SyncSubscribeRepos_Info{Name: "OutdatedCursor", Message: str("old")}
 	ops, err = decodeAll(t, append(header(1, "#info"), cborOf(t, info)...))
-	if err != nil || len(ops) != 0 {
+	var got *Info
+	if !errors.As(err, &got) || *got != (Info{Name: "OutdatedCursor", Message: "old"}) || len(ops) != 0 {
 		t.Fatalf("#info: %+v %v", ops, err)
 	}
 	// Unknown type: nothing, and an error to count it by.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -41,7 +42,15 @@ type Net struct {
 	closed    bool
 	conns     map[*websocket.Conn]struct{}
 	wg        sync.WaitGroup // stream handlers and their readers
+
+	// firehoseOldest is the oldest seq the relay still holds (0: all).
+	firehoseOldest atomic.Int64
 }
+
+// SetFirehoseOldest makes the relay hold events from seq on only, as a
+// relay's window does: a cursor before it gets an #info OutdatedCursor and
+// the stream from there.
+func (n *Net) SetFirehoseOldest(seq int64) { n.firehoseOldest.Store(seq) }
 
 // Stream limits.
 const (
@@ -538,6 +547,14 @@ func (n *Net) serveFirehose(rw http.ResponseWriter, r *http.Request) {
 	next := last
 	if cursor >= 0 {
 		next = cursor
+	}
+	if oldest := n.firehoseOldest.Load(); cursor >= 0 && cursor < oldest-1 {
+		b := make(cbor, 0, 64)
+		b = b.mapHeader(2).text("name").text("OutdatedCursor").text("message").text("Requested cursor exceeded limit. Possibly missing events")
+		if err := s.write(websocket.BinaryMessage, append(frameHeader("#info"), b...)); err != nil {
+			return
+		}
+		next = oldest - 1
 	}
 	s.follow(int(next), func(ev *simEvent) error {
 		return s.write(websocket.BinaryMessage, ev.frame())
