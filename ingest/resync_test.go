@@ -358,3 +358,37 @@ func TestInactiveAccountStatuses(t *testing.T) {
 		}
 	}
 }
+
+// A firehose commit whose blocks the relay left out (tooBig) asks for a
+// resync of the repository, once for all its ops: its records can only be
+// had from the repository itself.
+func TestTooBigCommitAsksForAResync(t *testing.T) {
+	ctx := context.Background()
+	w, node, _, reg := testWriterOf(t, 1<<20)
+	w.resyncer.Store(true)
+	const did = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
+	for i, rkey := range []string{"3mpsjbtci2c2o", "3mpsjbtci2c2p"} {
+		op := event.Op{Kind: event.KindCommit, DID: did, Seq: 5, Rev: "3mpsjbtci2c2q", Action: event.ActionCreate,
+			Collection: "app.bsky.feed.post", RKey: rkey, Skip: event.SkipTooBig, Time: time.Now()}
+		if err := w.Apply(ctx, "firehose", fmt.Sprintf("%d@relay", 4+i), &op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := node.FSM.Cursor(ResyncPrefix + did); got != "pending" {
+		t.Fatalf("marker of %s: %q, want pending", did, got)
+	}
+	if j := <-w.resync; j.did != did {
+		t.Fatalf("queued %+v", j)
+	}
+	select {
+	case j := <-w.resync:
+		t.Fatalf("a second resync of one commit: %+v", j)
+	default:
+	}
+	if n := metricstest.Values(t, reg)["eddy_ingest_skipped_total{reason=record_too_big,source=firehose}"]; n != 2 {
+		t.Errorf("record_too_big skips %v, want 2", n)
+	}
+}
