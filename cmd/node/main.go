@@ -242,13 +242,16 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 		return err
 	}
 	log.Info("node started", "version", version.Version, "raft", c.raftAddr, "admin", c.adminAddr, "http", c.httpAddr, "store", redactStore(c.store))
+	refused := make(chan error, 1)
 	if c.join != "" {
 		wg.Go(func() {
 			req := cluster.JoinRequest{ID: node.ID(), Raft: orStr(c.raftAdvertise, c.raftAddr), Admin: c.adminAddr, HTTP: c.httpAddr}
 			if c.nonvoter {
 				req.Suffrage = cluster.SuffrageNonvoter // a new member's; a member keeps its own
 			}
-			joinCluster(bg, log, strings.Split(c.join, ","), token, c.sourceAddr, req)
+			if err := joinCluster(bg, log, strings.Split(c.join, ","), token, c.sourceAddr, req); err != nil {
+				refused <- err
+			}
 		})
 	}
 
@@ -256,6 +259,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	select {
 	case <-ctx.Done():
 	case serveErr = <-errc:
+	case serveErr = <-refused: // a node the cluster will not take stops, rather than run outside it unseen
 	}
 	log.Info("stopping")
 	// Stop ingest first (a leader publishes what it buffered), then hand
@@ -363,12 +367,12 @@ func listen(servers []*http.Server, public func(net.Listener) net.Listener) (<-c
 var joinBackoff = backoff.Policy{Min: 200 * time.Millisecond, Max: 5 * time.Second}
 
 // joinCluster asks the cluster to add this node, retrying until it
-// succeeds (a no-op if already a member) or the node stops.
-func joinCluster(ctx context.Context, log hclog.Logger, addrs []string, token, source string, req cluster.JoinRequest) {
+// succeeds (a no-op if already a member) or the node stops; the cluster's
+// refusal (a removed ID, a wrong token: an answer below 500) is returned.
+func joinCluster(ctx context.Context, log hclog.Logger, addrs []string, token, source string, req cluster.JoinRequest) error {
 	body, err := json.Marshal(req)
 	if err != nil {
-		log.Error("join request", "error", err)
-		return
+		return fmt.Errorf("join request: %w", err)
 	}
 	cl := cluster.AdminClient{Addrs: addrs, Token: token}
 	if hc, err := cluster.HTTPClient(source, 15*time.Second); err == nil {
@@ -379,18 +383,17 @@ func joinCluster(ctx context.Context, log hclog.Logger, addrs []string, token, s
 		err := cl.Call(ctx, http.MethodPost, "/admin/join", body, nil)
 		if err == nil {
 			log.Info("joined the cluster", "via", strings.Join(addrs, ","))
-			return
+			return nil
 		}
 		var ce *cluster.CallError
 		if errors.As(err, &ce) && ce.Status < 500 {
-			log.Error("join refused", "error", err)
-			return
+			return fmt.Errorf("join refused by the cluster (--join %s): %w", strings.Join(addrs, ","), err)
 		}
 		wait = joinBackoff.Next(wait)
 		log.Warn("join failed; retrying", "error", err, "backoff", wait)
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-time.After(wait):
 		}
 	}

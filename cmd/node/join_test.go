@@ -1,0 +1,44 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/hashicorp/go-hclog"
+)
+
+// --join retries while the cluster cannot answer (an answer of 500 or
+// more, as while it elects a leader) and returns the cluster's refusal (a
+// removed ID, a wrong token), which stops the node instead of leaving it
+// running outside the cluster.
+func TestJoinClusterRetriesThenReturnsARefusal(t *testing.T) {
+	defer func(p time.Duration) { joinBackoff.Min = p }(joinBackoff.Min)
+	joinBackoff.Min = time.Millisecond
+	serve := func(answers ...int) (string, *atomic.Int32) {
+		var calls atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := int(calls.Add(1)) - 1
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(answers[min(n, len(answers)-1)])
+			w.Write([]byte(`{"error":"Removed","message":"n3 was removed: join under a new --id"}`))
+		}))
+		t.Cleanup(srv.Close)
+		return strings.TrimPrefix(srv.URL, "http://"), &calls
+	}
+	addr, calls := serve(http.StatusServiceUnavailable, http.StatusConflict)
+	err := joinCluster(context.Background(), hclog.NewNullLogger(), []string{addr}, "token", "", cluster.JoinRequest{ID: "n3"})
+	if err == nil || !strings.Contains(err.Error(), "join refused") || !strings.Contains(err.Error(), "new --id") || calls.Load() != 2 {
+		t.Fatalf("after %d calls: %v", calls.Load(), err)
+	}
+	// Accepted: no error.
+	addr, _ = serve(http.StatusOK)
+	if err := joinCluster(context.Background(), hclog.NewNullLogger(), []string{addr}, "token", "", cluster.JoinRequest{ID: "n3"}); err != nil {
+		t.Fatal(err)
+	}
+}
