@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -281,9 +282,11 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 				w.Header().Set(StaleHeader, err.Error())
 			}
 		}
+		var leaveSem func()
 		select {
 		case s.sem <- struct{}{}:
-			defer func() { <-s.sem }()
+			leaveSem = sync.OnceFunc(func() { <-s.sem })
+			defer leaveSem()
 		default:
 			w.Header().Set("Retry-After", "1")
 			writeErr(w, &apiError{http.StatusTooManyRequests, "RateLimitExceeded", "too many concurrent queries on this node; retry"})
@@ -316,7 +319,7 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 		if trimFilters(q) {
 			r.URL.RawQuery = q.Encode() // the handlers read the query again
 		}
-		// The view is held until the answer is written: the leader's garbage
+		// The view is held until the answer is encoded: the leader's garbage
 		// collector waits for it (Views.OldestServed).
 		var v *lsm.View
 		var release func()
@@ -341,6 +344,7 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 		} else {
 			v, release = s.Views.Acquire()
 		}
+		release = sync.OnceFunc(release)
 		defer release()
 		w.Header().Set(GenerationHeader, strconv.FormatUint(v.Generation(), 10))
 		if adm != nil {
@@ -415,10 +419,22 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 			writeErr(w, &apiError{http.StatusBadRequest, "QueryTooBig", "the answer would exceed " + strconv.Itoa(bound) + " bytes; ask for a smaller page (limit)"})
 			return
 		}
+		// The answer is whole in buf: a client that reads it slowly, or
+		// not at all, holds neither the view (which would hold back the
+		// cluster's garbage collection) nor a node-wide query slot, and
+		// its connection is given answerWriteTimeout to take it.
+		release()
+		leaveSem()
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(answerWriteTimeout))
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(buf.Bytes())
 	}
 }
+
+// answerWriteTimeout bounds the writing of one answer (at most
+// ResponseBytesMax, 8 MiB: 140 KB/s): a client that stops reading loses its
+// connection after it.
+var answerWriteTimeout = time.Minute
 
 // missingTable answers a query that met a table object missing from the
 // store: its view is older than the garbage collector allowed for (a node
