@@ -411,7 +411,7 @@ async function driveBadParams(inputs) {
 		[NSID.links, { subject: [s], source: [src], did: Array.from({ length: 1001 }, (_, i) => `did:plc:eddynobody${i}`) }, true, '1001 dids'],
 		[NSID.links, { subject: Array.from({ length: 17 }, (_, i) => `did:plc:${'a'.repeat(23)}${'bcdefghijklmnopqr'[i]}`), source: [src] }, true, '17 subjects'],
 		[NSID.links, { subject: [s], source: ['bad'] }, false, 'source without a colon'],
-		[NSID.links, { subject: [s], source: ['app.bsky.feed.like:'] }, false, 'source with an empty path'],
+		[NSID.links, { subject: [s], source: [':subject.uri'] }, false, 'source with an empty collection'],
 		[NSID.links, { subject: ['not a target'], source: [src] }, false, 'subject not a target'],
 		[NSID.links, { subject: [s], source: [src], cursor: 'not-a-cursor!' }, false, 'garbage cursor'],
 		[NSID.count, { source: [src] }, true, 'subject missing'],
