@@ -147,6 +147,7 @@ func planRoundOne(ctx context.Context, v *View, prefix, key []byte, w window, s 
 			}
 		}
 		s.groups = addGroup(s.groups, p.t, p.m, p.lo, p.hi)
+		st.Scanned += (p.hi - p.lo + 1) * frameBytes(p.m.version) / link.BacklinkSize
 		// A count's windows past the first read a target bigger than a
 		// window: caching them would only evict everything else.
 		s.groups[len(s.groups)-1].noCache = w.spread && key != nil

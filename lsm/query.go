@@ -42,6 +42,9 @@ type Reader struct {
 	largeCap int64
 	// What large reads hold of it, and how many wait (LargeReadStats).
 	largeHeld, largeWaiting atomic.Int64
+	// PageScanMax bounds the links in the frames one page reads
+	// (Backlinks); 0 is DefaultPageScanMax.
+	PageScanMax int
 }
 
 // NewReader returns a reader over store with a frame cache.
@@ -119,6 +122,7 @@ type Stats struct {
 	Round2Scans      int // revocation tables walked from the cache, not asked through their filters
 	Round1MaxPerRun  int // the most GETs any one run needed in round one
 	Candidates       int // links read before revocation
+	Scanned          int // links in the frames round one read (about: a frame's links at most)
 	Revoked          int
 	CountWindows     int // Count: the windows the target was read in
 }
@@ -139,6 +143,11 @@ type Result struct {
 // parallel). Round two reads the revocations of the sources found (filters
 // first). If more than three quarters of a page's candidates were revoked,
 // round two repeats on the next candidates, a bounded number of times.
+//
+// A page whose filter passes few links, or whose links are mostly revoked,
+// reads on in windows of at most pageWindowMax links a run, and at most
+// r.PageScanMax in all: then it ends short (even empty), its Next at what
+// it read, so that one page never reads a popular target whole.
 func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, error) {
 	limit := q.Limit
 	if limit <= 0 || limit > LimitMax+1 {
@@ -149,6 +158,10 @@ func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, erro
 	res := &Result{Generation: v.Generation()}
 	after := q.After
 	batch := limit + limit/2 + 16
+	scanMax := r.PageScanMax
+	if scanMax <= 0 {
+		scanMax = DefaultPageScanMax
+	}
 	for len(res.Links) < limit {
 		cands, horizon, err := r.candidates(ctx, v, q.Target, &q.Filter, window{after: after, reverse: q.Reverse, want: batch}, s, &res.Stats)
 		if err != nil {
@@ -206,10 +219,23 @@ func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, erro
 			break // every link of the target was considered
 		}
 		after = horizon // everything up to the horizon was considered
-		batch *= 4
+		if res.Stats.Scanned >= scanMax {
+			res.Next = horizon // a short page: the next goes on from there
+			break
+		}
+		batch = min(batch*4, max(pageWindowMax, batch))
 	}
 	return res, nil
 }
+
+// pageWindowMax bounds the links one window of a page asks of each run
+// (a variable for the tests).
+var pageWindowMax = 8192
+
+// DefaultPageScanMax is the links in the frames one page reads at most
+// (Reader.PageScanMax): ~64 MB of records, a popular target's whole in a
+// few windows of at most ~0.5-1 MB a run.
+const DefaultPageScanMax = 1 << 20
 
 // MayHold reports whether any run of v may hold links to target: the
 // filters and fences of the tables round one would read, no I/O but

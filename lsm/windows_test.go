@@ -155,3 +155,88 @@ func TestNextWindowFailureCancelsTheCheck(t *testing.T) {
 		t.Fatalf("the read ended after %v: window 0's check was not cancelled", took)
 	}
 }
+
+// A page whose filter passes few of a popular target's links reads at most
+// pageScanMax of them, in windows of at most pageWindowMax a run, and ends
+// short (even empty) with a cursor at what it read; paging on finds every
+// link that passes, once.
+func TestFilteredPageReadsBounded(t *testing.T) {
+	ctx := context.Background()
+	wl, db := windowedMega(t)
+	defer func(w int) { pageWindowMax = w }(pageWindowMax)
+	pageWindowMax = 1_000
+	mega := wl.Targets[wl.Mega].ID
+	r := NewReader(db.store, nil)
+	r.PageScanMax = 3_000
+	pageScanMax := r.PageScanMax
+	v := db.View()
+	all, _, err := r.All(ctx, v, mega, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What one window of the largest reads (the runs' smallest read,
+	// windowBytesMin a run, is past pageWindowMax's frames here).
+	one, err := r.Backlinks(ctx, v, Query{Target: mega, Limit: 1, Filter: Filter{DIDs: []uint64{^uint64(0) >> 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := one.Stats.Scanned
+	t.Logf("a page of a filter passing nothing read frames of %d links", window)
+	// Two DIDs of one link each, one near the start and one near the
+	// end, and a DID with none.
+	n := map[uint64]int{}
+	for _, l := range all {
+		n[l.Source.DID]++
+	}
+	first, last := uint64(0), uint64(0)
+	for i, l := range all {
+		if n[l.Source.DID] == 1 && i < len(all)/10 && first == 0 {
+			first = l.Source.DID
+		}
+		if n[l.Source.DID] == 1 && i > len(all)*9/10 {
+			last = l.Source.DID
+		}
+	}
+	if first == 0 || last == 0 {
+		t.Fatal("no DID of one link near either end")
+	}
+	for _, c := range []struct {
+		name string
+		dids []uint64
+	}{{"few", []uint64{min(first, last), max(first, last)}}, {"none", []uint64{^uint64(0) >> 2}}} {
+		var want []link.Backlink
+		for _, l := range all {
+			if l.Source.DID == c.dids[0] || l.Source.DID == c.dids[len(c.dids)-1] {
+				want = append(want, l)
+			}
+		}
+		q := Query{Target: mega, Limit: 5, Filter: Filter{DIDs: c.dids}}
+		var got []link.Backlink
+		pages, short := 0, 0
+		for {
+			res, err := r.Backlinks(ctx, v, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages++
+			if res.Stats.Scanned > pageScanMax+window {
+				t.Fatalf("%s: a page read frames of %d links, past %d and a window", c.name, res.Stats.Scanned, pageScanMax)
+			}
+			got = append(got, res.Links...)
+			if res.Next == nil {
+				break
+			}
+			if len(res.Links) < q.Limit {
+				short++
+			}
+			q.After = res.Next
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: %d links paged, want %d", c.name, len(got), len(want))
+		}
+		if short == 0 || pages < len(all)/(2*pageScanMax) {
+			t.Fatalf("%s: %d pages, %d short: the target of %d links was read in too few", c.name, pages, short, len(all))
+		}
+		t.Logf("%s: %d links of %d in %d pages (%d short)", c.name, len(got), len(all), pages, short)
+	}
+}

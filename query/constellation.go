@@ -530,6 +530,7 @@ func (s *Server) backlinksOf(ctx context.Context, v *lsm.View, sub *subject, q l
 	for i, res := range results {
 		out.Links = append(out.Links, res.Links...)
 		out.Generation = res.Generation
+		out.Stats.Scanned += res.Stats.Scanned
 		if res.Next == nil {
 			continue
 		}
@@ -567,9 +568,14 @@ func (s *Server) backlinksOf(ctx context.Context, v *lsm.View, sub *subject, q l
 	if len(out.Links) > limit {
 		out.Links, more = out.Links[:limit], true
 	}
-	if more && len(out.Links) > 0 {
+	switch {
+	case more && len(out.Links) > 0:
 		last := out.Links[len(out.Links)-1]
 		out.Next = &lsm.Cursor{Source: last.Source, Location: last.Location}
+	case more && horizon != nil:
+		// Empty up to the horizon (a page that read its most and found
+		// nothing that passed): the next goes on from there.
+		out.Next = &lsm.Cursor{Source: horizon.Source, Location: horizon.Location}
 	}
 	return out, nil
 }

@@ -303,6 +303,11 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 			return nil, err
 		}
 		if len(res.Links) == 0 {
+			if res.Next != nil {
+				// A page that read its most and found nothing that passed
+				// the filter: the budget is spent, the next page goes on.
+				stop = &linkPos{Source: res.Next.Source, Location: res.Next.Location, Target: maxRecordID}
+			}
 			break
 		}
 		srcs := make([]link.RecordID, len(res.Links))
@@ -333,7 +338,7 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 				items = append(items, item{pos: linkPos{Source: b.Source, Location: b.Location, Target: t}, other: t})
 			}
 		}
-		examined += len(res.Links)
+		examined += max(len(res.Links), res.Stats.Scanned) // a filter that passes few links reads many
 		if res.Next == nil {
 			break
 		}
