@@ -247,17 +247,10 @@ func (b *Backfill) getJSON(ctx context.Context, u string, max int64, out any) er
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return &httpError{status: resp.StatusCode, body: strings.TrimSpace(string(body))}
+		return newHTTPError(resp, body, time.Now())
 	}
 	return json.Unmarshal(body, out)
 }
-
-type httpError struct {
-	status int
-	body   string
-}
-
-func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.body) }
 
 // resolvePDS finds a DID's PDS from its DID document.
 func (b *Backfill) resolvePDS(ctx context.Context, did string) (string, error) {
@@ -374,7 +367,7 @@ func (b *Backfill) fetchRepo(ctx context.Context, did string, buf []byte) ([]byt
 		if err != nil {
 			return nil, err
 		}
-		return nil, &httpError{status: resp.StatusCode, body: strings.TrimSpace(string(body))}
+		return nil, newHTTPError(resp, body, time.Now())
 	}
 	return readBody(resp.Body, resp.ContentLength, repoBytesMax, buf)
 }
@@ -384,7 +377,8 @@ func (b *Backfill) fetchRepo(ctx context.Context, did string, buf []byte) ([]byt
 func gone(err error) bool {
 	var he *httpError
 	return errors.As(err, &he) && (he.status == http.StatusNotFound || (he.status == http.StatusBadRequest &&
-		(strings.Contains(he.body, "RepoNotFound") || strings.Contains(he.body, "RepoTakendown") || strings.Contains(he.body, "RepoDeactivated"))))
+		(strings.Contains(he.body, "RepoNotFound") || strings.Contains(he.body, "RepoTakendown") ||
+			strings.Contains(he.body, "RepoDeactivated") || strings.Contains(he.body, "RepoSuspended"))))
 }
 
 // errResyncFailed: a resync could not fetch the repository; its replicated
@@ -420,10 +414,14 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 		if cap(car) > cap(rb.car) {
 			rb.car = car[:0]
 		}
-		if ferr == nil || gone(ferr) || ctx.Err() != nil {
+		if ferr == nil || gone(ferr) || ctx.Err() != nil || try == backfillTries-1 {
 			break
 		}
-		if err := sleepCtx(ctx, time.Duration(try+1)*time.Second); err != nil {
+		wait := time.Duration(try+1) * time.Second
+		if he := (*httpError)(nil); errors.As(ferr, &he) && he.retryAfter > wait {
+			wait = he.retryAfter // a PDS that rate-limits says when
+		}
+		if err := sleepCtx(ctx, wait); err != nil {
 			return err
 		}
 	}
@@ -448,16 +446,10 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 	info, err := event.DecodeCARWith(car, event.CAROptions{NoCID: true}, func(o *event.Op) error { ops = append(ops, *o); return nil })
 	rb.ops = ops
 	if err != nil {
-		b.stats.add(func(s *BackfillStats) { s.Failed++ })
-		b.setState(did, RepoFailed, "", err)
-		b.skip("bad_car", did, err)
-		return nil
+		return b.failed(did, "bad_car", err, strict) // a resync keeps its marker, to try again
 	}
 	if info.DID != did {
-		b.stats.add(func(s *BackfillStats) { s.Failed++ })
-		b.setState(did, RepoFailed, "", fmt.Errorf("CAR is of %s", info.DID))
-		b.skip("car_did_mismatch", did, fmt.Errorf("CAR is of %s", info.DID))
-		return nil
+		return b.failed(did, "car_did_mismatch", fmt.Errorf("CAR is of %s", info.DID), strict)
 	}
 	if len(info.Missing) > 0 {
 		// A partial repository: written, its revocation would kill the
@@ -588,8 +580,15 @@ func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string) error {
 		errs := make(chan error, len(page.Repos))
 		st.setListing(true)
 		for _, r := range page.Repos {
-			if r.Active != nil && !*r.Active {
-				continue // inactive: nothing to fetch; account events revoke
+			if r.Active != nil && !*r.Active && event.AccountGone(r.Status) {
+				// Gone (deactivated, taken down, ...): nothing to fetch;
+				// account events revoke. An account the relay marks
+				// inactive for its own reasons (desynchronized,
+				// throttled) is still there: fetched.
+				st.mu.Lock()
+				st.cp.Inactive++
+				st.mu.Unlock()
+				continue
 			}
 			select {
 			case sem <- struct{}{}:
@@ -628,12 +627,43 @@ func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string) error {
 func (b *Backfill) retryFailed(ctx context.Context, w *Writer, cursor string) error {
 	st := b.state.Load()
 	st.setListing(true)
-	for _, did := range st.failedDIDs() {
-		if err := b.repo(ctx, w, did, false); err != nil {
-			st.setListing(false)
-			return err
-		}
+	// As many at once as a page's (and as many a host: fetchRepo's
+	// slots), not one after another: a dead host's repositories each
+	// take their tries' waits.
+	conc := b.Concurrency
+	if conc <= 0 {
+		conc = DefaultBackfillConcurrency
 	}
+	sem := make(chan struct{}, conc)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	for _, did := range st.failedDIDs() {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := b.repo(ctx, w, did, false); err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+		})
+	}
+	wg.Wait()
 	st.setListing(false)
+	select {
+	case err := <-errs:
+		return err
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	return st.checkpoint(ctx, w.cfg.Store, w, b.Name(), cursor)
 }

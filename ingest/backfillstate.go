@@ -57,6 +57,9 @@ type BackfillCheckpoint struct {
 	Listed int `json:"listed"`
 	Done   int `json:"done"`
 	Gone   int `json:"gone"`
+	// Inactive counts the repositories the relay listed as gone
+	// (deactivated, taken down, ...): not fetched.
+	Inactive int `json:"inactive,omitempty"`
 	// Failed lists the repositories that failed every try and wait for a
 	// retry pass (at the end of the listing, and on each new leader).
 	Failed []RepoState `json:"failed,omitempty"`
@@ -279,7 +282,7 @@ func (b *Backfill) Progress() (map[string]int, []RepoState) {
 			pending++
 		}
 	}
-	counts := map[string]int{"listed": cp.Listed, "done": cp.Done, "gone": cp.Gone, "failed": len(cp.Failed) + st.lostCount(), "pending": pending}
+	counts := map[string]int{"listed": cp.Listed, "done": cp.Done, "gone": cp.Gone, "inactive": cp.Inactive, "failed": len(cp.Failed) + st.lostCount(), "pending": pending}
 	return counts, cp.Failed[:min(len(cp.Failed), progressFailedMax)]
 }
 

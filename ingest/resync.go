@@ -85,7 +85,18 @@ type resyncJob struct {
 	source string
 	check  bool
 	held   int // times it was held back already (resyncHoldMax)
+	failed int // times its fetch failed already (resyncRetry)
 }
+
+// resyncRetry is the wait before a failed resync is tried again: a minute,
+// doubled at each failure, at most an hour. Its marker stays meanwhile
+// (and a new leader queues it at once).
+func resyncRetry(failed int) time.Duration {
+	return min(resyncRetryBase<<min(failed-1, 6), time.Hour)
+}
+
+// resyncRetryBase is resyncRetry's first wait (a variable for the tests).
+var resyncRetryBase = time.Minute
 
 // deferredResync is a resync held back until its source reaches need, the
 // time of the revision it fetched.

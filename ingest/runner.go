@@ -368,12 +368,29 @@ func (r *Runner) resyncLoop(ctx context.Context, w *Writer, b Backfiller) {
 			}
 			if err != nil {
 				if ctx.Err() == nil {
-					w.log.Warn("resync failed", "did", job.did, "error", err)
+					job.failed++
+					wait := resyncRetry(job.failed)
+					w.log.Warn("resync failed; trying again later", "did", job.did, "error", err, "retry_in", wait, "failures", job.failed)
+					go retryResync(ctx, w, job, wait)
 				}
 				continue
 			}
 			w.resyncDone(job)
 		}
+	}
+}
+
+// retryResync queues job again after wait, unless the term ends first (a
+// new leader queues its marker at once); a full queue drops it (the marker
+// stays for the next term).
+func retryResync(ctx context.Context, w *Writer, job resyncJob, wait time.Duration) {
+	if sleepCtx(ctx, wait) != nil {
+		return
+	}
+	select {
+	case w.resync <- job:
+	default:
+		w.skip(job.source, "resync_queue_full")
 	}
 }
 

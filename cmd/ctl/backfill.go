@@ -84,14 +84,14 @@ func runBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(stdout, "leader %s runs no backfill source\n", lead.ID)
 	} else {
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "SOURCE\tCURSOR\tDONE\tLISTED\tWRITTEN\tGONE\tFAILED\tIN FLIGHT")
+		fmt.Fprintln(tw, "SOURCE\tCURSOR\tDONE\tLISTED\tWRITTEN\tGONE\tINACTIVE\tFAILED\tIN FLIGHT")
 		for _, s := range rep.Sources {
 			done := "no"
 			if s.Done {
 				done = "yes"
 			}
 			b := s.Backfill
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", s.Name, dash(s.Cursor), done, b["listed"], b["done"], b["gone"], b["failed"], b["pending"])
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Name, dash(s.Cursor), done, b["listed"], b["done"], b["gone"], b["inactive"], b["failed"], b["pending"])
 		}
 		tw.Flush()
 		for _, s := range rep.Sources {

@@ -1,0 +1,177 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const faultDID = "did:plc:abcdefghijklmnopqrstuvwx"
+
+// faultPLC is a PLC directory whose every DID document names endpoint as
+// its PDS.
+func faultPLC(t *testing.T, endpoint string) string {
+	plc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		did := strings.TrimPrefix(r.URL.Path, "/")
+		fmt.Fprintf(w, `{"id":%q,"service":[{"id":"#atproto_pds","type":"AtprotoPersonalDataServer","serviceEndpoint":%q}]}`, did, endpoint)
+	}))
+	t.Cleanup(plc.Close)
+	return plc.URL
+}
+
+// A PDS that answers 429 with Retry-After is asked again when it says, not
+// sooner, and not waited for after the last try; what is kept of its answer
+// is the XRPC error, or the printable start of the body, at most
+// errorBodyMax bytes (it goes into every checkpoint and the status).
+func TestBackfillHonoursRetryAfterAndKeepsShortErrors(t *testing.T) {
+	var mu sync.Mutex
+	var at []time.Time
+	page := "<html>\x1b[31m" + strings.Repeat("<p>origin unreachable</p>", 10_000)
+	pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		n := len(at)
+		mu.Unlock()
+		if n == 1 {
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprint(w, `{"error":"RateLimitExceeded","message":"slow down"}`)
+			return
+		}
+		w.WriteHeader(http.StatusBadGateway)
+		fmt.Fprint(w, page)
+	}))
+	defer pds.Close()
+	w, _, _, _ := testWriterOf(t, 1<<20)
+	b := &Backfill{PLC: faultPLC(t, pds.URL)}
+	b.state.Store(newBackfillState(b.Name()))
+	start := time.Now()
+	if err := b.repo(context.Background(), w, faultDID, false); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != backfillTries || at[1].Sub(at[0]) < 2*time.Second {
+		t.Fatalf("%d tries, the second %v after the first; want %d, at least 2s apart (Retry-After)", len(at), at[1].Sub(at[0]), backfillTries)
+	}
+	if last := at[len(at)-1]; took-last.Sub(start) > time.Second {
+		t.Fatalf("%v spent after the last try", took-last.Sub(start))
+	}
+	cp := b.state.Load().snapshot("x")
+	if len(cp.Failed) != 1 || len(cp.Failed[0].Error) > errorBodyMax+64 || strings.ContainsRune(cp.Failed[0].Error, 0x1b) || !strings.Contains(cp.Failed[0].Error, "HTTP 502: <html>") {
+		t.Fatalf("failed %d, error of %d bytes: %.120q", len(cp.Failed), len(cp.Failed[0].Error), cp.Failed[0].Error)
+	}
+	if e := errorText([]byte(`{"error":"RateLimitExceeded","message":"slow down"}`)); e != "RateLimitExceeded: slow down" {
+		t.Fatalf("XRPC error kept as %q", e)
+	}
+}
+
+// A resync whose CAR does not decode fails (its marker stays, to be tried
+// again); it was reported done, its marker cleared for good.
+func TestResyncOfABadCARFails(t *testing.T) {
+	pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("this is not a CAR"))
+	}))
+	defer pds.Close()
+	w, _, _, _ := testWriterOf(t, 1<<20)
+	b := &Backfill{PLC: faultPLC(t, pds.URL)}
+	if err := b.Resync(context.Background(), w, faultDID); err == nil {
+		t.Fatal("a resync whose CAR does not decode reported success")
+	}
+}
+
+// listRepos: an account the relay lists as gone (deactivated) is not
+// fetched, and counted inactive; one it lists inactive for its own reasons
+// (throttled) is still there, and fetched.
+func TestBackfillListsRelayInactive(t *testing.T) {
+	var fetched sync.Map
+	pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetched.Store(r.URL.Query().Get("did"), true)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer pds.Close()
+	const throttled, deactivated = "did:plc:tttttttttttttttttttttttt", "did:plc:dddddddddddddddddddddddd"
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"repos":[{"did":%q,"active":false,"status":"throttled"},{"did":%q,"active":false,"status":"deactivated"}]}`, throttled, deactivated)
+	}))
+	defer relay.Close()
+	w, _, _, _ := testWriterOf(t, 1<<20)
+	b := &Backfill{Relay: relay.URL, PLC: faultPLC(t, pds.URL), NoCompaction: true}
+	if err := b.pass(context.Background(), w, ""); err != nil {
+		t.Fatal(err)
+	}
+	counts, _ := b.Progress()
+	_, t1 := fetched.Load(throttled)
+	_, d1 := fetched.Load(deactivated)
+	if !t1 || d1 || counts["inactive"] != 1 || counts["failed"] != 1 {
+		t.Fatalf("throttled fetched %v, deactivated fetched %v, counts %v", t1, d1, counts)
+	}
+}
+
+// The retry pass (after the listing, and first on every new leader) fetches
+// the failed repositories as many at once as a page's.
+func TestRetryFailedConcurrent(t *testing.T) {
+	var cur, most atomic.Int32
+	pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := cur.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(200 * time.Millisecond)
+		cur.Add(-1)
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	defer pds.Close()
+	w, _, _, _ := testWriterOf(t, 1<<20)
+	b := &Backfill{PLC: faultPLC(t, pds.URL), Concurrency: 16, PerHost: 16}
+	st := newBackfillState(b.Name())
+	for _, d := range []string{"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb", "did:plc:cccccccccccccccccccccccc"} {
+		st.failed[d] = &RepoState{DID: d, State: RepoFailed}
+	}
+	b.state.Store(st)
+	if err := b.retryFailed(context.Background(), w, EOFCursor("x")); err != nil {
+		t.Fatal(err)
+	}
+	if most.Load() < 2 {
+		t.Fatalf("at most %d repositories fetched at once", most.Load())
+	}
+}
+
+// A resync that fails is tried again in the same term, after a wait that
+// doubles; it waited for the next leader.
+func TestFailedResyncTriedAgain(t *testing.T) {
+	defer func(d time.Duration) { resyncRetryBase = d }(resyncRetryBase)
+	resyncRetryBase = 100 * time.Millisecond
+	var hits atomic.Int32
+	pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	defer pds.Close()
+	w, _, _, _ := testWriterOf(t, 1<<20)
+	b := &Backfill{PLC: faultPLC(t, pds.URL), ResyncOnly: true}
+	w.resyncer.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go (&Runner{}).resyncLoop(ctx, w, b)
+	w.mu.Lock()
+	w.requestResync("test", faultDID, time.Time{})
+	w.mu.Unlock()
+	deadline := time.Now().Add(20 * time.Second)
+	for hits.Load() <= backfillTries {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d fetches in 20s: the failed resync was not tried again", hits.Load())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	resyncRetryBase = time.Minute
+	if a, b := resyncRetry(1), resyncRetry(10); a != time.Minute || b != time.Hour {
+		t.Fatalf("resyncRetry: %v after one failure, %v after ten; want a minute, and the hour it is bounded by", a, b)
+	}
+}

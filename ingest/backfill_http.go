@@ -1,0 +1,82 @@
+package ingest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// httpError is an answer other than 200 from a relay, a PLC directory or
+// a PDS.
+type httpError struct {
+	status int
+	// body is the answer's XRPC error and message, else the start of its
+	// body: printable text of at most errorBodyMax bytes, since it goes
+	// into the backfill's checkpoint and `eddy-ctl backfill status`.
+	body string
+	// retryAfter is the answer's Retry-After (0: none), at most
+	// retryAfterMax.
+	retryAfter time.Duration
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.body) }
+
+const (
+	// errorBodyMax bounds the text an error answer leaves in the state
+	// (a proxy's HTML error page is kilobytes, for every repository of
+	// its host).
+	errorBodyMax = 256
+	// retryAfterMax bounds the wait a Retry-After asks before a try.
+	retryAfterMax = time.Minute
+)
+
+// newHTTPError makes the error of resp, whose body (or its start) is body.
+func newHTTPError(resp *http.Response, body []byte, now time.Time) *httpError {
+	return &httpError{status: resp.StatusCode, body: errorText(body), retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), now)}
+}
+
+// errorText is an error answer's XRPC "error: message", else its body's
+// start, printable and at most errorBodyMax bytes.
+func errorText(body []byte) string {
+	s := string(body)
+	var xe struct{ Error, Message string }
+	if json.Unmarshal(body, &xe) == nil && xe.Error != "" {
+		s = xe.Error
+		if xe.Message != "" {
+			s += ": " + xe.Message
+		}
+	}
+	var b strings.Builder
+	for _, r := range strings.TrimSpace(s) {
+		if b.Len() >= errorBodyMax {
+			b.WriteString("…")
+			break
+		}
+		switch {
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		case unicode.IsSpace(r):
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()
+}
+
+// parseRetryAfter reads a Retry-After header (seconds, or an HTTP date),
+// at most retryAfterMax; 0 when absent or unreadable.
+func parseRetryAfter(h string, now time.Time) time.Duration {
+	if h == "" {
+		return 0
+	}
+	var d time.Duration
+	if n, err := strconv.Atoi(strings.TrimSpace(h)); err == nil {
+		d = time.Duration(n) * time.Second
+	} else if t, err := http.ParseTime(h); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), retryAfterMax)
+}
