@@ -67,9 +67,16 @@ type Backfill struct {
 	// NoCompaction: the end of the backfill asks for no full compaction
 	// (compactAfterBackfill).
 	NoCompaction bool
-	HTTP         *http.Client
-	Log          hclog.Logger
-	OnSkip       func(reason string)
+	// Private says whether the hosts DID documents name (PDSes, did:web
+	// domains) may be private addresses (loopback, private networks, link
+	// local): nil decides by the relay, PLC directory and DIDWeb
+	// configured (allowed when one of them is on such an address: a test
+	// or a private network), else only public ones, so that a DID
+	// document cannot point the leader at its own network.
+	Private *bool
+	HTTP    *http.Client
+	Log     hclog.Logger
+	OnSkip  func(reason string)
 
 	hostMu   sync.Mutex
 	hosts    map[string]chan struct{}
@@ -81,6 +88,7 @@ type Backfill struct {
 
 	setupOnce  sync.Once
 	httpClient *http.Client   // when HTTP is nil
+	remoteHTTP *http.Client   // for hosts a DID document names: public addresses only, unless privateAllowed
 	bufs       chan *repoBufs // free list (a sync.Pool is emptied by every GC)
 }
 
@@ -131,6 +139,13 @@ func (b *Backfill) setup() {
 			t.MaxIdleConnsPerHost = conc
 			t.MaxIdleConns = max(t.MaxIdleConns, 4*conc)
 			b.httpClient = &http.Client{Timeout: backfillHTTPTimeout, Transport: t}
+			b.remoteHTTP = b.httpClient
+			if !b.privateAllowed() {
+				rt := t.Clone()
+				rt.DialContext = publicDialer().DialContext
+				rt.Proxy = nil // a proxy would dial for us
+				b.remoteHTTP = &http.Client{Timeout: backfillHTTPTimeout, Transport: rt}
+			}
 		}
 	})
 }
@@ -233,11 +248,15 @@ type listReposOut struct {
 }
 
 func (b *Backfill) getJSON(ctx context.Context, u string, max int64, out any) error {
+	return b.getJSONWith(ctx, b.client(), u, max, out)
+}
+
+func (b *Backfill) getJSONWith(ctx context.Context, hc *http.Client, u string, max int64, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := b.client().Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
@@ -255,6 +274,7 @@ func (b *Backfill) getJSON(ctx context.Context, u string, max int64, out any) er
 // resolvePDS finds a DID's PDS from its DID document.
 func (b *Backfill) resolvePDS(ctx context.Context, did string) (string, error) {
 	var docURL string
+	hc := b.client() // the configured PLC directory, or DIDWeb
 	switch {
 	case strings.HasPrefix(did, "did:plc:"):
 		if b.PLC == "" {
@@ -273,6 +293,7 @@ func (b *Backfill) resolvePDS(ctx context.Context, did string) (string, error) {
 			scheme = "http"
 		}
 		docURL = scheme + "://" + host + "/.well-known/did.json"
+		hc = b.remoteClient() // a host the DID names
 	default:
 		return "", fmt.Errorf("DID method of %q not supported", did)
 	}
@@ -283,13 +304,18 @@ func (b *Backfill) resolvePDS(ctx context.Context, did string) (string, error) {
 			ServiceEndpoint string `json:"serviceEndpoint"`
 		} `json:"service"`
 	}
-	if err := b.getJSON(ctx, docURL, didDocBytesMax, &doc); err != nil {
+	if err := b.getJSONWith(ctx, hc, docURL, didDocBytesMax, &doc); err != nil {
 		return "", fmt.Errorf("DID document of %s: %w", did, err)
 	}
 	for _, s := range doc.Service {
 		if strings.HasSuffix(s.ID, "#atproto_pds") || s.Type == "AtprotoPersonalDataServer" {
 			if u, err := url.Parse(s.ServiceEndpoint); err == nil && (u.Scheme == "https" || u.Scheme == "http") {
-				return strings.TrimRight(s.ServiceEndpoint, "/"), nil
+				// A base URL, nothing else: a path, query or user part
+				// would let a DID document pick what the leader asks.
+				if u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+					return "", fmt.Errorf("DID document of %s: PDS endpoint %q is not a base URL (scheme://host[:port])", did, errorText([]byte(s.ServiceEndpoint)))
+				}
+				return u.Scheme + "://" + u.Host, nil
 			}
 		}
 	}
@@ -357,7 +383,7 @@ func (b *Backfill) fetchRepo(ctx context.Context, did string, buf []byte) ([]byt
 	if err != nil {
 		return nil, err
 	}
-	resp, err := b.client().Do(req)
+	resp, err := b.remoteClient().Do(req)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -173,5 +174,63 @@ func TestFailedResyncTriedAgain(t *testing.T) {
 	resyncRetryBase = time.Minute
 	if a, b := resyncRetry(1), resyncRetry(10); a != time.Minute || b != time.Hour {
 		t.Fatalf("resyncRetry: %v after one failure, %v after ten; want a minute, and the hour it is bounded by", a, b)
+	}
+}
+
+// A DID document (anyone can publish one) cannot point the leader at a
+// path of its choosing, nor, unless the backfill runs on a private network
+// (its relay or PLC directory on a private address, or private=true), at a
+// private address: a PDS or did:web host must be a public one.
+func TestBackfillFetchesPublicHostsOnly(t *testing.T) {
+	var asked atomic.Int32
+	internal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprint(w, "SECRET")
+	}))
+	defer internal.Close()
+	w, _, _, _ := testWriterOf(t, 1<<20)
+	no, yes := false, true
+	for _, c := range []struct {
+		name     string
+		endpoint string
+		private  *bool
+		want     string // in the repository's error
+	}{
+		{"a path", internal.URL + "/admin/secrets?x=", nil, "not a base URL"},
+		{"a user", "http://user@" + strings.TrimPrefix(internal.URL, "http://"), nil, "not a base URL"},
+		{"a private address", internal.URL, &no, "not a public address"},
+	} {
+		b := &Backfill{PLC: faultPLC(t, c.endpoint), Private: c.private}
+		b.state.Store(newBackfillState(b.Name()))
+		if err := b.repo(context.Background(), w, faultDID, false); err != nil {
+			t.Fatal(err)
+		}
+		_, failed := b.Progress()
+		if len(failed) != 1 || !strings.Contains(failed[0].Error, c.want) || strings.Contains(failed[0].Error, "SECRET") {
+			t.Fatalf("%s: failed %+v; want one failure saying %q", c.name, failed, c.want)
+		}
+	}
+	if n := asked.Load(); n != 0 {
+		t.Fatalf("the internal server was asked %d times", n)
+	}
+	// By default a backfill whose PLC directory is on a private address
+	// (here loopback) is on a private network: its PDSes may be too.
+	b := &Backfill{PLC: faultPLC(t, internal.URL), Private: &yes}
+	b.state.Store(newBackfillState(b.Name()))
+	if err := b.repo(context.Background(), w, faultDID, false); err != nil || asked.Load() == 0 {
+		t.Fatalf("private=true: %v, asked %d times", err, asked.Load())
+	}
+	if !(&Backfill{PLC: "http://127.0.0.1:2582"}).privateAllowed() || (&Backfill{Relay: "https://bsky.network", PLC: "https://plc.directory"}).privateAllowed() {
+		t.Fatal("the default: private addresses allowed only for a backfill configured on one")
+	}
+	for a, public := range map[string]bool{
+		"8.8.8.8": true, "2001:4860:4860::8888": true, "127.0.0.1": false, "10.1.2.3": false, "172.16.0.1": false,
+		"192.168.1.1": false, "169.254.169.254": false, "100.64.0.1": false, "0.0.0.0": false, "::1": false,
+		"fd00::1": false, "fe80::1": false, "::ffff:127.0.0.1": false, "0.1.2.3": false,
+	} {
+		if got := publicAddr(netip.MustParseAddr(a)); got != public {
+			t.Errorf("publicAddr(%s) = %v", a, got)
+		}
 	}
 }

@@ -2,10 +2,15 @@ package ingest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
 )
@@ -79,4 +84,61 @@ func parseRetryAfter(h string, now time.Time) time.Duration {
 		d = t.Sub(now)
 	}
 	return min(max(d, 0), retryAfterMax)
+}
+
+// remoteClient is the client for hosts a DID document names.
+func (b *Backfill) remoteClient() *http.Client {
+	if b.HTTP != nil {
+		return b.HTTP
+	}
+	b.setup()
+	return b.remoteHTTP
+}
+
+// privateAllowed: b.Private, or by default whether the relay, the PLC
+// directory or DIDWeb configured is on a private address.
+func (b *Backfill) privateAllowed() bool {
+	if b.Private != nil {
+		return *b.Private
+	}
+	for _, raw := range []string{b.Relay, b.PLC, b.DIDWeb} {
+		if u, err := url.Parse(raw); err == nil && u.Hostname() != "" {
+			if u.Hostname() == "localhost" {
+				return true
+			}
+			if a, err := netip.ParseAddr(u.Hostname()); err == nil && !publicAddr(a) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// errNotPublic: a DID document named a host on a non-public address.
+var errNotPublic = errors.New("not a public address")
+
+// publicDialer dials public addresses only: the check runs on the
+// address being connected to, after name resolution, so a name that
+// resolves to a private address is refused too.
+func publicDialer() *net.Dialer {
+	return &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second,
+		Control: func(network, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return err
+			}
+			if !publicAddr(ap.Addr()) {
+				return fmt.Errorf("%s: %w", address, errNotPublic)
+			}
+			return nil
+		}}
+}
+
+// cgnat is the shared address space of carrier-grade NAT (RFC 6598).
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+
+// publicAddr reports whether a is a public unicast address.
+func publicAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsGlobalUnicast() && !a.IsPrivate() && !cgnat.Contains(a) && !(a.Is4() && a.As4()[0] == 0)
 }

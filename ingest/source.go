@@ -75,7 +75,9 @@ func badEventReason(err error) string {
 //	    also &concurrency=N (repositories at once, default 16), &per_host=N
 //	    (at once per PDS host, default 4), &rate=R (fetches started a second
 //	    per PDS host, default unbounded), &compact=false (no full compaction
-//	    when the backfill first reaches its end)
+//	    when the backfill first reaches its end), &private=true|false
+//	    (whether PDSes and did:web hosts may be private addresses; by
+//	    default only when the relay or PLC directory is on one)
 func ParseSource(raw string, log hclog.Logger) (Source, error) {
 	kind, rest, ok := strings.Cut(raw, "+")
 	if !ok {
@@ -98,9 +100,9 @@ func ParseSource(raw string, log hclog.Logger) (Source, error) {
 		q := u.Query()
 		for name := range q {
 			switch name {
-			case "plc", "didweb", "concurrency", "per_host", "rate", "resync_only", "compact":
+			case "plc", "didweb", "concurrency", "per_host", "rate", "resync_only", "compact", "private":
 			default: // a misspelt resync_only would crawl the whole network
-				return nil, fmt.Errorf("source %q: unknown parameter %q (plc, didweb, concurrency, per_host, rate, resync_only, compact)", raw, name)
+				return nil, fmt.Errorf("source %q: unknown parameter %q (plc, didweb, concurrency, per_host, rate, resync_only, compact, private)", raw, name)
 			}
 		}
 		bf := &Backfill{PLC: q.Get("plc"), DIDWeb: q.Get("didweb"), Log: log}
@@ -125,6 +127,13 @@ func ParseSource(raw string, log hclog.Logger) (Source, error) {
 			return nil, fmt.Errorf("source %q: %w", raw, err)
 		}
 		bf.ResyncOnly, bf.NoCompaction = resyncOnly, !compact
+		if q.Has("private") {
+			private, err := boolParam(q, "private", false)
+			if err != nil {
+				return nil, fmt.Errorf("source %q: %w", raw, err)
+			}
+			bf.Private = &private
+		}
 		if v := q.Get("rate"); v != "" {
 			r, err := strconv.ParseFloat(v, 64)
 			if err != nil || !(r > 0) || r > 1e6 {
