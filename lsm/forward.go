@@ -14,6 +14,12 @@ import (
 // on concurrent requests).
 const forwardConcurrency = 16
 
+// ForwardMax bounds the forward entries one Forward reads in all (each is
+// held twice while it is judged: 2M entries, ~256 MB at most): a record
+// may have up to 512 links, so 100,000 join records of getManyToManyCounts
+// could otherwise hold gigabytes (a variable for the tests).
+var ForwardMax int64 = 2 << 20
+
 // Forward returns, for each source S (in the order given), the live links
 // out of S, each as a normal Backlink {Target: T, Source: S, Location: L,
 // SourceRev: rev}, sorted by (Target, Location). A source with no live
@@ -25,7 +31,7 @@ const forwardConcurrency = 16
 // link.ForwardKey(S)), forwardConcurrency sources at a time; round two
 // judges them all at once by the revocations of S and of its repository
 // (not of T, which the stored entry holds in its source field). More than
-// CandidatesMax entries in total is ErrTooBig.
+// ForwardMax entries in total is ErrTooBig.
 func (r *Reader) Forward(ctx context.Context, v *View, sources []link.RecordID) ([][]link.Backlink, Stats, error) {
 	var st Stats
 	out := make([][]link.Backlink, len(sources))
@@ -78,8 +84,8 @@ func (r *Reader) Forward(ctx context.Context, v *View, sources []link.RecordID) 
 					fail(fmt.Errorf("forward entries of %v: %w", src, err))
 					return
 				}
-				if total.Add(int64(len(cands))) > CandidatesMax {
-					fail(fmt.Errorf("forward entries of %d sources: more than %d links: %w", len(sources), CandidatesMax, ErrTooBig))
+				if total.Add(int64(len(cands))) > ForwardMax {
+					fail(fmt.Errorf("forward entries of %d sources: more than %d links: %w", len(sources), ForwardMax, ErrTooBig))
 					return
 				}
 				if len(cands) == 0 {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/url"
 	"testing"
+
+	"github.com/eddy-backlinks/eddy/lsm"
 )
 
 // A page whose filter passes few of a popular target's links reads a
@@ -56,5 +58,30 @@ func TestFilteredPagesReadBounded(t *testing.T) {
 		if code, _ := f.get("/xrpc/blue.microcosm.links.getBacklinks", q, &first); code != 200 || len(first.Records) != 0 || first.Cursor == nil {
 			t.Fatalf("getBacklinks did=%s, first page: %d, %d records, cursor %v; want an empty page with a cursor", c.did, code, len(first.Records), first.Cursor)
 		}
+	}
+}
+
+// getManyToManyCounts reads the links of at most 100,000 join records, and
+// at most lsm.ForwardMax of those links in all (a record may hold 512: a
+// few records of many links could otherwise hold gigabytes): past it 400
+// QueryTooBig.
+func TestManyToManyCountsBoundsTheLinksRead(t *testing.T) {
+	f := newFixture(t)
+	const list = "at://did:plc:owner0000000000000000000/app.bsky.graph.list/3lmylist22222"
+	for i := 0; i < 30; i++ {
+		f.write(fmt.Sprintf("at://did:plc:joiner%017d/com.example.join/%s", i, tid(i)),
+			`{"$type":"com.example.join","list":"`+list+`","members":["did:plc:m00000000000000000000000","did:plc:m00000000000000000000001"]}`)
+	}
+	f.flush()
+	q := url.Values{"subject": {list}, "source": {"com.example.join:list"}, "pathToOther": {"members[]"}}
+	var counts m2mCountsOut
+	if code, _ := f.get("/xrpc/blue.microcosm.links.getManyToManyCounts", q, &counts); code != 200 || len(counts.CountsByOtherSubject) != 2 {
+		t.Fatalf("getManyToManyCounts: %d %+v", code, counts)
+	}
+	defer func(n int64) { lsm.ForwardMax = n }(lsm.ForwardMax)
+	lsm.ForwardMax = 50 // 30 records of 3 links: 90
+	var tooBig struct{ Error, Message string }
+	if code, _ := f.get("/xrpc/blue.microcosm.links.getManyToManyCounts", q, &tooBig); code != 400 || tooBig.Error != "QueryTooBig" {
+		t.Fatalf("getManyToManyCounts past the links' bound: %d %+v, want 400 QueryTooBig", code, tooBig)
 	}
 }
