@@ -1,6 +1,7 @@
 package query
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/zeebo/xxh3"
 )
 
 // The Constellation-compatible API (same parameter names and response
@@ -334,24 +336,28 @@ func (s *Server) totalOf(ctx context.Context, v *lsm.View, known []subject, f ls
 // leader's rewind, a backfill of a repository the live stream already
 // wrote). The hash key holds the links written before (usually few): all
 // of them are read, then the encoding's links from the same accounts.
+//
+// In a backfill the hash key of a popular target may hold millions (its
+// links written before its author's repository): each position is kept as
+// 16 bytes of its hash, sorted (a map of the positions took ~50 bytes a
+// link), and the accounts once each.
 func (s *Server) twins(ctx context.Context, v *lsm.View, enc, hash link.RecordID, f lsm.Filter) (uint64, error) {
-	type pos struct {
-		src link.RecordID
-		loc link.Location
-	}
-	at := map[pos]bool{}
+	var at []xxh3.Uint128
 	g := f
 	g.DIDs = nil
 	_, err := s.Reader.Each(ctx, v, hash, f, func(links []link.Backlink) error {
 		for i := range links {
-			at[pos{links[i].Source, links[i].Location}] = true
-			g.DIDs = append(g.DIDs, links[i].Source.DID)
+			at = append(at, posHash(&links[i]))
+			if k := len(g.DIDs); k == 0 || g.DIDs[k-1] != links[i].Source.DID {
+				g.DIDs = append(g.DIDs, links[i].Source.DID)
+			}
 		}
 		return nil
 	})
 	if err != nil || len(at) == 0 {
 		return 0, err
 	}
+	slices.SortFunc(at, cmpUint128)
 	slices.Sort(g.DIDs)
 	g.DIDs = slices.Compact(g.DIDs)
 	// The encoding's links from those accounts, window by window: a
@@ -359,7 +365,7 @@ func (s *Server) twins(ctx context.Context, v *lsm.View, enc, hash link.RecordID
 	var n uint64
 	_, err = s.Reader.Each(ctx, v, enc, g, func(links []link.Backlink) error {
 		for i := range links {
-			if at[pos{links[i].Source, links[i].Location}] {
+			if _, ok := slices.BinarySearchFunc(at, posHash(&links[i]), cmpUint128); ok {
 				n++
 			}
 		}
@@ -369,6 +375,23 @@ func (s *Server) twins(ctx context.Context, v *lsm.View, enc, hash link.RecordID
 		return 0, err
 	}
 	return n, nil
+}
+
+// posHash is 128 bits of the hash of a link's (source, location): two
+// positions of one target's keys share it by chance with a probability
+// of about 2^-128 a pair.
+func posHash(l *link.Backlink) xxh3.Uint128 {
+	var b [link.RecordIDSize + 8]byte
+	l.Source.Put(b[:])
+	binary.BigEndian.PutUint64(b[link.RecordIDSize:], uint64(l.Location))
+	return xxh3.Hash128(b[:])
+}
+
+func cmpUint128(a, b xxh3.Uint128) int {
+	if c := cmp.Compare(a.Hi, b.Hi); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Lo, b.Lo)
 }
 
 // cutAt drops the links past h in the page's direction.
