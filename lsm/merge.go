@@ -84,7 +84,7 @@ func (r *Reader) candidates(ctx context.Context, v *View, target link.RecordID, 
 		return nil, nil, err
 	}
 	horizon := roundOneHorizon(groups, s.cut, prefix[:], w.reverse)
-	out, horizon, err := mergeCandidates(target, f, w, horizon, s)
+	out, horizon, err := mergeCandidates(target, f, w, horizon, s, st)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -147,7 +147,6 @@ func planRoundOne(ctx context.Context, v *View, prefix, key []byte, w window, s 
 			}
 		}
 		s.groups = addGroup(s.groups, p.t, p.m, p.lo, p.hi)
-		st.Scanned += (p.hi - p.lo + 1) * frameBytes(p.m.version) / link.BacklinkSize
 		// A count's windows past the first read a target bigger than a
 		// window: caching them would only evict everything else.
 		s.groups[len(s.groups)-1].noCache = w.spread && key != nil
@@ -222,7 +221,7 @@ func roundOneHorizon(groups []fetchGroup, cut []bool, prefix []byte, reverse boo
 // mergeCandidates merges the target's records of every group read (in
 // s.groups) into s.out: those that pass f, after the window's cursor and
 // not beyond horizon, in order, identical links folded to the newest rev.
-func mergeCandidates(target link.RecordID, f *Filter, w window, horizon *Cursor, s *queryScratch) ([]link.Backlink, *Cursor, error) {
+func mergeCandidates(target link.RecordID, f *Filter, w window, horizon *Cursor, s *queryScratch, st *Stats) ([]link.Backlink, *Cursor, error) {
 	prefix := target.Bytes()
 	groups := s.groups
 	inWindow := func(l *link.Backlink) bool {
@@ -279,6 +278,7 @@ func mergeCandidates(target link.RecordID, f *Filter, w window, horizon *Cursor,
 	if n > CandidatesMax {
 		return nil, nil, fmt.Errorf("target %v: more than %d links: %w", target, CandidatesMax, ErrTooBig)
 	}
+	st.Scanned += n // the target's links in the window, before the filter
 	out := s.out[:0]
 	if cap(out) < n {
 		out = make([]link.Backlink, 0, n)

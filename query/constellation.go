@@ -588,17 +588,21 @@ func (s *Server) backlinksOf(ctx context.Context, v *lsm.View, sub *subject, q l
 	if limit <= 0 || limit > lsm.LimitMax {
 		limit = lsm.LimitMax
 	}
-	if len(out.Links) > limit {
+	truncated := len(out.Links) > limit
+	if truncated {
 		out.Links, more = out.Links[:limit], true
 	}
 	switch {
-	case more && len(out.Links) > 0:
+	case !more:
+	case horizon != nil && !truncated:
+		// Every key's links up to the horizon were read and are here (a
+		// page short of its limit, even empty): the next goes on from
+		// there, not from this page's last link (from which it would
+		// read the same stretch again, or nothing new at all).
+		out.Next = &lsm.Cursor{Source: horizon.Source, Location: horizon.Location}
+	case len(out.Links) > 0:
 		last := out.Links[len(out.Links)-1]
 		out.Next = &lsm.Cursor{Source: last.Source, Location: last.Location}
-	case more && horizon != nil:
-		// Empty up to the horizon (a page that read its most and found
-		// nothing that passed): the next goes on from there.
-		out.Next = &lsm.Cursor{Source: horizon.Source, Location: horizon.Location}
 	}
 	return out, nil
 }

@@ -296,7 +296,7 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 	var prevSource link.RecordID
 	hashKeys := map[link.RecordID]link.RecordID{}
 	batch := min(limit+1, m2mScanMax)
-	examined := 0
+	examined, scanned := 0, 0 // join records given, the subject's links read
 	for len(items) <= limit {
 		res, err := s.backlinksOf(ctx, v, sub, lsm.Query{After: after, Reverse: true, Limit: batch, Filter: m.lq.filter})
 		if err != nil {
@@ -338,13 +338,17 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 				items = append(items, item{pos: linkPos{Source: b.Source, Location: b.Location, Target: t}, other: t})
 			}
 		}
-		examined += max(len(res.Links), res.Stats.Scanned) // a filter that passes few links reads many
+		examined += len(res.Links)
+		scanned += res.Stats.Scanned // a filter that passes few links reads many
 		if res.Next == nil {
 			break
 		}
-		if examined >= m2mScanMax && len(items) <= limit {
-			last := res.Links[len(res.Links)-1]
-			stop = &linkPos{Source: last.Source, Location: last.Location, Target: maxRecordID}
+		if (examined >= m2mScanMax || scanned >= s.pageScanMax()) && len(items) <= limit {
+			// Past everything the read considered (its cursor: the last
+			// link of a full page, the horizon of a short one), so that
+			// the next page moves on even when this one gave only the
+			// cursor's own record again.
+			stop = &linkPos{Source: res.Next.Source, Location: res.Next.Location, Target: maxRecordID}
 			break
 		}
 		after = res.Next
@@ -372,6 +376,15 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 		out.Cursor = encodePosCursor(kindItems, stop, true, sc) // past every item of the last record examined
 	}
 	return out, nil
+}
+
+// pageScanMax is the subject's links one getManyToMany page reads at most
+// in all its reads: as many as one lsm page (Reader.PageScanMax).
+func (s *Server) pageScanMax() int {
+	if n := s.Reader.PageScanMax; n > 0 {
+		return n
+	}
+	return lsm.DefaultPageScanMax
 }
 
 // maxRecordID sorts after every record ID: a position past all of a join

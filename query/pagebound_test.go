@@ -85,3 +85,37 @@ func TestManyToManyCountsBoundsTheLinksRead(t *testing.T) {
 		t.Fatalf("getManyToManyCounts past the links' bound: %d %+v, want 400 QueryTooBig", code, tooBig)
 	}
 }
+
+// getManyToMany's budget counts the subject's links read, not the frames
+// they sit in: over a subject in several runs, a selective otherSubject
+// still pages in a few pages, not one batch a page.
+func TestManyToManyBudgetCountsLinksRead(t *testing.T) {
+	f := newFixture(t)
+	const list = "at://did:plc:owner0000000000000000000/app.bsky.graph.list/3lmylist22222"
+	for run := 0; run < 6; run++ {
+		for i := run * 10; i < run*10+10; i++ {
+			uri := fmt.Sprintf("at://did:plc:u%023d/app.bsky.graph.listitem/3lmyitem%05d", i, i)
+			f.write(uri, `{"$type":"app.bsky.graph.listitem","list":"`+list+`","subject":"did:plc:m`+fmt.Sprintf("%023d", i%10)+`","createdAt":"2026-07-04T14:38:08.999Z"}`)
+		}
+		f.flush()
+	}
+	m := url.Values{"subject": {list}, "source": {"app.bsky.graph.listitem:list"}, "pathToOther": {"subject"},
+		"otherSubject": {fmt.Sprintf("did:plc:m%023d", 3)}, "limit": {"5"}}
+	pages := 0
+	var all []m2mItem
+	for {
+		var out m2mOut
+		if code, _ := f.get("/xrpc/blue.microcosm.links.getManyToMany", m, &out); code != 200 {
+			t.Fatalf("getManyToMany: %d", code)
+		}
+		pages++
+		all = append(all, out.Items...)
+		if out.Cursor == nil {
+			break
+		}
+		m.Set("cursor", *out.Cursor)
+	}
+	if len(all) != 6 || pages > 2 {
+		t.Fatalf("%d items in %d pages; want the 6 in 2", len(all), pages)
+	}
+}
