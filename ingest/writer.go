@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -164,7 +163,6 @@ type Writer struct {
 		// the replicated marker only if no newer request came meanwhile.
 		resyncs map[string]uint64
 		resync  resyncState // what holds resyncs back while a stream catches up (resync.go)
-		tooBig  string      // "<did> <seq>" of the last commit whose blocks the relay left out
 	}
 	dead atomic.Bool
 	// resyncer: a source fetches repositories again on request (a
@@ -391,13 +389,7 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 		return nil
 	}
 	if op.Skip != "" || op.Record == nil {
-		w.skipOp(source, skipReason(op.Skip), op, nil)
-		if k := op.DID + " " + strconv.FormatInt(op.Seq, 10); op.Skip == event.SkipTooBig && k != w.mu.tooBig {
-			// The relay left the commit's blocks out (tooBig): its
-			// records can only be had from the repository itself.
-			w.mu.tooBig = k
-			w.requestResync(source, op.DID, op.Time)
-		}
+		w.skipOp(source, skipReason(op.Skip), op, nil) // a tooBig commit's: its KindSync op asks for a resync
 		return nil
 	}
 	return w.linksLocked(source, op, src, stamp)

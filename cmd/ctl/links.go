@@ -199,8 +199,9 @@ func linksFirehose(ctx context.Context, path string, p *linkPrinter, stderr io.W
 		}
 		err := event.DecodeFrame(b, p.op)
 		var se *event.StreamError
+		var info *event.Info
 		switch {
-		case err == nil:
+		case err == nil, errors.As(err, &info): // a relay's notice: no links
 		case errors.As(err, &se):
 			p.skip("stream_error")
 			fmt.Fprintf(stderr, "eddy-ctl links: %s frame %d: %v\n", path, frame, err)

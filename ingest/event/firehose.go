@@ -114,7 +114,10 @@ var framePool = sync.Pool{New: func() any {
 //     when the commit is flagged tooBig, whose blocks relays leave out); one
 //     that is not valid data, Skip "record_cbor"; a path that is not
 //     "collection/rkey", Skip "bad_path"; an unknown action, Skip
-//     "bad_action". A commit with no ops yields nothing.
+//     "bad_action". A commit with no ops yields nothing. A commit the
+//     relay flagged tooBig (its blocks, and from a PDS its ops, left out)
+//     yields, after its ops (Skip "too_big"), a KindSync op of its
+//     repository: only the repository itself can give its records.
 //   - #identity: one KindIdentity op (Seq, DID, Handle if present).
 //   - #account: one KindAccount op (Seq, DID, Active, Status).
 //   - #sync: one KindSync op (Seq, DID, Rev): the repository is now at Rev
@@ -318,10 +321,21 @@ func decodeErrorFrame(body []byte) error {
 	return se
 }
 
-func decodeCommitFrame(body []byte, st *frameState, fn func(*Op) error) error {
+func decodeCommitFrame(body []byte, st *frameState, fn func(*Op) error) (err error) {
 	var ev comatproto.SyncSubscribeRepos_Commit
 	if err := ev.UnmarshalCBOR(bytes.NewReader(body)); err != nil {
 		return fmt.Errorf("#commit: %w", err)
+	}
+	if ev.TooBig {
+		// The relay left the commit's blocks out (and a PDS its ops):
+		// after what ops it lists, a KindSync op of the repository, whose
+		// records only the repository itself can give.
+		defer func() {
+			if err == nil {
+				st.op = Op{Kind: KindSync, DID: ev.Repo, Seq: ev.Seq, Rev: ev.Rev, Time: frameTime(ev.Time)}
+				err = fn(&st.op)
+			}
+		}()
 	}
 	if len(ev.Ops) == 0 {
 		return nil

@@ -388,8 +388,18 @@ func TestDecodeFrameCommitSkips(t *testing.T) {
 	check("bad record", SkipRecordCBOR)
 	ev.Blocks = append(append([]byte(nil), blocks[:n+int(hdrLen)]...), dropped...)
 	check("missing record", SkipRecordMissing)
+	// tooBig: the ops listed, their records missing, then a KindSync op
+	// of the repository (its resync); a PDS lists no ops at all.
 	ev.TooBig = true
-	check("too big", SkipTooBig)
+	for _, n := range []int{1, 0} {
+		ev.Ops = ev.Ops[:n]
+		ops, err := decodeAll(t, frame())
+		if err != nil || len(ops) != n+1 || (n == 1 && ops[0].Skip != SkipTooBig) ||
+			ops[n].Kind != KindSync || ops[n].DID != ev.Repo || ops[n].Seq != ev.Seq || ops[n].Rev != ev.Rev {
+			t.Fatalf("too big, %d ops: %+v %v", n, ops, err)
+		}
+	}
+	ev.Ops = []*comatproto.SyncSubscribeRepos_RepoOp{&good}
 	ev.TooBig = false
 	ev.Blocks = nil
 	check("no blocks", SkipRecordMissing)
