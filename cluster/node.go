@@ -103,10 +103,19 @@ type Node struct {
 	}
 	done chan struct{}
 	wg   sync.WaitGroup
+	// hadState: the node opened with Raft state (a log or a snapshot): it
+	// had been a member.
+	hadState bool
 }
 
-// readNodeID returns the ID persisted in dir, persisting want if none; a
-// different persisted ID is an error (a data directory belongs to one node).
+// HadState reports whether the node opened with Raft state of its own (a
+// member before this start), not an empty data directory.
+func (n *Node) HadState() bool { return n.hadState }
+
+// readNodeID returns the ID persisted in dir, or want (a new one if empty)
+// when none is (keepNodeID persists it once the node's certificate has
+// loaded); a different persisted ID is an error (a data directory belongs
+// to one node).
 func readNodeID(dir, want string) (string, error) {
 	path := filepath.Join(dir, "node-id")
 	b, err := os.ReadFile(path)
@@ -242,6 +251,7 @@ func Open(cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, err
 	}
+	n.hadState = existing
 	if cfg.Restore != nil {
 		if existing {
 			n.closeStores()

@@ -228,6 +228,7 @@ func TestBackfillFetchesPublicHostsOnly(t *testing.T) {
 		"8.8.8.8": true, "2001:4860:4860::8888": true, "127.0.0.1": false, "10.1.2.3": false, "172.16.0.1": false,
 		"192.168.1.1": false, "169.254.169.254": false, "100.64.0.1": false, "0.0.0.0": false, "::1": false,
 		"fd00::1": false, "fe80::1": false, "::ffff:127.0.0.1": false, "0.1.2.3": false,
+		"198.18.0.1": false, "240.0.0.1": false, "64:ff9b::a00:1": false, "2002:a00:1::1": false,
 	} {
 		if got := publicAddr(netip.MustParseAddr(a)); got != public {
 			t.Errorf("publicAddr(%s) = %v", a, got)

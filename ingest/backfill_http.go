@@ -134,11 +134,26 @@ func publicDialer() *net.Dialer {
 		}}
 }
 
-// cgnat is the shared address space of carrier-grade NAT (RFC 6598).
-var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+// notPublic are unicast ranges that are not the public internet's (beside
+// what netip calls private): carrier-grade NAT's shared space, "this
+// network", benchmarking, the reserved class E, and the IPv6 prefixes that
+// embed an IPv4 address anyone may pick (NAT64, 6to4).
+var notPublic = []netip.Prefix{
+	netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("0.0.0.0/8"), netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("240.0.0.0/4"), netip.MustParsePrefix("64:ff9b::/96"), netip.MustParsePrefix("64:ff9b:1::/48"),
+	netip.MustParsePrefix("2002::/16"),
+}
 
 // publicAddr reports whether a is a public unicast address.
 func publicAddr(a netip.Addr) bool {
 	a = a.Unmap()
-	return a.IsGlobalUnicast() && !a.IsPrivate() && !cgnat.Contains(a) && !(a.Is4() && a.As4()[0] == 0)
+	if !a.IsGlobalUnicast() || a.IsPrivate() {
+		return false
+	}
+	for _, p := range notPublic {
+		if p.Contains(a) {
+			return false
+		}
+	}
+	return true
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -40,5 +41,22 @@ func TestJoinClusterRetriesThenReturnsARefusal(t *testing.T) {
 	addr, _ = serve(http.StatusOK)
 	if err := joinCluster(context.Background(), hclog.NewNullLogger(), []string{addr}, "token", "", cluster.JoinRequest{ID: "n3"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A refusal stops a new node; a member (Raft state of its own) only when
+// the cluster removed it, not for a token refused while a rotation is
+// half done.
+func TestJoinRefusalStops(t *testing.T) {
+	removed := fmt.Errorf("join refused: %w", &cluster.CallError{Status: http.StatusForbidden, Name: "Removed"})
+	token := fmt.Errorf("join refused: %w", &cluster.CallError{Status: http.StatusUnauthorized, Name: "Unauthorized"})
+	for _, c := range []struct {
+		member bool
+		err    error
+		stops  bool
+	}{{false, token, true}, {false, removed, true}, {true, token, false}, {true, removed, true}} {
+		if got := refusalStops(c.member, c.err); got != c.stops {
+			t.Errorf("member %v, %v: stops %v, want %v", c.member, c.err, got, c.stops)
+		}
 	}
 }

@@ -249,8 +249,13 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 			if c.nonvoter {
 				req.Suffrage = cluster.SuffrageNonvoter // a new member's; a member keeps its own
 			}
-			if err := joinCluster(bg, log, strings.Split(c.join, ","), token, c.sourceAddr, req); err != nil {
+			err := joinCluster(bg, log, strings.Split(c.join, ","), token, c.sourceAddr, req)
+			switch {
+			case err == nil:
+			case refusalStops(node.HadState(), err):
 				refused <- err
+			default:
+				log.Error("join refused; this node was a member already and goes on as one", "error", err)
 			}
 		})
 	}
@@ -361,6 +366,15 @@ func listen(servers []*http.Server, public func(net.Listener) net.Listener) (<-c
 		go func() { errc <- s.Serve(ln) }()
 	}
 	return errc, nil
+}
+
+// refusalStops says whether the cluster's refusal of a --join stops the
+// node: always for a new node; for one that was a member already (Raft
+// state of its own) only if the cluster removed it (403), not for a
+// refused token (a token rotation half done).
+func refusalStops(wasMember bool, err error) bool {
+	var ce *cluster.CallError
+	return !wasMember || errors.As(err, &ce) && ce.Status == http.StatusForbidden
 }
 
 // joinBackoff: the waits between attempts to join the cluster.
