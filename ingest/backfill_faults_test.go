@@ -229,6 +229,7 @@ func TestBackfillFetchesPublicHostsOnly(t *testing.T) {
 		"192.168.1.1": false, "169.254.169.254": false, "100.64.0.1": false, "0.0.0.0": false, "::1": false,
 		"fd00::1": false, "fe80::1": false, "::ffff:127.0.0.1": false, "0.1.2.3": false,
 		"198.18.0.1": false, "240.0.0.1": false, "64:ff9b::a00:1": false, "2002:a00:1::1": false,
+		"::7f00:1": false, "192.0.0.8": false, "2001::1": false, "fec0::1": false, "100::1": false,
 	} {
 		if got := publicAddr(netip.MustParseAddr(a)); got != public {
 			t.Errorf("publicAddr(%s) = %v", a, got)

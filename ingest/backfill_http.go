@@ -136,12 +136,14 @@ func publicDialer() *net.Dialer {
 
 // notPublic are unicast ranges that are not the public internet's (beside
 // what netip calls private): carrier-grade NAT's shared space, "this
-// network", benchmarking, the reserved class E, and the IPv6 prefixes that
-// embed an IPv4 address anyone may pick (NAT64, 6to4).
+// network", benchmarking, the reserved class E, IETF protocol assignments,
+// and the IPv6 prefixes that embed an IPv4 address anyone may pick
+// (IPv4-compatible, NAT64, 6to4, Teredo), site-local and discard-only.
 var notPublic = []netip.Prefix{
 	netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("0.0.0.0/8"), netip.MustParsePrefix("198.18.0.0/15"),
 	netip.MustParsePrefix("240.0.0.0/4"), netip.MustParsePrefix("64:ff9b::/96"), netip.MustParsePrefix("64:ff9b:1::/48"),
-	netip.MustParsePrefix("2002::/16"),
+	netip.MustParsePrefix("2002::/16"), netip.MustParsePrefix("192.0.0.0/24"), netip.MustParsePrefix("::/96"),
+	netip.MustParsePrefix("2001::/32"), netip.MustParsePrefix("fec0::/10"), netip.MustParsePrefix("100::/64"),
 }
 
 // publicAddr reports whether a is a public unicast address.

@@ -278,7 +278,7 @@ func mergeCandidates(target link.RecordID, f *Filter, w window, horizon *Cursor,
 	if n > CandidatesMax {
 		return nil, nil, fmt.Errorf("target %v: more than %d links: %w", target, CandidatesMax, ErrTooBig)
 	}
-	st.Scanned += n // the target's links in the window, before the filter
+
 	out := s.out[:0]
 	if cap(out) < n {
 		out = make([]link.Backlink, 0, n)
@@ -319,6 +319,9 @@ func mergeCandidates(target link.RecordID, f *Filter, w window, horizon *Cursor,
 	if stopped {
 		last := out[len(out)-1]
 		horizon = &Cursor{Source: last.Source, Location: last.Location}
+		st.Scanned += len(out) // the rest of the window is read again from the new horizon
+	} else {
+		st.Scanned += n // the target's links in the window, before the filter
 	}
 	// Fold identical links (same source and location), keeping the newest.
 	k = 0

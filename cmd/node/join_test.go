@@ -50,11 +50,12 @@ func TestJoinClusterRetriesThenReturnsARefusal(t *testing.T) {
 func TestJoinRefusalStops(t *testing.T) {
 	removed := fmt.Errorf("join refused: %w", &cluster.CallError{Status: http.StatusForbidden, Name: "Removed"})
 	token := fmt.Errorf("join refused: %w", &cluster.CallError{Status: http.StatusUnauthorized, Name: "Unauthorized"})
+	proxy := fmt.Errorf("join refused: %w", &cluster.CallError{Status: http.StatusForbidden, Name: "Forbidden"})
 	for _, c := range []struct {
 		member bool
 		err    error
 		stops  bool
-	}{{false, token, true}, {false, removed, true}, {true, token, false}, {true, removed, true}} {
+	}{{false, token, true}, {false, removed, true}, {true, token, false}, {true, removed, true}, {true, proxy, false}} {
 		if got := refusalStops(c.member, c.err); got != c.stops {
 			t.Errorf("member %v, %v: stops %v, want %v", c.member, c.err, got, c.stops)
 		}

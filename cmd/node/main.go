@@ -370,11 +370,11 @@ func listen(servers []*http.Server, public func(net.Listener) net.Listener) (<-c
 
 // refusalStops says whether the cluster's refusal of a --join stops the
 // node: always for a new node; for one that was a member already (Raft
-// state of its own) only if the cluster removed it (403), not for a
-// refused token (a token rotation half done).
+// state of its own) only if the cluster removed it (403 Removed), not
+// for a refused token (a token rotation half done) nor a proxy's 403.
 func refusalStops(wasMember bool, err error) bool {
 	var ce *cluster.CallError
-	return !wasMember || errors.As(err, &ce) && ce.Status == http.StatusForbidden
+	return !wasMember || errors.As(err, &ce) && ce.Status == http.StatusForbidden && ce.Name == "Removed"
 }
 
 // joinBackoff: the waits between attempts to join the cluster.

@@ -321,22 +321,23 @@ func decodeErrorFrame(body []byte) error {
 	return se
 }
 
-func decodeCommitFrame(body []byte, st *frameState, fn func(*Op) error) (err error) {
+func decodeCommitFrame(body []byte, st *frameState, fn func(*Op) error) error {
 	var ev comatproto.SyncSubscribeRepos_Commit
 	if err := ev.UnmarshalCBOR(bytes.NewReader(body)); err != nil {
 		return fmt.Errorf("#commit: %w", err)
 	}
-	if ev.TooBig {
-		// The relay left the commit's blocks out (and a PDS its ops):
-		// after what ops it lists, a KindSync op of the repository, whose
-		// records only the repository itself can give.
-		defer func() {
-			if err == nil {
-				st.op = Op{Kind: KindSync, DID: ev.Repo, Seq: ev.Seq, Rev: ev.Rev, Time: frameTime(ev.Time)}
-				err = fn(&st.op)
-			}
-		}()
+	if err := decodeCommitOps(&ev, len(body), st, fn); err != nil || !ev.TooBig {
+		return err
 	}
+	// The relay left the commit's blocks out (and a PDS its ops): after
+	// what ops it lists, a KindSync op of the repository, whose records
+	// only the repository itself can give.
+	st.op = Op{Kind: KindSync, DID: ev.Repo, Seq: ev.Seq, Rev: ev.Rev, Time: frameTime(ev.Time)}
+	return fn(&st.op)
+}
+
+// decodeCommitOps yields the ops of a decoded #commit of bodyBytes.
+func decodeCommitOps(ev *comatproto.SyncSubscribeRepos_Commit, bodyBytes int, st *frameState, fn func(*Op) error) error {
 	if len(ev.Ops) == 0 {
 		return nil
 	}
@@ -355,7 +356,7 @@ func decodeCommitFrame(body []byte, st *frameState, fn func(*Op) error) (err err
 		}
 	}
 	o := &st.op
-	budget := newDecodeBudget(len(body))
+	budget := newDecodeBudget(bodyBytes)
 	at := frameTime(ev.Time)
 	for _, rop := range ev.Ops {
 		if rop == nil {
