@@ -303,14 +303,18 @@ func mergeCandidates(target link.RecordID, f *Filter, w window, horizon *Cursor,
 	// runs' frames read hold up to windowBytesMin each, eight thousand
 	// links, where a page wants a hundred and fifty): what was
 	// merged ends at the position of its last link, the new horizon.
+	// A reverse page the same from the window's end (mergeSegsDesc).
 	stop := 0
-	if w.want > 0 && !w.spread && !w.reverse {
+	if w.want > 0 && !w.spread {
 		stop = w.want
 	}
 	var stopped bool
-	if w.spread && w.after != nil && n >= mergeHalvesMin && runtime.GOMAXPROCS(0) > 1 { // a count's later windows (mergeHalves)
+	switch {
+	case w.spread && w.after != nil && n >= mergeHalvesMin && runtime.GOMAXPROCS(0) > 1: // a count's later windows (mergeHalves)
 		out = mergeHalves(out, s, keep, n)
-	} else {
+	case w.reverse && stop > 0:
+		out, stopped = mergeSegsDesc(out, s.segs, keep, stop)
+	default:
 		out, stopped = mergeSegs(out, s.segs, keep, stop)
 	}
 	clear(s.segs)
@@ -318,6 +322,9 @@ func mergeCandidates(target link.RecordID, f *Filter, w window, horizon *Cursor,
 	s.out = out
 	if stopped {
 		last := out[len(out)-1]
+		if w.reverse {
+			last = out[0] // the merge went down to it
+		}
 		horizon = &Cursor{Source: last.Source, Location: last.Location}
 		st.Scanned += len(out) // the rest of the window is read again from the new horizon
 	} else {

@@ -3,6 +3,7 @@ package lsm
 import (
 	"context"
 	"errors"
+	"slices"
 	"fmt"
 	"strings"
 	"testing"
@@ -238,5 +239,50 @@ func TestFilteredPageReadsBounded(t *testing.T) {
 			t.Fatalf("%s: %d pages, %d short: the target of %d links was read in too few", c.name, pages, short, len(all))
 		}
 		t.Logf("%s: %d links of %d in %d pages (%d short)", c.name, len(got), len(all), pages, short)
+	}
+}
+
+// Pages of a popular target in either order give every live link once, in
+// order; a reverse page merges from its window's end down and stops there,
+// as a forward one does from its start (it merged the whole window: eight
+// thousand links a run for a page of a hundred).
+func TestPagesOfAPopularTargetBothWays(t *testing.T) {
+	ctx := context.Background()
+	wl, db := windowedMega(t)
+	mega := wl.Targets[wl.Mega].ID
+	r := NewReader(db.store, nil)
+	v := db.View()
+	all, _, err := r.All(ctx, v, mega, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, reverse := range []bool{false, true} {
+		for _, limit := range []int{7, 100, 1000} {
+			want := slices.Clone(all)
+			if reverse {
+				slices.Reverse(want)
+			}
+			var got []link.Backlink
+			q := Query{Target: mega, Limit: limit, Reverse: reverse}
+			most := 0
+			for {
+				res, err := r.Backlinks(ctx, v, q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				most = max(most, res.Stats.Candidates)
+				got = append(got, res.Links...)
+				if res.Next == nil {
+					break
+				}
+				q.After = res.Next
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("reverse %v, limit %d: %d links paged, want %d", reverse, limit, len(got), len(want))
+			}
+			if bound := 2*(limit+limit/2+16) + 64; most > bound {
+				t.Fatalf("reverse %v, limit %d: a page merged %d candidates, past %d", reverse, limit, most, bound)
+			}
+		}
 	}
 }
