@@ -3,8 +3,8 @@ package lsm
 import (
 	"context"
 	"errors"
-	"slices"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
