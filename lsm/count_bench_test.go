@@ -147,3 +147,36 @@ func BenchmarkCountMega(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPageMega: the warm first page (limit 100) of the same target of
+// ~100,000 links over nine runs, oldest first and newest first (the
+// reverse order, Constellation's default). cpu-ns/op is the figure.
+//
+//	go test ./lsm -run '^$' -bench PageMega -benchmem
+func BenchmarkPageMega(b *testing.B) {
+	ctx := context.Background()
+	wl, err := workload.Generate(workload.Config{Links: countBenchLinks, Seed: 6, MegaLinks: countBenchMega})
+	if err != nil {
+		b.Fatal(err)
+	}
+	db := countWorkloadDB(b, wl, countBenchParts, 8)
+	target := wl.Targets[wl.Mega].ID
+	for _, reverse := range []bool{false, true} {
+		q := Query{Target: target, Limit: 100, Reverse: reverse}
+		res, err := db.Backlinks(ctx, q) // warm the cache
+		if err != nil || len(res.Links) != 100 {
+			b.Fatalf("first page: %d links, %v", len(res.Links), err)
+		}
+		b.Run(fmt.Sprintf("reverse=%v", reverse), func(b *testing.B) {
+			b.ReportAllocs()
+			c0 := queryBenchCPU()
+			for b.Loop() {
+				if _, err := db.Backlinks(ctx, q); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(queryBenchCPU()-c0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(res.Stats.Candidates), "candidates")
+		})
+	}
+}
