@@ -149,7 +149,7 @@ func BenchmarkCountMega(b *testing.B) {
 }
 
 // BenchmarkPageMega: the warm first page (limit 100) of the same target of
-// ~100,000 links over nine runs, oldest first and newest first (the
+// ~110,000 links over nine runs, oldest first and newest first (the
 // reverse order, Constellation's default). cpu-ns/op is the figure.
 //
 //	go test ./lsm -run '^$' -bench PageMega -benchmem

@@ -122,7 +122,7 @@ type Stats struct {
 	Round2Scans      int // revocation tables walked from the cache, not asked through their filters
 	Round1MaxPerRun  int // the most GETs any one run needed in round one
 	Candidates       int // links read before revocation
-	Scanned          int // the target's links round one read in its windows, before the filter
+	Scanned          int // the target's links round one considered in its windows: a window merged whole counts all it held, one a page stopped merging what it merged
 	Revoked          int
 	CountWindows     int // Count: the windows the target was read in
 }
