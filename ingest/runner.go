@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/cluster"
@@ -353,6 +354,7 @@ func (r *Runner) resyncLoop(ctx context.Context, w *Writer, b Backfiller) {
 	tick := time.NewTicker(resyncIdle / 4)
 	defer tick.Stop()
 	var iw idleWatch
+	var retrying atomic.Int64 // failed resyncs waiting to be tried again
 	for {
 		select {
 		case <-ctx.Done():
@@ -370,8 +372,18 @@ func (r *Runner) resyncLoop(ctx context.Context, w *Writer, b Backfiller) {
 				if ctx.Err() == nil {
 					job.failed++
 					wait := resyncRetry(job.failed)
+					if retrying.Load() >= resyncQueueMax {
+						// As many wait as the queue holds: this one's marker
+						// stays for the next term.
+						w.log.Warn("resync failed; too many wait to be tried again: left to the next term", "did", job.did, "error", err)
+						continue
+					}
 					w.log.Warn("resync failed; trying again later", "did", job.did, "error", err, "retry_in", wait, "failures", job.failed)
-					go retryResync(ctx, w, job, wait)
+					retrying.Add(1)
+					go func() {
+						defer retrying.Add(-1)
+						retryResync(ctx, w, job, wait)
+					}()
 				}
 				continue
 			}

@@ -487,7 +487,7 @@ func mergeSegs(out []link.Backlink, segs []mergeSeg, keep func(*link.Backlink) b
 		}
 	}
 	for i := len(h)/2 - 1; i >= 0; i-- {
-		siftDown(segs, h, i)
+		siftDown(segs, h, i, false)
 	}
 	for len(h) > 0 {
 		m := &segs[h[0]]
@@ -496,7 +496,7 @@ func mergeSegs(out []link.Backlink, segs []mergeSeg, keep func(*link.Backlink) b
 			h[0] = h[len(h)-1]
 			h = h[:len(h)-1]
 		}
-		siftDown(segs, h, 0)
+		siftDown(segs, h, 0, false)
 		if stop > 0 && len(out) >= stop && len(h) > 0 {
 			last, next := &out[len(out)-1], &segs[h[0]].head
 			if cmpPos(last.Source, last.Location, next.Source, next.Location) != 0 {
@@ -508,17 +508,19 @@ func mergeSegs(out []link.Backlink, segs []mergeSeg, keep func(*link.Backlink) b
 }
 
 // siftDown restores the order of the heap h (of indexes into segs, by
-// their heads) below i.
-func siftDown(segs []mergeSeg, h []int32, i int) {
+// their heads) below i: the least head on top, or with desc the greatest
+// (mergeSegsDesc).
+func siftDown(segs []mergeSeg, h []int32, i int, desc bool) {
 	for {
 		c := 2*i + 1
 		if c >= len(h) {
 			return
 		}
-		if c+1 < len(h) && linkLess(&segs[h[c+1]].head, &segs[h[c]].head) {
+		// With desc, "not less" puts the greater (or an equal) head above.
+		if c+1 < len(h) && linkLess(&segs[h[c+1]].head, &segs[h[c]].head) != desc {
 			c++
 		}
-		if !linkLess(&segs[h[c]].head, &segs[h[i]].head) {
+		if linkLess(&segs[h[c]].head, &segs[h[i]].head) == desc {
 			return
 		}
 		h[i], h[c] = h[c], h[i]

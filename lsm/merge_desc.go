@@ -50,7 +50,7 @@ func mergeSegsDesc(out []link.Backlink, segs []mergeSeg, keep func(*link.Backlin
 		}
 	}
 	for i := len(h)/2 - 1; i >= 0; i-- {
-		siftDownDesc(segs, h, i)
+		siftDown(segs, h, i, true)
 	}
 	for len(h) > 0 {
 		m := &segs[h[0]]
@@ -59,7 +59,7 @@ func mergeSegsDesc(out []link.Backlink, segs []mergeSeg, keep func(*link.Backlin
 			h[0] = h[len(h)-1]
 			h = h[:len(h)-1]
 		}
-		siftDownDesc(segs, h, 0)
+		siftDown(segs, h, 0, true)
 		if stop > 0 && len(out) >= stop && len(h) > 0 {
 			last, next := &out[len(out)-1], &segs[h[0]].head
 			if cmpPos(last.Source, last.Location, next.Source, next.Location) != 0 {
@@ -70,23 +70,4 @@ func mergeSegsDesc(out []link.Backlink, segs []mergeSeg, keep func(*link.Backlin
 	}
 	slices.Reverse(out[base:])
 	return out, stopped
-}
-
-// siftDownDesc restores the order of the heap h below i, the greatest head
-// on top.
-func siftDownDesc(segs []mergeSeg, h []int32, i int) {
-	for {
-		c := 2*i + 1
-		if c >= len(h) {
-			return
-		}
-		if c+1 < len(h) && linkLess(&segs[h[c]].head, &segs[h[c+1]].head) {
-			c++
-		}
-		if !linkLess(&segs[h[i]].head, &segs[h[c]].head) {
-			return
-		}
-		h[i], h[c] = h[c], h[i]
-		i = c
-	}
 }

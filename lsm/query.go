@@ -158,10 +158,7 @@ func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, erro
 	res := &Result{Generation: v.Generation()}
 	after := q.After
 	batch := limit + limit/2 + 16
-	scanMax := r.PageScanMax
-	if scanMax <= 0 {
-		scanMax = DefaultPageScanMax
-	}
+	scanMax := r.PageScanLimit()
 	for len(res.Links) < limit {
 		cands, horizon, err := r.candidates(ctx, v, q.Target, &q.Filter, window{after: after, reverse: q.Reverse, want: batch}, s, &res.Stats)
 		if err != nil {
@@ -226,6 +223,15 @@ func (r *Reader) Backlinks(ctx context.Context, v *View, q Query) (*Result, erro
 		batch = min(batch*4, max(pageWindowMax, batch))
 	}
 	return res, nil
+}
+
+// PageScanLimit is the links one page reads at most: PageScanMax, or
+// DefaultPageScanMax.
+func (r *Reader) PageScanLimit() int {
+	if r.PageScanMax > 0 {
+		return r.PageScanMax
+	}
+	return DefaultPageScanMax
 }
 
 // pageWindowMax bounds the links one window of a page asks of each run

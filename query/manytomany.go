@@ -339,11 +339,11 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 			}
 		}
 		examined += len(res.Links)
-		scanned += res.Stats.Scanned // a filter that passes few links reads many
+		scanned += res.Stats.Scanned // a filter that passes few links reads many: as many in all as one lsm page
 		if res.Next == nil {
 			break
 		}
-		if (examined >= m2mScanMax || scanned >= s.pageScanMax()) && len(items) <= limit {
+		if (examined >= m2mScanMax || scanned >= s.Reader.PageScanLimit()) && len(items) <= limit {
 			// Past everything the read considered (its cursor: the last
 			// link of a full page, the horizon of a short one), so that
 			// the next page moves on even when this one gave only the
@@ -376,15 +376,6 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 		out.Cursor = encodePosCursor(kindItems, stop, true, sc) // past every item of the last record examined
 	}
 	return out, nil
-}
-
-// pageScanMax is the subject's links one getManyToMany page reads at most
-// in all its reads: as many as one lsm page (Reader.PageScanMax).
-func (s *Server) pageScanMax() int {
-	if n := s.Reader.PageScanMax; n > 0 {
-		return n
-	}
-	return lsm.DefaultPageScanMax
 }
 
 // maxRecordID sorts after every record ID: a position past all of a join
