@@ -15,7 +15,6 @@ import (
 
 	"github.com/eddy-backlinks/eddy/ingest/event"
 	"github.com/eddy-backlinks/eddy/link"
-	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -45,8 +44,8 @@ const (
 // repository-wide revocation and all the repository's links at one stamp,
 // reserved before the fetch: live events for the repository, stamped later,
 // are never lost or overridden. Its cursor is the listRepos cursor of the
-// last page whose repositories are all written; a new leader redoes at
-// most the pages in flight (idempotent).
+// last page whose repositories are all written, with every page's before
+// it; a new leader redoes at most the pages in flight (idempotent).
 type Backfill struct {
 	Relay string // relay base URL (http(s)://host)
 	PLC   string // PLC directory base URL, for did:plc documents
@@ -555,104 +554,11 @@ func (b *Backfill) Ingest(ctx context.Context, w *Writer, cursor string) error {
 	}
 }
 
-// pass enumerates and backfills every repository from cursor, and
-// records each finished page's cursor with the writer. It returns nil once
-// every page is done.
-func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string) error {
-	key := w.cfg.Node.FSM.Cursor(b.Name() + StateCursorSuffix)
-	st, err := loadBackfillState(ctx, w.cfg.Store, b.Name(), key)
-	if errors.Is(err, objstore.ErrNotFound) {
-		// Lost (it should never be): go on from the page cursor with a
-		// fresh state; the failed repositories it listed wait for their
-		// accounts' next event (a resync).
-		if b.Log != nil {
-			b.Log.Error("backfill checkpoint missing: going on from the page cursor with an empty state", "key", key, "error", err)
-		}
-		st, err = newBackfillState(b.Name()), nil
-	}
-	if err != nil {
-		return err
-	}
-	b.state.Store(st)
-	if Done(cursor) {
-		return b.retryFailed(ctx, w, cursor)
-	}
-	conc := b.Concurrency
-	if conc <= 0 {
-		conc = DefaultBackfillConcurrency
-	}
-	sem := make(chan struct{}, conc)
-	for {
-		u := strings.TrimRight(b.Relay, "/") + "/xrpc/com.atproto.sync.listRepos?limit=" + fmt.Sprint(listReposPage)
-		if cursor != "" {
-			u += "&cursor=" + url.QueryEscape(cursor)
-		}
-		var page listReposOut
-		var err error
-		for try := 0; ; try++ {
-			if err = b.getJSON(ctx, u, listReposBytesMax, &page); err == nil || try == backfillTries || ctx.Err() != nil {
-				break
-			}
-			sleepCtx(ctx, time.Duration(try+1)*time.Second)
-		}
-		if err != nil {
-			return fmt.Errorf("listRepos: %w", err)
-		}
-		b.stats.add(func(s *BackfillStats) { s.Listed += len(page.Repos) })
-		st.mu.Lock()
-		st.cp.Listed += len(page.Repos)
-		st.mu.Unlock()
-		var wg sync.WaitGroup
-		errs := make(chan error, len(page.Repos))
-		st.setListing(true)
-		for _, r := range page.Repos {
-			if r.Active != nil && !*r.Active && event.AccountGone(r.Status) {
-				// Gone (deactivated, taken down, ...): nothing to fetch;
-				// account events revoke. An account the relay marks
-				// inactive for its own reasons (desynchronized,
-				// throttled) is still there: fetched.
-				st.mu.Lock()
-				st.cp.Inactive++
-				st.mu.Unlock()
-				continue
-			}
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				wg.Wait()
-				return ctx.Err()
-			}
-			wg.Add(1)
-			go func(did string) {
-				defer wg.Done()
-				defer func() { <-sem }()
-				if err := b.repo(ctx, w, did, false); err != nil {
-					errs <- err
-				}
-			}(r.DID)
-		}
-		wg.Wait()
-		st.setListing(false)
-		close(errs)
-		if err := <-errs; err != nil {
-			return err
-		}
-		if page.Cursor == "" || len(page.Repos) == 0 {
-			return b.retryFailed(ctx, w, EOFCursor(cursor))
-		}
-		cursor = page.Cursor
-		if err := st.checkpoint(ctx, w.cfg.Store, w, b.Name(), cursor); err != nil {
-			return err
-		}
-	}
-}
-
 // retryFailed tries once more every repository that failed its tries
 // (after the listing's end, and on each new leader), then checkpoints at
 // cursor: what fails again stays listed, with its error.
 func (b *Backfill) retryFailed(ctx context.Context, w *Writer, cursor string) error {
 	st := b.state.Load()
-	st.setListing(true)
 	// As many at once as a page's (and as many a host: fetchRepo's
 	// slots), not one after another: a dead host's repositories each
 	// take their tries' waits.
@@ -671,6 +577,7 @@ func (b *Backfill) retryFailed(ctx context.Context, w *Writer, cursor string) er
 		if ctx.Err() != nil {
 			break
 		}
+		st.join(did, allPages)
 		wg.Go(func() {
 			defer func() { <-sem }()
 			if err := b.repo(ctx, w, did, false); err != nil {
@@ -682,7 +589,6 @@ func (b *Backfill) retryFailed(ctx context.Context, w *Writer, cursor string) er
 		})
 	}
 	wg.Wait()
-	st.setListing(false)
 	select {
 	case err := <-errs:
 		return err
@@ -691,5 +597,5 @@ func (b *Backfill) retryFailed(ctx context.Context, w *Writer, cursor string) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return st.checkpoint(ctx, w.cfg.Store, w, b.Name(), cursor)
+	return st.checkpoint(ctx, w.cfg.Store, w, b.Name(), cursor, allPages)
 }

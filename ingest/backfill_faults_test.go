@@ -65,7 +65,7 @@ func TestBackfillHonoursRetryAfterAndKeepsShortErrors(t *testing.T) {
 	if last := at[len(at)-1]; took-last.Sub(start) > time.Second {
 		t.Fatalf("%v spent after the last try", took-last.Sub(start))
 	}
-	cp := b.state.Load().snapshot("x")
+	cp := b.state.Load().snapshot("x", allPages)
 	if len(cp.Failed) != 1 || len(cp.Failed[0].Error) > errorBodyMax+64 || strings.ContainsRune(cp.Failed[0].Error, 0x1b) || !strings.Contains(cp.Failed[0].Error, "HTTP 502: <html>") {
 		t.Fatalf("failed %d, error of %d bytes: %.120q", len(cp.Failed), len(cp.Failed[0].Error), cp.Failed[0].Error)
 	}

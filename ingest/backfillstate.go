@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -19,10 +20,11 @@ import (
 //
 // The backfill's progress is its listRepos cursor (every repository of
 // the pages before it is written) plus this state: the repositories of the
-// page in flight (pending, done with the rev fetched, or failed) and every
+// pages in flight (pending, done with the rev fetched, or failed) and every
 // repository that failed its tries, with the error, kept until a retry
 // pass writes it. It is checkpointed to the object store as one small
-// JSON object per finished page (checkpoints/backfill/<source>/<time>.json)
+// JSON object each time a page is finished with every page before it
+// (checkpoints/backfill/<source>/<time>.json)
 // whose key the writer publishes with the page's cursor in the same flush
 // (cursor entry "<source>#state"), so a new leader starts from exactly the
 // state its predecessor published: the page cursor, the failed
@@ -63,7 +65,7 @@ type BackfillCheckpoint struct {
 	// Failed lists the repositories that failed every try and wait for a
 	// retry pass (at the end of the listing, and on each new leader).
 	Failed []RepoState `json:"failed,omitempty"`
-	// Page is the page the checkpoint closes: each repository's outcome
+	// Page is the pages the checkpoint closes: each repository's outcome
 	// (done with the rev written, gone, failed).
 	Page []RepoState `json:"page,omitempty"`
 }
@@ -84,17 +86,19 @@ const backfillFailedMax = 100_000
 type backfillState struct {
 	mu     sync.Mutex
 	cp     BackfillCheckpoint
-	page   map[string]*RepoState // the page in flight
+	page   map[string]*RepoState // the repositories of the pages in flight
+	pageOf map[string]int        // the page (its number in the pass) each is of
 	failed map[string]*RepoState
 	lost   int // failed past backfillFailedMax
-	// listing: a page is in flight (resyncs outside the listing do not
-	// join a page).
-	listing bool
 }
+
+// allPages is past every page's number: a checkpoint that closes every
+// page in flight.
+const allPages = math.MaxInt
 
 func newBackfillState(source string) *backfillState {
 	return &backfillState{cp: BackfillCheckpoint{V: backfillCheckpointVersion, Source: source},
-		page: map[string]*RepoState{}, failed: map[string]*RepoState{}}
+		page: map[string]*RepoState{}, pageOf: map[string]int{}, failed: map[string]*RepoState{}}
 }
 
 func checkpointPrefix(source string) string {
@@ -151,10 +155,7 @@ func (s *backfillState) set(did, state, rev string, err error) {
 	}
 	r.State, r.At = state, time.Now().UTC().Format(time.RFC3339)
 	switch state {
-	case RepoPending:
-		if s.listing {
-			s.page[did] = r
-		}
+	case RepoPending: // a page's repository joined it first; a resync joins none
 		return
 	case RepoDone:
 		r.Rev, r.Error = rev, ""
@@ -182,8 +183,25 @@ func (s *backfillState) set(did, state, rev string, err error) {
 	}
 }
 
-// snapshot returns the checkpoint as of now, at cursor.
-func (s *backfillState) snapshot(cursor string) BackfillCheckpoint {
+// join makes did a repository of page seq (allPages: the retry pass's),
+// pending: the checkpoint that closes the page keeps its outcome.
+func (s *backfillState) join(did string, seq int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.page[did]
+	if r == nil {
+		r = s.failed[did]
+	}
+	if r == nil {
+		r = &RepoState{DID: did}
+	}
+	r.State, r.At = RepoPending, time.Now().UTC().Format(time.RFC3339)
+	s.page[did], s.pageOf[did] = r, seq
+}
+
+// snapshot returns the checkpoint as of now, at cursor, closing the pages
+// up to upTo (their repositories' outcomes: Page).
+func (s *backfillState) snapshot(cursor string, upTo int) BackfillCheckpoint {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cp := s.cp
@@ -193,18 +211,13 @@ func (s *backfillState) snapshot(cursor string) BackfillCheckpoint {
 		cp.Failed = append(cp.Failed, *r)
 	}
 	slices.SortFunc(cp.Failed, func(a, b RepoState) int { return strings.Compare(a.DID, b.DID) })
-	for _, r := range s.page {
-		cp.Page = append(cp.Page, *r)
+	for did, r := range s.page {
+		if s.pageOf[did] <= upTo {
+			cp.Page = append(cp.Page, *r)
+		}
 	}
 	slices.SortFunc(cp.Page, func(a, b RepoState) int { return strings.Compare(a.DID, b.DID) })
 	return cp
-}
-
-// setListing says whether a page is in flight.
-func (s *backfillState) setListing(on bool) {
-	s.mu.Lock()
-	s.listing = on
-	s.mu.Unlock()
 }
 
 // failedDIDs lists the repositories waiting for a retry.
@@ -219,14 +232,19 @@ func (s *backfillState) failedDIDs() []string {
 	return out
 }
 
-// checkpoint writes the state at cursor to the store and hands the page
-// cursor and the checkpoint's key to the writer (published together by
-// the next flush), then deletes the checkpoints older than the one
-// already published.
-func (s *backfillState) checkpoint(ctx context.Context, store objstore.Store, w *Writer, source, cursor string) error {
-	cp := s.snapshot(cursor)
+// checkpoint writes the state at cursor, closing the pages up to upTo, to
+// the store and hands the page cursor and the checkpoint's key to the
+// writer (published together by the next flush), then deletes the
+// checkpoints older than the one already published.
+func (s *backfillState) checkpoint(ctx context.Context, store objstore.Store, w *Writer, source, cursor string, upTo int) error {
+	cp := s.snapshot(cursor, upTo)
 	s.mu.Lock()
-	clear(s.page) // the page is written (the checkpoint keeps its outcomes)
+	for did, seq := range s.pageOf { // written (the checkpoint keeps their outcomes)
+		if seq <= upTo {
+			delete(s.page, did)
+			delete(s.pageOf, did)
+		}
+	}
 	s.mu.Unlock()
 	b, err := json.Marshal(cp)
 	if err != nil {
@@ -275,7 +293,7 @@ func (b *Backfill) Progress() (map[string]int, []RepoState) {
 	if st == nil {
 		return b.Stats().Snapshot(), nil
 	}
-	cp := st.snapshot("")
+	cp := st.snapshot("", allPages)
 	pending := 0
 	for _, r := range cp.Page {
 		if r.State == RepoPending {
