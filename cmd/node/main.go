@@ -142,6 +142,11 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 		}
 		restore = rs.snapshot
 	}
+	if c.bootstrap && !c.restoreFromBucket {
+		if err := checkBootstrap(ctx, bucket, filepath.Join(c.dataDir, "raft")); err != nil {
+			return err
+		}
+	}
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, Dir: filepath.Join(c.dataDir, "raft"), RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise,
 		HTTPAddr: c.httpAddr, AdminAddr: c.adminAddr, SourceAddr: c.sourceAddr, Certs: cluster.Files(c.certsDir, c.id),

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/eddy-backlinks/eddy/cluster"
 	"github.com/eddy-backlinks/eddy/ingest"
 	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/hashicorp/go-hclog"
@@ -67,4 +69,51 @@ func (rs *restoreState) putBack(ctx context.Context, bucket objstore.Store) erro
 func (rs *restoreState) logRestored(log hclog.Logger) {
 	log.Warn("restoring the replicated state from the bucket: a new cluster of this node; its sources read again from the backup's cursors",
 		"backup", rs.key, "generation", rs.gen, "tables", rs.tables, "objects_put_back", rs.putBackN)
+}
+
+// errFound stops a listing at its first key.
+var errFound = errors.New("found")
+
+// clusterObjects returns the first object of a cluster the bucket holds
+// (a table, a backup of the replicated state), "" when it holds none.
+func clusterObjects(ctx context.Context, bucket objstore.Store) (string, error) {
+	for _, prefix := range []string{ingest.StateBackupPrefix, "tables/"} {
+		var first string
+		err := bucket.List(ctx, prefix, func(k string, _ int64) error { first = k; return errFound })
+		if err != nil && !errors.Is(err, errFound) {
+			return "", fmt.Errorf("list %s: %w", prefix, err)
+		}
+		if first != "" {
+			return first, nil
+		}
+	}
+	return "", nil
+}
+
+// checkBootstrap refuses --bootstrap on a node without Raft state over a
+// bucket that holds a cluster's objects: a node whose data directory was
+// lost, started again with the settings of the cluster's first start,
+// would form a second cluster over the first one's bucket, whose garbage
+// collection takes the first one's tables for orphans and its newer state
+// backups for another history's, and deletes them.
+func checkBootstrap(ctx context.Context, bucket objstore.Store, raftDir string) error {
+	has, err := cluster.HasState(raftDir)
+	if err != nil {
+		return fmt.Errorf("--bootstrap: %w", err)
+	}
+	if has {
+		return nil // ignored: the node is a member already
+	}
+	key, err := clusterObjects(ctx, bucket)
+	if err != nil {
+		return fmt.Errorf("--bootstrap: %w", err)
+	}
+	if key != "" {
+		return fmt.Errorf("--bootstrap refused: %s holds no Raft state, but the bucket holds a cluster's objects (%s): "+
+			"a node whose data directory was lost must not form a new cluster over its bucket. "+
+			"If the cluster's other nodes run, start this node with a new --id and --join instead of --bootstrap "+
+			"(and remove its old ID: eddy-ctl remove); if every node's data directory is lost, --restore-from-bucket; "+
+			"a new cluster needs a bucket of its own", raftDir, key)
+	}
+	return nil
 }
