@@ -102,7 +102,7 @@ type orphan struct {
 	size int64
 }
 
-// collector is one leadership term's garbage collector.
+// collector is one leadership term's garbage collector (gcCarry).
 type collector struct {
 	w         *Writer
 	log       hclog.Logger
@@ -132,12 +132,33 @@ func newCollector(w *Writer) *collector {
 // clamp bounds d to [lo, hi].
 func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
 
+// gcCarry keeps a leader's collector across the runs of its write path:
+// the grace of a garbage table or an orphan runs from when this leader
+// first saw it, so a collector made again at each run (a write path that
+// fails more often than the grace: a bucket refusing writes) never let a
+// grace end, and nothing was ever deleted.
+type gcCarry struct {
+	c *collector
+}
+
+// collector returns the leadership's collector, now of writer w.
+func (g *gcCarry) collector(w *Writer) *collector {
+	if g == nil {
+		return newCollector(w)
+	}
+	if g.c == nil {
+		g.c = newCollector(w)
+	}
+	g.c.w, g.c.log = w, w.log.Named("gc")
+	return g.c
+}
+
 // gcLoop collects garbage every GCInterval, sweeps orphans every
 // OrphanSweepInterval and puts a state backup every StateBackupInterval
 // (looked at each GCInterval: the backups are no more frequent than it)
 // until ctx ends.
 func (r *Runner) gcLoop(ctx context.Context, w *Writer) {
-	c := newCollector(w)
+	c := r.gc.collector(w)
 	every := w.cfg.GCInterval
 	if every <= 0 {
 		every = clamp(c.grace/4, gcIntervalMin, gcIntervalMax)

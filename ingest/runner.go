@@ -74,6 +74,10 @@ type Runner struct {
 	// crash leaves, the process removes when it starts (lsm.RemoveSpills,
 	// cmd/node), whatever the node's role.
 	SpillDir string
+
+	// gc carries the garbage collector from one run of the write path to
+	// the next within a leadership (Supervisor.lead): nil, each run's own.
+	gc *gcCarry
 }
 
 // A full compaction is an operator's request that each tree's runs be

@@ -128,8 +128,10 @@ func (s *Supervisor) lead(ctx context.Context) {
 		policy = DefaultRestartBackoff
 	}
 	var wait time.Duration
+	carry := &gcCarry{} // one collector for the leadership
 	for failures := 0; ; {
 		r := s.Runner
+		r.gc = carry
 		started := time.Now()
 		err := r.Run(ctx)
 		if ctx.Err() != nil || !s.Node.IsLeader() {
