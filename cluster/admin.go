@@ -334,6 +334,8 @@ func (a *Admin) handleJoin(w http.ResponseWriter, r *http.Request) {
 			code, name = http.StatusForbidden, "Removed"
 		case errors.Is(err, ErrSuffrage):
 			code, name = http.StatusConflict, "SuffrageRefused"
+		case errors.Is(err, ErrFreshVoter):
+			code, name = http.StatusConflict, "FreshVoter"
 		}
 		writeErr(w, code, name, err.Error())
 		return
@@ -345,6 +347,10 @@ func (a *Admin) handleJoin(w http.ResponseWriter, r *http.Request) {
 				suffrage = s.Suffrage.String()
 			}
 		}
+	}
+	if req.Check {
+		writeJSON(w, map[string]string{"may_join": req.ID, "suffrage": suffrage})
+		return
 	}
 	writeJSON(w, map[string]string{"joined": req.ID, "suffrage": suffrage})
 }

@@ -147,6 +147,9 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 			return err
 		}
 	}
+	if err := checkJoin(ctx, c, token, log); err != nil {
+		return err
+	}
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, Dir: filepath.Join(c.dataDir, "raft"), RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise,
 		HTTPAddr: c.httpAddr, AdminAddr: c.adminAddr, SourceAddr: c.sourceAddr, Certs: cluster.Files(c.certsDir, c.id),
@@ -250,10 +253,8 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	refused := make(chan error, 1)
 	if c.join != "" {
 		wg.Go(func() {
-			req := cluster.JoinRequest{ID: node.ID(), Raft: orStr(c.raftAdvertise, c.raftAddr), Admin: c.adminAddr, HTTP: c.httpAddr}
-			if c.nonvoter {
-				req.Suffrage = cluster.SuffrageNonvoter // a new member's; a member keeps its own
-			}
+			req := joinRequest(c, node.ID())
+			req.Fresh = !node.HadState()
 			err := joinCluster(bg, log, strings.Split(c.join, ","), token, c.sourceAddr, req)
 			switch {
 			case err == nil:
@@ -382,6 +383,38 @@ func refusalStops(wasMember bool, err error) bool {
 	return !wasMember || errors.As(err, &ce) && ce.Status == http.StatusForbidden && ce.Name == "Removed"
 }
 
+// joinRequest is this node's join.
+func joinRequest(c config, id string) cluster.JoinRequest {
+	req := cluster.JoinRequest{ID: id, Raft: orStr(c.raftAdvertise, c.raftAddr), Admin: c.adminAddr, HTTP: c.httpAddr}
+	if c.nonvoter {
+		req.Suffrage = cluster.SuffrageNonvoter // a new member's; a member keeps its own
+	}
+	return req
+}
+
+// checkJoin asks the cluster, before Raft starts, whether it takes a node
+// that has no Raft state (a new node, or one whose data directory was
+// lost) and is started with --join: one that lost its data under a voter's
+// ID would otherwise vote as a blank voter (cluster.JoinRequest, Fresh)
+// while its join waits. It waits while the cluster cannot answer, and
+// returns the cluster's refusal.
+func checkJoin(ctx context.Context, c config, token string, log hclog.Logger) error {
+	if c.join == "" || c.bootstrap || c.restoreFromBucket || c.id == "" { // no ID: a new one, no voter's
+		return nil
+	}
+	has, err := cluster.HasState(filepath.Join(c.dataDir, "raft"))
+	if err != nil || has {
+		return err
+	}
+	req := joinRequest(c, c.id)
+	req.Fresh, req.Check = true, true
+	log.Info("no Raft state: asking the cluster whether it takes this node before starting Raft", "join", c.join)
+	if err := joinCluster(ctx, log, strings.Split(c.join, ","), token, c.sourceAddr, req); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
 // joinBackoff: the waits between attempts to join the cluster.
 var joinBackoff = backoff.Policy{Min: 200 * time.Millisecond, Max: 5 * time.Second}
 
@@ -400,6 +433,10 @@ func joinCluster(ctx context.Context, log hclog.Logger, addrs []string, token, s
 	var wait time.Duration
 	for {
 		err := cl.Call(ctx, http.MethodPost, "/admin/join", body, nil)
+		if err == nil && req.Check {
+			log.Info("the cluster takes this node", "via", strings.Join(addrs, ","))
+			return nil
+		}
 		if err == nil {
 			log.Info("joined the cluster", "via", strings.Join(addrs, ","))
 			return nil
