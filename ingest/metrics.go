@@ -101,6 +101,21 @@ func (m *Metrics) Register(r prometheus.Registerer) error {
 			return err
 		}
 	}
+	// Every series an alert counts the increase of starts at 0: a counter
+	// born at its first event has no increase over it, so an alert on
+	// increase() missed the first failure and fired only on a second.
+	for _, res := range []string{"ok", "failed"} {
+		m.StateBackups.WithLabelValues(res)
+	}
+	for _, t := range lsm.Trees {
+		for _, res := range []string{"done", "failed"} {
+			m.Compactions.WithLabelValues(string(t), res)
+		}
+	}
+	for _, reason := range []string{"replaced", "orphan"} {
+		m.GCDeleted.WithLabelValues(reason)
+		m.GCDeletedBytes.WithLabelValues(reason)
+	}
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/eddy-backlinks/eddy/internal/metricstest"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // A replay's undecodable lines count as skipped by reason, and its events
@@ -147,5 +148,26 @@ func TestCompactionBacklog(t *testing.T) {
 	}
 	if n := CompactionBacklog(nil, lsm.TreeLinks, 4); n != 0 {
 		t.Fatalf("nil manifest: %d", n)
+	}
+}
+
+// The counters suggested alerts take the increase of are there at 0 from
+// the start: the first failure is an increase.
+func TestAlertCountersStartAtZero(t *testing.T) {
+	m := NewMetrics()
+	reg := prometheus.NewRegistry()
+	if err := m.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		v      *prometheus.CounterVec
+		labels []string
+	}{{m.StateBackups, []string{"failed"}}, {m.Compactions, []string{"links", "failed"}}, {m.GCDeleted, []string{"orphan"}}} {
+		if n := testutil.CollectAndCount(c.v); n < 2 {
+			t.Errorf("%d series before any event", n)
+		}
+		if v := testutil.ToFloat64(c.v.WithLabelValues(c.labels...)); v != 0 {
+			t.Errorf("%v: %v", c.labels, v)
+		}
 	}
 }

@@ -326,7 +326,7 @@ func printCerts(w io.Writer, res *certsResult, ids []string) {
 	if len(res.Nodes) == 0 || res.AdminToken == "" {
 		return
 	}
-	fmt.Fprintf(w, "\nInstall on each node (its --certs-dir), mode 0600 for keys and the token:\n")
+	fmt.Fprintf(w, "\nInstall on each node (its --certs-dir), keys and the token readable by the node's user alone (0600 owned by it, or 0640 root:eddy as in docs/deploy.md):\n")
 	for _, id := range ids {
 		if n, ok := res.Nodes[id]; ok {
 			fmt.Fprintf(w, "  %s: %s %s %s %s\n", id, filepath.Base(n.CA), filepath.Base(n.Cert), filepath.Base(n.Key), filepath.Base(res.AdminToken))
