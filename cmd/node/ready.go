@@ -63,6 +63,7 @@ type readiness struct {
 	startCommand uint64
 	started      time.Time
 	caught       atomic.Bool
+	lastLed      atomic.Int64 // UnixNano when this node was last seen leading (0: never)
 
 	mu struct {
 		sync.Mutex
@@ -199,15 +200,41 @@ func (r *readiness) caughtUp() error {
 // stale says why the view this node serves is too old to answer from, or
 // "": a generation the leader had, or one this node's state applied, has
 // gone unserved for longer than the bound (a full disk, tables the node
-// cannot open). Such a node answers 503 NotReady, so that a client that
+// cannot open), or the node has heard from no leader for longer than the
+// bound (cutOff). Such a node answers 503 NotReady, so that a client that
 // does not watch /readyz asks another node rather than get an old answer
-// with no sign of it. A node that cannot reach the leader keeps answering
-// (it cannot tell; /readyz says so).
+// with no sign of it (allowStale=true still gets one, with X-Eddy-Stale).
 func (r *readiness) stale() string {
+	if why := r.cutOff(time.Now()); why != "" {
+		return why
+	}
 	served, applied := r.views.Current().Generation(), r.node.FSM.Manifest().Generation
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.staleLocked(time.Now(), served, applied)
+}
+
+// cutOff says why a node that has heard from no leader (nor led) for
+// longer than the bound cannot vouch for its view, or "": cut off from the
+// others (a partition, a leader that lost its quorum), it cannot know what
+// the cluster published meanwhile. A node that never heard of a leader is
+// the query gate's start-up concern (caughtUp).
+func (r *readiness) cutOff(now time.Time) string {
+	if r.node.IsLeader() {
+		r.lastLed.Store(now.UnixNano())
+		return ""
+	}
+	last := r.node.Raft().LastContact()
+	if led := r.lastLed.Load(); led != 0 && time.Unix(0, led).After(last) {
+		last = time.Unix(0, led)
+	}
+	if last.IsZero() {
+		return ""
+	}
+	if d := now.Sub(last); d > r.bound {
+		return fmt.Sprintf("no contact with a leader for %v: how old this node's view is cannot be known", d.Round(time.Millisecond))
+	}
+	return ""
 }
 
 // staleLocked is stale's judgement, which judgeLocked makes too: the
@@ -248,6 +275,9 @@ func (r *readiness) poll(ctx context.Context) {
 	now := time.Now()
 	leaderID, _ := r.node.Leader()
 	isLeader := r.node.IsLeader()
+	if isLeader {
+		r.lastLed.Store(now.UnixNano())
+	}
 	var gen uint64
 	var err error
 	polled := false

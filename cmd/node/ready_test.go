@@ -244,3 +244,36 @@ func TestReadinessSaysWhyTheLeaderCannotBeAsked(t *testing.T) {
 		t.Fatalf("no ask for longer than the bound: %q", why)
 	}
 }
+
+// A node that hears from no leader for longer than the bound (a leader
+// that stopped leading, here its Raft shut down: as cut off from the
+// others) closes its query gate, saying so: it cannot tell what the
+// cluster published meanwhile. It answered from its old view for as long
+// as it ran.
+func TestQueryGateClosesWhenCutOff(t *testing.T) {
+	store, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bound = 300 * time.Millisecond
+	node, r, readyz := readinessOneNode(t, store, bound)
+	runReadiness(t, r)
+	waitReady(t, r, readyz)
+	if err := node.Raft().Shutdown().Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.caughtUp(); err != nil {
+		t.Fatalf("within the bound of its last leadership: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := r.caughtUp()
+		if err != nil && strings.Contains(err.Error(), "no contact with a leader for") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("query gate of a node that has led no one and heard from no leader for %v: %v", time.Since(deadline.Add(-10*time.Second)), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
