@@ -14,6 +14,16 @@ import (
 // browsers and crawlers keep in practice.
 const TargetBytesMax = 2048
 
+// NormBytesMax bounds the normalised form (Target.Norm) of a target of at
+// most TargetBytesMax bytes whose host, if it has one, is ASCII:
+// NormalizeURL writes a byte a URL may not hold literally (a non-ASCII
+// byte, a '"') as three, "%XX", and lengthens nothing else. An
+// internationalised host's ASCII form (IDNA: punycode, after mapping
+// compatibility characters to what they stand for) can grow more than
+// threefold: "http://㍿" (10 bytes; U+337F stands for "株式会社") is
+// "http://xn--6oqv20b1zgzxr" (24).
+const NormBytesMax = 3 * TargetBytesMax
+
 // TargetKind says which syntax a target matched.
 type TargetKind uint8
 
@@ -106,6 +116,33 @@ func ParseTarget(s string) (Target, error) {
 	if len(s) > TargetBytesMax {
 		return Target{}, ErrTooLong
 	}
+	return parseTarget(s)
+}
+
+// ParseNormalTarget is ParseTarget for a question about a target, which
+// may name it by its normalised form: a string longer than TargetBytesMax
+// (up to NormBytesMax) is taken when it is its own normalised form, so
+// that what ParseTarget makes of a string it takes can be asked about
+// (but for the internationalised hosts NormBytesMax leaves out). A longer
+// string, or one that is not normalised, is ErrTooLong.
+func ParseNormalTarget(s string) (Target, error) {
+	if len(s) <= TargetBytesMax {
+		return ParseTarget(s)
+	}
+	if len(s) > NormBytesMax {
+		return Target{}, ErrTooLong
+	}
+	t, err := parseTarget(s)
+	if err == nil && t.Norm != s {
+		err = ErrTooLong
+	}
+	if err != nil {
+		return Target{}, err
+	}
+	return t, nil
+}
+
+func parseTarget(s string) (Target, error) {
 	if !LooksLikeLink(s) {
 		return Target{}, ErrNotLink
 	}

@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/eddy-backlinks/eddy/lsm"
 )
 
 // ClientLimits bound what one client may ask of one node, so that a
@@ -458,32 +456,6 @@ func (a *admission) leaveSlot() {
 	a.l.mu.Lock()
 	defer a.l.mu.Unlock()
 	a.leaveSlotLocked()
-}
-
-// waitHooks lets the query's reads of large targets give back its slot
-// while they wait for their share of lsm's bound on them: the slot is
-// left when the first of them waits, and taken again when the last is
-// done waiting, so reads of one query at once never take two slots.
-func (a *admission) waitHooks() lsm.WaitHooks {
-	var mu sync.Mutex
-	waiting := 0
-	return lsm.WaitHooks{
-		Leave: func() {
-			mu.Lock()
-			defer mu.Unlock()
-			if waiting++; waiting == 1 {
-				a.leaveSlot()
-			}
-		},
-		Back: func(ctx context.Context) error {
-			mu.Lock()
-			defer mu.Unlock()
-			if waiting--; waiting == 0 {
-				return a.run(ctx)
-			}
-			return nil
-		},
-	}
 }
 
 // release ends the query: it leaves its slot, and is no longer in flight

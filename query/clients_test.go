@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -156,6 +157,74 @@ func TestClientLimits(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(l.Limited.WithLabelValues("in_flight")); got != 1 {
 		t.Errorf("limited for queries in flight: %v, want 1", got)
+	}
+}
+
+// Queries waiting for a generation hold their clients' queries in flight
+// but no node-wide slot: four clients with all of theirs (16 each, as
+// many as the node's ConcurrentQueriesMax) waiting for a generation not
+// made yet lock nobody else out; a fifth client is answered meanwhile,
+// each waiting client's next query is refused for its own bound, and the
+// waiting queries are answered once the generation comes.
+func TestWaitingForAGenerationHoldsNoNodeSlot(t *testing.T) {
+	f := newFixture(t)
+	f.qs.MinGenerationWait = time.Minute
+	f.write(like(1))
+	gen := f.flush()
+	l := NewClientLimiter(ClientLimits{InFlight: DefaultClientInFlight, PaceGap: -1, Conns: -1})
+	f.qs.Clients = l
+	q := f.srv.URL + "/xrpc/blue.microcosm.links.getBacklinksCount?" + url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}}.Encode()
+	held := q + "&minGeneration=" + strconv.FormatUint(gen+1, 10)
+	waiters := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}
+	if len(waiters)*DefaultClientInFlight < ConcurrentQueriesMax {
+		t.Fatal("the waiting clients do not fill the node's slots")
+	}
+	codes := make(chan int, len(waiters)*DefaultClientInFlight)
+	var wg sync.WaitGroup
+	for _, a := range waiters {
+		c := clientFrom(a)
+		for range DefaultClientInFlight {
+			wg.Go(func() {
+				r, err := c.Get(held)
+				if err != nil {
+					codes <- -1
+					return
+				}
+				io.Copy(io.Discard, r.Body)
+				r.Body.Close()
+				codes <- r.StatusCode
+			})
+		}
+	}
+	deadline := time.Now().Add(45 * time.Second)
+	for _, a := range waiters {
+		for l.inFlight(a) < DefaultClientInFlight {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's queries not in flight after 45 s (%d)", a, l.inFlight(a))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	other := clientFrom("127.0.0.6")
+	for i := range 3 {
+		if code, _, msg := getFrom(t, other, q); code != 200 {
+			t.Fatalf("another client's query %d while %d wait for a generation: %d %s", i, len(waiters)*DefaultClientInFlight, code, msg)
+		}
+	}
+	if code, _, msg := getFrom(t, clientFrom(waiters[0]), q); code != http.StatusTooManyRequests || !strings.Contains(msg, "in flight") {
+		t.Fatalf("a waiting client's next query: %d %s, want 429 for its queries in flight", code, msg)
+	}
+	if n := len(f.qs.sem); n != 0 {
+		t.Fatalf("%d node-wide slots held by queries waiting for a generation", n)
+	}
+	f.write(like(2))
+	f.flush()
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		if c != 200 {
+			t.Fatalf("a query waiting for the generation: %d", c)
+		}
 	}
 }
 

@@ -63,7 +63,11 @@ func (s *Server) legacyQuery(ctx context.Context, q url.Values, withDIDs bool) (
 			}
 			var dids []string
 			for _, d := range strings.Split(fd, ",") {
-				if d = strings.TrimSpace(d); d != "" { // "a,b," and "a, b" are two DIDs, as in Constellation
+				// Trimmed, an empty entry dropped: "a,b," and "a, b" are
+				// both the two DIDs a and b. (Constellation takes each
+				// entry as it is: " b" is an unknown name there, matching
+				// nothing.)
+				if d = strings.TrimSpace(d); d != "" {
 					dids = append(dids, d)
 				}
 			}

@@ -67,8 +67,11 @@ func (s *Server) parseM2M(ctx context.Context, q url.Values, didParam string) (*
 	if err != nil {
 		return nil, err
 	}
-	if ptoRaw == "" {
+	switch {
+	case !q.Has("pathToOther"):
 		return nil, badRequest("pathToOther is required: a path, e.g. subject")
+	case ptoRaw == "":
+		ptoRaw = "." // as Constellation reads it: the dot it puts before a path, alone
 	}
 	pto, err := parsePath("pathToOther", ptoRaw)
 	if err != nil {
@@ -233,7 +236,7 @@ func (s *Server) renderOther(ctx context.Context, m *m2mQuery, t link.RecordID) 
 		return s.codec(ctx).RenderDID(t.DID)
 	case t.IsHashed():
 		if n := m.named(t); n != nil {
-			return n.norm, nil
+			return n.name, nil
 		}
 		name, ok, err := s.codec(ctx).RenderHashedTarget(t)
 		if err != nil {

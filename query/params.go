@@ -28,7 +28,8 @@ const (
 
 // subject is a parsed target parameter.
 type subject struct {
-	norm string // normalised, as answers name it
+	norm string // normalised (a repository by its DID): cursors check it
+	name string // as answers name it: norm, or as asked if norm is too long to ask with
 	// keys are every key links to it may be stored under
 	// (link.Codec.TargetKeys): its encoding when the index knows every
 	// part of it, and its hash. A query reads them all.
@@ -139,7 +140,10 @@ func (s *Server) parseSubject(ctx context.Context, param, raw string) (subject, 
 	if raw == "" {
 		return subject{}, badRequest(param + " is required")
 	}
-	t, err := link.ParseTarget(raw)
+	t, err := link.ParseNormalTarget(raw)
+	if errors.Is(err, link.ErrTooLong) {
+		return subject{}, badRequest(param + " is too long: a target is at most " + strconv.Itoa(link.TargetBytesMax) + " bytes, or " + strconv.Itoa(link.NormBytesMax) + " in its normalised form")
+	}
 	if err != nil {
 		return subject{}, badRequest(param + " must be an at-uri, a DID or an http(s) URL")
 	}
@@ -147,7 +151,18 @@ func (s *Server) parseSubject(ctx context.Context, param, raw string) (subject, 
 	if err != nil {
 		return subject{}, err // the PLC map could not be read: a server error, not the caller's
 	}
-	return subject{norm: t.Norm, keys: keys, id: keys[0], known: true}, nil
+	norm := t.Norm
+	if t.IsRepo() {
+		norm = t.DID // at://did:x is did:x: one spelling in answers and cursors
+	}
+	name := norm
+	if len(name) > link.NormBytesMax {
+		// An internationalised host's ASCII form can be longer than any
+		// question may be (link.NormBytesMax): the answer names the
+		// target as it was asked, which can be asked again.
+		name = raw
+	}
+	return subject{norm: norm, name: name, keys: keys, id: keys[0], known: true}, nil
 }
 
 // subjects parses a repeatable target parameter: every target given, in
@@ -267,7 +282,9 @@ func (s *Server) sources(ctx context.Context, q url.Values) ([]source, error) {
 
 // didFilter parses a repeatable DID parameter into sorted did fields; ok
 // is false when DIDs were given but none ever linked anything (so nothing
-// can match).
+// can match). A value that is not a DID is one that never linked anything,
+// as in Constellation, where it is an unknown name: one bad entry of a
+// follow list does not fail the request.
 func (s *Server) didFilter(ctx context.Context, q url.Values, param string) (dids []uint64, ok bool, err error) {
 	raws, err := many(q, param, DIDsMax, false)
 	if err != nil {
@@ -275,7 +292,7 @@ func (s *Server) didFilter(ctx context.Context, q url.Values, param string) (did
 	}
 	for _, d := range raws {
 		if !link.ValidDID(d) {
-			return nil, false, badRequest(param + " must be a DID")
+			continue // matches no link
 		}
 		v, err := s.codec(ctx).DID(d, false)
 		if errors.Is(err, link.ErrUnknown) {
@@ -382,7 +399,7 @@ func twoKeys(known []subject) bool {
 func (lq *linkQuery) subjectOf(l *link.Backlink) string {
 	for _, sub := range lq.known {
 		if sub.has(l.Target) {
-			return sub.norm
+			return sub.name
 		}
 	}
 	return ""

@@ -29,16 +29,21 @@ const (
 	// DefaultLimit and LimitMax bound a page of links.
 	DefaultLimit = 100
 	LimitMax     = lsm.LimitMax
-	// ConcurrentQueriesMax bounds queries in flight per node; past it a
-	// query is answered 429 at once rather than queued.
+	// ConcurrentQueriesMax bounds the queries a node answers at once;
+	// past it a query is answered 429 at once rather than queued. A query
+	// waiting for its minGeneration, or for the memory of large reads, is
+	// not among them.
 	ConcurrentQueriesMax = 64
 	// QueryTimeout bounds one query.
 	QueryTimeout = 10 * time.Second
 	// MinGenerationWaitMax bounds how long a query asking for a newer
 	// generation than the node serves waits before a 503.
 	MinGenerationWaitMax = 5 * time.Second
-	// paramBytesMax bounds a query parameter.
-	paramBytesMax = link.TargetBytesMax + 64
+	// paramBytesMax bounds a query parameter; targetParamBytesMax one
+	// that names a target (targetParams), which may be a normalised form
+	// up to link.NormBytesMax.
+	paramBytesMax       = link.TargetBytesMax + 64
+	targetParamBytesMax = link.NormBytesMax
 	// fromDIDsBytesMax bounds /links's from_dids, DIDsMax DIDs in one
 	// comma-separated value: as many as did takes repeated, each up to
 	// paramBytesMax (the request's header bound, 1 MB, comes first).
@@ -56,7 +61,7 @@ const (
 // singleParams may appear at most once in any query; subject, source,
 // did, linkDid and otherSubject repeat where an endpoint takes several
 // (each endpoint checks its own).
-var singleParams = []string{"target", "collection", "path", "pathToOther", "limit", "cursor", "reverse", "minGeneration", "from_dids"}
+var singleParams = []string{"target", "collection", "path", "pathToOther", "limit", "cursor", "reverse", "minGeneration", "from_dids", "allowStale"}
 
 // GenerationHeader names the manifest generation that answered.
 const GenerationHeader = "X-Eddy-Generation"
@@ -234,13 +239,150 @@ func trimFilters(q url.Values) bool {
 	return changed
 }
 
+// targetParams name targets: their values may be as long as a target's
+// normalised form (link.ParseNormalTarget).
+var targetParams = [...]string{"target", "subject", "otherSubject"}
+
+// checkParams applies the checks every query's parameters pass, whatever
+// its endpoint takes (a parameter it does not take too): the query string
+// is well formed, every value of every parameter is UTF-8 and at most
+// paramBytesMax bytes (targetParams targetParamBytesMax, from_dids
+// fromDIDsBytesMax), and each of singleParams is given at most once. It
+// reads allowStale.
+func checkParams(q url.Values, qerr error) (allowStale bool, _ *apiError) {
+	if qerr != nil {
+		return false, badRequest("the query string is malformed: " + qerr.Error())
+	}
+	for k, vs := range q {
+		bound := paramBytesMax
+		switch {
+		case k == "from_dids":
+			bound = fromDIDsBytesMax
+		case slices.Contains(targetParams[:], k):
+			bound = targetParamBytesMax
+		}
+		for _, v := range vs {
+			if len(v) > bound {
+				return false, badRequest("parameter " + k + " is too long")
+			}
+			if !utf8.ValidString(v) {
+				return false, badRequest("parameter " + k + " is not valid UTF-8")
+			}
+		}
+	}
+	for _, k := range singleParams {
+		if len(q[k]) > 1 {
+			return false, badRequest("parameter " + k + " is given " + strconv.Itoa(len(q[k])) + " times; at most once")
+		}
+	}
+	switch q.Get("allowStale") {
+	case "", "false":
+	case "true":
+		allowStale = true
+	default:
+		return false, badRequest("allowStale must be true or false")
+	}
+	return allowStale, nil
+}
+
+// nodeSlot is a query's hold on one of the node's ConcurrentQueriesMax
+// query slots (Server.sem), which it gives back while a read of a large
+// target waits (waitHooks).
+type nodeSlot struct {
+	sem  chan struct{}
+	mu   sync.Mutex
+	held bool
+}
+
+// tryTake takes a slot if one is free.
+func (n *nodeSlot) tryTake() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	select {
+	case n.sem <- struct{}{}:
+		n.held = true
+		return true
+	default:
+		return false
+	}
+}
+
+// take takes a slot again after a wait, waiting for one up to SlotWaitMax
+// (errSlotWait past it) or the end of ctx.
+func (n *nodeSlot) take(ctx context.Context) error {
+	t := time.NewTimer(SlotWaitMax)
+	defer t.Stop()
+	select {
+	case n.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return errSlotWait
+	}
+	n.mu.Lock()
+	n.held = true
+	n.mu.Unlock()
+	return nil
+}
+
+// leave gives the slot back, if held.
+func (n *nodeSlot) leave() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.held {
+		n.held = false
+		<-n.sem
+	}
+}
+
+// waitHooks let a query's reads of large targets give back its node-wide
+// slot and its execution slot (adm: nil without client limits) while they
+// wait for their share of lsm's bound on their memory: both are left when
+// the first of them waits, and taken again, the node-wide one first, when
+// the last is done waiting, so reads of one query at once never take two
+// of either.
+func waitHooks(ns *nodeSlot, adm *admission) lsm.WaitHooks {
+	var mu sync.Mutex
+	waiting := 0
+	return lsm.WaitHooks{
+		Leave: func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if waiting++; waiting == 1 {
+				adm.leaveSlot()
+				ns.leave()
+			}
+		},
+		Back: func(ctx context.Context) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if waiting--; waiting > 0 {
+				return nil
+			}
+			if err := ns.take(ctx); err != nil {
+				return err
+			}
+			if adm != nil {
+				return adm.run(ctx)
+			}
+			return nil
+		},
+	}
+}
+
 type handler func(ctx context.Context, r *http.Request, v *lsm.View) (any, error)
 
-// wrap applies the client limits, readiness (and allowStale), the
-// concurrency bound, the timeout, the minimum generation, the execution
-// slots, the generation header and XRPC error bodies.
+// wrap applies the client limits, the parameter checks, readiness (and
+// allowStale), the timeout, the minimum generation, the node-wide bound
+// on queries, the execution slots, the generation header and XRPC error
+// bodies.
 func (s *Server) wrap(h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		// A ';' is a character of a value, as in Constellation (URLs hold
+		// them), not a separator: Go's parser would refuse the query.
+		if strings.Contains(r.URL.RawQuery, ";") {
+			r.URL.RawQuery = strings.ReplaceAll(r.URL.RawQuery, ";", "%3B") // the handlers read the query again
+		}
 		// Parsed once for every step below; a malformed query string is
 		// refused after the client limits (it costs its client a token).
 		q, qerr := url.ParseQuery(r.URL.RawQuery)
@@ -263,16 +405,12 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 			}
 			defer adm.release()
 		}
+		allowStale, perr := checkParams(q, qerr)
+		if perr != nil {
+			writeErr(w, perr)
+			return
+		}
 		if s.Ready != nil {
-			allowStale := false
-			switch v := q.Get("allowStale"); v {
-			case "", "false":
-			case "true":
-				allowStale = true
-			default:
-				writeErr(w, badRequest("allowStale must be true or false"))
-				return
-			}
 			if err := s.Ready(); err != nil {
 				if !allowStale {
 					w.Header().Set("Retry-After", "1")
@@ -282,45 +420,15 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 				w.Header().Set(StaleHeader, err.Error())
 			}
 		}
-		var leaveSem func()
-		select {
-		case s.sem <- struct{}{}:
-			leaveSem = sync.OnceFunc(func() { <-s.sem })
-			defer leaveSem()
-		default:
-			w.Header().Set("Retry-After", "1")
-			writeErr(w, &apiError{http.StatusTooManyRequests, "RateLimitExceeded", "too many concurrent queries on this node; retry"})
-			return
-		}
 		ctx, cancel := context.WithTimeout(r.Context(), QueryTimeout)
 		defer cancel()
-		if qerr != nil {
-			writeErr(w, badRequest("the query string is malformed: "+qerr.Error()))
-			return
-		}
-		for k, vs := range q {
-			for _, v := range vs {
-				if len(v) > paramBytesMax && (k != "from_dids" || len(v) > fromDIDsBytesMax) {
-					writeErr(w, badRequest("parameter "+k+" is too long"))
-					return
-				}
-				if !utf8.ValidString(v) {
-					writeErr(w, badRequest("parameter "+k+" is not valid UTF-8"))
-					return
-				}
-			}
-		}
-		for _, k := range singleParams {
-			if len(q[k]) > 1 {
-				writeErr(w, badRequest("parameter "+k+" is given "+strconv.Itoa(len(q[k]))+" times; at most once"))
-				return
-			}
-		}
 		if trimFilters(q) {
 			r.URL.RawQuery = q.Encode() // the handlers read the query again
 		}
 		// The view is held until the answer is encoded: the leader's garbage
-		// collector waits for it (Views.OldestServed).
+		// collector waits for it (Views.OldestServed). Waiting for a
+		// generation holds no node-wide slot (a client's queries waiting
+		// for one lock nobody else out), only the client's own in flight.
 		var v *lsm.View
 		var release func()
 		if mg := q.Get("minGeneration"); mg != "" {
@@ -346,20 +454,26 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 		}
 		release = sync.OnceFunc(release)
 		defer release()
+		ns := &nodeSlot{sem: s.sem}
+		if !ns.tryTake() {
+			w.Header().Set("Retry-After", "1")
+			writeErr(w, &apiError{http.StatusTooManyRequests, "RateLimitExceeded", "too many concurrent queries on this node; retry"})
+			return
+		}
+		defer ns.leave()
 		w.Header().Set(GenerationHeader, strconv.FormatUint(v.Generation(), 10))
 		if adm != nil {
-			// Waiting for a generation does not hold an execution slot;
-			// answering does, until the answer is encoded (not while a
-			// slow client reads it).
+			// Answering holds an execution slot until the answer is
+			// encoded (not while a slow client reads it).
 			if err := adm.run(ctx); err != nil {
 				w.Header().Set("Retry-After", "1")
 				writeErr(w, &apiError{http.StatusTooManyRequests, "RateLimitExceeded", "this node is saturated (no execution slot within " + SlotWaitMax.String() + "); retry, or ask another node"})
 				return
 			}
-			// A read of a large target waiting for its turn (lsm's bound on
-			// their memory) does not hold an execution slot meanwhile.
-			ctx = lsm.WithWaitHooks(ctx, adm.waitHooks())
 		}
+		// A read of a large target waiting for its turn (lsm's bound on
+		// their memory) holds neither slot meanwhile.
+		ctx = lsm.WithWaitHooks(ctx, waitHooks(ns, adm))
 		ctx = context.WithValue(ctx, codecKey{}, s.Codec.WithContext(ctx))
 		out, err := h(ctx, r, v)
 		if err != nil {
@@ -424,7 +538,7 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 		// cluster's garbage collection) nor a node-wide query slot, and
 		// its connection is given answerWriteTimeout to take it.
 		release()
-		leaveSem()
+		ns.leave()
 		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(answerWriteTimeout))
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(buf.Bytes())

@@ -326,10 +326,11 @@ func TestAPIErrors(t *testing.T) {
 		{"/xrpc/blue.cerulea.backlinks.listBacklinks", url.Values{"target": {post}, "limit": {"100000"}}, 400, "InvalidRequest"},
 		{"/xrpc/blue.cerulea.backlinks.listBacklinks", url.Values{"target": {post}, "cursor": {"garbage"}}, 400, "InvalidRequest"},
 		{"/xrpc/blue.cerulea.backlinks.listBacklinks", url.Values{"target": {post}, "minGeneration": {"x"}}, 400, "InvalidRequest"},
-		{"/xrpc/blue.cerulea.backlinks.listBacklinks", url.Values{"target": {"https://" + strings.Repeat("a", 3000)}}, 400, "InvalidRequest"},
+		{"/xrpc/blue.cerulea.backlinks.listBacklinks", url.Values{"target": {"HTTPS://" + strings.Repeat("a", 3000)}}, 400, "InvalidRequest"},
+		{"/xrpc/blue.cerulea.backlinks.listBacklinks", url.Values{"target": {"https://" + strings.Repeat("a", link.NormBytesMax)}}, 400, "InvalidRequest"},
 		{"/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}}, 400, "InvalidRequest"},
 		{"/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}, "source": {"nocolon"}}, 400, "InvalidRequest"},
-		{"/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}, "did": {"nope"}}, 400, "InvalidRequest"},
+		{"/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}, "did": {"did:plc:\xff"}}, 400, "InvalidRequest"},
 		{"/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}, "reverse": {"maybe"}}, 400, "InvalidRequest"},
 		{"/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}, "limit": {"1001"}}, 400, "InvalidRequest"},
 		{"/xrpc/blue.cerulea.backlinks.listBacklinks", url.Values{"target": {post}, "minGeneration": {fmt.Sprint(gen + 5)}}, 503, "GenerationNotReady"},
@@ -418,7 +419,9 @@ func TestStoreUnavailable(t *testing.T) {
 
 // A node that is not ready answers 503 NotReady, unless the client asks
 // with allowStale=true: then it answers from its view, saying why it was
-// not ready in X-Eddy-Stale; a value other than true or false is 400.
+// not ready in X-Eddy-Stale; a value other than true or false, or the
+// parameter given twice, is 400, whether the node has a readiness gate or
+// not.
 func TestAllowStale(t *testing.T) {
 	f := newFixture(t)
 	f.write(like(1))
@@ -441,9 +444,23 @@ func TestAllowStale(t *testing.T) {
 	if code, _ := f.get(path, url.Values{"target": {post}, "allowStale": {"yes"}}, &e); code != 400 || e["error"] != "InvalidRequest" {
 		t.Fatalf("allowStale=yes: %d %v", code, e)
 	}
+	// Given twice it is 400, as any single-valued parameter.
+	if code, _, body := f.raw(path, url.Values{"target": {post}, "allowStale": {"true", "false"}}.Encode()); code != 400 || !strings.Contains(string(body), `"InvalidRequest"`) || !strings.Contains(string(body), "allowStale") {
+		t.Fatalf("allowStale twice, not ready: %d %s", code, body)
+	}
 	f.qs.Ready = func() error { return nil }
 	code, h = f.get(path, url.Values{"target": {post}, "allowStale": {"true"}}, &page)
 	if code != 200 || h.Get(StaleHeader) != "" {
 		t.Fatalf("ready, allowStale=true: %d, %s %q", code, StaleHeader, h.Get(StaleHeader))
+	}
+	// A server without a readiness gate checks it the same.
+	f.qs.Ready = nil
+	for _, bad := range [][]string{{"yes"}, {"true", "false"}, {"true", "true"}} {
+		if code, _, body := f.raw(path, url.Values{"target": {post}, "allowStale": bad}.Encode()); code != 400 || !strings.Contains(string(body), `"InvalidRequest"`) {
+			t.Fatalf("allowStale=%q, no readiness gate: %d %s", bad, code, body)
+		}
+	}
+	if code, _ := f.get(path, url.Values{"target": {post}, "allowStale": {"false"}}, &page); code != 200 {
+		t.Fatalf("allowStale=false, no readiness gate: %d", code)
 	}
 }

@@ -125,8 +125,9 @@ func TestBusyAnswer(t *testing.T) {
 }
 
 // A query whose read of a large target waits for its share of the bound
-// gives back its execution slot meanwhile: on a node of one slot, a small
-// query answers while it waits, and it answers once the share is free.
+// gives back its execution slot and its node-wide slot meanwhile: on a
+// node of one execution slot, a small query answers while it waits, and
+// it answers once the share is free.
 func TestLargeReadWaitsWithoutSlot(t *testing.T) {
 	f := newFixture(t)
 	for i := range 100_000 {
@@ -186,6 +187,9 @@ func TestLargeReadWaitsWithoutSlot(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	if n := len(f.qs.sem); n != 0 {
+		t.Fatalf("the large count holds %d node-wide slot(s) while it waits for its share", n)
+	}
 	l0, _ := like(0)
 	start := time.Now()
 	var small totalOut
@@ -202,9 +206,11 @@ func TestLargeReadWaitsWithoutSlot(t *testing.T) {
 	}
 }
 
-// A query's wait hooks leave its slot when the first of its reads waits
-// and take one back when the last is done waiting: reads of one query at
-// once never hold two slots, and the query's end frees what it holds.
+// A query's wait hooks leave its execution slot and its node-wide slot
+// when the first of its reads waits and take both back when the last is
+// done waiting: reads of one query at once never hold two of either, and
+// the query's end frees what it holds. Without client limits, the
+// node-wide slot alone.
 func TestWaitHooksOneSlot(t *testing.T) {
 	l := NewClientLimiter(ClientLimits{InFlight: 8, Slots: 4, SlotsPerClient: 4, PaceGap: -1, Conns: -1})
 	free := func() int {
@@ -217,23 +223,47 @@ func TestWaitHooksOneSlot(t *testing.T) {
 		t.Fatal(refused.ae)
 	}
 	ctx := context.Background()
+	sem := make(chan struct{}, 2)
+	ns := &nodeSlot{sem: sem}
+	if !ns.tryTake() || len(sem) != 1 {
+		t.Fatalf("node slot: %d held", len(sem))
+	}
 	if err := adm.run(ctx); err != nil || free() != 3 {
 		t.Fatalf("run: %v, %d slots free", err, free())
 	}
-	h := adm.waitHooks()
+	h := waitHooks(ns, adm)
 	h.Leave()
 	h.Leave() // a second read of the query waits too
-	if free() != 4 {
-		t.Fatalf("two reads waiting: %d slots free, want 4", free())
+	if free() != 4 || len(sem) != 0 {
+		t.Fatalf("two reads waiting: %d slots free, want 4; %d node slots held, want 0", free(), len(sem))
 	}
-	if err := h.Back(ctx); err != nil || free() != 4 {
-		t.Fatalf("one read back of two: %v, %d slots free, want 4", err, free())
+	if err := h.Back(ctx); err != nil || free() != 4 || len(sem) != 0 {
+		t.Fatalf("one read back of two: %v, %d slots free, want 4; %d node slots held, want 0", err, free(), len(sem))
 	}
-	if err := h.Back(ctx); err != nil || free() != 3 {
-		t.Fatalf("both back: %v, %d slots free, want 3", err, free())
+	if err := h.Back(ctx); err != nil || free() != 3 || len(sem) != 1 {
+		t.Fatalf("both back: %v, %d slots free, want 3; %d node slots held, want 1", err, free(), len(sem))
 	}
+	ns.leave()
 	adm.release()
-	if free() != 4 {
-		t.Fatalf("after the query: %d slots free, want 4", free())
+	if free() != 4 || len(sem) != 0 {
+		t.Fatalf("after the query: %d slots free, want 4; %d node slots held", free(), len(sem))
+	}
+
+	// No client limits; the node's slots all taken by others while the
+	// read waited: its query waits for one, then fails past SlotWaitMax
+	// or with its context.
+	ns = &nodeSlot{sem: sem}
+	ns.tryTake()
+	h = waitHooks(ns, nil)
+	h.Leave()
+	if len(sem) != 0 {
+		t.Fatalf("a read waiting, no client limits: %d node slots held", len(sem))
+	}
+	sem <- struct{}{}
+	sem <- struct{}{}
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := h.Back(cctx); !errors.Is(err, context.DeadlineExceeded) || ns.held {
+		t.Fatalf("back with every node slot taken: %v (held %v)", err, ns.held)
 	}
 }

@@ -1,8 +1,8 @@
 // Package client is a small Go client of Eddy's query API with the failover
 // any user of a round-robin DNS name wants: given several node URLs, or one
 // URL whose host name resolves to several addresses, it tries each in turn
-// on a connection failure, a timeout or a 5xx answer, and says which node
-// answered.
+// on a connection failure, a timeout, or a 5xx or 429 answer, and says
+// which node answered.
 package client
 
 import (
@@ -19,8 +19,13 @@ import (
 	"time"
 )
 
-// DefaultTimeout bounds one attempt against one node.
-const DefaultTimeout = 5 * time.Second
+// DefaultTimeout bounds one attempt against one node. It is longer than
+// the longest a node takes to answer a query (its 10 s, query.QueryTimeout,
+// in which a query waits for minGeneration, an execution slot or its turn
+// at a large read, plus a refusal's delay of under half a second), so a
+// node that is slow but answering is not abandoned, its query asked again
+// of every other node.
+const DefaultTimeout = 15 * time.Second
 
 // responseBytesMax bounds an answer read.
 const responseBytesMax = 64 << 20
@@ -74,14 +79,38 @@ func New(addrs ...string) *Client {
 	return &Client{Addrs: out, HTTP: &http.Client{Timeout: DefaultTimeout}}
 }
 
-// Error is an error answer of the API (4xx: not retried on another node).
+// Error is an error answer of the API. A 4xx other than 429 is the
+// answer (not asked of another node); after a 429 or a 5xx the next node
+// is asked, and when every node failed the last such answer is in the
+// error Get returns (errors.As).
 type Error struct {
 	Status  int
-	Name    string `json:"error"`
+	Name    string `json:"error"` // "" when the body was not an XRPC error (a proxy's page)
 	Message string `json:"message"`
+	// RetryAfter is the answer's Retry-After (0: none).
+	RetryAfter time.Duration
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%s (%d): %s", e.Name, e.Status, e.Message) }
+func (e *Error) Error() string {
+	if e.Name == "" {
+		return fmt.Sprintf("HTTP %d", e.Status)
+	}
+	return fmt.Sprintf("%s (%d): %s", e.Name, e.Status, e.Message)
+}
+
+// apiError reads an error answer.
+func apiError(resp *http.Response, body []byte) *Error {
+	var x struct {
+		Error   string `json:"error"`
+		Message string `json:"message"`
+	}
+	json.Unmarshal(body, &x)
+	e := &Error{Status: resp.StatusCode, Name: x.Error, Message: x.Message}
+	if n, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && n > 0 {
+		e.RetryAfter = time.Duration(n) * time.Second
+	}
+	return e
+}
 
 // Answer says which node answered and at which manifest generation.
 type Answer struct {
@@ -150,6 +179,7 @@ func (c *Client) Get(ctx context.Context, path string, params url.Values, out an
 		}
 		return Answer{}, fmt.Errorf("no node address: %w", errors.Join(errs...))
 	}
+	lastAPI := -1 // the errs entry that wraps the last node's error answer
 	for i, base := range eps {
 		ans := Answer{Node: base, Attempts: i + 1}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path+"?"+params.Encode(), nil)
@@ -172,13 +202,17 @@ func (c *Client) Get(ctx context.Context, path string, params url.Values, out an
 		}
 		ans.Generation, _ = strconv.ParseUint(resp.Header.Get("X-Eddy-Generation"), 10, 64)
 		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-			errs = append(errs, fmt.Errorf("%s: HTTP %d", base, resp.StatusCode))
+			// Only the last of these stays an *Error in the chain, so
+			// errors.As finds it; the ones before keep their text.
+			if lastAPI >= 0 {
+				errs[lastAPI] = errors.New(errs[lastAPI].Error())
+			}
+			lastAPI = len(errs)
+			errs = append(errs, fmt.Errorf("%s: %w", base, apiError(resp, b)))
 			continue
 		}
 		if resp.StatusCode != http.StatusOK {
-			e := &Error{Status: resp.StatusCode}
-			json.Unmarshal(b, e)
-			return ans, e
+			return ans, apiError(resp, b)
 		}
 		if err := json.Unmarshal(b, out); err != nil {
 			return ans, fmt.Errorf("%s: bad answer: %w", base, err)

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/eddy-backlinks/eddy/query"
 	"github.com/miekg/dns"
 )
 
@@ -132,5 +134,65 @@ func TestFailoverThroughDNS(t *testing.T) {
 	var e *Error
 	if err == nil || !errors.As(err, &e) || e.Status != 400 || e.Name != "InvalidRequest" || ans.Attempts != 1 {
 		t.Fatalf("4xx: %v, %+v", err, ans)
+	}
+}
+
+// When every node fails, the last one's error answer (a 429 or a 5xx)
+// stays reachable with its XRPC name, message, status and Retry-After;
+// the ones before are named in the error's text.
+func TestEveryNodeFailedKeepsTheLastAnswer(t *testing.T) {
+	notReady := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"error":"NotReady","message":"this node is catching up with the cluster"}`))
+	}))
+	defer notReady.Close()
+	limited := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "3")
+		w.WriteHeader(http.StatusTooManyRequests)
+		w.Write([]byte(`{"error":"RateLimitExceeded","message":"this client asked more than 500 queries a second of this node"}`))
+	}))
+	defer limited.Close()
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "<html>bad gateway</html>", http.StatusBadGateway)
+	}))
+	defer proxy.Close()
+
+	var page Backlinks
+	ans, err := New(notReady.URL, limited.URL).Get(context.Background(), "/xrpc/blue.cerulea.backlinks.listBacklinks", url.Values{"target": {"did:plc:a"}}, &page)
+	var e *Error
+	if err == nil || !errors.As(err, &e) || ans.Attempts != 2 {
+		t.Fatalf("two nodes failing: %v (%+v)", err, ans)
+	}
+	if e.Status != 429 || e.Name != "RateLimitExceeded" || !strings.Contains(e.Message, "500 queries") || e.RetryAfter != 3*time.Second {
+		t.Fatalf("the last node's answer: %+v, want its 429 RateLimitExceeded with Retry-After 3 s", e)
+	}
+	for _, want := range []string{"NotReady", "RateLimitExceeded", notReady.URL, limited.URL} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	// The order reversed: the 503's.
+	_, err = New(limited.URL, notReady.URL).Get(context.Background(), "/xrpc/blue.cerulea.backlinks.listBacklinks", url.Values{"target": {"did:plc:a"}}, &page)
+	if !errors.As(err, &e) || e.Status != 503 || e.Name != "NotReady" || e.RetryAfter != time.Second {
+		t.Fatalf("the last node's answer: %v (%+v), want its 503 NotReady", err, e)
+	}
+	// A last answer that is not an XRPC body: its status alone.
+	_, err = New(limited.URL, proxy.URL).Get(context.Background(), "/xrpc/blue.cerulea.backlinks.listBacklinks", url.Values{"target": {"did:plc:a"}}, &page)
+	if !errors.As(err, &e) || e.Status != 502 || e.Name != "" || e.RetryAfter != 0 || !strings.Contains(err.Error(), "HTTP 502") {
+		t.Fatalf("a proxy's 502 last: %v (%+v)", err, e)
+	}
+}
+
+// One attempt outlasts the longest a node takes to answer (its query
+// timeout and a refused query's delay), so a slow node that answers is
+// not abandoned and its query asked of every other node.
+func TestAttemptOutlastsTheServer(t *testing.T) {
+	longest := query.QueryTimeout + query.DefaultRefusalDelay*3/2
+	if DefaultTimeout <= longest {
+		t.Fatalf("DefaultTimeout %v: a node may take %v to answer", DefaultTimeout, longest)
+	}
+	if c := New("http://127.0.0.1:1"); c.HTTP.Timeout != DefaultTimeout {
+		t.Fatalf("New's attempt timeout %v, want %v", c.HTTP.Timeout, DefaultTimeout)
 	}
 }
