@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -71,6 +72,11 @@ func (m *Metrics) Register(r prometheus.Registerer) error {
 		if err := r.Register(c); err != nil {
 			return err
 		}
+	}
+	// At 0 from the start, so that an alert on its increase fires at the
+	// first corrupt table, not the second.
+	for _, t := range lsm.Trees {
+		m.Corrupt.WithLabelValues(string(t))
 	}
 	return nil
 }

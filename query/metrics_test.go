@@ -9,6 +9,7 @@ import (
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/objstore/local"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 type emptySource struct{}
@@ -103,5 +104,17 @@ func TestQueryMetricsEndpointBound(t *testing.T) {
 	}
 	if e := m.endpoint("/xrpc/", 301); e != "other" {
 		t.Fatalf("a redirect: %q", e)
+	}
+}
+
+// eddy_corrupt_total has a series at 0 for every tree from the start: the
+// first corrupt table is an increase an alert sees.
+func TestCorruptCounterStartsAtZero(t *testing.T) {
+	m := NewMetrics()
+	if err := m.Register(prometheus.NewRegistry()); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m.Corrupt); n != len(lsm.Trees) {
+		t.Fatalf("%d series of eddy_corrupt_total before any corrupt table, want one a tree (%d)", n, len(lsm.Trees))
 	}
 }
