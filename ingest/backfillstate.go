@@ -146,14 +146,7 @@ func readCheckpoint(ctx context.Context, store objstore.Store, key string) (Back
 func (s *backfillState) set(did, state, rev string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.page[did]
-	if r == nil {
-		r = s.failed[did]
-	}
-	if r == nil {
-		r = &RepoState{DID: did}
-	}
-	r.State, r.At = state, time.Now().UTC().Format(time.RFC3339)
+	r := s.entryLocked(did, state)
 	switch state {
 	case RepoPending: // a page's repository joined it first; a resync joins none
 		return
@@ -188,6 +181,12 @@ func (s *backfillState) set(did, state, rev string, err error) {
 func (s *backfillState) join(did string, seq int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.page[did], s.pageOf[did] = s.entryLocked(did, RepoPending), seq
+}
+
+// entryLocked is did's record (of a page in flight, else of the failed,
+// else a new one), now in state.
+func (s *backfillState) entryLocked(did, state string) *RepoState {
 	r := s.page[did]
 	if r == nil {
 		r = s.failed[did]
@@ -195,8 +194,8 @@ func (s *backfillState) join(did string, seq int) {
 	if r == nil {
 		r = &RepoState{DID: did}
 	}
-	r.State, r.At = RepoPending, time.Now().UTC().Format(time.RFC3339)
-	s.page[did], s.pageOf[did] = r, seq
+	r.State, r.At = state, time.Now().UTC().Format(time.RFC3339)
+	return r
 }
 
 // snapshot returns the checkpoint as of now, at cursor, closing the pages
