@@ -77,6 +77,9 @@ type Backfill struct {
 	Log     hclog.Logger
 	OnSkip  func(reason string)
 
+	// pagesOpen: backfillPagesOpen unless set (a benchmark's comparison).
+	pagesOpen int
+
 	hostMu   sync.Mutex
 	hosts    map[string]chan struct{}
 	hostNext map[string]time.Time // PerHostRate: when the next fetch may start

@@ -165,8 +165,12 @@ func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string) error {
 	pw := newPageWindow()
 	var wg sync.WaitGroup
 	defer wg.Wait() // every repository in flight ends before the pass returns
+	open := b.pagesOpen
+	if open <= 0 {
+		open = backfillPagesOpen
+	}
 	for {
-		if err := pw.wait(ctx, backfillPagesOpen); err != nil {
+		if err := pw.wait(ctx, open); err != nil {
 			return err
 		}
 		if seq, c, ok := pw.closed(); ok {

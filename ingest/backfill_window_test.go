@@ -3,6 +3,8 @@ package ingest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -151,4 +153,56 @@ func proxyTo(w http.ResponseWriter, u string) {
 	defer resp.Body.Close()
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
+}
+
+// BenchmarkBackfillSlowRepositories: a backfill of a simulated network of
+// 600 repositories, 50 a listRepos page, where one repository in fifty
+// takes a second more than the others (its DID document is held back: a
+// large CAR, a slow PDS), one page at a time (pages=1, the backfill before
+// it kept pages in flight) and with backfillPagesOpen pages in flight.
+// s/backfill is the wall time of the pass.
+//
+//	go test ./ingest -run '^$' -bench 'BackfillSlowRepositories' -benchtime 1x -count 3
+func BenchmarkBackfillSlowRepositories(b *testing.B) {
+	world := simnet.NewWorld(simnet.Config{Seed: 5, Accounts: 600})
+	world.Step(3000)
+	sim, err := simnet.Serve(world)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sim.Close()
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		q.Set("limit", "50")
+		proxyTo(w, sim.RelayURL()+r.URL.Path+"?"+q.Encode())
+	}))
+	defer relay.Close()
+	plc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h := fnv.New32a(); true {
+			h.Write([]byte(r.URL.Path))
+			if h.Sum32()%50 == 0 {
+				time.Sleep(time.Second)
+			}
+		}
+		proxyTo(w, sim.PLCURL()+r.URL.Path)
+	}))
+	defer plc.Close()
+	for _, open := range []int{1, backfillPagesOpen} {
+		b.Run(fmt.Sprintf("pages=%d", open), func(b *testing.B) {
+			var wall time.Duration
+			for range b.N {
+				wr, _, _, _ := testWriterOf(b, 64<<20)
+				bf := &Backfill{Relay: relay.URL, PLC: plc.URL, DIDWeb: plc.URL, NoCompaction: true, pagesOpen: open}
+				start := time.Now()
+				if err := bf.pass(context.Background(), wr, ""); err != nil {
+					b.Fatal(err)
+				}
+				wall += time.Since(start)
+				if counts, _ := bf.Progress(); counts["failed"] != 0 || counts["done"] == 0 {
+					b.Fatalf("counts %v", counts)
+				}
+			}
+			b.ReportMetric(wall.Seconds()/float64(b.N), "s/backfill")
+		})
+	}
 }

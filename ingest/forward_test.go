@@ -29,7 +29,7 @@ func forwardWriter(t *testing.T) (*Writer, *cluster.Node, objstore.Store, *prome
 
 // testWriterOf is a writer on one node and a local store, with memtables
 // of memtableBytes.
-func testWriterOf(t *testing.T, memtableBytes int) (*Writer, *cluster.Node, objstore.Store, *prometheus.Registry) {
+func testWriterOf(t testing.TB, memtableBytes int) (*Writer, *cluster.Node, objstore.Store, *prometheus.Registry) {
 	t.Helper()
 	node := oneNode(t)
 	store, err := local.New(t.TempDir())
