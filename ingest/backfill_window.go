@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/ingest/event"
+	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/objstore"
 )
 
@@ -87,10 +88,15 @@ func (pw *pageWindow) seal(p *windowPage) {
 }
 
 // closed takes the leading pages that are written whole and returns the
-// last one's number and cursor (ok false: none).
+// last one's number and cursor (ok false: none). Once a repository failed
+// the pass, none is: the failed one's page counts as done, but it was not
+// written.
 func (pw *pageWindow) closed() (seq int, cursor string, ok bool) {
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
+	if pw.err != nil {
+		return 0, "", false
+	}
 	for len(pw.open) > 0 && pw.open[0].sealed && pw.open[0].left == 0 {
 		seq, cursor, ok = pw.open[0].seq, pw.open[0].cursor, true
 		pw.open = pw.open[1:]
@@ -207,7 +213,9 @@ func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string) error {
 				<-sem
 				return err
 			}
-			st.join(r.DID, p.seq)
+			if link.ValidDID(r.DID) { // else repo counts it skipped
+				st.join(r.DID, p.seq)
+			}
 			pw.start(p)
 			wg.Go(func() {
 				defer func() { <-sem }()

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -22,7 +23,7 @@ import (
 // A repository that takes long (a large CAR, a slow PDS) holds up neither
 // the pages after it (up to backfillPagesOpen of them are in flight) nor
 // the fetches in flight; the cursor published never passes its page until
-// it is written, and the checkpoint that closes its page keeps its outcome.
+// it is written, and the pass ends with every repository written.
 // Before, each page waited for its slowest repository: nothing after it
 // was fetched meanwhile.
 func TestBackfillSlowRepositoryHoldsOnlyItsPage(t *testing.T) {
@@ -204,5 +205,33 @@ func BenchmarkBackfillSlowRepositories(b *testing.B) {
 			}
 			b.ReportMetric(wall.Seconds()/float64(b.N), "s/backfill")
 		})
+	}
+}
+
+// A page whose repository failed the pass (an error that stops it, not a
+// repository counted failed) is never closed, so its cursor is never
+// published: it was closed once its count fell to zero, failure or not,
+// between the pass's check for a failure and its checkpoint.
+func TestPageWindowFailureClosesNothing(t *testing.T) {
+	pw := newPageWindow()
+	p := pw.add("c1")
+	pw.start(p)
+	pw.seal(p)
+	if err := pw.wait(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	pw.done(p, errors.New("names read failed"))
+	if seq, c, ok := pw.closed(); ok {
+		t.Fatalf("page %d (cursor %q) closed after its repository failed the pass", seq, c)
+	}
+	if err := pw.wait(context.Background(), 2); err == nil {
+		t.Fatal("wait after a failure: nil")
+	}
+	q := pw.add("c2")
+	pw.start(q)
+	pw.seal(q)
+	pw.done(q, nil)
+	if _, _, ok := pw.closed(); ok {
+		t.Fatal("a page closed after an earlier one failed the pass")
 	}
 }

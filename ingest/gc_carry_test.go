@@ -38,7 +38,8 @@ func TestGarbageCollectedAcrossWritePathRestarts(t *testing.T) {
 	f.publish(nil, []string{"r1"})
 	log := &logLines{t: t}
 	s := supervised(t, f.node, fullBucket{f.store}, capture(t), log)
-	s.Runner.Config.GCGrace, s.Runner.Config.GCInterval = testGrace, 20*time.Millisecond
+	// A grace several runs long: each run fails at its first flush, ~100 ms.
+	s.Runner.Config.GCGrace, s.Runner.Config.GCInterval = 3*testGrace, 20*time.Millisecond
 	s.RestartBackoff = backoff.Policy{Min: 10 * time.Millisecond, Max: 20 * time.Millisecond}
 	s.Start(ctx)
 	defer s.Stop()
