@@ -153,9 +153,9 @@ func (s *Server) parseSubject(ctx context.Context, param, raw string) (subject, 
 	}
 	norm := t.Norm
 	if t.IsRepo() {
-		norm = t.DID // at://did:x is did:x: one spelling in answers and cursors
+		norm = t.DID // at://did:x is did:x: one spelling in cursors
 	}
-	name := norm
+	name := t.Norm // answers name it as asked (normalised): a client matches what it asked
 	if len(name) > link.NormBytesMax {
 		// An internationalised host's ASCII form can be longer than any
 		// question may be (link.NormBytesMax): the answer names the

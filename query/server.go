@@ -68,7 +68,8 @@ const GenerationHeader = "X-Eddy-Generation"
 
 // StaleHeader is on an answer a node gave with allowStale=true while it
 // was not ready (catching up, or fallen behind the cluster): why it was
-// not.
+// not; and on every answer of a node that cannot tell how old its view is
+// (Server.Unsure: cut off from every leader).
 const StaleHeader = "X-Eddy-Stale"
 
 // Server serves the query API.
@@ -81,6 +82,12 @@ type Server struct {
 	// node answers 503 NotReady (a restarted node catching up with the
 	// cluster), so a client asks another node rather than get a stale answer.
 	Ready func() error
+	// Unsure, when set, says why the node cannot vouch for its view's age
+	// ("": it can): a node that has heard from no leader for a while (two
+	// voters of three down, a partition) still answers from its view,
+	// rather than leave clients nothing, and says so in StaleHeader;
+	// /readyz steers health-checked traffic to other nodes meanwhile.
+	Unsure func() string
 	// ResponseBytesMax bounds an answer's body (default: ResponseBytesMax).
 	ResponseBytesMax int
 	// Corrupt, when set, counts the corrupt tables queries meet
@@ -418,6 +425,11 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 					return
 				}
 				w.Header().Set(StaleHeader, err.Error())
+			}
+		}
+		if s.Unsure != nil && w.Header().Get(StaleHeader) == "" {
+			if why := s.Unsure(); why != "" {
+				w.Header().Set(StaleHeader, why)
 			}
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), QueryTimeout)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -33,13 +34,13 @@ func TestJoinClusterRetriesThenReturnsARefusal(t *testing.T) {
 		return strings.TrimPrefix(srv.URL, "http://"), &calls
 	}
 	addr, calls := serve(http.StatusServiceUnavailable, http.StatusConflict)
-	err := joinCluster(context.Background(), hclog.NewNullLogger(), []string{addr}, "token", "", cluster.JoinRequest{ID: "n3"})
+	err := joinCluster(context.Background(), hclog.NewNullLogger(), []string{addr}, "token", "", cluster.JoinRequest{ID: "n3"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "join refused") || !strings.Contains(err.Error(), "new --id") || calls.Load() != 2 {
 		t.Fatalf("after %d calls: %v", calls.Load(), err)
 	}
 	// Accepted: no error.
 	addr, _ = serve(http.StatusOK)
-	if err := joinCluster(context.Background(), hclog.NewNullLogger(), []string{addr}, "token", "", cluster.JoinRequest{ID: "n3"}); err != nil {
+	if err := joinCluster(context.Background(), hclog.NewNullLogger(), []string{addr}, "token", "", cluster.JoinRequest{ID: "n3"}, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -59,5 +60,36 @@ func TestJoinRefusalStops(t *testing.T) {
 		if got := refusalStops(c.member, c.err); got != c.stops {
 			t.Errorf("member %v, %v: stops %v, want %v", c.member, c.err, got, c.stops)
 		}
+	}
+}
+
+// A join asks whether the node is fresh at each try: a retried join whose
+// first try took effect (its answer lost) goes out with what the node
+// knows then, not what it knew at start, so the cluster does not refuse a
+// new voter as a blank one (and stop it).
+func TestJoinAsksFreshAtEachTry(t *testing.T) {
+	defer func(p time.Duration) { joinBackoff.Min = p }(joinBackoff.Min)
+	joinBackoff.Min = time.Millisecond
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req cluster.JoinRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case calls.Add(1) == 1: // took effect, but its answer is a failure
+			w.WriteHeader(http.StatusInternalServerError)
+			w.Write([]byte(`{"error":"JoinFailed","message":"leadership lost"}`))
+		case req.Fresh:
+			w.WriteHeader(http.StatusConflict)
+			w.Write([]byte(`{"error":"FreshVoter","message":"n3 is a voter"}`))
+		default:
+			w.Write([]byte(`{"joined":"n3"}`))
+		}
+	}))
+	defer srv.Close()
+	var entries atomic.Int32 // the node's Raft entries: none at first, some once joined
+	fresh := func() bool { return entries.Add(1) == 1 }
+	if err := joinCluster(context.Background(), hclog.NewNullLogger(), []string{strings.TrimPrefix(srv.URL, "http://")}, "token", "", cluster.JoinRequest{ID: "n3"}, fresh); err != nil {
+		t.Fatalf("after %d calls: %v", calls.Load(), err)
 	}
 }

@@ -147,8 +147,12 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 			return err
 		}
 	}
-	if err := checkJoin(ctx, c, token, log); err != nil {
+	checked, err := checkJoin(ctx, c, token, log)
+	if err != nil {
 		return err
+	}
+	if ctx.Err() != nil {
+		return nil // stopped while it waited for the cluster's answer
 	}
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, Dir: filepath.Join(c.dataDir, "raft"), RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise,
@@ -199,6 +203,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	ready.store, ready.log = store, log.Named("ready")
 	reg.MustRegister(ready.collectors()...)
 	qs.Ready = ready.caughtUp // one readiness decides /readyz and the queries' NotReady
+	qs.Unsure = ready.unsure
 
 	metrics := ingest.NewMetrics()
 	if err := metrics.Register(reg); err != nil {
@@ -253,9 +258,12 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	refused := make(chan error, 1)
 	if c.join != "" {
 		wg.Go(func() {
-			req := joinRequest(c, node.ID())
-			req.Fresh = !node.HadState()
-			err := joinCluster(bg, log, strings.Split(c.join, ","), token, c.sourceAddr, req)
+			// Fresh while the node holds no Raft entry, asked again at each
+			// try: a retried join that took effect (its answer lost) finds
+			// the node a voter, and must not refuse it as a blank one. A
+			// node the cluster took before Raft started is not fresh.
+			fresh := func() bool { return !checked && node.Raft().LastIndex() == 0 }
+			err := joinCluster(bg, log, strings.Split(c.join, ","), token, c.sourceAddr, joinRequest(c, node.ID()), fresh)
 			switch {
 			case err == nil:
 			case refusalStops(node.HadState(), err):
@@ -396,23 +404,24 @@ func joinRequest(c config, id string) cluster.JoinRequest {
 // that has no Raft state (a new node, or one whose data directory was
 // lost) and is started with --join: one that lost its data under a voter's
 // ID would otherwise vote as a blank voter (cluster.JoinRequest, Fresh)
-// while its join waits. It waits while the cluster cannot answer, and
-// returns the cluster's refusal.
-func checkJoin(ctx context.Context, c config, token string, log hclog.Logger) error {
+// while its join waits. It waits while the cluster cannot answer (no
+// listener runs meanwhile: the log says so), and returns the cluster's
+// refusal; checked says the cluster took it.
+func checkJoin(ctx context.Context, c config, token string, log hclog.Logger) (checked bool, _ error) {
 	if c.join == "" || c.bootstrap || c.restoreFromBucket || c.id == "" { // no ID: a new one, no voter's
-		return nil
+		return false, nil
 	}
 	has, err := cluster.HasState(filepath.Join(c.dataDir, "raft"))
 	if err != nil || has {
-		return err
+		return false, err
 	}
 	req := joinRequest(c, c.id)
 	req.Fresh, req.Check = true, true
-	log.Info("no Raft state: asking the cluster whether it takes this node before starting Raft", "join", c.join)
-	if err := joinCluster(ctx, log, strings.Split(c.join, ","), token, c.sourceAddr, req); err != nil {
-		return err
+	log.Info("no Raft state: asking the cluster whether it takes this node before starting Raft (nothing listens until it answers)", "join", c.join)
+	if err := joinCluster(ctx, log, strings.Split(c.join, ","), token, c.sourceAddr, req, nil); err != nil {
+		return false, err
 	}
-	return ctx.Err()
+	return ctx.Err() == nil, nil
 }
 
 // joinBackoff: the waits between attempts to join the cluster.
@@ -421,18 +430,22 @@ var joinBackoff = backoff.Policy{Min: 200 * time.Millisecond, Max: 5 * time.Seco
 // joinCluster asks the cluster to add this node, retrying until it
 // succeeds (a no-op if already a member) or the node stops; the cluster's
 // refusal (a removed ID, a wrong token: an answer below 500) is returned.
-func joinCluster(ctx context.Context, log hclog.Logger, addrs []string, token, source string, req cluster.JoinRequest) error {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return fmt.Errorf("join request: %w", err)
-	}
+// fresh, if set, is asked for req.Fresh at each try.
+func joinCluster(ctx context.Context, log hclog.Logger, addrs []string, token, source string, req cluster.JoinRequest, fresh func() bool) error {
 	cl := cluster.AdminClient{Addrs: addrs, Token: token}
 	if hc, err := cluster.HTTPClient(source, 15*time.Second); err == nil {
 		cl.HTTP = hc
 	}
 	var wait time.Duration
 	for {
-		err := cl.Call(ctx, http.MethodPost, "/admin/join", body, nil)
+		if fresh != nil {
+			req.Fresh = fresh()
+		}
+		body, err := json.Marshal(req)
+		if err != nil {
+			return fmt.Errorf("join request: %w", err)
+		}
+		err = cl.Call(ctx, http.MethodPost, "/admin/join", body, nil)
 		if err == nil && req.Check {
 			log.Info("the cluster takes this node", "via", strings.Join(addrs, ","))
 			return nil

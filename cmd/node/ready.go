@@ -38,8 +38,9 @@ import (
 // The query gate (caughtUp, the query server's Ready: 503 NotReady while
 // it fails): a restarted node answers queries only once it has applied
 // the log it had at start and what the leader made committed since (or
-// the bound passed); from then on it always answers (an election later
-// does not stop it). run watches the condition in the background, so a
+// the bound passed); from then on it answers unless its view goes stale
+// (stale; an election alone does not stop it, and a node cut off from
+// every leader answers, saying so: unsure). run watches the condition in the background, so a
 // node that caught up before any query came is not refused by a later
 // election.
 type readiness struct {
@@ -200,25 +201,26 @@ func (r *readiness) caughtUp() error {
 // stale says why the view this node serves is too old to answer from, or
 // "": a generation the leader had, or one this node's state applied, has
 // gone unserved for longer than the bound (a full disk, tables the node
-// cannot open), or the node has heard from no leader for longer than the
-// bound (cutOff). Such a node answers 503 NotReady, so that a client that
+// cannot open). Such a node answers 503 NotReady, so that a client that
 // does not watch /readyz asks another node rather than get an old answer
-// with no sign of it (allowStale=true still gets one, with X-Eddy-Stale).
+// with no sign of it. (A node that has heard from no leader for longer
+// than the bound answers, saying so: unsure.)
 func (r *readiness) stale() string {
-	if why := r.cutOff(time.Now()); why != "" {
-		return why
-	}
 	served, applied := r.views.Current().Generation(), r.node.FSM.Manifest().Generation
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.staleLocked(time.Now(), served, applied)
 }
 
+// unsure is cutOff now: the query server's Unsure.
+func (r *readiness) unsure() string { return r.cutOff(time.Now()) }
+
 // cutOff says why a node that has heard from no leader (nor led) for
 // longer than the bound cannot vouch for its view, or "": cut off from the
 // others (a partition, a leader that lost its quorum), it cannot know what
-// the cluster published meanwhile. A node that never heard of a leader is
-// the query gate's start-up concern (caughtUp).
+// the cluster published meanwhile. It goes on answering (every node may be
+// cut off: two voters of three down), each answer saying so. A node that
+// never heard of a leader is the query gate's start-up concern (caughtUp).
 func (r *readiness) cutOff(now time.Time) string {
 	if r.node.IsLeader() {
 		r.lastLed.Store(now.UnixNano())
@@ -238,10 +240,16 @@ func (r *readiness) cutOff(now time.Time) string {
 }
 
 // staleLocked is stale's judgement, which judgeLocked makes too: the
-// oldest leader generation not served (first seen at a known time) or the
-// applied one has waited longer than the bound.
+// oldest leader generation not served has waited longer than the bound
+// (or was seen at the first ask after a gap: at once), or the applied one
+// has.
 func (r *readiness) staleLocked(now time.Time, served, applied uint64) string {
-	if s, ok := r.unservedLocked(served); ok && !s.at.IsZero() {
+	if s, ok := r.unservedLocked(served); ok {
+		if s.at.IsZero() {
+			// Seen at the first ask after a gap (a start, a cut): the
+			// leader may have had it all along.
+			return fmt.Sprintf("serving generation %d; the leader has generation %d (catching up after a start or a gap)", served, s.gen)
+		}
 		if d := now.Sub(s.at); d > r.bound {
 			return fmt.Sprintf("serving generation %d; the leader had generation %d %v ago", served, s.gen, d.Round(time.Millisecond))
 		}
@@ -362,9 +370,6 @@ func (r *readiness) judgeLocked(now time.Time, leaderID string, isLeader bool, s
 		}
 		if why := r.askedLocked(now, leaderID); why != "" {
 			return why
-		}
-		if s, ok := r.unservedLocked(served); ok && s.at.IsZero() {
-			return fmt.Sprintf("serving generation %d; the leader has generation %d (catching up after a start or a gap)", served, s.gen)
 		}
 	}
 	return r.staleLocked(now, served, applied) // a leader's seen is empty

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
@@ -95,6 +96,16 @@ func TestQueryGateClosesWhenStale(t *testing.T) {
 	r.mu.Unlock()
 	if err := r.caughtUp(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("the leader had generation %d 3", g+1)) {
 		t.Fatalf("query gate with the oldest generation seen served, a later one unserved for 3 s: %v", err)
+	}
+	// A generation the leader had at the first ask after a gap (a start, a
+	// cut): it may have had it all along, so the gate closes at once,
+	// until the view serves it (it stayed open, answering from the old
+	// view while the node caught up).
+	r.mu.Lock()
+	r.mu.seen = append(r.mu.seen[:0], seenGen{gen: g + 1})
+	r.mu.Unlock()
+	if err := r.caughtUp(); err == nil || !strings.Contains(err.Error(), "catching up after a start or a gap") {
+		t.Fatalf("query gate with a generation the leader had at the first ask after a gap: %v", err)
 	}
 	r.mu.Lock()
 	r.mu.seen = append(r.mu.seen[:0], seenGen{gen: g, at: time.Now().Add(-4 * time.Second)})
@@ -247,10 +258,11 @@ func TestReadinessSaysWhyTheLeaderCannotBeAsked(t *testing.T) {
 
 // A node that hears from no leader for longer than the bound (a leader
 // that stopped leading, here its Raft shut down: as cut off from the
-// others) closes its query gate, saying so: it cannot tell what the
-// cluster published meanwhile. It answered from its old view for as long
-// as it ran.
-func TestQueryGateClosesWhenCutOff(t *testing.T) {
+// others) goes on answering from its view, rather than leave clients
+// nothing (every node may be cut off: two voters of three down), and every
+// answer says it cannot vouch for its age (X-Eddy-Stale); /readyz says
+// not ready. It answered with no sign of it.
+func TestCutOffNodeAnswersSayingSo(t *testing.T) {
 	store, err := local.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -259,21 +271,34 @@ func TestQueryGateClosesWhenCutOff(t *testing.T) {
 	node, r, readyz := readinessOneNode(t, store, bound)
 	runReadiness(t, r)
 	waitReady(t, r, readyz)
+	qs := query.NewServer(r.views, lsm.NewReader(store, nil), &link.Codec{Outlines: node.FSM}, hclog.NewNullLogger())
+	qs.Ready, qs.Unsure = r.caughtUp, r.unsure
+	ask := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		qs.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/xrpc/blue.microcosm.links.getBacklinksCount?subject=did:plc:aaaaaaaaaaaaaaaaaaaaaaaa&source=app.bsky.graph.follow:subject", nil))
+		return rec
+	}
+	if rec := ask(); rec.Code != 200 || rec.Header().Get(query.StaleHeader) != "" {
+		t.Fatalf("leading: %d %q, stale %q", rec.Code, rec.Body, rec.Header().Get(query.StaleHeader))
+	}
 	if err := node.Raft().Shutdown().Error(); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.caughtUp(); err != nil {
-		t.Fatalf("within the bound of its last leadership: %v", err)
-	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := r.caughtUp()
-		if err != nil && strings.Contains(err.Error(), "no contact with a leader for") {
+		rec := ask()
+		if rec.Code != 200 {
+			t.Fatalf("cut off: %d %s", rec.Code, rec.Body)
+		}
+		if strings.Contains(rec.Header().Get(query.StaleHeader), "no contact with a leader for") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("query gate of a node that has led no one and heard from no leader for %v: %v", time.Since(deadline.Add(-10*time.Second)), err)
+			t.Fatalf("an answer of a node that has led no one and heard from no leader for 10s says %q", rec.Header().Get(query.StaleHeader))
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	if code, body := readyz(); code != 503 {
+		t.Fatalf("/readyz of a node cut off: %d %s", code, body)
 	}
 }
