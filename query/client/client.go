@@ -27,6 +27,18 @@ import (
 // of every other node.
 const DefaultTimeout = 15 * time.Second
 
+// DialTimeout bounds connecting to a node: one that does not answer at all
+// (down, its packets dropped) is left after it, not after DefaultTimeout.
+const DialTimeout = 2 * time.Second
+
+// newHTTP is the client of each attempt: DefaultTimeout in all,
+// DialTimeout to connect.
+func newHTTP() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	return &http.Client{Timeout: DefaultTimeout, Transport: t}
+}
+
 // responseBytesMax bounds an answer read.
 const responseBytesMax = 64 << 20
 
@@ -34,7 +46,8 @@ const responseBytesMax = 64 << 20
 type Client struct {
 	// Addrs are node base URLs (http://host:port) or host:port.
 	Addrs []string
-	// HTTP is the client used for each attempt (Timeout: DefaultTimeout).
+	// HTTP is the client used for each attempt (DefaultTimeout in all,
+	// DialTimeout to connect).
 	HTTP *http.Client
 	// Resolver expands a host name into addresses (net.DefaultResolver);
 	// DNSResolver makes one that asks a given DNS server.
@@ -76,7 +89,7 @@ func New(addrs ...string) *Client {
 			}
 		}
 	}
-	return &Client{Addrs: out, HTTP: &http.Client{Timeout: DefaultTimeout}}
+	return &Client{Addrs: out, HTTP: newHTTP()}
 }
 
 // Error is an error answer of the API. A 4xx other than 429 is the
@@ -170,7 +183,7 @@ func (c *Client) endpoints(ctx context.Context) ([]string, []error) {
 func (c *Client) Get(ctx context.Context, path string, params url.Values, out any) (Answer, error) {
 	hc := c.HTTP
 	if hc == nil {
-		hc = &http.Client{Timeout: DefaultTimeout}
+		hc = newHTTP()
 	}
 	eps, errs := c.endpoints(ctx)
 	if len(eps) == 0 {
