@@ -93,3 +93,26 @@ func TestJoinAsksFreshAtEachTry(t *testing.T) {
 		t.Fatalf("after %d calls: %v", calls.Load(), err)
 	}
 }
+
+// A listener bound to every interface is advertised at the host Raft
+// advertises: the env example's public API (0.0.0.0:8080) was recorded
+// as such, so eddy-ctl status showed 0.0.0.0:8080 for every node (and an
+// admin address so bound sent peers' readiness polls to themselves).
+func TestAdvertisedAddresses(t *testing.T) {
+	c := config{raftAddr: "10.0.0.1:7000"}
+	for _, tc := range []struct{ bind, want string }{
+		{"0.0.0.0:8080", "10.0.0.1:8080"},
+		{"[::]:8080", "10.0.0.1:8080"},
+		{":8080", "10.0.0.1:8080"},
+		{"10.0.0.1:7001", "10.0.0.1:7001"},
+		{"eddy1.example:8080", "eddy1.example:8080"},
+	} {
+		if got := advertised(tc.bind, c); got != tc.want {
+			t.Errorf("advertised(%q) = %q, want %q", tc.bind, got, tc.want)
+		}
+	}
+	c.raftAdvertise = "[fd00::1]:7000"
+	if got := advertised("0.0.0.0:8080", c); got != "[fd00::1]:8080" {
+		t.Errorf("with --raft-advertise: %q", got)
+	}
+}

@@ -101,6 +101,11 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if os.Getenv(envAdminToken) != "" && c.tokenFile != "" {
+		// eddy-ctl reads the file first: a rotation of the file alone
+		// would leave the two apart, unseen.
+		log.Warn(envAdminToken+" is set: it is the admin token, and --admin-token-file is not read", "admin-token-file", c.tokenFile)
+	}
 	if c.store == "" {
 		c.store = "file://" + filepath.Join(c.dataDir, "store")
 	}
@@ -156,7 +161,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	}
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, Dir: filepath.Join(c.dataDir, "raft"), RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise,
-		HTTPAddr: c.httpAddr, AdminAddr: c.adminAddr, SourceAddr: c.sourceAddr, Certs: cluster.Files(c.certsDir, c.id),
+		HTTPAddr: advertised(c.httpAddr, c), AdminAddr: advertised(c.adminAddr, c), SourceAddr: c.sourceAddr, Certs: cluster.Files(c.certsDir, c.id),
 		Bootstrap: c.bootstrap, Restore: restore, Logger: log,
 	})
 	if err != nil {
@@ -391,9 +396,29 @@ func refusalStops(wasMember bool, err error) bool {
 	return !wasMember || errors.As(err, &ce) && ce.Status == http.StatusForbidden && ce.Name == "Removed"
 }
 
+// advertised is the address other nodes and operators are told for a
+// listener bound at bind: bind itself, but for a host that names every
+// interface (0.0.0.0, ::, none: the env example's public API), which
+// would send a peer's readiness poll, eddy-ctl status or roll to
+// themselves; that host is then the one Raft advertises, which peers dial.
+func advertised(bind string, c config) string {
+	host, port, err := net.SplitHostPort(bind)
+	if err != nil {
+		return bind
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return bind
+	}
+	rhost, _, err := net.SplitHostPort(orStr(c.raftAdvertise, c.raftAddr))
+	if ip := net.ParseIP(rhost); err != nil || rhost == "" || ip != nil && ip.IsUnspecified() {
+		return bind
+	}
+	return net.JoinHostPort(rhost, port)
+}
+
 // joinRequest is this node's join.
 func joinRequest(c config, id string) cluster.JoinRequest {
-	req := cluster.JoinRequest{ID: id, Raft: orStr(c.raftAdvertise, c.raftAddr), Admin: c.adminAddr, HTTP: c.httpAddr}
+	req := cluster.JoinRequest{ID: id, Raft: orStr(c.raftAdvertise, c.raftAddr), Admin: advertised(c.adminAddr, c), HTTP: advertised(c.httpAddr, c)}
 	if c.nonvoter {
 		req.Suffrage = cluster.SuffrageNonvoter // a new member's; a member keeps its own
 	}
