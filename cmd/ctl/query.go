@@ -55,6 +55,7 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Node       string              `json:"node"`
 		Generation uint64              `json:"generation"`
 		Attempts   int                 `json:"attempts"`
+		Stale      string              `json:"stale,omitempty"`
 		Backlinks  map[string][]string `json:"backlinks"`
 		Cursor     *string             `json:"cursor"`
 	}
@@ -65,10 +66,13 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		if *asJSON {
-			b, _ := json.Marshal(page{Node: ans.Node, Generation: ans.Generation, Attempts: ans.Attempts, Backlinks: out.Backlinks, Cursor: out.Cursor})
+			b, _ := json.Marshal(page{Node: ans.Node, Generation: ans.Generation, Attempts: ans.Attempts, Stale: ans.Stale, Backlinks: out.Backlinks, Cursor: out.Cursor})
 			fmt.Fprintln(stdout, string(b))
 		} else {
 			fmt.Fprintf(stdout, "# answered by %s at generation %d\n", ans.Node, ans.Generation)
+			if ans.Stale != "" {
+				fmt.Fprintf(stdout, "# stale: %s (no node answered without saying so)\n", ans.Stale)
+			}
 			paths := make([]string, 0, len(out.Backlinks))
 			for p := range out.Backlinks {
 				paths = append(paths, p)

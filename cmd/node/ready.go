@@ -204,12 +204,18 @@ func (r *readiness) caughtUp() error {
 // cannot open). Such a node answers 503 NotReady, so that a client that
 // does not watch /readyz asks another node rather than get an old answer
 // with no sign of it. (A node that has heard from no leader for longer
-// than the bound answers, saying so: unsure.)
+// than the bound answers, saying so: unsure; a leader generation it saw
+// before, which it cannot apply without a leader, does not close it.)
 func (r *readiness) stale() string {
+	now := time.Now()
 	served, applied := r.views.Current().Generation(), r.node.FSM.Manifest().Generation
+	cut := r.cutOff(now) != ""
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.staleLocked(time.Now(), served, applied)
+	if cut {
+		return r.behindLocked(now, served, applied)
+	}
+	return r.staleLocked(now, served, applied)
 }
 
 // unsure is cutOff now: the query server's Unsure.
@@ -254,6 +260,13 @@ func (r *readiness) staleLocked(now time.Time, served, applied uint64) string {
 			return fmt.Sprintf("serving generation %d; the leader had generation %d %v ago", served, s.gen, d.Round(time.Millisecond))
 		}
 	}
+	return r.behindLocked(now, served, applied)
+}
+
+// behindLocked is the half of staleLocked this node alone decides: the
+// generation it applied has gone unserved for longer than the bound (a
+// full disk, tables it cannot open).
+func (r *readiness) behindLocked(now time.Time, served, applied uint64) string {
 	if !r.mu.behindSince.IsZero() {
 		if d := now.Sub(r.mu.behindSince); d > r.bound {
 			return fmt.Sprintf("serving generation %d, applied %d, for %v", served, applied, d.Round(time.Millisecond))

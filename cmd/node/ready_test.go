@@ -261,7 +261,8 @@ func TestReadinessSaysWhyTheLeaderCannotBeAsked(t *testing.T) {
 // others) goes on answering from its view, rather than leave clients
 // nothing (every node may be cut off: two voters of three down), and every
 // answer says it cannot vouch for its age (X-Eddy-Stale); /readyz says
-// not ready. It answered with no sign of it.
+// not ready. It answered with no sign of it; then, a generation seen
+// before the cut and never applied closed its gate.
 func TestCutOffNodeAnswersSayingSo(t *testing.T) {
 	store, err := local.New(t.TempDir())
 	if err != nil {
@@ -284,6 +285,12 @@ func TestCutOffNodeAnswersSayingSo(t *testing.T) {
 	if err := node.Raft().Shutdown().Error(); err != nil {
 		t.Fatal(err)
 	}
+	// A generation the leader had, seen just before the cut: it cannot be
+	// applied without a leader, and must not close the gate (it did, past
+	// the bound, with 503 where the node should answer saying so).
+	r.mu.Lock()
+	r.mu.seen = append(r.mu.seen[:0], seenGen{gen: r.views.Current().Generation() + 1, at: time.Now()})
+	r.mu.Unlock()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		rec := ask()

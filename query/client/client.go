@@ -31,13 +31,18 @@ const DefaultTimeout = 15 * time.Second
 // (down, its packets dropped) is left after it, not after DefaultTimeout.
 const DialTimeout = 2 * time.Second
 
-// newHTTP is the client of each attempt: DefaultTimeout in all,
-// DialTimeout to connect.
-func newHTTP() *http.Client {
+// transport is every default client's: one pool of connections, as the
+// default transport's was (a pool a client would leave open per client
+// made, and a node counts a client's connections).
+var transport = func() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = (&net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}).DialContext
-	return &http.Client{Timeout: DefaultTimeout, Transport: t}
-}
+	return t
+}()
+
+// newHTTP is the client of each attempt: DefaultTimeout in all,
+// DialTimeout to connect.
+func newHTTP() *http.Client { return &http.Client{Timeout: DefaultTimeout, Transport: transport} }
 
 // responseBytesMax bounds an answer read.
 const responseBytesMax = 64 << 20
@@ -130,6 +135,10 @@ type Answer struct {
 	Node       string // base URL tried
 	Generation uint64
 	Attempts   int
+	// Stale is the node's X-Eddy-Stale: why it cannot vouch for its
+	// view's age (cut off from every leader). Such an answer is kept only
+	// when no other node answers without it.
+	Stale string
 }
 
 // endpoints expands the addresses: each URL whose host resolves to
@@ -192,7 +201,9 @@ func (c *Client) Get(ctx context.Context, path string, params url.Values, out an
 		}
 		return Answer{}, fmt.Errorf("no node address: %w", errors.Join(errs...))
 	}
-	lastAPI := -1 // the errs entry that wraps the last node's error answer
+	lastAPI := -1    // the errs entry that wraps the last node's error answer
+	var stale []byte // the first answer that said it is stale, kept in case no node does better
+	var staleAns Answer
 	for i, base := range eps {
 		ans := Answer{Node: base, Attempts: i + 1}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path+"?"+params.Encode(), nil)
@@ -227,10 +238,24 @@ func (c *Client) Get(ctx context.Context, path string, params url.Values, out an
 		if resp.StatusCode != http.StatusOK {
 			return ans, apiError(resp, b)
 		}
+		if ans.Stale = resp.Header.Get("X-Eddy-Stale"); ans.Stale != "" && i < len(eps)-1 {
+			if stale == nil {
+				stale, staleAns = b, ans
+			}
+			errs = append(errs, fmt.Errorf("%s: a stale answer (%s)", base, ans.Stale))
+			continue
+		}
 		if err := json.Unmarshal(b, out); err != nil {
 			return ans, fmt.Errorf("%s: bad answer: %w", base, err)
 		}
 		return ans, nil
+	}
+	if stale != nil { // no node did better
+		staleAns.Attempts = len(eps)
+		if err := json.Unmarshal(stale, out); err != nil {
+			return staleAns, fmt.Errorf("%s: bad answer: %w", staleAns.Node, err)
+		}
+		return staleAns, nil
 	}
 	return Answer{Attempts: len(eps)}, fmt.Errorf("every node failed: %w", errors.Join(errs...))
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -194,5 +195,64 @@ func TestAttemptOutlastsTheServer(t *testing.T) {
 	}
 	if c := New("http://127.0.0.1:1"); c.HTTP.Timeout != DefaultTimeout {
 		t.Fatalf("New's attempt timeout %v, want %v", c.HTTP.Timeout, DefaultTimeout)
+	}
+}
+
+// Clients made one per query share one pool of connections: each made a
+// pool of its own, left open, and a node refuses a client's 65th
+// connection.
+func TestClientsShareConnections(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"total":1}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	for range 50 {
+		var out struct{ Total int }
+		if _, err := New(srv.URL).Get(context.Background(), "/xrpc/x", nil, &out); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := (&Client{Addrs: []string{srv.URL}}).Get(context.Background(), "/xrpc/x", nil, &out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := conns.Load(); n > 2 {
+		t.Fatalf("100 queries of clients made one a query opened %d connections", n)
+	}
+}
+
+// An answer that says it is stale (X-Eddy-Stale: a node cut off from every
+// leader) is kept only when no other node answers without it: the next
+// node is asked, and its answer wins; alone, the stale one is returned,
+// saying so.
+func TestStaleAnswerOnlyWhenNoneBetter(t *testing.T) {
+	node := func(total int, stale string) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if stale != "" {
+				w.Header().Set("X-Eddy-Stale", stale)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"total":%d}`, total)
+		}))
+	}
+	cut, fresh := node(1, "no contact with a leader for 45s"), node(2, "")
+	defer cut.Close()
+	defer fresh.Close()
+	var out struct{ Total int }
+	ans, err := New(cut.URL, fresh.URL).Get(context.Background(), "/xrpc/x", nil, &out)
+	if err != nil || out.Total != 2 || ans.Stale != "" || ans.Node != fresh.URL {
+		t.Fatalf("a stale node first, a fresh one second: %v, %+v, %+v", err, out, ans)
+	}
+	out.Total = 0
+	ans, err = New(cut.URL).Get(context.Background(), "/xrpc/x", nil, &out)
+	if err != nil || out.Total != 1 || ans.Stale == "" {
+		t.Fatalf("the stale node alone: %v, %+v, %+v", err, out, ans)
 	}
 }
