@@ -486,17 +486,31 @@ func mergeSegs(out []link.Backlink, segs []mergeSeg, keep func(*link.Backlink) b
 			}
 		}
 	}
+	return drainHeap(out, segs, h, keep, stop, false)
+}
+
+// drainHeap merges the segments whose indexes h holds (each with a head)
+// into out through a binary heap ordered by their heads, ascending, or
+// descending (desc: each segment read backwards, prev), stopping as
+// mergeSegs says (stop: the length of out to reach, 0 none).
+func drainHeap(out []link.Backlink, segs []mergeSeg, h []int32, keep func(*link.Backlink) bool, stop int, desc bool) (_ []link.Backlink, stopped bool) {
 	for i := len(h)/2 - 1; i >= 0; i-- {
-		siftDown(segs, h, i, false)
+		siftDown(segs, h, i, desc)
 	}
 	for len(h) > 0 {
 		m := &segs[h[0]]
 		out = append(out, m.head)
-		if !m.next(keep) {
+		var more bool
+		if desc {
+			more = m.prev(keep)
+		} else {
+			more = m.next(keep)
+		}
+		if !more {
 			h[0] = h[len(h)-1]
 			h = h[:len(h)-1]
 		}
-		siftDown(segs, h, 0, false)
+		siftDown(segs, h, 0, desc)
 		if stop > 0 && len(out) >= stop && len(h) > 0 {
 			last, next := &out[len(out)-1], &segs[h[0]].head
 			if cmpPos(last.Source, last.Location, next.Source, next.Location) != 0 {

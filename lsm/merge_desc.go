@@ -49,25 +49,7 @@ func mergeSegsDesc(out []link.Backlink, segs []mergeSeg, keep func(*link.Backlin
 			h = append(h, int32(i))
 		}
 	}
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		siftDown(segs, h, i, true)
-	}
-	for len(h) > 0 {
-		m := &segs[h[0]]
-		out = append(out, m.head)
-		if !m.prev(keep) {
-			h[0] = h[len(h)-1]
-			h = h[:len(h)-1]
-		}
-		siftDown(segs, h, 0, true)
-		if stop > 0 && len(out) >= stop && len(h) > 0 {
-			last, next := &out[len(out)-1], &segs[h[0]].head
-			if cmpPos(last.Source, last.Location, next.Source, next.Location) != 0 {
-				stopped = true
-				break
-			}
-		}
-	}
+	out, stopped = drainHeap(out, segs, h, keep, stop, true)
 	slices.Reverse(out[base:])
 	return out, stopped
 }
