@@ -118,16 +118,7 @@ func TestClientLimits(t *testing.T) {
 	codes := make(chan int, 2)
 	var wg sync.WaitGroup
 	for range 2 {
-		wg.Go(func() {
-			r, err := a.Get(held)
-			if err != nil {
-				codes <- -1
-				return
-			}
-			io.Copy(io.Discard, r.Body)
-			r.Body.Close()
-			codes <- r.StatusCode
-		})
+		wg.Go(func() { codes <- statusOf(a, held) })
 	}
 	deadline := time.Now().Add(45 * time.Second)
 	for l.inFlight("127.0.0.2") < 2 {
@@ -184,16 +175,7 @@ func TestWaitingForAGenerationHoldsNoNodeSlot(t *testing.T) {
 	for _, a := range waiters {
 		c := clientFrom(a)
 		for range DefaultClientInFlight {
-			wg.Go(func() {
-				r, err := c.Get(held)
-				if err != nil {
-					codes <- -1
-					return
-				}
-				io.Copy(io.Discard, r.Body)
-				r.Body.Close()
-				codes <- r.StatusCode
-			})
+			wg.Go(func() { codes <- statusOf(c, held) })
 		}
 	}
 	deadline := time.Now().Add(45 * time.Second)
@@ -637,4 +619,16 @@ func TestRefusalsAnsweredApart(t *testing.T) {
 	if hi-lo < d/8 {
 		t.Fatalf("eight refusals sent together were answered within %v of each other", hi-lo)
 	}
+}
+
+// statusOf GETs u with c and returns the answer's status, its body read
+// (-1: no answer).
+func statusOf(c *http.Client, u string) int {
+	r, err := c.Get(u)
+	if err != nil {
+		return -1
+	}
+	io.Copy(io.Discard, r.Body)
+	r.Body.Close()
+	return r.StatusCode
 }

@@ -92,6 +92,29 @@ function loadLexicons() {
 let lex;
 let client;
 
+// lexiconRefuses reports whether the lexicons refuse params for nsid.
+function lexiconRefuses(nsid, params) {
+	try {
+		lex.assertValidXrpcParams(nsid, params);
+		return false;
+	} catch {
+		return true;
+	}
+}
+
+// askAnyway asks nsid with params whatever the lexicon says, counting the
+// answer; null (a failure recorded) when the client threw.
+async function askAnyway(nsid, params, what) {
+	try {
+		const res = await client.get(nsid, { params });
+		summary.answers[nsid] = (summary.answers[nsid] ?? 0) + 1;
+		return res;
+	} catch (e) {
+		fail(`${what}: ${e.message}`);
+		return null;
+	}
+}
+
 // call asks one endpoint; params must be valid by the lexicon (asserted
 // first). It returns the data of a 200 answer and fails otherwise.
 async function call(nsid, params, what) {
@@ -438,25 +461,16 @@ async function driveBadParams(inputs) {
 	}
 	for (const [nsid, params, lexRefuses, why] of cases) {
 		const what = `bad params ${nsid} (${why})`;
-		let lexThrew = false;
-		try {
-			lex.assertValidXrpcParams(nsid, params);
-		} catch {
-			lexThrew = true;
-		}
+		const lexThrew = lexiconRefuses(nsid, params);
 		if (lexRefuses && !lexThrew) {
 			fail(`${what}: the lexicon accepts ${JSON.stringify(params)}`);
 		} else if (lexRefuses) {
 			summary.validations.badParamsRejectedByLexicon++;
 		}
-		let res;
-		try {
-			res = await client.get(nsid, { params });
-		} catch (e) {
-			fail(`${what}: ${e.message}`);
+		const res = await askAnyway(nsid, params, what);
+		if (!res) {
 			continue;
 		}
-		summary.answers[nsid] = (summary.answers[nsid] ?? 0) + 1;
 		summary.badParams.push({ nsid, why, params, status: res.status, error: res.data?.error, message: res.data?.message, lexiconRefuses: lexThrew });
 		if (res.ok || res.status !== 400 || res.data?.error !== 'InvalidRequest' || typeof res.data?.message !== 'string') {
 			fail(`${what}: ok=${res.ok} HTTP ${res.status} ${JSON.stringify(res.data)}, want 400 InvalidRequest`);
@@ -474,23 +488,13 @@ async function driveBadParams(inputs) {
 	];
 	for (const [nsid, params, empty] of nobody) {
 		const what = `a value that is not a DID, ${nsid} ${JSON.stringify(params)}`;
-		let lexThrew = false;
-		try {
-			lex.assertValidXrpcParams(nsid, params);
-		} catch {
-			lexThrew = true;
-		}
-		if (!lexThrew) {
+		if (!lexiconRefuses(nsid, params)) {
 			fail(`${what}: the lexicon accepts it`);
 		}
-		let res;
-		try {
-			res = await client.get(nsid, { params });
-		} catch (e) {
-			fail(`${what}: ${e.message}`);
+		const res = await askAnyway(nsid, params, what);
+		if (!res) {
 			continue;
 		}
-		summary.answers[nsid] = (summary.answers[nsid] ?? 0) + 1;
 		if (!res.ok || !empty(res.data)) {
 			fail(`${what}: HTTP ${res.status} ${JSON.stringify(res.data)}, want an empty answer`);
 			continue;
