@@ -202,67 +202,40 @@ func (s *Server) linksPage(ctx context.Context, r *http.Request, v *lsm.View, lq
 // links that pass its filter, which for a popular target costs far more
 // than the page (a count of 100,000 links reads them all, and their
 // revocations). A view never changes, so a count is kept per view, target
-// and filter, and the pages that follow in the same generation reuse it.
+// and filter (viewCache), and the pages that follow in the same
+// generation reuse it.
 const (
-	// countCacheMin: counts of fewer candidates are not kept (cheaper to
-	// count again than to churn the cache).
+	// countCacheMin: counts, and folds, of fewer candidates are not kept
+	// (cheaper to count again than to churn the cache).
 	countCacheMin = 4096
 	// countCacheEntriesMax bounds the counts kept for one view.
 	countCacheEntriesMax = 1024
 )
 
-// countCache holds counts of one view: the newest it was given.
-type countCache struct {
-	mu     sync.Mutex
-	view   *lsm.View
-	counts map[countKey]uint64
-}
-
-type countKey struct {
-	target link.RecordID
-	filter string // the filter's lists, encoded
-}
-
-func makeCountKey(target link.RecordID, f *lsm.Filter) countKey {
+// filterKey is f's lists, encoded: a part of a cache's key.
+func filterKey(b []byte, f *lsm.Filter) []byte {
 	pairs := make([]uint64, 0, 2*len(f.Sources))
 	for _, p := range f.Sources {
 		pairs = append(pairs, p.Collection, p.Path)
 	}
-	b := make([]byte, 0, 8*(4+len(f.Collections)+len(f.DIDs)+len(f.Paths)+len(pairs)))
 	for _, l := range [][]uint64{f.Collections, f.DIDs, f.Paths, pairs} {
 		b = binary.BigEndian.AppendUint64(b, uint64(len(l)))
 		for _, x := range l {
 			b = binary.BigEndian.AppendUint64(b, x)
 		}
 	}
-	return countKey{target: target, filter: string(b)}
+	return b
 }
 
-func (c *countCache) get(v *lsm.View, k countKey) (uint64, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.view != v {
-		return 0, false
-	}
-	n, ok := c.counts[k]
-	return n, ok
+// appendRecordID appends id's three words.
+func appendRecordID(b []byte, id link.RecordID) []byte {
+	b = binary.BigEndian.AppendUint64(b, id.DID)
+	b = binary.BigEndian.AppendUint64(b, id.Collection)
+	return binary.BigEndian.AppendUint64(b, id.RKey)
 }
 
-// put keeps a count of view v, forgetting those of an older view; a count
-// of an older view than the one held is dropped.
-func (c *countCache) put(v *lsm.View, k countKey, n uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.view != v {
-		if c.view != nil && v.Generation() < c.view.Generation() {
-			return
-		}
-		c.view, c.counts = v, make(map[countKey]uint64)
-	}
-	if len(c.counts) >= countCacheEntriesMax {
-		clear(c.counts)
-	}
-	c.counts[k] = n
+func makeCountKey(target link.RecordID, f *lsm.Filter) string {
+	return string(filterKey(appendRecordID(nil, target), f))
 }
 
 // total is getBacklinks' total: the count of the links to tgt that pass f

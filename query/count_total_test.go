@@ -36,12 +36,11 @@ func TestGetBacklinksTotalPerView(t *testing.T) {
 		return out
 	}
 	cached := func() (gen uint64, entries int) {
-		f.qs.totals.mu.Lock()
-		defer f.qs.totals.mu.Unlock()
-		if f.qs.totals.view == nil {
+		v, n := f.qs.totals.len()
+		if v == nil {
 			return 0, 0
 		}
-		return f.qs.totals.view.Generation(), len(f.qs.totals.counts)
+		return v.Generation(), n
 	}
 	p1 := ask(params)
 	if p1.Total != n || len(p1.Records) != 100 || p1.Cursor == nil {
@@ -66,8 +65,8 @@ func TestGetBacklinksTotalPerView(t *testing.T) {
 	}
 	// And the page asks the cache: a total planted there is answered.
 	f.qs.totals.mu.Lock()
-	for k := range f.qs.totals.counts {
-		f.qs.totals.counts[k] = 12345
+	for k := range f.qs.totals.m {
+		f.qs.totals.m[k] = 12345
 	}
 	f.qs.totals.mu.Unlock()
 	if p := ask(next); p.Total != 12345 {
@@ -95,5 +94,139 @@ func TestGetBacklinksTotalPerView(t *testing.T) {
 	}
 	if _, e := cached(); e != 1 {
 		t.Fatalf("a small count was kept: %d entries", e)
+	}
+}
+
+// getBacklinkDids of a popular subject folds its links once per view: the
+// pages that follow in the same generation cut theirs from the kept
+// accounts (a planted set is answered), every account once across the
+// pages; a new generation folds again, and /links/distinct-dids shares the
+// accounts kept.
+func TestBacklinkDidsPerView(t *testing.T) {
+	f := newFixture(t)
+	const n = countCacheMin + 300
+	uris := make([]string, n)
+	for i := range n {
+		uri, rec := like(i)
+		uris[i] = uri
+		f.write(uri, rec)
+	}
+	f.flush()
+	type page struct {
+		Total  int      `json:"total"`
+		Dids   []string `json:"linking_dids"`
+		Cursor *string  `json:"cursor"`
+	}
+	params := url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}, "limit": {"100"}}
+	all := func() (dids []string, pages int) {
+		t.Helper()
+		p := url.Values{}
+		for k, vs := range params {
+			p[k] = vs
+		}
+		for {
+			var out page
+			if st, _ := f.get("/xrpc/blue.microcosm.links.getBacklinkDids", p, &out); st != 200 {
+				t.Fatalf("status %d", st)
+			}
+			dids, pages = append(dids, out.Dids...), pages+1
+			if out.Cursor == nil {
+				return dids, pages
+			}
+			p.Set("cursor", *out.Cursor)
+		}
+	}
+	got, pages := all()
+	if len(got) != n || pages != (n+99)/100 {
+		t.Fatalf("%d accounts in %d pages, want %d", len(got), pages, n)
+	}
+	seen := map[string]bool{}
+	for _, d := range got {
+		if seen[d] {
+			t.Fatalf("%s twice", d)
+		}
+		seen[d] = true
+	}
+	if v, e := f.qs.dids.len(); v == nil || v.Generation() != f.db.View().Generation() || e != 1 {
+		t.Fatalf("cache after the pages: %d entries", e)
+	}
+	// The pages ask the cache: a set planted there is answered.
+	f.qs.dids.mu.Lock()
+	for k, d := range f.qs.dids.m {
+		f.qs.dids.m[k] = d[:3]
+	}
+	f.qs.dids.mu.Unlock()
+	if got, _ := all(); len(got) != 3 {
+		t.Fatalf("the pages folded again: %d accounts", len(got))
+	}
+	var c map[string]int
+	cp := url.Values{"target": {post}, "collection": {"app.bsky.feed.like"}, "path": {".subject.uri"}}
+	if st, _ := f.get("/links/count/distinct-dids", cp, &c); st != 200 || c["total"] != 3 {
+		t.Fatalf("/links/count/distinct-dids: %d %v, want the 3 kept", st, c)
+	}
+	// Delete some likes: a new generation, a new fold.
+	for i := range 41 {
+		f.write(uris[i*5], "")
+	}
+	f.flush()
+	if got, _ := all(); len(got) != n-41 {
+		t.Fatalf("after deletes: %d accounts, want %d", len(got), n-41)
+	}
+	if st, _ := f.get("/links/count/distinct-dids", cp, &c); st != 200 || c["total"] != n-41 {
+		t.Fatalf("/links/count/distinct-dids after deletes: %d %v, want %d", st, c, n-41)
+	}
+	// A filter of a few sources' accounts (getBacklinksCount's did is no
+	// part of getBacklinkDids): a small subject's fold is not kept.
+	small := url.Values{"subject": {"at://did:plc:bob/app.bsky.feed.post/3mptbyplj5d2b"}, "source": {"app.bsky.feed.like:subject.uri"}}
+	var out page
+	if st, _ := f.get("/xrpc/blue.microcosm.links.getBacklinkDids", small, &out); st != 200 || len(out.Dids) != 0 {
+		t.Fatalf("a subject without links: %d %v", st, out)
+	}
+	if _, e := f.qs.dids.len(); e != 1 {
+		t.Fatalf("a small fold was kept: %d entries", e)
+	}
+}
+
+// A viewCache keeps at most its bound, the oldest going first; a newer
+// view forgets the older one's values, and an older view's are dropped.
+func TestViewCacheBound(t *testing.T) {
+	f := newFixture(t)
+	f.write(like(1))
+	g1 := f.flush()
+	v1, err := f.views.WaitFor(context.Background(), g1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.write(like(2))
+	v2, err := f.views.WaitFor(context.Background(), f.flush())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newViewCache(10, func(d []uint64) int { return len(d) })
+	c.put(v2, "a", make([]uint64, 4))
+	c.put(v2, "b", make([]uint64, 4))
+	c.put(v2, "c", make([]uint64, 4)) // 12 > 10: a goes
+	if _, ok := c.get(v2, "a"); ok {
+		t.Fatal("the oldest stayed past the bound")
+	}
+	for _, k := range []string{"b", "c"} {
+		if _, ok := c.get(v2, k); !ok {
+			t.Fatalf("%s went", k)
+		}
+	}
+	c.put(v2, "b", make([]uint64, 6)) // replaced: 6 + 4 = 10
+	if d, ok := c.get(v2, "b"); !ok || len(d) != 6 || c.used != 10 {
+		t.Fatalf("replaced b: %d, used %d", len(d), c.used)
+	}
+	c.put(v2, "big", make([]uint64, 11)) // larger than the bound: not kept, nothing evicted
+	if _, ok := c.get(v2, "big"); ok || c.used != 10 {
+		t.Fatalf("a value over the bound was kept (used %d)", c.used)
+	}
+	c.put(v1, "old", make([]uint64, 1)) // an older view: dropped
+	if _, ok := c.get(v1, "old"); ok {
+		t.Fatal("an older view's value was kept")
+	}
+	if _, ok := c.get(v2, "c"); !ok {
+		t.Fatal("an older view's value evicted the newer view's")
 	}
 }

@@ -15,20 +15,37 @@ import (
 )
 
 // distinctDIDs is the sorted did fields of the accounts with a live link
-// lq asks about.
+// lq asks about; shared (from the cache): never changed by the caller.
+//
+// The accounts are ordered by their encoding, not as the links are, so
+// every page of getBacklinkDids and /links/distinct-dids folds every link
+// of its subject: paging a post of a million likes a hundred accounts at a
+// time read its million links a page. The accounts of a fold that read at
+// least countCacheMin links are kept per view (Server.dids), at most
+// didsCacheBytesMax bytes of them, and the pages that follow in the same
+// generation cut theirs from that one fold.
 func (s *Server) distinctDIDs(ctx context.Context, v *lsm.View, lq *linkQuery) ([]uint64, error) {
 	if !lq.matchable {
 		return nil, nil
+	}
+	var key []byte
+	for _, sub := range lq.known {
+		key = appendRecordID(key, sub.id)
+	}
+	k := string(filterKey(key, &lq.filter))
+	if d, ok := s.dids.get(v, k); ok {
+		return d, nil
 	}
 	known, err := s.held(ctx, v, lq.known)
 	if err != nil {
 		return nil, err
 	}
 	var dids didSet
+	read := 0
 	for _, sub := range known {
 		// Window by window: a popular target's accounts, not its links,
 		// are held (8 bytes an account).
-		_, err := s.Reader.Each(ctx, v, sub.id, lq.filter, func(links []link.Backlink) error {
+		st, err := s.Reader.Each(ctx, v, sub.id, lq.filter, func(links []link.Backlink) error {
 			for i := range links {
 				dids.add(links[i].Source.DID)
 			}
@@ -37,9 +54,23 @@ func (s *Server) distinctDIDs(ctx context.Context, v *lsm.View, lq *linkQuery) (
 		if err != nil {
 			return nil, err
 		}
+		read += st.Candidates
 	}
-	return dids.sorted(), nil
+	d := dids.sorted()
+	if read >= countCacheMin {
+		s.dids.put(v, k, d)
+	}
+	return d, nil
 }
+
+const (
+	// didsCacheBytesMax bounds the distinct accounts kept (Server.dids):
+	// those of a subject of ~4M accounts, or of many smaller ones.
+	didsCacheBytesMax = 32 << 20
+	// didsCacheEntryBytes is an entry's cost besides its accounts: its
+	// key and the map's.
+	didsCacheEntryBytes = 256
+)
 
 // didSet collects account fields in a slice, sorted and made distinct
 // whenever it has doubled since: 8 bytes an account however many links

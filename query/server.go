@@ -109,7 +109,10 @@ type Server struct {
 	// queries in flight) before anything else is done for them.
 	Clients *ClientLimiter
 	sem     chan struct{}
-	totals  countCache // getBacklinks' totals of popular targets, per view
+	// totals are getBacklinks' totals of popular targets, and dids the
+	// distinct accounts of popular subjects, per view (viewCache).
+	totals viewCache[uint64]
+	dids   viewCache[[]uint64]
 }
 
 // NewServer returns a query server.
@@ -117,7 +120,10 @@ func NewServer(views *Views, reader *lsm.Reader, codec *link.Codec, log hclog.Lo
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Server{Views: views, Reader: reader, Codec: codec, Log: log.Named("query"), sem: make(chan struct{}, ConcurrentQueriesMax)}
+	return &Server{Views: views, Reader: reader, Codec: codec, Log: log.Named("query"), sem: make(chan struct{}, ConcurrentQueriesMax),
+		totals: newViewCache(countCacheEntriesMax, func(uint64) int { return 1 }),
+		dids:   newViewCache(didsCacheBytesMax, func(d []uint64) int { return 8*len(d) + didsCacheEntryBytes }),
+	}
 }
 
 // endpoint is one path of the public API.
