@@ -54,6 +54,9 @@ type Backfill struct {
 	DIDWeb      string
 	Concurrency int
 	PerHost     int
+	// Memory bounds the memory the repositories in flight hold, bytes
+	// (backfill_memory.go; <= 0: DefaultBackfillMemory).
+	Memory int64
 	// PerHostRate, if positive, bounds the repository fetches started per
 	// second on one PDS host (on top of PerHost at once); 0: no bound.
 	PerHostRate float64
@@ -92,6 +95,7 @@ type Backfill struct {
 	httpClient *http.Client   // when HTTP is nil
 	remoteHTTP *http.Client   // for hosts a DID document names: public addresses only, unless privateAllowed
 	bufs       chan *repoBufs // free list (a sync.Pool is emptied by every GC)
+	memory     *repoMemory    // the repositories in flight share it (Memory)
 }
 
 // setState records a repository's state, once the state is loaded.
@@ -136,6 +140,11 @@ func (b *Backfill) setup() {
 			conc = DefaultBackfillConcurrency
 		}
 		b.bufs = make(chan *repoBufs, conc)
+		mem := b.Memory
+		if mem <= 0 {
+			mem = DefaultBackfillMemory
+		}
+		b.memory = newRepoMemory(mem)
 		if b.HTTP == nil {
 			t := http.DefaultTransport.(*http.Transport).Clone()
 			t.MaxIdleConnsPerHost = conc
@@ -161,7 +170,7 @@ func (b *Backfill) client() *http.Client {
 }
 
 // repoBufs are the buffers of one repository being backfilled, reused
-// for the next: its CAR and its decoded operations.
+// for the next: its CAR and a batch of its decoded operations.
 type repoBufs struct {
 	car []byte
 	ops []event.Op
@@ -205,15 +214,31 @@ func (b *Backfill) putBufs(rb *repoBufs) {
 
 // readBody reads r to its end into buf (reused), failing beyond max bytes.
 // A known size (Content-Length) is allocated at once; otherwise the buffer
-// doubles.
-func readBody(r io.Reader, size int64, max int, buf []byte) ([]byte, error) {
+// doubles. grow, when set, is asked for each buffer's size before the
+// buffer is used (the repository's share of the backfill's memory).
+func readBody(r io.Reader, size int64, max int, buf []byte, grow func(int) error) ([]byte, error) {
 	buf = buf[:0]
 	if size > 0 && size <= int64(max) && int(size) >= cap(buf) {
+		if grow != nil {
+			if err := grow(int(size) + 1); err != nil {
+				return buf, err
+			}
+		}
 		buf = make([]byte, 0, size+1)
+	} else if grow != nil {
+		if err := grow(cap(buf)); err != nil {
+			return buf, err
+		}
 	}
 	for {
 		if len(buf) == cap(buf) {
-			nb := make([]byte, len(buf), min(2*cap(buf)+4096, max+1))
+			n := min(2*cap(buf)+4096, max+1)
+			if grow != nil {
+				if err := grow(n); err != nil {
+					return buf, err
+				}
+			}
+			nb := make([]byte, len(buf), n)
 			copy(nb, buf)
 			buf = nb
 		}
@@ -362,8 +387,8 @@ func (b *Backfill) hostDelay(host string, now time.Time) time.Duration {
 }
 
 // fetchRepo returns the repository CAR of did, read into buf (reused; the
-// result may be a larger buffer).
-func (b *Backfill) fetchRepo(ctx context.Context, did string, buf []byte) ([]byte, error) {
+// result may be a larger buffer), share growing with it.
+func (b *Backfill) fetchRepo(ctx context.Context, did string, buf []byte, share *memShare) ([]byte, error) {
 	pds, err := b.resolvePDS(ctx, did)
 	if err != nil {
 		return nil, err
@@ -397,7 +422,7 @@ func (b *Backfill) fetchRepo(ctx context.Context, did string, buf []byte) ([]byt
 		}
 		return nil, newHTTPError(resp, body, time.Now())
 	}
-	return readBody(resp.Body, resp.ContentLength, repoBytesMax, buf)
+	return readBody(resp.Body, resp.ContentLength, repoBytesMax, buf, func(n int) error { return share.grow(ctx, n) })
 }
 
 // gone reports whether an error says the repository no longer exists (it
@@ -435,10 +460,12 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 	b.setState(did, RepoPending, "", nil)
 	rb := b.getBufs()
 	defer b.putBufs(rb)
+	share := &memShare{m: b.memory}
+	defer share.release() // once the repository is written
 	var car []byte
 	var ferr error
 	for try := 0; try < backfillTries; try++ {
-		car, ferr = b.fetchRepo(ctx, did, rb.car)
+		car, ferr = b.fetchRepo(ctx, did, rb.car, share)
 		if cap(car) > cap(rb.car) {
 			rb.car = car[:0]
 		}
@@ -467,12 +494,16 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 		}
 		return b.failed(did, "fetch_failed", ferr, strict)
 	}
-	ops := rb.ops[:0]
-	if est := len(car) / 256; cap(ops) < est { // a record and its MST share take 300 bytes or more
-		ops = make([]event.Op, 0, est)
+	// The whole repository is checked (a walk that decodes no record)
+	// before any of it is written, then its records are decoded a batch
+	// at a time as they are written: a repository in flight holds its CAR
+	// and the CAR's index, not every record decoded, which takes several
+	// times the CAR's bytes (BenchmarkBackfillRepositoryMemory).
+	c, err := event.OpenCAR(car, event.CAROptions{NoCID: true})
+	var info event.CARInfo
+	if err == nil {
+		info, err = c.Walk(false, nil)
 	}
-	info, err := event.DecodeCARWith(car, event.CAROptions{NoCID: true}, func(o *event.Op) error { ops = append(ops, *o); return nil })
-	rb.ops = ops
 	if err != nil {
 		return b.failed(did, "bad_car", err, strict) // a resync keeps its marker, to try again
 	}
@@ -489,7 +520,8 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 	if strict && !w.ResyncReady(did, info.Rev) {
 		return fmt.Errorf("%s: %w", did, ErrResyncHeld)
 	}
-	if err := w.ApplyRepo(ctx, b.Name(), did, stamp, ops); err != nil {
+	rb.ops, err = w.ApplyRepoCAR(ctx, b.Name(), did, stamp, c, info.Records, rb.ops)
+	if err != nil {
 		return err
 	}
 	b.stats.add(func(s *BackfillStats) { s.Done++ })

@@ -2,9 +2,13 @@ package ingest
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"io"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // chunkReader returns at most n bytes per Read, as a network body does.
@@ -29,7 +33,7 @@ func TestReadBody(t *testing.T) {
 		{"known size", int64(len(body)), make([]byte, 0, 1000)},
 		{"buffer larger than body", -1, make([]byte, 0, 1<<20)},
 	} {
-		got, err := readBody(&chunkReader{bytes.NewReader(body), 3000}, c.size, len(body), c.buf)
+		got, err := readBody(&chunkReader{bytes.NewReader(body), 3000}, c.size, len(body), c.buf, nil)
 		if err != nil || !bytes.Equal(got, body) {
 			t.Fatalf("%s: %d bytes, %v", c.name, len(got), err)
 		}
@@ -38,7 +42,7 @@ func TestReadBody(t *testing.T) {
 		}
 	}
 	for _, size := range []int64{-1, int64(len(body))} {
-		got, err := readBody(&chunkReader{bytes.NewReader(body), 3000}, size, len(body)-1, nil)
+		got, err := readBody(&chunkReader{bytes.NewReader(body), 3000}, size, len(body)-1, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "too big") {
 			t.Fatalf("size %d: %d bytes read past the bound, error %v", size, len(got), err)
 		}
@@ -47,7 +51,7 @@ func TestReadBody(t *testing.T) {
 		}
 	}
 	// A failing reader's error comes back.
-	if _, err := readBody(io.MultiReader(strings.NewReader("abc"), errReader{}), -1, 100, nil); err != io.ErrUnexpectedEOF {
+	if _, err := readBody(io.MultiReader(strings.NewReader("abc"), errReader{}), -1, 100, nil, nil); err != io.ErrUnexpectedEOF {
 		t.Fatalf("error %v", err)
 	}
 }
@@ -55,3 +59,90 @@ func TestReadBody(t *testing.T) {
 type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
+
+// readBody asks for each buffer's size before it uses the buffer, and
+// stops at the first refusal.
+func TestReadBodyGrows(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789abcdef"), 40_000)
+	for _, size := range []int64{-1, int64(len(body))} {
+		asked := 0
+		got, err := readBody(&chunkReader{bytes.NewReader(body), 3000}, size, len(body), make([]byte, 0, 1000), func(n int) error {
+			if n < asked {
+				t.Errorf("size %d: asked %d after %d", size, n, asked)
+			}
+			asked = n
+			return nil
+		})
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("size %d: %d bytes, %v", size, len(got), err)
+		}
+		if asked < cap(got) {
+			t.Fatalf("size %d: a buffer of %d bytes used, %d asked", size, cap(got), asked)
+		}
+		refused := errors.New("no room")
+		_, err = readBody(&chunkReader{bytes.NewReader(body), 3000}, size, len(body), nil, func(n int) error {
+			if n > 100_000 {
+				return refused
+			}
+			return nil
+		})
+		if err != refused {
+			t.Fatalf("size %d: a refusal gave %v", size, err)
+		}
+	}
+}
+
+// Shares of the repositories' memory: one that fits takes it at once;
+// one that does not waits, holding nothing, until the others give theirs
+// back; one larger than the bound takes all of it; two that each hold a
+// part and want more than is left both get it in turn (no deadlock).
+func TestRepoMemoryShares(t *testing.T) {
+	ctx := context.Background()
+	m := newRepoMemory(300)
+	a, b := &memShare{m: m}, &memShare{m: m}
+	if err := a.grow(ctx, 40); err != nil || a.held != 120 {
+		t.Fatalf("a: held %d, %v", a.held, err)
+	}
+	if err := b.grow(ctx, 40); err != nil || b.held != 120 {
+		t.Fatalf("b: held %d, %v", b.held, err)
+	}
+	// Both want 80 bytes of CAR (240 of the bound): 60 are free.
+	var wg sync.WaitGroup
+	order := make(chan string, 2)
+	for name, s := range map[string]*memShare{"a": a, "b": b} {
+		wg.Go(func() {
+			if err := s.grow(ctx, 80); err != nil {
+				t.Error(err)
+				return
+			}
+			order <- name
+			time.Sleep(20 * time.Millisecond)
+			s.release()
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("two shares growing at once never both got theirs")
+	}
+	if len(order) != 2 {
+		t.Fatalf("%d shares grew", len(order))
+	}
+	// Larger than the bound: all of it, once the others are back.
+	big := &memShare{m: m}
+	if err := big.grow(ctx, 1_000_000); err != nil || big.held != 300 {
+		t.Fatalf("big: held %d, %v", big.held, err)
+	}
+	c := &memShare{m: m}
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := c.grow(wctx, 1); err == nil || c.held != 0 {
+		t.Fatalf("a share beside the whole bound: held %d, %v", c.held, err)
+	}
+	big.release()
+	if err := c.grow(ctx, 1); err != nil || c.held != 3 {
+		t.Fatalf("after the big one: held %d, %v", c.held, err)
+	}
+}

@@ -43,7 +43,10 @@ func TestParseBackfillSource(t *testing.T) {
 	if s, err := ParseSource("backfill+https://relay.example?compact=false", nil); err != nil || !s.(*Backfill).NoCompaction {
 		t.Fatalf("compact=false: %v", err)
 	}
-	for _, bad := range []string{"compact=maybe", "per_host=0", "per_host=x", "rate=0", "rate=-1", "rate=NaN", "concurrency=5000", "resyncOnly=true"} {
+	if s, err := ParseSource("backfill+https://relay.example?memory_mb=64", nil); err != nil || s.(*Backfill).Memory != 64<<20 {
+		t.Fatalf("memory_mb=64: %v", err)
+	}
+	for _, bad := range []string{"compact=maybe", "per_host=0", "per_host=x", "rate=0", "rate=-1", "rate=NaN", "concurrency=5000", "resyncOnly=true", "memory_mb=8", "memory_mb=x"} {
 		if _, err := ParseSource("backfill+https://relay.example?"+bad, nil); err == nil || !strings.Contains(err.Error(), strings.SplitN(bad, "=", 2)[0]) {
 			t.Errorf("%s: err %v, want one naming the parameter", bad, err)
 		}

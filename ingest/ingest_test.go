@@ -70,8 +70,9 @@ func servedWorld(t *testing.T, seed int64) (*simnet.World, *simnet.Net) {
 // ingestSim runs the write path against a simulated network: history
 // before the sources connect (reached by the backfill), live steps while
 // they run (reached by the stream), then compares every target of the
-// model with what the index answers.
-func ingestSim(t *testing.T, live func(n *simnet.Net) Source, seed int64) map[string][]string {
+// model with what the index answers. bfMemory is the backfill's Memory
+// (0: the default).
+func ingestSim(t *testing.T, live func(n *simnet.Net) Source, seed, bfMemory int64) map[string][]string {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	world, sim := servedWorld(t, seed)
@@ -81,7 +82,7 @@ func ingestSim(t *testing.T, live func(n *simnet.Net) Source, seed int64) map[st
 		t.Fatal(err)
 	}
 	cat := lsm.NewCatalog(t.TempDir(), store)
-	bf := &Backfill{Relay: sim.RelayURL(), PLC: sim.PLCURL(), DIDWeb: sim.PLCURL()}
+	bf := &Backfill{Relay: sim.RelayURL(), PLC: sim.PLCURL(), DIDWeb: sim.PLCURL(), Memory: bfMemory}
 	src := live(sim)
 	r := &Runner{Config: Config{Node: node, Store: store, Catalog: cat, FlushInterval: 100 * time.Millisecond, MemtableBytes: 1 << 20, GCGrace: time.Nanosecond,
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})}, Sources: []Source{bf, src}, CompactionInterval: 200 * time.Millisecond}
@@ -261,7 +262,10 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 // Backfill plus live tail, through Jetstream and through the firehose:
-// both indexes equal the model, so they equal each other.
+// both indexes equal the model, so they equal each other. The firehose's
+// backfill shares 16 KiB among its repositories in flight (every CAR of
+// more than ~5 KB waits for the others, the larger ones run alone), and
+// its index is no different.
 func TestIngestSimulatedNetwork(t *testing.T) {
 	js := ingestSim(t, func(n *simnet.Net) Source {
 		s, err := NewJetstream([]string{n.JetstreamURL()}, nil)
@@ -269,14 +273,14 @@ func TestIngestSimulatedNetwork(t *testing.T) {
 			t.Fatal(err)
 		}
 		return s
-	}, 7)
+	}, 7, 0)
 	fh := ingestSim(t, func(n *simnet.Net) Source {
 		s, err := NewFirehose(n.FirehoseURL(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
-	}, 7)
+	}, 7, 16<<10)
 	if len(js) != len(fh) {
 		t.Fatalf("jetstream index has %d targets, firehose %d", len(js), len(fh))
 	}

@@ -74,7 +74,8 @@ func badEventReason(err error) string {
 //	backfill+https://relay?plc=https://plc.directory   every repository (listRepos, getRepo);
 //	    also &concurrency=N (repositories at once, default 16), &per_host=N
 //	    (at once per PDS host, default 4), &rate=R (fetches started a second
-//	    per PDS host, default unbounded), &compact=false (no full compaction
+//	    per PDS host, default unbounded), &memory_mb=N (the memory the
+//	    repositories in flight share, default 512), &compact=false (no full compaction
 //	    when the backfill first reaches its end), &private=true|false
 //	    (whether PDSes and did:web hosts may be private addresses; by
 //	    default only when the relay or PLC directory is on one)
@@ -100,9 +101,9 @@ func ParseSource(raw string, log hclog.Logger) (Source, error) {
 		q := u.Query()
 		for name := range q {
 			switch name {
-			case "plc", "didweb", "concurrency", "per_host", "rate", "resync_only", "compact", "private":
+			case "plc", "didweb", "concurrency", "per_host", "rate", "memory_mb", "resync_only", "compact", "private":
 			default: // a misspelt resync_only would crawl the whole network
-				return nil, fmt.Errorf("source %q: unknown parameter %q (plc, didweb, concurrency, per_host, rate, resync_only, compact, private)", raw, name)
+				return nil, fmt.Errorf("source %q: unknown parameter %q (plc, didweb, concurrency, per_host, rate, memory_mb, resync_only, compact, private)", raw, name)
 			}
 		}
 		bf := &Backfill{PLC: q.Get("plc"), DIDWeb: q.Get("didweb"), Log: log}
@@ -133,6 +134,13 @@ func ParseSource(raw string, log hclog.Logger) (Source, error) {
 				return nil, fmt.Errorf("source %q: %w", raw, err)
 			}
 			bf.Private = &private
+		}
+		if v := q.Get("memory_mb"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 16 || n > 1<<20 {
+				return nil, fmt.Errorf("source %q: memory_mb (MiB the repositories in flight share) must be an integer from 16 to 1048576", raw)
+			}
+			bf.Memory = int64(n) << 20
 		}
 		if v := q.Get("rate"); v != "" {
 			r, err := strconv.ParseFloat(v, 64)

@@ -143,46 +143,94 @@ type CAROptions struct {
 
 // DecodeCARWith is DecodeCAR with options.
 func DecodeCARWith(b []byte, opt CAROptions, fn func(*Op) error) (CARInfo, error) {
-	var info CARInfo
+	c, err := OpenCAR(b, opt)
+	if err != nil {
+		return c.Info(), err
+	}
+	return c.Walk(true, fn)
+}
+
+// CAR is a repository CAR file opened: its blocks indexed and its commit
+// read, so that its tree can be walked more than once. A backfill checks
+// the whole repository (its DID, the blocks it lacks) with a walk that
+// decodes no record, then decodes the records a batch at a time as it
+// writes them: it holds the CAR and its index, not every record decoded
+// (which takes several times the CAR's bytes). b is not modified; it is
+// retained until the CAR is.
+type CAR struct {
+	b      []byte
+	opt    CAROptions
+	blocks map[string][]byte
+	data   []byte  // the MST root's CID
+	info   CARInfo // what the container and the commit say
+}
+
+// OpenCAR reads b's header, indexes its blocks and decodes its commit.
+// The CAR returned is never nil: on an error, its Info says what was read.
+func OpenCAR(b []byte, opt CAROptions) (*CAR, error) {
+	c := &CAR{b: b, opt: opt}
 	if len(b) > MaxCARBytes {
-		return info, errCARTooBig
+		return c, errCARTooBig
 	}
 	roots, off, err := carHeader(b)
 	if err != nil {
-		return info, err
+		return c, err
 	}
 	if len(roots) == 0 {
-		return info, errors.New("car: no root")
+		return c, errors.New("car: no root")
 	}
 	blocks := make(map[string][]byte, min(len(b)/256, MaxCARBlocks))
-	_, err = carBlocks(b, off, MaxCARBlocks, func(c, data []byte) {
-		if _, dup := blocks[string(c)]; !dup {
-			blocks[string(c)] = data
+	_, err = carBlocks(b, off, MaxCARBlocks, func(cid, data []byte) {
+		if _, dup := blocks[string(cid)]; !dup {
+			blocks[string(cid)] = data
 		}
 	})
 	if err != nil {
-		return info, err
+		return c, err
 	}
-	info.Blocks = len(blocks)
-	info.Root = cidString(roots[0])
+	c.info.Blocks = len(blocks)
+	c.info.Root = cidString(roots[0])
 	cb, ok := blocks[string(roots[0])]
 	if !ok {
-		return info, fmt.Errorf("car: commit block %s missing", info.Root)
+		return c, fmt.Errorf("car: commit block %s missing", c.info.Root)
 	}
-	data, err := decodeCommit(cb, &info)
-	if err != nil {
-		return info, err
+	if c.data, err = decodeCommit(cb, &c.info); err != nil {
+		return c, err
+	}
+	c.blocks = blocks
+	return c, nil
+}
+
+// Info is what the container and the commit say (DID, Rev, Version, Root,
+// Data, Blocks), before any walk.
+func (c *CAR) Info() CARInfo { return c.info }
+
+// Walk visits the repository's tree in key order and calls fn with one
+// KindCommit/ActionCreate op per record, as DecodeCAR does (fn may be nil).
+// Without records, no record is decoded: every op's Record is nil and no
+// op says SkipRecordCBOR, but the tree, its order, its limits and the
+// blocks it lacks (CARInfo.Missing) are checked as a walk that decodes
+// checks them, so a walk with records that follows one without meets no
+// other error.
+func (c *CAR) Walk(records bool, fn func(*Op) error) (CARInfo, error) {
+	info := c.info
+	if c.blocks == nil {
+		return info, errors.New("car: not opened")
+	}
+	if fn == nil {
+		fn = func(*Op) error { return nil }
 	}
 	w := mstWalker{
-		blocks:  blocks,
-		visited: make(map[string]struct{}, len(blocks)/4+1),
-		fn:      fn,
-		info:    &info,
-		budget:  newDecodeBudget(len(b)),
-		noCID:   opt.NoCID,
+		blocks:    c.blocks,
+		visited:   make(map[string]struct{}, len(c.blocks)/4+1),
+		fn:        fn,
+		info:      &info,
+		budget:    newDecodeBudget(len(c.b)),
+		noCID:     c.opt.NoCID,
+		noRecords: !records,
 	}
 	w.op = Op{Kind: KindCommit, DID: info.DID, Rev: info.Rev, Action: ActionCreate}
-	err = w.walk(data, 1)
+	err := w.walk(c.data, 1)
 	return info, err
 }
 
@@ -258,6 +306,10 @@ type mstWalker struct {
 	haveLast bool
 	keyBufs  [][]byte
 	noCID    bool
+	// noRecords: no record is decoded (the blocks are still looked up and
+	// the decoding budget spent, so the walk checks what one that decodes
+	// would).
+	noRecords bool
 }
 
 // walk visits the MST node with CID link (binary) in key order.
@@ -430,6 +482,9 @@ func (w *mstWalker) leaf(key, val []byte) error {
 		}
 		if err := w.budget.spend(len(data)); err != nil {
 			return err
+		}
+		if w.noRecords {
+			break
 		}
 		rec, err := decodeRecordCBOR(data)
 		if err != nil {

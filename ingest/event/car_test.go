@@ -21,6 +21,10 @@ import (
 	"github.com/multiformats/go-multihash"
 )
 
+// Every CAR the tests read this way is also walked without its records
+// (OpenCAR, CAR.Walk(false, ...): a backfill's check before it writes),
+// which must accept and refuse what the full walk does, naming the same
+// records and the same missing blocks.
 func readCAROps(t testing.TB, b []byte) ([]Op, CARInfo, error) {
 	t.Helper()
 	var ops []Op
@@ -28,6 +32,30 @@ func readCAROps(t testing.TB, b []byte) ([]Op, CARInfo, error) {
 		ops = append(ops, *o)
 		return nil
 	})
+	var paths []string
+	c, cerr := OpenCAR(b, CAROptions{})
+	cinfo := c.Info()
+	if cerr == nil {
+		cinfo, cerr = c.Walk(false, func(o *Op) error {
+			if o.Record != nil {
+				t.Errorf("a walk without records gave %s/%s's", o.Collection, o.RKey)
+			}
+			paths = append(paths, o.Collection+"/"+o.RKey+"|"+o.CID)
+			return nil
+		})
+	}
+	if (cerr == nil) != (err == nil) {
+		t.Errorf("a walk without records: error %v, the full walk's %v", cerr, err)
+	}
+	cinfo.Decoded = info.Decoded // the one figure a walk without records cannot give
+	if fmt.Sprint(cinfo) != fmt.Sprint(info) || len(paths) != len(ops) {
+		t.Errorf("a walk without records: %+v (%d ops), the full walk: %+v (%d ops)", cinfo, len(paths), info, len(ops))
+	}
+	for i, o := range ops {
+		if i < len(paths) && paths[i] != o.Collection+"/"+o.RKey+"|"+o.CID {
+			t.Errorf("op %d: %s without records, %s/%s|%s with", i, paths[i], o.Collection, o.RKey, o.CID)
+		}
+	}
 	return ops, info, err
 }
 
