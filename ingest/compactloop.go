@@ -104,7 +104,7 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			}
 			w.metrics.Compactions.WithLabelValues(string(res.tree), "done").Inc()
 			l.offered = true
-			w.OfferCompaction(res.out, res.ids)
+			w.OfferCompaction(res.out, res.ids, l.full) // a full one marked done in the same entry
 			w.log.Info("compacted", "tree", res.tree, "runs", len(res.ids), "records", res.out.Records(), "full", l.full != nil, "big", res.lane == laneBig)
 			continue
 		case <-t.C:
@@ -123,7 +123,7 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 				l.doneFull = full
 			}
 			if l.doneFull != nil {
-				if !r.fullDone(ctx, *l.doneFull, w.log) {
+				if !r.fullDone(ctx, w, *l.doneFull, w.log) {
 					waiting = true // tried again next time, before any merge of its tree starts
 					continue
 				}
@@ -172,7 +172,7 @@ func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, la
 			if holdsTree(m, tree, lanes[laneSmall].inputs) {
 				continue // the small lane drains the tree's runs first; it starts no more of them
 			}
-			full, asked := r.fullInputs(ctx, m, tree, w.log, w.metrics)
+			full, asked := r.fullInputs(ctx, w, m, tree, w.log, w.metrics)
 			if full != nil {
 				r.startMerge(ctx, w, m, laneBig, big, tree, full, &fullMerge{tree, asked}, results, merges)
 				continue

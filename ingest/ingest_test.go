@@ -338,8 +338,8 @@ func TestBackfillStartingAtItsEndAsksNoCompaction(t *testing.T) {
 // withdrawn; cancelling withdraws every tree's.
 func TestFullCompactionRequests(t *testing.T) {
 	ctx := context.Background()
-	node := oneNode(t)
-	r := &Runner{Config: Config{Node: node}}
+	w, node, _, _ := forwardWriter(t)
+	r := &Runner{Config: w.cfg}
 	log := hclog.NewNullLogger()
 	key := fullCompactionKey + string(lsm.TreeLinks)
 	if _, err := RequestFullCompaction(ctx, node); err != nil {
@@ -351,13 +351,13 @@ func TestFullCompactionRequests(t *testing.T) {
 	if _, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: key, Value: first + "1"}); err != nil {
 		t.Fatal(err)
 	}
-	if !r.fullDone(ctx, fullMerge{lsm.TreeLinks, first}, log) {
+	if !r.fullDone(ctx, w, fullMerge{lsm.TreeLinks, first}, log) {
 		t.Fatal("fullDone failed on the leader")
 	}
 	if got := node.FSM.Setting(key); got != first+"1" {
 		t.Fatalf("the later request %q was deleted (setting %q)", first+"1", got)
 	}
-	if !r.fullDone(ctx, fullMerge{lsm.TreeLinks, first + "1"}, log) || node.FSM.Setting(key) != "" {
+	if !r.fullDone(ctx, w, fullMerge{lsm.TreeLinks, first + "1"}, log) || node.FSM.Setting(key) != "" {
 		t.Fatalf("the request carried out stays: %q", node.FSM.Setting(key))
 	}
 	if p := FullCompactionPending(node.FSM); len(p) != len(lsm.Trees)-1 || slices.Contains(p, lsm.TreeLinks) {
@@ -373,7 +373,77 @@ func TestFullCompactionRequests(t *testing.T) {
 	if _, err := RequestFullCompaction(ctx, node); err != nil {
 		t.Fatal(err)
 	}
-	if runs, _ := r.fullInputs(ctx, node.FSM.Manifest(), lsm.TreeLinks, log, NewMetrics()); runs != nil || node.FSM.Setting(key) != "" {
+	if runs, _ := r.fullInputs(ctx, w, node.FSM.Manifest(), lsm.TreeLinks, log, NewMetrics()); runs != nil || node.FSM.Setting(key) != "" {
 		t.Fatalf("an empty tree: runs %v, request %q", runs, node.FSM.Setting(key))
+	}
+}
+
+// A leader lost between publishing a full compaction's merge and deleting
+// its request leaves the next one the mark published with the merge: the
+// next one deletes the request (and then the mark) instead of merging
+// the whole tree once more, the merged run and the flushes since. A
+// request asked again after the merge is carried out as any other.
+func TestFullCompactionDoneSurvivesLeaderLoss(t *testing.T) {
+	ctx := context.Background()
+	w, node, store, _ := forwardWriter(t)
+	r := &Runner{Config: w.cfg}
+	log := hclog.NewNullLogger()
+	key, mark := fullCompactionKey+string(lsm.TreeLinks), fullDoneKey+string(lsm.TreeLinks)
+	flushRepo := func(i int) {
+		t.Helper()
+		did, stamp, ops := repoOfLikes(t, w, i, 10)
+		if err := w.ApplyRepo(ctx, "backfill", did, stamp, ops); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flushRepo(0)
+	flushRepo(1)
+	if _, err := RequestFullCompaction(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	asked := node.FSM.Setting(key)
+	// The merge, as the big lane makes it, offered and published with a
+	// newer flush.
+	m := node.FSM.Manifest()
+	inputs := m.RunsOf(lsm.TreeLinks)
+	runs, _ := r.fullInputs(ctx, w, m, lsm.TreeLinks, log, NewMetrics())
+	if len(inputs) != 2 || len(runs) != 2 {
+		t.Fatalf("%d runs, %d to merge", len(inputs), len(runs))
+	}
+	v, err := lsm.OpenView(ctx, w.cfg.Catalog, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := lsm.CompactOptions{}
+	opt.ForMerge(inputs, true, r.FanIn())
+	out, err := lsm.CompactRuns(ctx, store, w.cfg.Catalog, v, inputs, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.OfferCompaction(out, []string{inputs[0].ID, inputs[1].ID}, &fullMerge{lsm.TreeLinks, asked})
+	flushRepo(2)
+	if got := len(node.FSM.Manifest().RunsOf(lsm.TreeLinks)); got != 2 || node.FSM.Cursor(mark) != asked || node.FSM.Setting(key) != asked {
+		t.Fatalf("published: %d runs, mark %q, request %q (asked %q)", got, node.FSM.Cursor(mark), node.FSM.Setting(key), asked)
+	}
+	// The leader is lost here; the next one looks.
+	next := &Runner{Config: w.cfg}
+	if runs, _ := next.fullInputs(ctx, w, node.FSM.Manifest(), lsm.TreeLinks, log, NewMetrics()); runs != nil || node.FSM.Setting(key) != "" {
+		t.Fatalf("the next leader merges %d runs again (request %q)", len(runs), node.FSM.Setting(key))
+	}
+	// Asked again before the mark is gone: a request of its own.
+	if _, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: key, Value: asked + "7"}); err != nil {
+		t.Fatal(err)
+	}
+	if runs, _ := next.fullInputs(ctx, w, node.FSM.Manifest(), lsm.TreeLinks, log, NewMetrics()); len(runs) != 2 {
+		t.Fatalf("a request asked after the merge: %d runs to merge, want 2", len(runs))
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := node.FSM.Cursor(mark); c != "" {
+		t.Fatalf("the mark stays: %q", c)
 	}
 }

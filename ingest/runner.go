@@ -94,11 +94,18 @@ type Runner struct {
 // asked again meanwhile (then the runs flushed since are merged next). A
 // merge that fails is tried again at the loop's next look, until the
 // request is withdrawn (CancelFullCompaction, eddy-ctl compact --cancel);
-// a leader lost before it published leaves the request to the next one,
-// and one lost between publishing and deleting leaves it a tree of one
-// run (done at once) or of that run and the flushes since: merged once
-// more, the whole tree rewritten again.
+// a leader lost before it published leaves the request to the next one.
+// The entry that publishes the merge also marks, among the cursors
+// (fullDoneKey), the request it carried out, so a leader lost between
+// publishing and deleting the setting leaves the next one that mark, and
+// the next one deletes the setting instead of merging the whole tree
+// again (hours of CPU at the network's size).
 const fullCompactionKey = "full_compaction:"
+
+// fullDoneKey + a tree is a cursor the flush that publishes a full
+// compaction's merge of the tree sets to the request's value; fullDone
+// deletes it with the request.
+const fullDoneKey = "full_compaction_done:"
 
 // RequestFullCompaction asks for a full compaction of every tree (on the
 // leader: the setting is proposed through Raft) and returns the trees it
@@ -204,9 +211,14 @@ type fullMerge struct {
 // request deleted). A lone run whose form cannot be read counts as a
 // failed compaction in metrics and is tried again at the next look, as a
 // failed merge is.
-func (r *Runner) fullInputs(ctx context.Context, m *lsm.Manifest, tree lsm.Tree, log hclog.Logger, metrics *Metrics) ([]lsm.Run, string) {
+func (r *Runner) fullInputs(ctx context.Context, w *Writer, m *lsm.Manifest, tree lsm.Tree, log hclog.Logger, metrics *Metrics) ([]lsm.Run, string) {
 	asked := r.Config.Node.FSM.Setting(fullCompactionKey + string(tree))
 	if asked == "" {
+		return nil, ""
+	}
+	if r.Config.Node.FSM.Cursor(fullDoneKey+string(tree)) == asked {
+		// Published by a leader lost before it deleted the request.
+		r.fullDone(ctx, w, fullMerge{tree, asked}, log)
 		return nil, ""
 	}
 	runs := m.RunsOf(tree)
@@ -217,7 +229,7 @@ func (r *Runner) fullInputs(ctx context.Context, m *lsm.Manifest, tree lsm.Tree,
 		return nil, ""
 	}
 	if !need {
-		r.fullDone(ctx, fullMerge{tree, asked}, log)
+		r.fullDone(ctx, w, fullMerge{tree, asked}, log)
 		return nil, ""
 	}
 	return runs, asked
@@ -225,16 +237,19 @@ func (r *Runner) fullInputs(ctx context.Context, m *lsm.Manifest, tree lsm.Tree,
 
 // fullDone deletes the request f carried out, unless it was asked again
 // since (a later generation's request, for the runs flushed meanwhile,
-// stays) or withdrawn. It reports false if the deletion could not be
-// proposed (leadership lost, a timeout): the caller tries again, so that
-// a merged tree is not merged once more for a request already done.
-func (r *Runner) fullDone(ctx context.Context, f fullMerge, log hclog.Logger) bool {
-	if r.Config.Node.FSM.Setting(fullCompactionKey+string(f.tree)) != f.asked {
-		return true
+// stays) or withdrawn, and then its mark (fullDoneKey, in w's next
+// flush). It reports false if the deletion could not be proposed
+// (leadership lost, a timeout): the caller tries again, so that a merged
+// tree is not merged once more for a request already done.
+func (r *Runner) fullDone(ctx context.Context, w *Writer, f fullMerge, log hclog.Logger) bool {
+	if r.Config.Node.FSM.Setting(fullCompactionKey+string(f.tree)) == f.asked {
+		if _, err := r.Config.Node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: fullCompactionKey + string(f.tree)}); err != nil {
+			log.Warn("full compaction: could not mark the tree done; trying again", "tree", f.tree, "error", err)
+			return false
+		}
 	}
-	if _, err := r.Config.Node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: fullCompactionKey + string(f.tree)}); err != nil {
-		log.Warn("full compaction: could not mark the tree done; trying again", "tree", f.tree, "error", err)
-		return false
+	if r.Config.Node.FSM.Cursor(fullDoneKey+string(f.tree)) != "" {
+		w.SetCursor(fullDoneKey+string(f.tree), "")
 	}
 	return true
 }

@@ -504,10 +504,15 @@ func (w *Writer) SetCursor(source, cursor string) {
 	w.mu.Unlock()
 }
 
-// OfferCompaction hands a finished compaction (of disjoint inputs) to the next flush.
-func (w *Writer) OfferCompaction(add lsm.Run, remove []string) {
+// OfferCompaction hands a finished compaction (of disjoint inputs) to the
+// next flush; full, if set, is the full compaction's request it carries
+// out, marked done in the same entry (fullDoneKey).
+func (w *Writer) OfferCompaction(add lsm.Run, remove []string, full *fullMerge) {
 	w.mu.Lock()
 	w.mu.compactions = append(w.mu.compactions, compactionResult{add: add, remove: remove})
+	if full != nil {
+		w.mu.cursors[fullDoneKey+string(full.tree)] = full.asked
+	}
 	w.mu.Unlock()
 }
 
