@@ -44,6 +44,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 
 type config struct {
 	id, dataDir, raftAddr, raftAdvertise, adminAddr, httpAddr string
+	adminAdvertise, httpAdvertise                             string
 	sourceAddr                                                string
 	bootstrap, nonvoter, restoreFromBucket                    bool
 	join                                                      string
@@ -96,6 +97,8 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.sourceAddr, "source-addr", "", "local IP this node's connections to its peers (Raft, admin calls) leave from, e.g. to keep cluster traffic on one interface or address (default: the system's choice)")
 	fs.StringVar(&c.adminAddr, "admin-addr", "127.0.0.1:7001", "admin API listen address host:port (join, status; token required)")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "public query API listen address host:port (also /metrics, /healthz, /readyz)")
+	fs.StringVar(&c.adminAdvertise, "admin-advertise", "", "admin API address host:port peers and eddy-ctl are told (default: --admin-addr, or for a listener bound to every interface its port at --raft-advertise's host; set it behind a NAT or port forward)")
+	fs.StringVar(&c.httpAdvertise, "http-advertise", "", "public query API address host:port eddy-ctl status and roll are told (default: --http-addr, or for a listener bound to every interface its port at --raft-advertise's host)")
 	fs.BoolVar(&c.bootstrap, "bootstrap", false, "form a new cluster of this node if it has no state (ignored when it has)")
 	fs.BoolVar(&c.restoreFromBucket, "restore-from-bucket", false, "with an empty data directory: form a new one-node cluster whose replicated state (manifest, outlines, cursors) is the newest backup the leaders put in the bucket under state/, after all the nodes' data directories were lost; refused if the data directory holds Raft state or if a table the backup names is missing (docs/operations.md)")
 	fs.StringVar(&c.join, "join", "", "admin addresses host:port of cluster members to join through at start (comma-separated); a no-op when already a member")
@@ -341,9 +344,11 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 	if c.sourceAddr != "" && net.ParseIP(c.sourceAddr) == nil {
 		return fmt.Errorf("--source-addr %q: not an IP address", c.sourceAddr)
 	}
-	if c.raftAdvertise != "" {
-		if err := checkAddr(c.raftAdvertise, false); err != nil {
-			return fmt.Errorf("--raft-advertise %q: %v", c.raftAdvertise, err)
+	for _, a := range []struct{ name, v string }{{"--raft-advertise", c.raftAdvertise}, {"--admin-advertise", c.adminAdvertise}, {"--http-advertise", c.httpAdvertise}} {
+		if a.v != "" {
+			if err := checkAddr(a.v, false); err != nil {
+				return fmt.Errorf("%s %q: %v", a.name, a.v, err)
+			}
 		}
 	}
 	if c.join != "" {
@@ -496,7 +501,7 @@ func redactStore(s string) string {
 // start-up log line; no option holds a secret, and the store is redacted.
 func (c *config) logged() []any {
 	vals := map[string]string{
-		"id": c.id, "data-dir": c.dataDir, "raft-addr": c.raftAddr, "raft-advertise": c.raftAdvertise, "source-addr": c.sourceAddr,
+		"id": c.id, "data-dir": c.dataDir, "raft-addr": c.raftAddr, "raft-advertise": c.raftAdvertise, "admin-advertise": c.adminAdvertise, "http-advertise": c.httpAdvertise, "source-addr": c.sourceAddr,
 		"admin-addr": c.adminAddr, "http-addr": c.httpAddr, "bootstrap": strconv.FormatBool(c.bootstrap),
 		"nonvoter": strconv.FormatBool(c.nonvoter), "join": c.join, "certs-dir": c.certsDir, "admin-token-file": c.tokenFile, "store": redactStore(c.store),
 		"source": strconv.Itoa(len(c.sources)) + " sources", "plc": c.plc, "flush-interval": c.flushInterval.String(),

@@ -115,4 +115,16 @@ func TestAdvertisedAddresses(t *testing.T) {
 	if got := advertised("0.0.0.0:8080", c); got != "[fd00::1]:8080" {
 		t.Errorf("with --raft-advertise: %q", got)
 	}
+	// Behind a NAT or a port forward: told as given, in the join too.
+	c.adminAddr, c.httpAddr = "0.0.0.0:7001", "0.0.0.0:8080"
+	if r := joinRequest(c, "n2"); r.Admin != "[fd00::1]:7001" || r.HTTP != "[fd00::1]:8080" {
+		t.Errorf("join without the flags: %+v", r)
+	}
+	c.adminAdvertise, c.httpAdvertise = "203.0.113.7:17001", "eddy2.example:443"
+	if r := joinRequest(c, "n2"); r.Admin != "203.0.113.7:17001" || r.HTTP != "eddy2.example:443" || r.Raft != "[fd00::1]:7000" {
+		t.Errorf("join with --admin-advertise and --http-advertise: %+v", r)
+	}
+	if c.adminAdvertised() != "203.0.113.7:17001" || c.httpAdvertised() != "eddy2.example:443" {
+		t.Errorf("advertised: %q %q", c.adminAdvertised(), c.httpAdvertised())
+	}
 }

@@ -161,7 +161,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	}
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, Dir: filepath.Join(c.dataDir, "raft"), RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise,
-		HTTPAddr: advertised(c.httpAddr, c), AdminAddr: advertised(c.adminAddr, c), SourceAddr: c.sourceAddr, Certs: cluster.Files(c.certsDir, c.id),
+		HTTPAddr: c.httpAdvertised(), AdminAddr: c.adminAdvertised(), SourceAddr: c.sourceAddr, Certs: cluster.Files(c.certsDir, c.id),
 		Bootstrap: c.bootstrap, Restore: restore, Logger: log,
 	})
 	if err != nil {
@@ -401,6 +401,7 @@ func refusalStops(wasMember bool, err error) bool {
 // interface (0.0.0.0, ::, none: the env example's public API), which
 // would send a peer's readiness poll, eddy-ctl status or roll to
 // themselves; that host is then the one Raft advertises, which peers dial.
+// --admin-advertise and --http-advertise, when set, are told instead.
 func advertised(bind string, c config) string {
 	host, port, err := net.SplitHostPort(bind)
 	if err != nil {
@@ -416,9 +417,14 @@ func advertised(bind string, c config) string {
 	return net.JoinHostPort(rhost, port)
 }
 
+// adminAdvertised and httpAdvertised are the addresses this node's
+// admin and public listeners are known by (advertised).
+func (c config) adminAdvertised() string { return orStr(c.adminAdvertise, advertised(c.adminAddr, c)) }
+func (c config) httpAdvertised() string  { return orStr(c.httpAdvertise, advertised(c.httpAddr, c)) }
+
 // joinRequest is this node's join.
 func joinRequest(c config, id string) cluster.JoinRequest {
-	req := cluster.JoinRequest{ID: id, Raft: orStr(c.raftAdvertise, c.raftAddr), Admin: advertised(c.adminAddr, c), HTTP: advertised(c.httpAddr, c)}
+	req := cluster.JoinRequest{ID: id, Raft: orStr(c.raftAdvertise, c.raftAddr), Admin: c.adminAdvertised(), HTTP: c.httpAdvertised()}
 	if c.nonvoter {
 		req.Suffrage = cluster.SuffrageNonvoter // a new member's; a member keeps its own
 	}
