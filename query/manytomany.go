@@ -183,8 +183,9 @@ func (s *Server) hashKeyOf(ctx context.Context, t link.RecordID) (link.RecordID,
 // repeats), a hashed key that is the twin of an encoded key in ts: the
 // same subject, linked by the record's write while a part of it was
 // unknown and again by a write after it was known (a backfill or a stream
-// read again), so that the record lists it once. hashKeys remembers hashKeyOf's answers within one request (a page
-// examines up to m2mScanMax join records, most naming the same others).
+// read again), so that the record lists it once. hashKeys remembers
+// orderKey's answers within one request (a page examines up to m2mScanMax
+// join records, most naming the same others).
 func (s *Server) foldTwins(ctx context.Context, ts []link.RecordID, hashKeys map[link.RecordID]link.RecordID) ([]link.RecordID, error) {
 	hashed := 0
 	for _, t := range ts {
@@ -200,22 +201,42 @@ func (s *Server) foldTwins(ctx context.Context, ts []link.RecordID, hashKeys map
 		if t.IsHashed() {
 			continue
 		}
-		h, seen := hashKeys[t]
-		if !seen {
-			k, ok, err := s.hashKeyOf(ctx, t)
-			if err != nil {
-				return nil, err
-			}
-			if !ok {
-				k = link.RecordID{} // none: no twin
-			}
-			hashKeys[t], h = k, k
+		h, err := s.orderKey(ctx, t, hashKeys)
+		if err != nil {
+			return nil, err
 		}
-		if h != (link.RecordID{}) {
+		if h.IsHashed() {
 			twins = append(twins, h)
 		}
 	}
 	return slices.DeleteFunc(ts, func(t link.RecordID) bool { return t.IsHashed() && slices.Contains(twins, t) }), nil
+}
+
+// orderKey is the key the many-to-many answers order an other subject by
+// and name in their cursors: its hash as a target of unknown parts
+// (hashKeyOf), whichever key its links are stored under. A subject linked
+// while a part of it was unknown is stored under its hash, and under its
+// encoding once known; ordered by the key stored, a subject whose links
+// moved from one to the other between two pages (a record written again,
+// a node at another generation) would move across the cursor: skipped,
+// or given twice. An encoded key without a hash orders as itself.
+// hashKeys remembers the answers within one request.
+func (s *Server) orderKey(ctx context.Context, t link.RecordID, hashKeys map[link.RecordID]link.RecordID) (link.RecordID, error) {
+	if t.IsHashed() {
+		return t, nil
+	}
+	if h, seen := hashKeys[t]; seen {
+		return h, nil
+	}
+	h, ok, err := s.hashKeyOf(ctx, t)
+	if err != nil {
+		return link.RecordID{}, err
+	}
+	if !ok {
+		h = t
+	}
+	hashKeys[t] = h
+	return h, nil
 }
 
 // lookupErr is err if it is a failed read (link.ErrLookup), else nil.
@@ -263,7 +284,7 @@ type m2mOut struct {
 
 // getManyToMany: GET /xrpc/blue.microcosm.links.getManyToMany?subject=&source=&pathToOther=&linkDid=&otherSubject=&limit=&cursor=
 // One item per (join record, other subject), newest join record first,
-// then by the other subject's encoding.
+// then by the other subject (orderKey).
 func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
 	q := r.URL.Query()
 	m, err := s.parseM2M(ctx, q, "linkDid")
@@ -334,12 +355,18 @@ func (s *Server) getManyToMany(ctx context.Context, r *http.Request, v *lsm.View
 			if err != nil {
 				return nil, err
 			}
+			first := len(items)
 			for _, t := range others {
-				if cur != nil && b.Source == cur.Source && b.Location == cur.Location && t.Compare(cur.Target) <= 0 {
+				o, err := s.orderKey(ctx, t, hashKeys)
+				if err != nil {
+					return nil, err
+				}
+				if cur != nil && b.Source == cur.Source && b.Location == cur.Location && o.Compare(cur.Target) <= 0 {
 					continue // returned on the cursor's page
 				}
-				items = append(items, item{pos: linkPos{Source: b.Source, Location: b.Location, Target: t}, other: t})
+				items = append(items, item{pos: linkPos{Source: b.Source, Location: b.Location, Target: o}, other: t})
 			}
+			slices.SortFunc(items[first:], func(a, b item) int { return a.pos.Target.Compare(b.pos.Target) })
 		}
 		examined += len(res.Links)
 		scanned += res.Stats.Scanned // a filter that passes few links reads many: as many in all as one lsm page
@@ -398,7 +425,7 @@ type m2mCountsOut struct {
 
 // getManyToManyCounts: GET /xrpc/blue.microcosm.links.getManyToManyCounts?subject=&source=&pathToOther=&did=&otherSubject=&limit=&cursor=
 // Per other subject, the join records linking to it (total) and their
-// distinct accounts (distinct), ordered by the other subject's encoding;
+// distinct accounts (distinct), ordered by the other subject (orderKey);
 // the cursor is the last group returned.
 func (s *Server) getManyToManyCounts(ctx context.Context, r *http.Request, v *lsm.View) (any, error) {
 	q := r.URL.Query()
@@ -454,19 +481,18 @@ func (s *Server) getManyToManyCounts(ctx context.Context, r *http.Request, v *ls
 	// parts would be), one record counted once.
 	others := make([][]link.RecordID, len(joins))
 	canon := map[link.RecordID]link.RecordID{}
-	tried := map[link.RecordID]bool{}
+	hashKeys := map[link.RecordID]link.RecordID{} // orderKey's
 	for i := range joins {
 		others[i] = m.othersOf(&joins[i], fw[i])
 		for _, t := range others[i] {
-			if tried[t] {
+			if _, tried := hashKeys[t]; tried || t.IsHashed() {
 				continue
 			}
-			tried[t] = true
-			h, ok, err := s.hashKeyOf(ctx, t)
+			h, err := s.orderKey(ctx, t, hashKeys)
 			if err != nil {
 				return nil, err
 			}
-			if ok {
+			if h.IsHashed() {
 				canon[h] = t
 			}
 		}
@@ -493,26 +519,33 @@ func (s *Server) getManyToManyCounts(ctx context.Context, r *http.Request, v *ls
 			g.dids[joins[i].Source.DID] = struct{}{}
 		}
 	}
-	keys := make([]link.RecordID, 0, len(groups))
+	// In orderKey's order, which a subject keeps when its links move from
+	// its hash to its encoding between two pages.
+	type keyed struct{ t, order link.RecordID }
+	keys := make([]keyed, 0, len(groups))
 	for t := range groups {
-		if pos == nil || t.Compare(link.GetRecordID(pos)) > 0 {
-			keys = append(keys, t)
+		o, err := s.orderKey(ctx, t, hashKeys)
+		if err != nil {
+			return nil, err
+		}
+		if pos == nil || o.Compare(link.GetRecordID(pos)) > 0 {
+			keys = append(keys, keyed{t, o})
 		}
 	}
-	slices.SortFunc(keys, link.RecordID.Compare)
+	slices.SortFunc(keys, func(a, b keyed) int { return a.order.Compare(b.order) })
 	more := len(keys) > limit
 	if more {
 		keys = keys[:limit]
 	}
-	for _, t := range keys {
-		name, err := s.renderOther(ctx, m, t)
+	for _, k := range keys {
+		name, err := s.renderOther(ctx, m, k.t)
 		if err != nil {
 			return nil, err
 		}
-		out.CountsByOtherSubject = append(out.CountsByOtherSubject, m2mCount{Subject: name, Total: groups[t].total, Distinct: uint64(len(groups[t].dids))})
+		out.CountsByOtherSubject = append(out.CountsByOtherSubject, m2mCount{Subject: name, Total: groups[k.t].total, Distinct: uint64(len(groups[k.t].dids))})
 	}
 	if more {
-		b := keys[len(keys)-1].Bytes()
+		b := keys[len(keys)-1].order.Bytes()
 		out.Cursor = encodeCursor(kindGroups, 0, b[:], sc)
 	}
 	return out, nil
