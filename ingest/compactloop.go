@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,19 +44,27 @@ const (
 // lane is one compaction lane's state, owned by compactLoop.
 type lane struct {
 	inputs   map[string]bool // the runs being merged (nil: idle)
-	offered  bool            // the result waits for a flush to publish it
 	uploaded func()          // ends the merge's upload (w.uploads)
 	full     *fullMerge      // the full compaction this merge carries out
-	doneFull *fullMerge      // published; its request not deleted yet
 }
 
 // end makes the lane idle; its merge's tables are no longer an upload in
-// flight (published, or abandoned to the garbage sweep).
+// flight (abandoned to the garbage sweep).
 func (l *lane) end() {
 	if l.uploaded != nil {
 		l.uploaded()
 	}
-	l.inputs, l.offered, l.uploaded, l.full = nil, false, nil, nil
+	*l = lane{}
+}
+
+// offeredMerge is a merge done and handed to the writer: its lane is free
+// for the next merge, while its inputs stay reserved (no other merge
+// takes them) until a flush publishes it.
+type offeredMerge struct {
+	inputs   map[string]bool
+	uploaded func()
+	full     *fullMerge
+	small    bool // merged in the small lane
 }
 
 // mergeResult is what a lane's merge reports to compactLoop.
@@ -70,7 +79,14 @@ type mergeResult struct {
 // compactLoop merges the runs due (lsm.PickCompaction) and requested
 // full compactions in the background (two lanes) and hands each result
 // to the writer, whose next flush publishes it (one serialised
-// publisher, so the compare-and-set never races the flushes).
+// publisher, so the compare-and-set never races the flushes). A lane
+// takes its next merge as soon as it hands one over (its inputs reserved
+// until published), not once the flush has published it: a lane that
+// waited for the flush merged once a flush interval at most, fewer runs
+// than the flushes make once three trees take turns. The trees take turns
+// for the first pick of each look (a fixed order gave the last tree,
+// names, one merge in forty minutes of steady ingest while its runs grew
+// by the hundred).
 func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 	every := r.CompactionInterval
 	if every <= 0 {
@@ -78,13 +94,21 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var lanes [2]lane
+	var (
+		lanes    [2]lane
+		offered  []offeredMerge
+		doneFull []fullMerge // published; their requests not deleted yet
+		turn     int         // the tree that picks first at the next look
+	)
 	results := make(chan mergeResult, len(lanes)) // never blocks a merge: one each at most
 	var merges sync.WaitGroup
 	defer func() {
 		merges.Wait() // they end with ctx
 		for i := range lanes {
 			lanes[i].end()
+		}
+		for _, o := range offered {
+			o.uploaded()
 		}
 	}()
 	for {
@@ -103,10 +127,10 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 				continue
 			}
 			w.metrics.Compactions.WithLabelValues(string(res.tree), "done").Inc()
-			l.offered = true
 			w.OfferCompaction(res.out, res.ids, l.full) // a full one marked done in the same entry
 			w.log.Info("compacted", "tree", res.tree, "runs", len(res.ids), "records", res.out.Records(), "full", l.full != nil, "big", res.lane == laneBig)
-			continue
+			offered = append(offered, offeredMerge{inputs: l.inputs, uploaded: l.uploaded, full: l.full, small: res.lane == laneSmall})
+			*l = lane{} // free for the next merge; its upload ends once published
 		case <-t.C:
 		}
 		m := r.Config.Node.FSM.Manifest()
@@ -114,24 +138,20 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 		for _, run := range m.Runs {
 			present[run.ID] = true
 		}
-		waiting := false
-		for i := range lanes {
-			l := &lanes[i]
-			if l.offered && !anyPresent(l.inputs, present) {
-				full := l.full
-				l.end() // merged and published
-				l.doneFull = full
+		offered = slices.DeleteFunc(offered, func(o offeredMerge) bool {
+			if anyPresent(o.inputs, present) {
+				return false
 			}
-			if l.doneFull != nil {
-				if !r.fullDone(ctx, w, *l.doneFull, w.log) {
-					waiting = true // tried again next time, before any merge of its tree starts
-					continue
-				}
-				l.doneFull = nil
+			o.uploaded() // published
+			if o.full != nil {
+				doneFull = append(doneFull, *o.full)
 			}
-		}
-		if !waiting {
-			r.startMerges(ctx, w, m, &lanes, results, &merges)
+			return true
+		})
+		doneFull = slices.DeleteFunc(doneFull, func(f fullMerge) bool { return r.fullDone(ctx, w, f, w.log) })
+		if len(doneFull) == 0 { // else tried again next time, before any merge of its tree starts
+			r.startMerges(ctx, w, m, &lanes, offered, turn, results, &merges)
+			turn++
 		}
 	}
 }
@@ -147,30 +167,44 @@ func anyPresent(runs, present map[string]bool) bool {
 }
 
 // startMerges starts a merge in each idle lane that has one to do: a
-// pending full compaction in the idle big lane (once the small lane holds
-// none of its tree's runs, so that a quiet tree ends as one run: until
-// then no other merge of the tree starts), else the tree's next merge
-// (lsm.PickCompaction) in the lane its size belongs to, on runs no lane
-// holds; while the small lane is busy, the idle big lane takes the
-// smallest merge due of at least bigMergeBytes.
-func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, lanes *[2]lane, results chan<- mergeResult, merges *sync.WaitGroup) {
-	// The runs no lane holds: a merge started below takes runs of its own
-	// tree only, so the other trees' picks need no update.
+// pending full compaction in the idle big lane (once neither the small
+// lane nor a merge waiting to be published holds any of its tree's runs,
+// so that a quiet tree ends as one run: until then no other merge of the
+// tree starts), else the tree's next merge (lsm.PickCompaction) in the
+// lane its size belongs to, on runs neither a lane nor a merge waiting to
+// be published holds; while the small lane is busy, the idle big lane
+// takes the smallest merge due of at least bigMergeBytes. The trees pick
+// in turn, from lsm.Trees[turn % len].
+func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, lanes *[2]lane, offered []offeredMerge, turn int, results chan<- mergeResult, merges *sync.WaitGroup) {
+	// The runs no lane or offered merge holds: a merge started below takes
+	// runs of its own tree only, so the other trees' picks need no update.
+	reserved := func(id string) bool {
+		if lanes[laneBig].inputs[id] || lanes[laneSmall].inputs[id] {
+			return true
+		}
+		for _, o := range offered {
+			if o.inputs[id] {
+				return true
+			}
+		}
+		return false
+	}
 	var free lsm.Manifest
 	for _, run := range m.Runs {
-		if !lanes[laneBig].inputs[run.ID] && !lanes[laneSmall].inputs[run.ID] {
+		if !reserved(run.ID) {
 			free.Runs = append(free.Runs, run)
 		}
 	}
-	for _, tree := range lsm.Trees {
+	for k := range lsm.Trees {
+		tree := lsm.Trees[(turn+k)%len(lsm.Trees)]
 		if lanes[laneBig].inputs != nil && lanes[laneSmall].inputs != nil {
 			return
 		}
 		big := &lanes[laneBig]
 		fullRunning := big.full != nil && big.full.tree == tree
 		if !fullRunning && big.inputs == nil && r.Config.Node.FSM.Setting(fullCompactionKey+string(tree)) != "" {
-			if holdsTree(m, tree, lanes[laneSmall].inputs) {
-				continue // the small lane drains the tree's runs first; it starts no more of them
+			if holdsTree(m, tree, reserved) {
+				continue // those merges end first; no more of the tree's start
 			}
 			full, asked := r.fullInputs(ctx, w, m, tree, w.log, w.metrics)
 			if full != nil {
@@ -210,10 +244,10 @@ func pickLane(free *lsm.Manifest, tree lsm.Tree, fanIn int, smallBusy, bigBusy b
 	return nil, 0
 }
 
-// holdsTree reports whether runs holds a run of tree.
-func holdsTree(m *lsm.Manifest, tree lsm.Tree, runs map[string]bool) bool {
+// holdsTree reports whether a run of tree is held (reserved).
+func holdsTree(m *lsm.Manifest, tree lsm.Tree, held func(id string) bool) bool {
 	for _, run := range m.RunsOf(tree) {
-		if runs[run.ID] {
+		if held(run.ID) {
 			return true
 		}
 	}

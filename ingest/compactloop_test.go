@@ -336,3 +336,49 @@ func TestPickLane(t *testing.T) {
 		t.Errorf("a big merge due, big lane busy: %q, want none", got)
 	}
 }
+
+// Under steady ingest, every tree's runs are merged as they come, the
+// names tree's too: a lane takes its next merge as soon as it hands one
+// over, and the trees take turns. (A lane waiting for the flush that
+// publishes its merge, and the trees in a fixed order, gave the last tree,
+// names, one merge in forty minutes of a soak while its runs grew by the
+// hundred.) Here a look comes once a second and a flush every 20 ms.
+func TestEveryTreeCompactedUnderSteadyIngest(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	world, sim := servedWorld(t, 13)
+	node := oneNode(t)
+	store, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := NewJetstream([]string{sim.JetstreamURL()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := NewMetrics()
+	r := &Runner{Config: Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), FlushInterval: 20 * time.Millisecond,
+		MemtableBytes: 1 << 20, GCGrace: time.Nanosecond, Metrics: metrics, Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})},
+		Sources: []Source{js}, CompactionInterval: time.Second, CompactionFanIn: 2}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	most := map[lsm.Tree]int{}
+	for range 150 { // ~6 s
+		world.Step(20)
+		time.Sleep(40 * time.Millisecond)
+		for _, tree := range []lsm.Tree{lsm.TreeLinks, lsm.TreeRevocations, lsm.TreeNames} {
+			most[tree] = max(most[tree], len(node.FSM.Manifest().RunsOf(tree)))
+		}
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	for _, tree := range []lsm.Tree{lsm.TreeLinks, lsm.TreeRevocations, lsm.TreeNames} {
+		merged := testutil.ToFloat64(metrics.Compactions.WithLabelValues(string(tree), "done"))
+		t.Logf("%s: at most %d runs, %v merges", tree, most[tree], merged)
+		if merged < 3 || most[tree] > 40 {
+			t.Errorf("%s: at most %d runs, %v merges: not merged as its runs came", tree, most[tree], merged)
+		}
+	}
+}
