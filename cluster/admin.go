@@ -86,6 +86,10 @@ type Admin struct {
 	// the leader: a follower forwards the call) and returns what to
 	// answer.
 	Compact func(ctx context.Context, req CompactRequest) (map[string]any, error)
+	// Transfer, if set, hands the leadership over in place of
+	// Node.TransferLeadership (the write path stopped first:
+	// ingest.Supervisor.HandOver).
+	Transfer func(ctx context.Context) error
 	http    *http.Client
 }
 
@@ -383,7 +387,11 @@ func (a *Admin) handleTransfer(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
 	defer cancel()
-	if err := a.node.TransferLeadership(ctx); err != nil {
+	transfer := a.node.TransferLeadership
+	if a.Transfer != nil {
+		transfer = a.Transfer
+	}
+	if err := transfer(ctx); err != nil {
 		writeErr(w, http.StatusInternalServerError, "TransferFailed", err.Error())
 		return
 	}

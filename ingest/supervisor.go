@@ -93,13 +93,42 @@ func (s *Supervisor) stopLocked() {
 	}
 }
 
+// HandOver hands the node's leadership to another voter (transfer:
+// cluster.Node.TransferLeadership) once the write path is stopped, so
+// that its last flush publishes what it buffered while the node still
+// leads. Stopped by the callback that follows the transfer instead, the
+// last flush found the node a follower: what it buffered was left for the
+// next leader to read again, and its merge in flight for the garbage
+// sweep. If the node still leads after the transfer (it failed), the
+// write path starts again.
+func (s *Supervisor) HandOver(ctx context.Context, transfer func(context.Context) error) error {
+	s.mu.Lock()
+	s.stopLocked()
+	s.mu.Unlock()
+	err := transfer(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.stop == nil && s.Node.IsLeader() {
+		s.startLocked()
+	}
+	return err
+}
+
 // leadership is the node's leadership callback (cluster.Node calls it in
 // order, from one goroutine).
 func (s *Supervisor) leadership(isLeader bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopLocked()
-	if !isLeader || s.mu.stopped || s.mu.ctx == nil || len(s.Runner.Sources) == 0 {
+	if isLeader {
+		s.startLocked()
+	}
+}
+
+// startLocked starts a write path, unless stopped for good or there is
+// nothing to run.
+func (s *Supervisor) startLocked() {
+	if s.mu.stopped || s.mu.ctx == nil || len(s.Runner.Sources) == 0 {
 		return
 	}
 	ctx, cancel := context.WithCancel(s.mu.ctx)

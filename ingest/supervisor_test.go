@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -332,6 +333,55 @@ func TestSupervisorHandsLeadershipOver(t *testing.T) {
 		}
 		if logs[to.ID()].count("write path started") <= startedBefore[to.ID()] {
 			return fmt.Errorf("%s started no write path", to.ID())
+		}
+		return nil
+	})
+}
+
+// HandOver stops the write path before the leadership goes: its last
+// flush publishes what it buffered while the node still leads (the
+// capture's cursor is committed when the transfer is asked), and a
+// transfer that fails leaves the node leading with a write path started
+// again.
+func TestHandOverStopsTheWritePathFirst(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &logLines{t: t}
+	node := startNode(t, newCA(t), "n1", true)
+	src := capture(t)
+	s := supervised(t, node, store, src, log)
+	s.Runner.Config.FlushInterval = time.Hour // buffered until the write path stops
+	s.Start(ctx)
+	defer s.Stop()
+	waitFor(t, "the write path", 10*time.Second, func() error {
+		if log.count("write path started") == 0 {
+			return errors.New("not started")
+		}
+		return nil
+	})
+	time.Sleep(300 * time.Millisecond) // the capture read into the memtables
+	if c := node.FSM.Cursor(src.Name()); c != "" {
+		t.Fatalf("cursor %q published before any flush", c)
+	}
+	started := log.count("write path started")
+	var atTransfer string
+	err = s.HandOver(ctx, func(context.Context) error {
+		atTransfer = node.FSM.Cursor(src.Name())
+		return errors.New("no voter to take it")
+	})
+	if err == nil || !Done(atTransfer) {
+		t.Fatalf("at the transfer the cursor was %q (want the capture's end published); HandOver: %v", atTransfer, err)
+	}
+	if n := log.count("final flush"); n != 0 {
+		t.Fatalf("%d final flushes failed", n)
+	}
+	waitFor(t, "the write path started again", 10*time.Second, func() error {
+		if log.count("write path started") != started+1 {
+			return fmt.Errorf("started %d times, was %d", log.count("write path started"), started)
 		}
 		return nil
 	})

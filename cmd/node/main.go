@@ -248,6 +248,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 		GCGrace: c.gcGrace, Members: admin.MembersServed, StateBackupInterval: c.stateBackupInterval,
 	}, Sources: sources, SpillDir: spillDir, CompactionFanIn: c.compactionFanIn, CompactionInterval: c.compactionInterval}}
 	writePath.Start(bg)
+	admin.Transfer = func(ctx context.Context) error { return writePath.HandOver(ctx, node.TransferLeadership) }
 	servers := []*http.Server{
 		// Idle keep-alive connections are closed after a while: each
 		// counts against its client's --client-conns.
