@@ -90,7 +90,7 @@ type Admin struct {
 	// Node.TransferLeadership (the write path stopped first:
 	// ingest.Supervisor.HandOver).
 	Transfer func(ctx context.Context) error
-	http    *http.Client
+	http     *http.Client
 }
 
 // NewAdmin returns the admin API of n, requiring token.
