@@ -10,15 +10,8 @@ import (
 // pages that follow in the same generation reuse it, and a new generation
 // (here, some likes deleted) counts again, never answering an old total.
 func TestGetBacklinksTotalPerView(t *testing.T) {
-	f := newFixture(t)
 	const n = countCacheMin + 500
-	uris := make([]string, n)
-	for i := range n {
-		uri, rec := like(i)
-		uris[i] = uri
-		f.write(uri, rec)
-	}
-	f.flush()
+	f, uris := fixtureOfLikes(t, n)
 	type page struct {
 		Total   uint64 `json:"total"`
 		Records []struct {
@@ -103,15 +96,8 @@ func TestGetBacklinksTotalPerView(t *testing.T) {
 // pages; a new generation folds again, and /links/distinct-dids shares the
 // accounts kept.
 func TestBacklinkDidsPerView(t *testing.T) {
-	f := newFixture(t)
 	const n = countCacheMin + 300
-	uris := make([]string, n)
-	for i := range n {
-		uri, rec := like(i)
-		uris[i] = uri
-		f.write(uri, rec)
-	}
-	f.flush()
+	f, uris := fixtureOfLikes(t, n)
 	type page struct {
 		Total  int      `json:"total"`
 		Dids   []string `json:"linking_dids"`
@@ -229,4 +215,18 @@ func TestViewCacheBound(t *testing.T) {
 	if _, ok := c.get(v2, "c"); !ok {
 		t.Fatal("an older view's value evicted the newer view's")
 	}
+}
+
+// fixtureOfLikes is a fixture holding n likes of post, flushed, and their
+// URIs.
+func fixtureOfLikes(t *testing.T, n int) (*fixture, []string) {
+	f := newFixture(t)
+	uris := make([]string, n)
+	for i := range n {
+		uri, rec := like(i)
+		uris[i] = uri
+		f.write(uri, rec)
+	}
+	f.flush()
+	return f, uris
 }
