@@ -65,7 +65,9 @@ func ingestMadeUpFields(t *testing.T, records, fields, pathsMax int) (*cluster.N
 		fmt.Fprintf(&b, `{"did":"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa","time_us":%d,"kind":"commit","commit":{"rev":"3jzfcijpj2z2a","operation":"create","collection":"com.example.spam","rkey":"3jzfcijpj2z%02d","record":{%s}}}`+"\n",
 			1000+r, r, strings.Join(kv, ","))
 	}
-	node, store, m := ingestCapture(t, b.String(), Config{PathOutlinesMax: pathsMax})
+	// One flush, whatever the host's load: a replay spread over several
+	// would split the outlines between them, fewer entries each.
+	node, store, m := ingestCapture(t, b.String(), Config{PathOutlinesMax: pathsMax, FlushInterval: 5 * time.Second})
 	if got := testutil.ToFloat64(m.Links); got != float64(records*fields) {
 		t.Fatalf("%v links indexed, want %d", got, records*fields)
 	}
@@ -135,7 +137,7 @@ func ingestCapture(t *testing.T, capture string, cfg Config) (*cluster.Node, obj
 	m := NewMetrics()
 	src := &Replay{Path: path}
 	r := &Runner{Config: Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), Metrics: m,
-		PathOutlinesMax: cfg.PathOutlinesMax, CollectionOutlinesMax: cfg.CollectionOutlinesMax,
+		PathOutlinesMax: cfg.PathOutlinesMax, CollectionOutlinesMax: cfg.CollectionOutlinesMax, FlushInterval: cfg.FlushInterval,
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})}, Sources: []Source{src}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
