@@ -33,7 +33,7 @@ import (
 const adminBodyBytesMax = 1 << 20
 
 // adminCallTimeout bounds one admin call between nodes.
-const adminCallTimeout = 15 * time.Second
+const adminCallTimeout = 25 * time.Second
 
 // NodeStatus is one node's view of itself.
 type NodeStatus struct {
@@ -385,12 +385,13 @@ func (a *Admin) handleTransfer(w http.ResponseWriter, r *http.Request) {
 	if !ok || a.forward(w, r, body) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), MembershipTimeout)
-	defer cancel()
-	transfer := a.node.TransferLeadership
+	timeout, transfer := MembershipTimeout, a.node.TransferLeadership
 	if a.Transfer != nil {
-		transfer = a.Transfer
+		// Stopping the write path first takes up to its last flush's 10 s.
+		timeout, transfer = MembershipTimeout+10*time.Second, a.Transfer
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
 	if err := transfer(ctx); err != nil {
 		writeErr(w, http.StatusInternalServerError, "TransferFailed", err.Error())
 		return

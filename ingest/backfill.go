@@ -472,6 +472,7 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 		if ferr == nil || gone(ferr) || ctx.Err() != nil || try == backfillTries-1 {
 			break
 		}
+		share.release() // no share is held while waiting (for the retry, then its host's slot)
 		wait := time.Duration(try+1) * time.Second
 		if he := (*httpError)(nil); errors.As(ferr, &he) && he.retryAfter > wait {
 			wait = he.retryAfter // a PDS that rate-limits says when

@@ -236,3 +236,49 @@ func TestBackfillFetchesPublicHostsOnly(t *testing.T) {
 		}
 	}
 }
+
+// A repository whose fetch failed holds no memory share while it waits
+// for its next try and its host's slot: the slot's holder may be waiting
+// in grow for that share (found by a review: with one slot a host and a
+// bound of 1 MiB, both waited until their context ended).
+func TestRetryHoldsNoMemoryShare(t *testing.T) {
+	const rDID, sDID = "did:plc:rrrrrrrrrrrrrrrrrrrrrrrr", "did:plc:ssssssssssssssssssssssss"
+	rFailed := make(chan struct{})
+	var rTries atomic.Int32
+	pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("did") == rDID && rTries.Add(1) == 1 {
+			w.WriteHeader(http.StatusOK)
+			w.Write(make([]byte, 1000))
+			w.(http.Flusher).Flush()
+			defer close(rFailed)
+			panic(http.ErrAbortHandler) // the connection drops mid-body
+		}
+		w.Header().Set("Content-Length", "100000")
+		w.WriteHeader(http.StatusOK)
+		w.Write(make([]byte, 100000))
+	}))
+	defer pds.Close()
+	w, _, _, _ := testWriterOf(t, 1<<20)
+	b := &Backfill{PLC: faultPLC(t, pds.URL), PerHost: 1, Memory: 1 << 20}
+	b.state.Store(newBackfillState(b.Name()))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rDone := make(chan error, 1)
+	go func() { rDone <- b.repo(ctx, w, rDID, false) }()
+	<-rFailed
+	sDone := make(chan error, 1)
+	go func() { sDone <- b.repo(ctx, w, sDID, false) }()
+	for _, c := range []chan error{rDone, sDone} {
+		select {
+		case err := <-c:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("stuck: the failed repository tried %d times", rTries.Load())
+		}
+	}
+	if rTries.Load() < 2 {
+		t.Fatalf("the failed repository tried %d times", rTries.Load())
+	}
+}

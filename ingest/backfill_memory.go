@@ -14,9 +14,13 @@ import (
 // would take gigabytes at once, so each takes a share of the bound,
 // repoMemoryFactor times its CAR's bytes, as its CAR is read; a
 // repository whose share does not fit waits (holding none: no two can
-// each hold part of what the other waits for) until the ones in flight
+// each hold part of what the other waits for, and none waits for a host's
+// slot or its next try while it holds one) until the ones in flight
 // finish, in the order they asked. One larger than the whole bound takes
-// all of it and runs alone.
+// all of it and runs alone. The bound is of shares: a repository waiting
+// for room keeps the part of its CAR it has read (a sixth of what it
+// asks: three times the buffer it doubles to), so the memory can pass the
+// bound by as much.
 
 // DefaultBackfillMemory is the default bound (&memory_mb= on a backfill
 // source): a repository of up to ~170 MB of CAR runs beside others.

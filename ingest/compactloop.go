@@ -64,7 +64,6 @@ type offeredMerge struct {
 	inputs   map[string]bool
 	uploaded func()
 	full     *fullMerge
-	small    bool // merged in the small lane
 }
 
 // mergeResult is what a lane's merge reports to compactLoop.
@@ -129,7 +128,7 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			w.metrics.Compactions.WithLabelValues(string(res.tree), "done").Inc()
 			w.OfferCompaction(res.out, res.ids, l.full) // a full one marked done in the same entry
 			w.log.Info("compacted", "tree", res.tree, "runs", len(res.ids), "records", res.out.Records(), "full", l.full != nil, "big", res.lane == laneBig)
-			offered = append(offered, offeredMerge{inputs: l.inputs, uploaded: l.uploaded, full: l.full, small: res.lane == laneSmall})
+			offered = append(offered, offeredMerge{inputs: l.inputs, uploaded: l.uploaded, full: l.full})
 			*l = lane{} // free for the next merge; its upload ends once published
 		case <-t.C:
 		}

@@ -2,6 +2,7 @@ package query
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"testing"
 )
@@ -229,4 +230,34 @@ func fixtureOfLikes(t *testing.T, n int) (*fixture, []string) {
 	}
 	f.flush()
 	return f, uris
+}
+
+// The accounts of a subject of many links from few accounts are kept at
+// their size, and charged so: the fold's slice keeps the room of every
+// link it added (a subject of 4,500 links from one account charged
+// 264 bytes for ~40 KB held).
+func TestBacklinkDidsKeptAtTheirSize(t *testing.T) {
+	f := newFixture(t)
+	const n = countCacheMin + 400
+	for i := range n {
+		f.write(fmt.Sprintf("at://did:plc:bot00000000000000000000000/app.bsky.feed.like/3mptbyp%06d", i),
+			`{"$type":"app.bsky.feed.like","subject":{"cid":"bafyreiftot7eltsc3f6g4qktykmbv6jcmdmhcx5osscan6jpdxkpqcmcza","uri":"`+post+`"},"createdAt":"2026-07-04T14:38:08.999Z"}`)
+	}
+	f.flush()
+	var out struct {
+		Dids []string `json:"linking_dids"`
+	}
+	if st, _ := f.get("/xrpc/blue.microcosm.links.getBacklinkDids", url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}}, &out); st != 200 || len(out.Dids) != 1 {
+		t.Fatalf("%d: %v", st, out.Dids)
+	}
+	f.qs.dids.mu.Lock()
+	defer f.qs.dids.mu.Unlock()
+	if len(f.qs.dids.m) != 1 {
+		t.Fatalf("%d entries kept", len(f.qs.dids.m))
+	}
+	for _, d := range f.qs.dids.m {
+		if len(d) != 1 || cap(d) > 8 || f.qs.dids.used != 8*cap(d)+didsCacheEntryBytes {
+			t.Fatalf("kept %d accounts in room for %d, charged %d", len(d), cap(d), f.qs.dids.used)
+		}
+	}
 }

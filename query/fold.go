@@ -7,6 +7,7 @@ package query
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"slices"
 
@@ -28,7 +29,7 @@ func (s *Server) distinctDIDs(ctx context.Context, v *lsm.View, lq *linkQuery) (
 	if !lq.matchable {
 		return nil, nil
 	}
-	var key []byte
+	key := binary.BigEndian.AppendUint64(nil, uint64(len(lq.known)))
 	for _, sub := range lq.known {
 		key = appendRecordID(key, sub.id)
 	}
@@ -58,6 +59,9 @@ func (s *Server) distinctDIDs(ctx context.Context, v *lsm.View, lq *linkQuery) (
 	}
 	d := dids.sorted()
 	if read >= countCacheMin {
+		// Kept at its size: the set's slice keeps the room of every link
+		// added (a subject of many links from few accounts).
+		d = slices.Clone(d)
 		s.dids.put(v, k, d)
 	}
 	return d, nil

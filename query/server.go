@@ -122,7 +122,7 @@ func NewServer(views *Views, reader *lsm.Reader, codec *link.Codec, log hclog.Lo
 	}
 	return &Server{Views: views, Reader: reader, Codec: codec, Log: log.Named("query"), sem: make(chan struct{}, ConcurrentQueriesMax),
 		totals: newViewCache(countCacheEntriesMax, func(uint64) int { return 1 }),
-		dids:   newViewCache(didsCacheBytesMax, func(d []uint64) int { return 8*len(d) + didsCacheEntryBytes }),
+		dids:   newViewCache(didsCacheBytesMax, func(d []uint64) int { return 8*cap(d) + didsCacheEntryBytes }),
 	}
 }
 

@@ -345,10 +345,14 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 		return fmt.Errorf("--source-addr %q: not an IP address", c.sourceAddr)
 	}
 	for _, a := range []struct{ name, v string }{{"--raft-advertise", c.raftAdvertise}, {"--admin-advertise", c.adminAdvertise}, {"--http-advertise", c.httpAdvertise}} {
-		if a.v != "" {
-			if err := checkAddr(a.v, false); err != nil {
-				return fmt.Errorf("%s %q: %v", a.name, a.v, err)
-			}
+		if a.v == "" {
+			continue
+		}
+		if err := checkAddr(a.v, false); err != nil {
+			return fmt.Errorf("%s %q: %v", a.name, a.v, err)
+		}
+		if host, _, _ := net.SplitHostPort(a.v); net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified() {
+			return fmt.Errorf("%s %q: an address others dial, not one that means every interface", a.name, a.v)
 		}
 	}
 	if c.join != "" {

@@ -120,6 +120,8 @@ func TestConfigErrors(t *testing.T) {
 		{"bad address", []string{"--http-addr", "localhost"}, validBase(), "", `--http-addr "localhost"`},
 		{"bad port", []string{"--raft-addr", "127.0.0.1:99999"}, validBase(), "", `--raft-addr "127.0.0.1:99999": port`},
 		{"bad advertise", []string{"--raft-advertise", ":7000"}, validBase(), "", "--raft-advertise"},
+		{"advertise every interface", []string{"--http-advertise", "0.0.0.0:8080"}, validBase(), "", "--http-advertise"},
+		{"advertise every interface v6", []string{"--admin-advertise", "[::]:7001"}, validBase(), "", "--admin-advertise"},
 		{"bad join", []string{"--join", "10.0.0.1:7001,nohost"}, validBase(), "", `--join "nohost"`},
 		{"bad int env", nil, merge(validBase(), "EDDY_MEMTABLE_BYTES", "lots"), "", "--memtable-bytes"},
 		{"memtable out of range", []string{"--memtable-bytes", "10"}, validBase(), "", "--memtable-bytes 10: out of range"},
