@@ -326,3 +326,27 @@ func TestExampleEnvFile(t *testing.T) {
 		t.Fatalf("sources %q", c.sources)
 	}
 }
+
+// The node reads the admin token as eddy-ctl does: a named file first,
+// $EDDY_ADMIN_TOKEN only without one; an empty file is refused.
+func TestAdminTokenPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "admin-token")
+	if err := os.WriteFile(file, []byte("from-the-file-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("EDDY_ADMIN_TOKEN", "from-the-variable-0123456789")
+	if got, err := adminToken(config{tokenFile: file}); err != nil || got != "from-the-file-0123456789" {
+		t.Fatalf("file and variable: %q, %v; want the file's token", got, err)
+	}
+	if got, err := adminToken(config{}); err != nil || got != "from-the-variable-0123456789" {
+		t.Fatalf("variable alone: %q, %v; want the variable's token", got, err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := adminToken(config{tokenFile: empty}); err == nil || !strings.Contains(err.Error(), "is empty") {
+		t.Fatalf("empty file: %q, %v; want an error naming it empty", got, err)
+	}
+}

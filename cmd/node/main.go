@@ -82,15 +82,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// adminToken reads the admin token as eddy-ctl does: from the file when
+// one is named, else from $EDDY_ADMIN_TOKEN. An empty file is refused,
+// not taken as an empty token.
 func adminToken(c config) (string, error) {
-	if t := os.Getenv(envAdminToken); t != "" {
-		return strings.TrimSpace(t), nil
+	if c.tokenFile == "" {
+		return strings.TrimSpace(os.Getenv(envAdminToken)), nil
 	}
 	b, err := os.ReadFile(c.tokenFile)
 	if err != nil {
 		return "", fmt.Errorf("admin token: %w", err)
 	}
-	return strings.TrimSpace(string(b)), nil
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("admin token: %s is empty", c.tokenFile)
+	}
+	return tok, nil
 }
 
 // serve runs the node until ctx ends: it wires the store, Raft, the query
@@ -102,9 +109,9 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 		return err
 	}
 	if os.Getenv(envAdminToken) != "" && c.tokenFile != "" {
-		// eddy-ctl reads the file first: a rotation of the file alone
-		// would leave the two apart, unseen.
-		log.Warn(envAdminToken+" is set: it is the admin token, and --admin-token-file is not read", "admin-token-file", c.tokenFile)
+		// Both set: the file is the token, as for eddy-ctl; say so, or a
+		// variable left over from a rotation would look in force.
+		log.Warn(envAdminToken+" is set and not read: the admin token is --admin-token-file's", "admin-token-file", c.tokenFile)
 	}
 	if c.store == "" {
 		c.store = "file://" + filepath.Join(c.dataDir, "store")
