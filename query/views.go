@@ -46,6 +46,12 @@ type Views struct {
 	// Cache, when set before Run, is the frame cache queries read through:
 	// a replaced table's frames are evicted from it.
 	Cache *lsm.FrameCache
+	// Hold, when set before Run, defers opening manifests while it returns
+	// true: a restarted node replaying the log it had at start, whose
+	// older manifests name tables long since deleted as garbage (each
+	// would be fetched, found missing and logged). The first refresh after
+	// it returns false opens the newest manifest applied.
+	Hold func() bool
 }
 
 // dropReplaced forgets the tables of prev that next no longer holds
@@ -150,6 +156,9 @@ func (v *Views) refresh(ctx context.Context) {
 	m := v.src.Manifest()
 	if cur := v.current.Load(); cur != nil && cur.Generation() >= m.Generation {
 		return
+	}
+	if v.Hold != nil && v.Hold() {
+		return // Run's retry comes back within a second
 	}
 	view, err := lsm.OpenView(ctx, v.cat, m)
 	if err != nil {

@@ -212,6 +212,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	reg.MustRegister(nodeCollectors(node, cache, reader, c.compactionFanIn)...)
 	reg.MustRegister(dataDirCollector(c.dataDir))
 	ready := newReadiness(node, views, c.readyLagMax, token, c.sourceAddr)
+	views.Hold = ready.replaying // the manifests a restart replays are not opened
 	ready.store, ready.log = store, log.Named("ready")
 	reg.MustRegister(ready.collectors()...)
 	qs.Ready = ready.caughtUp // one readiness decides /readyz and the queries' NotReady

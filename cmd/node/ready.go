@@ -155,6 +155,15 @@ func (r *readiness) run(ctx context.Context) {
 	}
 }
 
+// replaying says whether the state is still applying the log this node
+// had at start (bounded by --ready-lag-max, for a tail a new leader
+// truncates): the views wait for it (query.Views.Hold), so that the
+// manifests in between, whose tables may have been collected since, are
+// never fetched.
+func (r *readiness) replaying() bool {
+	return r.node.FSM.AppliedIndex() < r.startCommand && time.Since(r.started) < r.bound
+}
+
 // caughtUp is the query gate: nil once the node has caught up with the
 // cluster since it started, and from then on while its view is not stale
 // (stale); else why not.
@@ -172,7 +181,7 @@ func (r *readiness) caughtUp() error {
 	// Raft's applied index moves when an entry is handed to the state
 	// machine, before it is applied: the state's own index is what counts
 	// (a restarted node once answered from generation 0 in between).
-	if a, want := node.FSM.AppliedIndex(), r.startCommand; a < want && time.Since(r.started) < r.bound {
+	if a, want := node.FSM.AppliedIndex(), r.startCommand; r.replaying() {
 		return fmt.Errorf("applied log index %d of %d", a, want)
 	}
 	if served, applied := views.Current().Generation(), node.FSM.Manifest().Generation; served < applied {
