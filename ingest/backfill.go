@@ -151,6 +151,12 @@ func (b *Backfill) setup() {
 			t.MaxIdleConns = max(t.MaxIdleConns, 4*conc)
 			b.httpClient = &http.Client{Timeout: backfillHTTPTimeout, Transport: t}
 			b.remoteHTTP = b.httpClient
+			if b.Private == nil && b.privateAllowed() && b.Log != nil {
+				// The default follows the relay's and directory's
+				// addresses: say so, since it opens the private network
+				// to whatever host a DID document names.
+				b.Log.Warn("the relay, PLC directory or did:web host is on a private address, so the backfill also fetches from PDSes and did:web hosts on private addresses; add &private=false to the source to refuse them")
+			}
 			if !b.privateAllowed() {
 				rt := t.Clone()
 				rt.DialContext = publicDialer().DialContext

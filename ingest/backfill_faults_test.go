@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 const faultDID = "did:plc:abcdefghijklmnopqrstuvwx"
@@ -223,6 +226,19 @@ func TestBackfillFetchesPublicHostsOnly(t *testing.T) {
 	}
 	if !(&Backfill{PLC: "http://127.0.0.1:2582"}).privateAllowed() || (&Backfill{Relay: "https://bsky.network", PLC: "https://plc.directory"}).privateAllowed() {
 		t.Fatal("the default: private addresses allowed only for a backfill configured on one")
+	}
+	// That default is logged, since it opens the private network to the
+	// hosts DID documents name; an explicit choice is not.
+	for _, c := range []struct {
+		private *bool
+		warn    bool
+	}{{nil, true}, {&yes, false}} {
+		var buf bytes.Buffer
+		b := &Backfill{PLC: "http://127.0.0.1:2582", Private: c.private, Log: hclog.New(&hclog.LoggerOptions{Output: &buf})}
+		b.setup()
+		if got := strings.Contains(buf.String(), "&private=false"); got != c.warn {
+			t.Fatalf("private %v: warned %v, want %v:\n%s", c.private, got, c.warn, buf.String())
+		}
 	}
 	for a, public := range map[string]bool{
 		"8.8.8.8": true, "2001:4860:4860::8888": true, "127.0.0.1": false, "10.1.2.3": false, "172.16.0.1": false,
