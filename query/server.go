@@ -188,6 +188,11 @@ func getOnly(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// GetOnly is getOnly for the node's other public paths (/metrics,
+// /healthz, /readyz), so that they answer other methods as the query API
+// does.
+func GetOnly(h http.Handler) http.Handler { return getOnly(h.ServeHTTP) }
+
 // exposedHeaders are the headers of an answer a page on another origin may
 // read (cors, and the refused connection's 429).
 const exposedHeaders = GenerationHeader + ", " + StaleHeader + ", Retry-After"

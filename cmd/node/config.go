@@ -169,8 +169,8 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 Secrets come only from files or the environment, never from flags or the config file,
 and are never logged:
   %-20s the admin bearer token itself (else --admin-token-file)
-  %-20s S3 access key (else access_key_file in --store, else AWS_ACCESS_KEY_ID)
-  %-20s S3 secret key (else secret_key_file in --store, else AWS_SECRET_ACCESS_KEY)
+  %-20s S3 access key, when --store names no access_key_file (else AWS_ACCESS_KEY_ID)
+  %-20s S3 secret key, when --store names no secret_key_file (else AWS_SECRET_ACCESS_KEY)
   --certs-dir          the node's TLS key is <certs-dir>/<id>-key.pem
 `, envAdminToken, objstore.EnvS3AccessKey, objstore.EnvS3SecretKey)
 }

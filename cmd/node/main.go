@@ -369,9 +369,11 @@ func adminExtra(c config, node *cluster.Node, views *query.Views, sources []inge
 func publicHandler(qs *query.Server, queryMetrics *query.Metrics, reg *prometheus.Registry, ready *readiness) http.Handler {
 	pub := http.NewServeMux()
 	pub.Handle("/", queryMetrics.Wrap(qs.Handler())) // the query API: /xrpc/…, /links…, the index page, and JSON 404s for the rest
-	pub.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	pub.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
-	pub.HandleFunc("GET /readyz", ready.handler)
+	// Any method, so that one but GET or HEAD is a 405 as in the query API,
+	// not the query mux's 404.
+	pub.Handle("/metrics", query.GetOnly(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	pub.Handle("/healthz", query.GetOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })))
+	pub.Handle("/readyz", query.GetOnly(http.HandlerFunc(ready.handler)))
 	return pub
 }
 

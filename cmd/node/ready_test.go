@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -307,5 +308,32 @@ func TestCutOffNodeAnswersSayingSo(t *testing.T) {
 	}
 	if code, body := readyz(); code != 503 {
 		t.Fatalf("/readyz of a node cut off: %d %s", code, body)
+	}
+}
+
+// The node's own public paths answer a method other than GET or HEAD as
+// the query API does (405 with Allow), not with the query mux's 404, and
+// GET as before.
+func TestPublicPathsRefuseOtherMethods(t *testing.T) {
+	store, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, r, readyz := readinessOneNode(t, store, time.Second)
+	runReadiness(t, r)
+	waitReady(t, r, readyz)
+	qs := query.NewServer(r.views, lsm.NewReader(store, nil), &link.Codec{Outlines: node.FSM}, hclog.NewNullLogger())
+	h := publicHandler(qs, query.NewMetrics(), prometheus.NewRegistry(), r)
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("POST", path, nil))
+		if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != "GET, HEAD" || !strings.Contains(rec.Body.String(), `"InvalidRequest"`) {
+			t.Errorf("POST %s: %d, Allow %q, %s; want 405 InvalidRequest with Allow: GET, HEAD", path, rec.Code, rec.Header().Get("Allow"), rec.Body)
+		}
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != http.StatusOK {
+			t.Errorf("GET %s: %d %s", path, rec.Code, rec.Body)
+		}
 	}
 }
