@@ -305,7 +305,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	result := r.flushLoop(ctx, cancel, w)
 	wg.Wait()
-	if errors.Is(result, context.Canceled) && !errors.Is(result, ErrLeadershipLost) {
+	// A writer that stopped itself (a failed lookup, a failed publication)
+	// publishes nothing more: its buffer is the next term's to read again.
+	if errors.Is(result, context.Canceled) && !errors.Is(result, ErrLeadershipLost) && !w.dead.Load() {
 		// A clean stop (shutdown, leadership handed away): publish what is
 		// buffered so the next leader does not have to replay it.
 		fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -57,6 +57,10 @@ type Supervisor struct {
 	FailuresMax     int
 	TransferTimeout time.Duration
 	RestartBackoff  backoff.Policy
+	// StoreUp, when set, returns a channel closed once the object store
+	// answers again (objstore.Guard.WhenUp): a write path that failed on an
+	// unavailable store starts again then, not at the end of its backoff.
+	StoreUp func() <-chan struct{}
 
 	mu struct {
 		sync.Mutex
@@ -185,10 +189,32 @@ func (s *Supervisor) lead(ctx context.Context) {
 			}
 			tcancel()
 		}
-		if sleepCtx(ctx, wait) != nil {
+		var up <-chan struct{}
+		if s.StoreUp != nil && errors.Is(err, objstore.ErrUnavailable) {
+			up = s.StoreUp()
+			select {
+			case <-up:
+				up = nil // it answers already: the backoff as for any failure
+			default:
+			}
+		}
+		if sleepOrUp(ctx, wait, up) != nil {
 			return
 		}
 	}
+}
+
+// sleepOrUp is sleepCtx, ended early when up is closed (nil: never).
+func sleepOrUp(ctx context.Context, d time.Duration, up <-chan struct{}) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	case <-up:
+	}
+	return nil
 }
 
 func orDefault(d, def time.Duration) time.Duration {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -385,4 +386,108 @@ func TestHandOverStopsTheWritePathFirst(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// unanswering is a store that answers nothing while down is set, as a
+// bucket that does not answer (objstore.ErrUnavailable).
+type unanswering struct {
+	objstore.Store
+	down atomic.Bool
+}
+
+func (u *unanswering) fail(op, key string) error {
+	if u.down.Load() {
+		return fmt.Errorf("%s %q: %w", op, key, objstore.ErrUnavailable)
+	}
+	return nil
+}
+
+func (u *unanswering) Put(ctx context.Context, key string, data []byte) error {
+	if err := u.fail("put", key); err != nil {
+		return err
+	}
+	return u.Store.Put(ctx, key, data)
+}
+
+func (u *unanswering) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := u.fail("get", key); err != nil {
+		return nil, err
+	}
+	return u.Store.Get(ctx, key)
+}
+
+func (u *unanswering) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	if err := u.fail("get range", key); err != nil {
+		return nil, err
+	}
+	return u.Store.GetRange(ctx, key, off, n)
+}
+
+func (u *unanswering) Size(ctx context.Context, key string) (int64, error) {
+	if err := u.fail("size", key); err != nil {
+		return 0, err
+	}
+	return u.Store.Size(ctx, key)
+}
+
+func (u *unanswering) List(ctx context.Context, prefix string, fn func(string, int64) error) error {
+	if err := u.fail("list", prefix); err != nil {
+		return err
+	}
+	return u.Store.List(ctx, prefix, fn)
+}
+
+func (u *unanswering) Delete(ctx context.Context, key string) error {
+	if err := u.fail("delete", key); err != nil {
+		return err
+	}
+	return u.Store.Delete(ctx, key)
+}
+
+// A write path that failed on a bucket that did not answer starts again
+// at the first probe that finds it answering (StoreUp), not at the end of
+// its backoff (it stalled up to 30 s more after an outage).
+func TestSupervisorStartsAgainWhenStoreIsBack(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := &unanswering{Store: base}
+	bucket.down.Store(true)
+	guard := objstore.NewGuard(bucket)
+	for range objstore.GuardFailures {
+		guard.Probe(ctx, time.Second)
+	}
+	if down, _, _ := guard.Down(); !down {
+		t.Fatal("the guard does not call the store down")
+	}
+	log := &logLines{t: t}
+	node := startNode(t, newCA(t), "n1", true)
+	src := capture(t)
+	s := supervised(t, node, guard, src, log)
+	s.RestartBackoff = backoff.Policy{Min: time.Hour, Max: time.Hour}
+	s.StoreUp = guard.WhenUp
+	s.Start(ctx)
+	defer s.Stop()
+	waitFor(t, "the write path failing on the store", 30*time.Second, func() error {
+		if log.count("write path ended while leading") == 0 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	bucket.down.Store(false)
+	if err := guard.Probe(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the capture published once the store is back", 30*time.Second, func() error {
+		if c := node.FSM.Cursor(src.Name()); !Done(c) {
+			return fmt.Errorf("cursor %q", c)
+		}
+		return nil
+	})
+	if n := log.count("final flush"); n != 0 {
+		t.Fatalf("%d final flushes of a writer that had stopped itself", n)
+	}
 }

@@ -34,7 +34,26 @@ type Guard struct {
 		failing   int       // probes failed in a row
 		downSince time.Time // zero while up
 		lastErr   error
+		up        chan struct{} // closed by the probe that finds the store up again (WhenUp); nil while up
 	}
+}
+
+// closedChan is WhenUp's answer while the store is up.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// WhenUp returns a channel closed once the store is up: at once while it
+// is, else by the first probe that finds it answering again (a write path
+// waiting out a backoff starts again then, not seconds later).
+func (g *Guard) WhenUp() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mu.downSince.IsZero() {
+		return closedChan
+	}
+	if g.mu.up == nil {
+		g.mu.up = make(chan struct{})
+	}
+	return g.mu.up
 }
 
 // NewGuard guards s; it starts up.
@@ -51,6 +70,10 @@ func (g *Guard) Probe(ctx context.Context, timeout time.Duration) error {
 	if err == nil || errors.Is(err, ErrNotFound) {
 		g.mu.Lock()
 		g.mu.failing, g.mu.downSince, g.mu.lastErr = 0, time.Time{}, nil
+		if g.mu.up != nil {
+			close(g.mu.up)
+			g.mu.up = nil
+		}
 		g.mu.Unlock()
 		return nil
 	}

@@ -254,7 +254,8 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 		Node: node, Store: store, Catalog: cat, FlushInterval: c.flushInterval, MemtableBytes: c.memtableBytes,
 		Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir, Corrupt: queryMetrics.Corrupt,
 		GCGrace: c.gcGrace, Members: admin.MembersServed, StateBackupInterval: c.stateBackupInterval,
-	}, Sources: sources, SpillDir: spillDir, CompactionFanIn: c.compactionFanIn, CompactionInterval: c.compactionInterval}}
+	}, Sources: sources, SpillDir: spillDir, CompactionFanIn: c.compactionFanIn, CompactionInterval: c.compactionInterval},
+		StoreUp: store.WhenUp} // back from a bucket outage at the first probe that finds it answering
 	writePath.Start(bg)
 	admin.Transfer = func(ctx context.Context) error { return writePath.HandOver(ctx, node.TransferLeadership) }
 	servers := []*http.Server{
