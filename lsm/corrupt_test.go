@@ -190,3 +190,64 @@ func TestCompactCorruptError(t *testing.T) {
 		})
 	}
 }
+
+// A local copy of a table's meta that fails its checks (a damaged disk) is
+// discarded and fetched again, and counted and told (OnDamaged), in both
+// layouts; a copy of the other layout (a node whose --meta-cache-bytes
+// changed) is converted, not counted.
+func TestCatalogDamagedLocalCopy(t *testing.T) {
+	ctx := context.Background()
+	f := newCorruptFixture(t, 2)
+	id := f.table(t, TreeLinks)
+	var ref TableRef
+	for _, r := range f.db.View().Manifest.Tables(TreeLinks) {
+		if r.ID == id {
+			ref = r
+		}
+	}
+	catalogs := map[string]func(dir string) *Catalog{
+		"mapped":  func(dir string) *Catalog { return NewCatalogMapped(dir, f.db.store) },
+		"decoded": func(dir string) *Catalog { return NewCatalogBounded(dir, f.db.store, 1<<20) },
+	}
+	for name, open := range catalogs {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if _, err := open(dir).Load(ctx, TreeLinks, ref); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, "tables", string(TreeLinks), id+".meta")
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)/2] ^= 0x10
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c := open(dir)
+			var told []string
+			c.OnDamaged = func(tr Tree, tid string, err error) { told = append(told, string(tr)+"/"+tid) }
+			m, err := c.Load(ctx, TreeLinks, ref)
+			if err != nil || m == nil {
+				t.Fatalf("load after the damage: %v", err)
+			}
+			if got := c.Stats().LocalDamaged; got != 1 || len(told) != 1 || told[0] != "links/"+id {
+				t.Fatalf("damaged local copies counted %d, told %v; want 1 and [links/%s]", got, told, id)
+			}
+			// The copy fetched again is sound: a third catalog takes it as it is.
+			c3 := open(dir)
+			if _, err := c3.Load(ctx, TreeLinks, ref); err != nil || c3.Stats().LocalDamaged != 0 {
+				t.Fatalf("the refetched copy: %v, %d damaged", err, c3.Stats().LocalDamaged)
+			}
+		})
+	}
+	// A mapped catalog's file read by a decoded one: a conversion.
+	dir := t.TempDir()
+	if _, err := NewCatalogMapped(dir, f.db.store).Load(ctx, TreeLinks, ref); err != nil {
+		t.Fatal(err)
+	}
+	c := NewCatalogBounded(dir, f.db.store, 1<<20)
+	if _, err := c.Load(ctx, TreeLinks, ref); err != nil || c.Stats().LocalDamaged != 0 {
+		t.Fatalf("the other layout's copy: %v, counted %d damaged (want 0)", err, c.Stats().LocalDamaged)
+	}
+}

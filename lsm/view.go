@@ -1,6 +1,7 @@
 package lsm
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -45,6 +46,11 @@ type Catalog struct {
 		bytes   int64    // decoded bytes held
 	}
 	hits, misses, evictions atomic.Uint64
+	damaged                 atomic.Uint64 // local copies that failed their checks (Load)
+	// OnDamaged, when set before use, is told of each local copy that
+	// failed its checks (a damaged disk): Load discards it and fetches the
+	// table's meta again, so nothing else would show it.
+	OnDamaged func(t Tree, id string, err error)
 }
 
 // metaEntry is one decoded meta in the cache; used is the clock's
@@ -109,10 +115,11 @@ const droppedMax = 1 << 16
 // CatalogStats are a catalog's cache figures.
 type CatalogStats struct {
 	Hits, Misses, Evictions uint64
-	Bytes                   int64 // decoded metas held (mapped: their heap bytes)
-	Metas                   int   // decoded (or mapped) metas held
-	Budget                  int64 // <= 0: unbounded
-	Mapped                  bool  // metas read in place from mapped files
+	Bytes                   int64  // decoded metas held (mapped: their heap bytes)
+	Metas                   int    // decoded (or mapped) metas held
+	Budget                  int64  // <= 0: unbounded
+	Mapped                  bool   // metas read in place from mapped files
+	LocalDamaged            uint64 // local copies that failed their checks and were fetched again
 }
 
 // Stats returns the cache's figures.
@@ -120,7 +127,7 @@ func (c *Catalog) Stats() CatalogStats {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return CatalogStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load(),
-		Bytes: c.mu.bytes, Metas: len(c.mu.metas), Budget: c.budget, Mapped: c.mapped}
+		Bytes: c.mu.bytes, Metas: len(c.mu.metas), Budget: c.budget, Mapped: c.mapped, LocalDamaged: c.damaged.Load()}
 }
 
 func (c *Catalog) localPath(t Tree, id string) string {
@@ -252,9 +259,11 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 		return c.fetchDropped(ctx, t, ref)
 	}
 	path := c.localPath(t, ref.ID)
+	var mapErr error // the mapped layout's refusal of the file
 	if c.mapped {
 		// The file's layout says whether it is mapped (Add chose).
 		m, err := mapLocalMeta(path)
+		mapErr = err
 		if err == nil {
 			if err := c.resolveDict(ctx, t, ref.ID, m); err != nil {
 				return nil, err
@@ -269,7 +278,8 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 		// fetched again.
 	}
 	if b, err := os.ReadFile(path); err == nil {
-		if m, err := DecodeMeta(b); err == nil {
+		m, err := DecodeMeta(b)
+		if err == nil {
 			if c.maps(t, len(b)) {
 				return c.add(ctx, t, ref.ID, b)
 			}
@@ -277,6 +287,14 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 				return nil, err
 			}
 			return c.keep(t, ref.ID, m, true), nil
+		}
+		// Neither layout takes it (a mapped catalog tried both; another
+		// one takes a mapped file for a conversion, not a damage).
+		if mapErr != nil || localLayout(b) == 0 {
+			c.damaged.Add(1)
+			if c.OnDamaged != nil {
+				c.OnDamaged(t, ref.ID, cmp.Or(mapErr, err))
+			}
 		}
 		_ = os.Remove(path) // corrupt local copy (or another layout's): refetch
 	}

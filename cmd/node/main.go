@@ -182,6 +182,9 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	if c.metaCacheBytes != 0 {
 		cat = lsm.NewCatalogBounded(filepath.Join(c.dataDir, "meta"), store, c.metaCacheBytes)
 	}
+	cat.OnDamaged = func(t lsm.Tree, id string, err error) {
+		log.Warn("local table metadata damaged (check the disk): fetching it again from the bucket", "tree", t, "table", id, "error", err)
+	}
 	views := query.NewViews(node.FSM, cat, log)
 	cache := lsm.NewFrameCache(c.cacheBytes)
 	views.Cache = cache // a table compaction replaced leaves the cache with its metadata

@@ -18,6 +18,7 @@ func metaCacheCollectors(cat *lsm.Catalog) []prometheus.Collector {
 	return []prometheus.Collector{
 		counter("eddy_meta_cache_hits_total", "Table metadata lookups that found it mapped or decoded in memory.", func(s lsm.CatalogStats) uint64 { return s.Hits }),
 		counter("eddy_meta_cache_misses_total", "Table metadata lookups that mapped it, or decoded it again, from local disk (or fetched it).", func(s lsm.CatalogStats) uint64 { return s.Misses }),
+		counter("eddy_meta_local_damaged_total", "Local table metadata files that failed their checks (a damaged disk): each was discarded and fetched again from the bucket.", func(s lsm.CatalogStats) uint64 { return s.LocalDamaged }),
 		counter("eddy_meta_cache_evictions_total", "Decoded table metadata let go to stay within --meta-cache-bytes.", func(s lsm.CatalogStats) uint64 { return s.Evictions }),
 		gauge("eddy_meta_cache_bytes", "Table metadata held on the heap, bytes (estimated; a mapped table's header fields only).", func(s lsm.CatalogStats) float64 { return float64(s.Bytes) }),
 		gauge("eddy_meta_cache_max_bytes", "Bound of the decoded table metadata (--meta-cache-bytes; 0: mapped, no bound needed).", func(s lsm.CatalogStats) float64 { return float64(s.Budget) }),
