@@ -95,7 +95,7 @@ func (n *Node) JoinAs(ctx context.Context, req JoinRequest) error {
 		}
 	}
 	if req.Fresh && cur != nil && cur.Suffrage == raft.Voter {
-		return fmt.Errorf("join %s: %w (its data directory was lost or wiped): it may not vote again under that ID, or it could elect a node that lacks committed entries; remove it (eddy-ctl remove %s) and start it with a new --id", info.ID, ErrFreshVoter, info.ID)
+		return fmt.Errorf("join %s: %w (its data directory was lost or wiped): it may not vote again under that ID, or it could elect a node that lacks committed entries; remove it (eddy-ctl remove --addr ADMIN_ADDRS --id %s) and start it with a new --id", info.ID, ErrFreshVoter, info.ID)
 	}
 	if req.Check {
 		return nil

@@ -484,6 +484,20 @@ func checkStore(s string) error {
 	return fmt.Errorf("unsupported scheme %q (want file or s3)", scheme)
 }
 
+// redactSources shows the sources as redactStore shows a store (each
+// URL of a source's failover list), space-separated as in the environment.
+func redactSources(sources []string) string {
+	out := make([]string, len(sources))
+	for i, src := range sources {
+		urls := strings.Split(src, ",")
+		for j, u := range urls {
+			urls[j] = redactStore(u)
+		}
+		out[i] = strings.Join(urls, ",")
+	}
+	return strings.Join(out, " ")
+}
+
 // redactStore shows a store URL without its user information and query
 // (which may name credential files or carry unknown parameters).
 func redactStore(s string) string {
@@ -508,7 +522,7 @@ func (c *config) logged() []any {
 		"id": c.id, "data-dir": c.dataDir, "raft-addr": c.raftAddr, "raft-advertise": c.raftAdvertise, "admin-advertise": c.adminAdvertise, "http-advertise": c.httpAdvertise, "source-addr": c.sourceAddr,
 		"admin-addr": c.adminAddr, "http-addr": c.httpAddr, "bootstrap": strconv.FormatBool(c.bootstrap),
 		"nonvoter": strconv.FormatBool(c.nonvoter), "join": c.join, "certs-dir": c.certsDir, "admin-token-file": c.tokenFile, "store": redactStore(c.store),
-		"source": strconv.Itoa(len(c.sources)) + " sources", "plc": c.plc, "flush-interval": c.flushInterval.String(),
+		"source": redactSources(c.sources), "plc": c.plc, "flush-interval": c.flushInterval.String(),
 		"memtable-bytes": strconv.Itoa(c.memtableBytes), "cache-bytes": strconv.FormatInt(c.cacheBytes, 10),
 		"meta-cache-bytes": strconv.FormatInt(c.metaCacheBytes, 10), "memory-limit": c.memoryLimit,
 		"ready-lag-max": c.readyLagMax.String(), "log-level": c.logLevel, "config": c.configFile,

@@ -350,3 +350,16 @@ func TestAdminTokenPrecedence(t *testing.T) {
 		t.Fatalf("empty file: %q, %v; want an error naming it empty", got, err)
 	}
 }
+
+// The configuration line shows every source, each URL without its query
+// or user part (a parameter may name a key file or carry a token).
+func TestSourcesLoggedRedacted(t *testing.T) {
+	got := redactSources([]string{
+		"jetstream+wss://user:pw@js1.example/subscribe?wantedCollections=app.bsky.feed.like,wss://js2.example/subscribe",
+		"backfill+https://relay.example?plc=https://plc.example&memory_mb=256",
+	})
+	want := "jetstream+wss://REDACTED@js1.example/subscribe,wss://js2.example/subscribe backfill+https://relay.example"
+	if got != want {
+		t.Fatalf("redacted sources %q, want %q", got, want)
+	}
+}
