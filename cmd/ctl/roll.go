@@ -32,6 +32,9 @@ command will start it from), then:
 
  1. Every member of the configuration must answer on its admin address,
     one leader, every node caught up; otherwise nothing is restarted.
+    With --expect-version, a node at another version need only follow
+    the leader and apply its log (an old build may not open what an
+    upgraded leader wrote: run the roll again to finish it).
  2. Each follower in turn: CMD runs; then the node must answer again, report
     --expect-version if given, and catch up: applied Raft index within
     --max-lag entries of the leader's, serving at least the manifest
@@ -258,10 +261,21 @@ func (r *roller) caughtUp(v view, id string, target uint64) string {
 	if st.AppliedIndex+r.opt.maxLag < lst.AppliedIndex {
 		return fmt.Sprintf("applied index %d, leader %d (more than --max-lag %d behind)", st.AppliedIndex, lst.AppliedIndex, r.opt.maxLag)
 	}
-	if st.ViewGeneration < target {
+	if st.ViewGeneration < target && !r.toUpgrade(st.Version) {
 		return fmt.Sprintf("serving generation %d, leader had %d", st.ViewGeneration, target)
 	}
 	return ""
+}
+
+// toUpgrade says whether a node of version is one the roll is to restart
+// (--expect-version given, and another version): such a node need not
+// serve the leader's generation before a restart, only follow the leader
+// and apply its log. A build older than the tables the upgraded nodes
+// write cannot open them (a roll stopped part way, then a leader change),
+// and would otherwise keep the roll from finishing the upgrade that
+// fixes it.
+func (r *roller) toUpgrade(version string) bool {
+	return r.opt.expectVersion != "" && version != r.opt.expectVersion
 }
 
 // waitHealthy waits until every node but skip answers, one leader is

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/eddy-backlinks/eddy/cluster"
 )
 
 // rollCluster is three real Raft nodes in this process. The restart
@@ -292,5 +294,42 @@ func TestLocalRestart(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(dir, "cluster.json"))
 	if err := json.Unmarshal(b, &raw); err != nil {
 		t.Fatalf("cluster.json: %v", err)
+	}
+}
+
+// A roll stopped part way, then a leader change: a node still on the old
+// build cannot open the tables the upgraded leader writes, so it never
+// serves the leader's generation. With --expect-version such a node need
+// only follow the leader and apply its log before the roll goes on (it is
+// the one the roll restarts); a node already at that version must serve
+// the generation, and every node must still apply the log.
+func TestRollTakesAnOldNodeThatCannotServe(t *testing.T) {
+	r := &roller{opt: rollOptions{expectVersion: "v2", maxLag: 64}}
+	v := view{leader: "n1", errs: map[string]error{}, st: map[string]cluster.NodeStatus{
+		"n1": {ID: "n1", Leader: "n1", Version: "v2", AppliedIndex: 500, ViewGeneration: 67},
+		"n2": {ID: "n2", Leader: "n1", Version: "v2", AppliedIndex: 500, ViewGeneration: 67},
+		"n3": {ID: "n3", Leader: "n1", Version: "v1", AppliedIndex: 499, ViewGeneration: 53},
+	}}
+	if why := r.caughtUp(v, "n3", 67); why != "" {
+		t.Fatalf("the old node, following and applying: %q; want caught up", why)
+	}
+	st := v.st["n2"]
+	st.ViewGeneration = 53
+	v.st["n2"] = st
+	if why := r.caughtUp(v, "n2", 67); !strings.Contains(why, "serving generation 53, leader had 67") {
+		t.Fatalf("an upgraded node behind: %q", why)
+	}
+	st = v.st["n3"]
+	st.AppliedIndex = 100
+	v.st["n3"] = st
+	if why := r.caughtUp(v, "n3", 67); !strings.Contains(why, "more than --max-lag") {
+		t.Fatalf("an old node that does not apply the log: %q", why)
+	}
+	// Without --expect-version every node must serve the generation.
+	r.opt.expectVersion = ""
+	st.AppliedIndex = 499
+	v.st["n3"] = st
+	if why := r.caughtUp(v, "n3", 67); !strings.Contains(why, "serving generation 53") {
+		t.Fatalf("without --expect-version: %q", why)
 	}
 }
