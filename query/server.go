@@ -469,6 +469,7 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 			wcancel()
 			if err != nil {
 				w.Header().Set("Retry-After", "1")
+				w.Header().Set(GenerationHeader, strconv.FormatUint(s.Views.Current().Generation(), 10)) // what it serves
 				writeErr(w, &apiError{http.StatusServiceUnavailable, "GenerationNotReady", "this node has not applied generation " + mg + " yet; retry"})
 				return
 			}

@@ -341,6 +341,10 @@ func TestAPIErrors(t *testing.T) {
 		if code != c.code || out["error"] != c.name || out["message"] == "" {
 			t.Errorf("%s %v: %d %v", c.path, c.params, code, out)
 		}
+		// A generation not yet served: the answer says which one is.
+		if c.name == "GenerationNotReady" && h.Get(GenerationHeader) != fmt.Sprint(gen) {
+			t.Errorf("GenerationNotReady: %s %q, want the served generation %d", GenerationHeader, h.Get(GenerationHeader), gen)
+		}
 		// A page on another origin reads the error and when to retry.
 		if e := h.Get("Access-Control-Expose-Headers"); h.Get("Access-Control-Allow-Origin") != "*" || !strings.Contains(e, "Retry-After") || !strings.Contains(e, GenerationHeader) {
 			t.Errorf("%s %v: Access-Control-Expose-Headers %q", c.path, c.params, e)

@@ -70,6 +70,7 @@ const (
 	rollNodeTimeoutDefault    = 3 * time.Minute
 	rollRestartTimeoutDefault = 5 * time.Minute
 	rollPoll                  = 200 * time.Millisecond
+	rollDryRunWait            = 10 * time.Second // --dry-run's wait for a healthy cluster
 	rollCallTimeout           = 3 * time.Second
 	rollRechooseMax           = 5
 )
@@ -91,9 +92,9 @@ func runRoll(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&o.restartCmd, "restart-cmd", "", "shell command that restarts one node on the new binary (required; see above for its environment)")
 	fs.StringVar(&o.expectVersion, "expect-version", "", "version every restarted node must report (eddy-node --version); nodes already at it are skipped")
 	fs.Uint64Var(&o.maxLag, "max-lag", rollMaxLagDefault, "a node is caught up when its applied Raft index is within this many entries of the leader's")
-	fs.DurationVar(&o.nodeTimeout, "node-timeout", rollNodeTimeoutDefault, "how long a restarted node has to answer and catch up (and the cluster to agree on a new leader)")
+	fs.DurationVar(&o.nodeTimeout, "node-timeout", rollNodeTimeoutDefault, "how long a restarted node has to answer and catch up, the cluster to agree on a new leader, and the cluster to be healthy before the roll and before each restart (--dry-run: at most 10s)")
 	fs.DurationVar(&o.restartTimeout, "restart-timeout", rollRestartTimeoutDefault, "how long the restart command may run")
-	fs.BoolVar(&o.dryRun, "dry-run", false, "check the cluster and print the plan; restart nothing")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "check the cluster (waiting at most 10s for it to be healthy) and print the plan; restart nothing")
 	if err := parseAdminArgs(fs, args); err != nil {
 		return err
 	}
@@ -281,7 +282,17 @@ func (r *roller) toUpgrade(version string) bool {
 // waitHealthy waits until every node but skip answers, one leader is
 // agreed, and each is caught up. It returns the last view.
 func (r *roller) waitHealthy(ctx context.Context, skip, what string) (view, error) {
-	deadline := time.Now().Add(r.opt.nodeTimeout)
+	return r.waitHealthyFor(ctx, skip, what, r.opt.nodeTimeout)
+}
+
+// rollWaitSay is how often a wait for the cluster says what it waits for.
+const rollWaitSay = 5 * time.Second
+
+// waitHealthyFor is waitHealthy within timeout; every rollWaitSay it says
+// what it is waiting for.
+func (r *roller) waitHealthyFor(ctx context.Context, skip, what string, timeout time.Duration) (view, error) {
+	deadline := time.Now().Add(timeout)
+	said := time.Now()
 	var targets map[string]uint64
 	for {
 		v := r.poll(ctx)
@@ -316,7 +327,11 @@ func (r *roller) waitHealthy(ctx context.Context, skip, what string) (view, erro
 			return v, nil
 		}
 		if time.Now().After(deadline) {
-			return v, fmt.Errorf("%s: not within %v: %s", what, r.opt.nodeTimeout, why)
+			return v, fmt.Errorf("%s: not within %v: %s", what, timeout, why)
+		}
+		if time.Since(said) >= rollWaitSay {
+			said = time.Now()
+			r.logf("%s: waiting up to %v more: %s", what, time.Until(deadline).Round(time.Second), why)
 		}
 		select {
 		case <-ctx.Done():
@@ -336,7 +351,11 @@ func (r *roller) run(ctx context.Context) error {
 	if err := r.discover(ctx); err != nil {
 		return err
 	}
-	v, err := r.waitHealthy(ctx, "", "the cluster is healthy before the roll")
+	pre := r.opt.nodeTimeout
+	if r.opt.dryRun {
+		pre = min(pre, rollDryRunWait) // a check: say what is wrong soon
+	}
+	v, err := r.waitHealthyFor(ctx, "", "the cluster is healthy before the roll", pre)
 	if err != nil {
 		return fmt.Errorf("nothing was restarted: %w", err)
 	}

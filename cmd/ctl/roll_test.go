@@ -333,3 +333,28 @@ func TestRollTakesAnOldNodeThatCannotServe(t *testing.T) {
 		t.Fatalf("without --expect-version: %q", why)
 	}
 }
+
+// A dry run with a member down says so within seconds (it waited the whole
+// --node-timeout, silent), and a wait says what it waits for as it goes.
+func TestRollDryRunWithAMemberDown(t *testing.T) {
+	rc := startRollCluster(t)
+	lead := rc.leader(t)
+	var follower string
+	for _, n := range rc.nodes {
+		if n.id != lead {
+			follower = n.id
+		}
+	}
+	if err := os.WriteFile(filepath.Join(rc.dir, "dead-"+follower), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	code, out, errs := rc.roll(t, "false", "--dry-run")
+	took := time.Since(start)
+	if code != 1 || !strings.Contains(errs, "nothing was restarted") || !strings.Contains(errs, follower+" does not answer") || took > 25*time.Second {
+		t.Fatalf("dry run with %s down: exit %d after %v:\n%s%s", follower, code, took, out, errs)
+	}
+	if !strings.Contains(out, "the cluster is healthy before the roll: waiting up to ") || !strings.Contains(out, follower+" does not answer") {
+		t.Fatalf("the wait did not say what it waited for:\n%s", out)
+	}
+}
