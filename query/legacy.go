@@ -74,6 +74,9 @@ func (s *Server) legacyQuery(ctx context.Context, q url.Values, withDIDs bool) (
 			if len(dids) == 0 {
 				didsOK = false // only empty names: nobody
 			}
+			if len(dids) > DIDsMax {
+				return nil, badRequest("from_dids names " + strconv.Itoa(len(dids)) + " DIDs; at most " + strconv.Itoa(DIDsMax))
+			}
 			q = url.Values{"did": dids}
 		}
 		var ok bool

@@ -468,3 +468,25 @@ func TestAllowStale(t *testing.T) {
 		t.Fatalf("allowStale=false, no readiness gate: %d", code)
 	}
 }
+
+// from_dids past DIDsMax is refused naming from_dids, not the did
+// parameter the client never gave.
+func TestFromDIDsBound(t *testing.T) {
+	f := newFixture(t)
+	f.write(like(1))
+	f.flush()
+	dids := make([]string, DIDsMax+1)
+	for i := range dids {
+		dids[i] = fmt.Sprintf("did:plc:%024d", i)
+	}
+	var out map[string]string
+	code, _ := f.get("/links", url.Values{"target": {post}, "collection": {"app.bsky.feed.like"}, "path": {".subject.uri"}, "from_dids": {strings.Join(dids, ",")}}, &out)
+	if code != 400 || out["error"] != "InvalidRequest" || !strings.Contains(out["message"], "from_dids names 1001 DIDs; at most 1000") {
+		t.Fatalf("from_dids of %d DIDs: %d %v", len(dids), code, out)
+	}
+	var page map[string]any
+	code, _ = f.get("/links", url.Values{"target": {post}, "collection": {"app.bsky.feed.like"}, "path": {".subject.uri"}, "from_dids": {strings.Join(dids[:DIDsMax], ",")}}, &page)
+	if code != 200 {
+		t.Fatalf("from_dids of %d DIDs: %d %v", DIDsMax, code, page)
+	}
+}

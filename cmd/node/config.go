@@ -171,8 +171,9 @@ and are never logged:
   %-20s the admin bearer token itself (else --admin-token-file)
   %-20s S3 access key, when --store names no access_key_file (else AWS_ACCESS_KEY_ID)
   %-20s S3 secret key, when --store names no secret_key_file (else AWS_SECRET_ACCESS_KEY)
+  %-20s a Jetstream v2 source's API key, when its URL names no api_key_file
   --certs-dir          the node's TLS key is <certs-dir>/<id>-key.pem
-`, envAdminToken, objstore.EnvS3AccessKey, objstore.EnvS3SecretKey)
+`, envAdminToken, objstore.EnvS3AccessKey, objstore.EnvS3SecretKey, ingest.EnvJetstreamAPIKey)
 }
 
 // parseConfig reads the configuration from args, the environment (getenv)
