@@ -98,6 +98,10 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 		offered  []offeredMerge
 		doneFull []fullMerge // published; their requests not deleted yet
 		turn     int         // the tree that picks first at the next look
+		// A tree whose full compaction failed merges as usual until
+		// fullRetry[tree] (fullWait[tree] after the failure, doubling).
+		fullRetry = map[lsm.Tree]time.Time{}
+		fullWait  = map[lsm.Tree]time.Duration{}
 	)
 	results := make(chan mergeResult, len(lanes)) // never blocks a merge: one each at most
 	var merges sync.WaitGroup
@@ -117,13 +121,28 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 		case res := <-results:
 			l := &lanes[res.lane]
 			if res.err != nil {
+				full := l.full != nil
 				l.end()
 				if ctx.Err() != nil {
 					continue // cut short by the write path's end, not failed
 				}
 				w.metrics.Compactions.WithLabelValues(string(res.tree), "failed").Inc()
-				w.log.Warn("compaction failed", "tree", res.tree, "error", res.err)
+				if !full {
+					w.log.Warn("compaction failed", "tree", res.tree, "error", res.err)
+					continue
+				}
+				// Tried again at once, it would take every run of the tree
+				// each time and fail again, and no other merge of the tree
+				// would ever start (a damaged table: hundreds of runs a
+				// minute).
+				wait := min(max(2*fullWait[res.tree], fullRetryMin), fullRetryMax)
+				fullWait[res.tree], fullRetry[res.tree] = wait, time.Now().Add(wait)
+				w.log.Warn("full compaction failed: the tree merges as usual meanwhile", "tree", res.tree, "retry_in", wait, "error", res.err)
 				continue
+			}
+			if l.full != nil {
+				delete(fullWait, res.tree)
+				delete(fullRetry, res.tree)
 			}
 			w.metrics.Compactions.WithLabelValues(string(res.tree), "done").Inc()
 			w.OfferCompaction(res.out, res.ids, l.full) // a full one marked done in the same entry
@@ -149,11 +168,19 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 		})
 		doneFull = slices.DeleteFunc(doneFull, func(f fullMerge) bool { return r.fullDone(ctx, w, f, w.log) })
 		if len(doneFull) == 0 { // else tried again next time, before any merge of its tree starts
-			r.startMerges(ctx, w, m, &lanes, offered, turn, results, &merges)
+			held := func(tree lsm.Tree) bool { return time.Now().Before(fullRetry[tree]) }
+			r.startMerges(ctx, w, m, &lanes, offered, turn, held, results, &merges)
 			turn++
 		}
 	}
 }
+
+// fullRetryMin and fullRetryMax bound the wait before a failed full
+// compaction is tried again (variables for the tests).
+var (
+	fullRetryMin = 30 * time.Second
+	fullRetryMax = 10 * time.Minute
+)
 
 // anyPresent reports whether any of runs is in present.
 func anyPresent(runs, present map[string]bool) bool {
@@ -166,7 +193,8 @@ func anyPresent(runs, present map[string]bool) bool {
 }
 
 // startMerges starts a merge in each idle lane that has one to do: a
-// pending full compaction in the idle big lane (once neither the small
+// pending full compaction not held back by a failure (fullHeld) in the
+// idle big lane (once neither the small
 // lane nor a merge waiting to be published holds any of its tree's runs,
 // so that a quiet tree ends as one run: until then no other merge of the
 // tree starts), else the tree's next merge (lsm.PickCompaction) in the
@@ -174,7 +202,7 @@ func anyPresent(runs, present map[string]bool) bool {
 // be published holds; while the small lane is busy, the idle big lane
 // takes the smallest merge due of at least bigMergeBytes. The trees pick
 // in turn, from lsm.Trees[turn % len].
-func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, lanes *[2]lane, offered []offeredMerge, turn int, results chan<- mergeResult, merges *sync.WaitGroup) {
+func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, lanes *[2]lane, offered []offeredMerge, turn int, fullHeld func(lsm.Tree) bool, results chan<- mergeResult, merges *sync.WaitGroup) {
 	// The runs no lane or offered merge holds: a merge started below takes
 	// runs of its own tree only, so the other trees' picks need no update.
 	reserved := func(id string) bool {
@@ -201,7 +229,7 @@ func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, la
 		}
 		big := &lanes[laneBig]
 		fullRunning := big.full != nil && big.full.tree == tree
-		if !fullRunning && big.inputs == nil && r.Config.Node.FSM.Setting(fullCompactionKey+string(tree)) != "" {
+		if !fullRunning && big.inputs == nil && !fullHeld(tree) && r.Config.Node.FSM.Setting(fullCompactionKey+string(tree)) != "" {
 			if holdsTree(m, tree, reserved) {
 				continue // those merges end first; no more of the tree's start
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -380,5 +382,92 @@ func TestEveryTreeCompactedUnderSteadyIngest(t *testing.T) {
 		if merged < 3 || most[tree] > 40 {
 			t.Errorf("%s: at most %d runs, %v merges: not merged as its runs came", tree, most[tree], merged)
 		}
+	}
+}
+
+// A full compaction that fails every time (a damaged table in the bucket)
+// is held back after each failure, and the tree merges as usual
+// meanwhile: tried again at once, it took every run of the tree at each
+// look, so no other merge of the tree ever started and its runs grew by
+// hundreds a minute.
+func TestFailingFullCompactionLetsTheTreeMerge(t *testing.T) {
+	prevMin := fullRetryMin
+	fullRetryMin = time.Hour
+	t.Cleanup(func() { fullRetryMin = prevMin })
+	// The revocations tree merges its newest runs into an older one by
+	// size, so its largest run is left alone by the usual merges for a
+	// while (a links tree this small is one tier, its oldest runs merged
+	// first).
+	const tree = lsm.TreeRevocations
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	world, sim := servedWorld(t, 17)
+	node := oneNode(t)
+	dir := t.TempDir()
+	store, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := NewJetstream([]string{sim.JetstreamURL()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := NewMetrics()
+	r := &Runner{Config: Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), FlushInterval: 20 * time.Millisecond,
+		MemtableBytes: 1 << 20, GCGrace: time.Hour, Metrics: metrics, Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})},
+		Sources: []Source{js}, CompactionInterval: 100 * time.Millisecond, CompactionFanIn: 4}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	for range 60 {
+		world.Step(200)
+		time.Sleep(40 * time.Millisecond)
+	}
+	time.Sleep(time.Second)                         // merged down
+	for len(node.FSM.Manifest().RunsOf(tree)) < 2 { // a full compaction has two runs to merge
+		world.Step(5)
+		time.Sleep(40 * time.Millisecond)
+	}
+	// Damage a table of the tree's largest run (its data cut short), which
+	// the usual merges of the small runs flushed next do not take, then
+	// ask for a full compaction: it reads that table, and fails.
+	runs := node.FSM.Manifest().RunsOf(tree)
+	largest := runs[0]
+	for _, run := range runs {
+		if run.Records() > largest.Records() {
+			largest = run
+		}
+	}
+	t.Logf("%s: %d runs; the largest of %d records", tree, len(runs), largest.Records())
+	data, _ := lsm.TableKeys(tree, largest.Tables[0].ID)
+	path := filepath.Join(dir, filepath.FromSlash(data))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b[:len(b)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RequestFullCompaction(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	failed := func() float64 { return testutil.ToFloat64(metrics.Compactions.WithLabelValues(string(tree), "failed")) }
+	mergedBefore := testutil.ToFloat64(metrics.Compactions.WithLabelValues(string(tree), "done"))
+	most := 0
+	for i := 0; i < 100 || failed() == 0; i++ { // ~4 s after the failure
+		if i > 500 {
+			t.Fatal("the full compaction never failed")
+		}
+		world.Step(5)
+		time.Sleep(40 * time.Millisecond)
+		most = max(most, len(node.FSM.Manifest().RunsOf(tree)))
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	merged := testutil.ToFloat64(metrics.Compactions.WithLabelValues(string(tree), "done")) - mergedBefore
+	t.Logf("%s: %v full compactions failed, %v merges since the request, at most %d runs", tree, failed(), merged, most)
+	if failed() != 1 || merged < 3 || most > 40 {
+		t.Fatalf("%s: %v failed tries (want 1: held back after it), %v merges, at most %d runs: the tree did not merge as usual", tree, failed(), merged, most)
 	}
 }
