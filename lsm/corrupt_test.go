@@ -251,3 +251,32 @@ func TestCatalogDamagedLocalCopy(t *testing.T) {
 		t.Fatalf("the other layout's copy: %v, counted %d damaged (want 0)", err, c.Stats().LocalDamaged)
 	}
 }
+
+// A data object cut short in the store, its frames past its end: a query
+// that reads them fails with a *CorruptError naming the tree and the table
+// (it was a plain range error, a 500 nobody counted as corrupt).
+func TestQueryTruncatedDataObject(t *testing.T) {
+	ctx := context.Background()
+	f := newCorruptFixture(t, 0)
+	db := f.db
+	for _, tree := range []Tree{TreeLinks, TreeRevocations} {
+		id := f.table(t, tree)
+		path := filepath.Join(f.storeDir, dataKey(tree, id))
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b[:len(b)/2], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		db.reader.cache = NewFrameCache(0)
+		_, err = db.Backlinks(ctx, Query{Target: f.target})
+		checkCorruptError(t, err, tree, id)
+		db.reader.cache = NewFrameCache(0)
+		_, _, err = db.Count(ctx, f.target, Filter{})
+		checkCorruptError(t, err, tree, id)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/eddy-backlinks/eddy/objstore"
 )
 
 // fetchBytesMax bounds one ranged GET (adjacent frames of one table).
@@ -83,6 +85,11 @@ func (r *Reader) get(ctx context.Context, g *fetchGroup, lo, hi int) (gets int, 
 	}
 	buf, err := r.store.GetRange(ctx, dataKey(g.t.tree, g.t.ref.ID), off, n)
 	<-r.sem
+	if errors.Is(err, objstore.ErrRange) {
+		// The meta places these frames past the object's end: the data
+		// object was cut short (or replaced) in the store.
+		return 1, &CorruptError{Tree: g.t.tree, Table: g.t.ref.ID, Err: fmt.Errorf("frames %d..%d at bytes %d..%d lie past the data object's end (%v): %w", lo, hi, off, off+n, err, ErrCorrupt)}
+	}
 	if err != nil {
 		return 1, fmt.Errorf("table %s: %w", g.t.ref.ID, err)
 	}

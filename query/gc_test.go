@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,7 +15,10 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/internal/metricstest"
+	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
+	"github.com/eddy-backlinks/eddy/objstore/local"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -192,7 +196,9 @@ func TestMissingTableIsRetriable(t *testing.T) {
 	if err := json.Unmarshal(body, &e); err != nil {
 		t.Fatalf("body %s: %v", body, err)
 	}
-	if code != 503 || e.Error != "TableUnavailable" || h.Get("Retry-After") != "1" || !strings.Contains(e.Message, "retry") {
+	// The view is the newest the node has: the bucket lost a live table,
+	// and no newer manifest is coming to move to.
+	if code != 503 || e.Error != "TableUnavailable" || h.Get("Retry-After") != "1" || !strings.Contains(e.Message, "the newest this node has, is missing from the object store") {
 		t.Fatalf("answer %d %s (Retry-After %q)", code, body, h.Get("Retry-After"))
 	}
 	if n := metricstest.Values(t, reg)["eddy_query_missing_table_total"]; n != 1 {
@@ -221,5 +227,25 @@ func TestViewsDropStaleMetas(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(f.catDir, "tables", "links", ref.ID+".meta")); err != nil {
 			t.Fatalf("the view's own meta: %v", err)
 		}
+	}
+}
+
+// A table missing from the store under a view older than the node's
+// newest manifest is garbage collected since: the node moves on, and the
+// answer says so; under the newest view it says the store lost it.
+func TestMissingTableMessage(t *testing.T) {
+	store, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &scriptedSource{m: &lsm.Manifest{Generation: 9}}
+	s := NewServer(NewViews(src, lsm.NewCatalog(t.TempDir(), store), nil), lsm.NewReader(store, nil), &link.Codec{Outlines: link.NewMemOutlines()}, nil)
+	r := httptest.NewRequest("GET", "/xrpc/blue.microcosm.links.getBacklinks", nil)
+	if e := s.missingTable(r, s.Views.Current(), objstore.ErrNotFound); !strings.Contains(e.message, "moving to a newer manifest") {
+		t.Fatalf("behind the newest manifest: %q", e.message)
+	}
+	src.set(&lsm.Manifest{})
+	if e := s.missingTable(r, s.Views.Current(), objstore.ErrNotFound); !strings.Contains(e.message, "the newest this node has, is missing") {
+		t.Fatalf("at the newest manifest: %q", e.message)
 	}
 }

@@ -584,8 +584,15 @@ func (s *Server) missingTable(r *http.Request, v *lsm.View, err error) *apiError
 	if s.MissingTable != nil {
 		s.MissingTable.Inc()
 	}
+	gen := strconv.FormatUint(v.Generation(), 10)
+	if v.Generation() >= s.Views.Applied() {
+		// No newer manifest to move to: the table is live, and the store
+		// lost its object (deleted or damaged behind the index's back).
+		s.Log.Error("query met a table of the newest generation missing from the store: the bucket lost a live object", "path", r.URL.Path, "generation", v.Generation(), "error", err)
+		return &apiError{http.StatusServiceUnavailable, "TableUnavailable", "a table of generation " + gen + ", the newest this node has, is missing from the object store (logged); ask another node, whose cache may hold it"}
+	}
 	s.Log.Warn("query met a table missing from the store", "path", r.URL.Path, "generation", v.Generation(), "error", err)
-	return &apiError{http.StatusServiceUnavailable, "TableUnavailable", "a table of generation " + strconv.FormatUint(v.Generation(), 10) + " is no longer in the store; retry (this node is moving to a newer manifest)"}
+	return &apiError{http.StatusServiceUnavailable, "TableUnavailable", "a table of generation " + gen + " is no longer in the store; retry (this node is moving to a newer manifest)"}
 }
 
 // storeUnavailable counts and logs a query the object store could not

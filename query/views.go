@@ -251,6 +251,10 @@ func (v *Views) OldestServed() uint64 {
 // Current returns the view queries are answered from.
 func (v *Views) Current() *lsm.View { return v.current.Load() }
 
+// Applied is the generation of the newest manifest the source has (the
+// node's replicated state): what Current moves to.
+func (v *Views) Applied() uint64 { return v.src.Manifest().Generation }
+
 // WaitFor waits until the served generation is at least gen, or ctx ends.
 func (v *Views) WaitFor(ctx context.Context, gen uint64) (*lsm.View, error) {
 	for {
