@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/version"
+	"github.com/hashicorp/raft"
 )
 
 // The admin API: membership and status, on its own listener, apart from
@@ -56,6 +57,10 @@ type NodeStatus struct {
 	Extra          map[string]any    `json:"extra,omitempty"`
 	Error          string            `json:"error,omitempty"` // set by /admin/cluster for a node that did not answer
 
+	// StoreDown: the object store has not answered this node's probes
+	// (false from an older build, which does not say).
+	StoreDown bool `json:"store_down,omitempty"`
+
 	// ServedGeneration is the oldest manifest generation whose tables this
 	// node may still read: its view's, or an older one a query in flight
 	// holds. The leader's garbage collector deletes a table only once every
@@ -82,6 +87,9 @@ type Admin struct {
 	Extra func() (viewGeneration uint64, extra map[string]any)
 	// Served, if set, reports ServedGeneration (query.Views.OldestServed).
 	Served func() uint64
+	// StoreDown, if set, reports StoreDown: this node's object store has
+	// not answered its probes (objstore.Guard.Down).
+	StoreDown func() bool
 	// Compact, if set, asks for a full compaction or withdraws one (on
 	// the leader: a follower forwards the call) and returns what to
 	// answer.
@@ -176,7 +184,45 @@ func (a *Admin) Status() NodeStatus {
 	if a.Served != nil {
 		st.ServedGeneration = a.Served()
 	}
+	if a.StoreDown != nil {
+		st.StoreDown = a.StoreDown()
+	}
 	return st
+}
+
+// VoterReachesStore reports whether another voter answers that its object
+// store answers it (StoreDown false): a leader whose store does not
+// answer it alone should hand leadership to such a voter, while one
+// whose store answers nobody keeps it.
+func (a *Admin) VoterReachesStore(ctx context.Context) bool {
+	servers, err := a.node.Servers()
+	if err != nil {
+		return false
+	}
+	found := make(chan bool, len(servers))
+	asked := 0
+	for _, s := range servers {
+		id := string(s.ID)
+		if id == a.node.cfg.ID || s.Suffrage != raft.Voter {
+			continue
+		}
+		ni, ok := a.node.FSM.Node(id)
+		if !ok || ni.Admin == "" {
+			continue
+		}
+		asked++
+		go func() {
+			var st NodeStatus
+			err := a.call(ctx, ni.Admin, http.MethodGet, "/admin/status", nil, &st)
+			found <- err == nil && st.ID == id && !st.StoreDown
+		}()
+	}
+	for range asked {
+		if <-found {
+			return true
+		}
+	}
+	return false
 }
 
 // MemberServed is the oldest manifest generation one member of the

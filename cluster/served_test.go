@@ -64,3 +64,33 @@ func TestMembersServedChecksWhoAnswers(t *testing.T) {
 		}
 	}
 }
+
+// VoterReachesStore: true once another voter answers that its store
+// answers it; false while every other voter says its store is down, or
+// does not answer.
+func TestVoterReachesStore(t *testing.T) {
+	c := newTCluster(t)
+	n1 := c.start("n1", true)
+	c.leader(5 * time.Second)
+	n2, n3 := c.start("n2", false), c.start("n3", false)
+	for _, n := range []*tnode{n2, n3} {
+		if err := c.join(n1, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.waitGen(c.publish(n1, "a"), 5*time.Second)
+	ctx := context.Background()
+	down := func() bool { return true }
+	n2.admin.StoreDown, n3.admin.StoreDown = down, down
+	if n1.admin.VoterReachesStore(ctx) {
+		t.Fatal("every other voter's store is down, and it says one answers")
+	}
+	n3.admin.StoreDown = func() bool { return false }
+	if !n1.admin.VoterReachesStore(ctx) {
+		t.Fatal("n3's store answers it, and it says none does")
+	}
+	c.stop(n3)
+	if n1.admin.VoterReachesStore(ctx) {
+		t.Fatal("n3 is gone and n2's store is down, and it says one answers")
+	}
+}

@@ -61,6 +61,11 @@ type Supervisor struct {
 	// answers again (objstore.Guard.WhenUp): a write path that failed on an
 	// unavailable store starts again then, not at the end of its backoff.
 	StoreUp func() <-chan struct{}
+	// PeerReachesStore, when set, says whether another voter's object
+	// store answers it (cluster.Admin.VoterReachesStore): a leader whose
+	// store alone does not answer hands leadership over like any other
+	// failing leader, instead of keeping it for an outage only it sees.
+	PeerReachesStore func(ctx context.Context) bool
 
 	mu struct {
 		sync.Mutex
@@ -176,18 +181,18 @@ func (s *Supervisor) lead(ctx context.Context) {
 		failures++
 		wait = policy.Next(wait)
 		log.Error("write path ended while leading; starting it again from the committed state", "error", err, "failures_in_a_row", failures, "retry_in", wait)
-		if failures >= failuresMax && errors.Is(err, objstore.ErrUnavailable) {
+		unavailable := errors.Is(err, objstore.ErrUnavailable)
+		if failures >= failuresMax && unavailable && s.peerReachesStore(ctx) {
+			log.Error("write path keeps failing because the object store does not answer this node, while it answers another voter: handing leadership over", "failures_in_a_row", failures)
+			s.handOver(ctx, log)
+		} else if failures >= failuresMax && unavailable {
 			// Every node writes to the same store: another leader would
 			// fail the same way, and moving leadership round the cluster
 			// only adds elections to the outage.
-			log.Error("write path keeps failing because the object store does not answer: keeping leadership (every node shares the store)", "failures_in_a_row", failures)
+			log.Error("write path keeps failing because the object store does not answer: keeping leadership (it answers no other voter either)", "failures_in_a_row", failures)
 		} else if failures >= failuresMax {
 			log.Error("write path keeps failing on this node: handing leadership over", "failures_in_a_row", failures)
-			tctx, tcancel := context.WithTimeout(ctx, orDefault(s.TransferTimeout, DefaultTransferTimeout))
-			if err := s.Node.TransferLeadership(tctx); err != nil {
-				log.Warn("leadership transfer", "error", err)
-			}
-			tcancel()
+			s.handOver(ctx, log)
 		}
 		var up <-chan struct{}
 		if s.StoreUp != nil && errors.Is(err, objstore.ErrUnavailable) {
@@ -198,23 +203,54 @@ func (s *Supervisor) lead(ctx context.Context) {
 			default:
 			}
 		}
-		if sleepOrUp(ctx, wait, up) != nil {
+		back, err := sleepOrUp(ctx, wait, up)
+		if err != nil {
 			return
+		}
+		if back {
+			// The store answers again: a new start, not the next failure
+			// of an incident that is over.
+			failures, wait = 0, 0
 		}
 	}
 }
 
-// sleepOrUp is sleepCtx, ended early when up is closed (nil: never).
-func sleepOrUp(ctx context.Context, d time.Duration, up <-chan struct{}) error {
+// handOver transfers leadership away from this node (the write path has
+// stopped: lead starts it again if the transfer fails).
+func (s *Supervisor) handOver(ctx context.Context, log hclog.Logger) {
+	tctx, tcancel := context.WithTimeout(ctx, orDefault(s.TransferTimeout, DefaultTransferTimeout))
+	defer tcancel()
+	if err := s.Node.TransferLeadership(tctx); err != nil {
+		log.Warn("leadership transfer", "error", err)
+	}
+}
+
+// peerReachesStore asks PeerReachesStore, within a few seconds.
+func (s *Supervisor) peerReachesStore(ctx context.Context) bool {
+	if s.PeerReachesStore == nil {
+		return false
+	}
+	pctx, cancel := context.WithTimeout(ctx, peerAskTimeout)
+	defer cancel()
+	return s.PeerReachesStore(pctx)
+}
+
+// peerAskTimeout bounds the asking of the other voters.
+const peerAskTimeout = 5 * time.Second
+
+// sleepOrUp is sleepCtx, ended early when up is closed (nil: never); back
+// says it was.
+func sleepOrUp(ctx context.Context, d time.Duration, up <-chan struct{}) (back bool, _ error) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-t.C:
+		return false, nil
 	case <-up:
+		return true, nil
 	}
-	return nil
 }
 
 func orDefault(d, def time.Duration) time.Duration {

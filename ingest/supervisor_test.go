@@ -491,3 +491,75 @@ func TestSupervisorStartsAgainWhenStoreIsBack(t *testing.T) {
 		t.Fatalf("%d final flushes of a writer that had stopped itself", n)
 	}
 }
+
+// A leader whose object store does not answer it while it answers another
+// voter (a route, DNS or credential fault on the leader's host alone)
+// hands leadership over, and the new leader publishes: it kept leadership
+// for as long as the fault lasted, and the whole cluster's ingest stopped.
+func TestSupervisorHandsOverWhenOnlyItsStoreIsDown(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	certs := newCA(t)
+	base, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := &unanswering{Store: base} // n1's way to the bucket, cut
+	own.down.Store(true)
+	guard := objstore.NewGuard(own)
+	for range objstore.GuardFailures {
+		guard.Probe(ctx, time.Second)
+	}
+	src := capture(t)
+	var nodes []*cluster.Node
+	logs := map[string]*logLines{}
+	for i, id := range []string{"n1", "n2", "n3"} {
+		n := startNode(t, certs, id, i == 0)
+		logs[id] = &logLines{t: t}
+		var store objstore.Store = base
+		if i == 0 {
+			store = guard
+		}
+		s := supervised(t, n, store, &Replay{Path: src.Path}, logs[id])
+		if i == 0 {
+			s.StoreUp = guard.WhenUp
+			// The other voters' way to the bucket answers: asked as their
+			// own probes ask it.
+			s.PeerReachesStore = func(ctx context.Context) bool { return objstore.NewGuard(base).Probe(ctx, time.Second) == nil }
+		}
+		s.Start(ctx)
+		t.Cleanup(s.Stop)
+		nodes = append(nodes, n)
+	}
+	waitFor(t, "n1 leads", 10*time.Second, func() error {
+		if !nodes[0].IsLeader() {
+			return fmt.Errorf("n1 does not lead")
+		}
+		return nil
+	})
+	for _, n := range nodes[1:] {
+		if err := nodes[0].Join(ctx, fsm.NodeInfo{ID: n.ID(), Raft: n.Config().RaftBind}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "n1 hands leadership over", 60*time.Second, func() error {
+		if logs["n1"].count("while it answers another voter: handing leadership over") < 1 {
+			return fmt.Errorf("n1: %d restarts", logs["n1"].count("write path ended while leading"))
+		}
+		if nodes[0].IsLeader() {
+			return errors.New("n1 still leads")
+		}
+		return nil
+	})
+	if n := logs["n1"].count("keeping leadership"); n != 0 {
+		t.Fatalf("n1 kept leadership %d times for an outage of its own", n)
+	}
+	waitFor(t, "the capture published by the new leader", 60*time.Second, func() error {
+		for _, n := range nodes[1:] {
+			if c := n.FSM.Cursor(src.Name()); !Done(c) {
+				return fmt.Errorf("%s: cursor %q", n.ID(), c)
+			}
+		}
+		return nil
+	})
+}

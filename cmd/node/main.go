@@ -241,6 +241,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	}
 	admin.Extra = adminExtra(c, node, views, sources)
 	admin.Served = views.OldestServed // what the leader's garbage collector waits for
+	admin.StoreDown = func() bool { down, _, _ := store.Down(); return down }
 	// eddy-ctl compact --full (forwarded to the leader): a replicated
 	// request, carried out by whichever node leads.
 	admin.Compact = ingest.AdminCompact(node)
@@ -258,7 +259,8 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 		Logger: log, Metrics: metrics, PLC: plcMap, PLCDirectory: plcDir, Corrupt: queryMetrics.Corrupt,
 		GCGrace: c.gcGrace, Members: admin.MembersServed, StateBackupInterval: c.stateBackupInterval,
 	}, Sources: sources, SpillDir: spillDir, CompactionFanIn: c.compactionFanIn, CompactionInterval: c.compactionInterval},
-		StoreUp: store.WhenUp} // back from a bucket outage at the first probe that finds it answering
+		StoreUp:          store.WhenUp,            // back from a bucket outage at the first probe that finds it answering
+		PeerReachesStore: admin.VoterReachesStore} // an outage of this node's alone hands leadership over
 	writePath.Start(bg)
 	admin.Transfer = func(ctx context.Context) error { return writePath.HandOver(ctx, node.TransferLeadership) }
 	servers := []*http.Server{
