@@ -165,8 +165,14 @@ func (m *Metrics) observeLag(source string, at time.Time) {
 // node: only then do its live sources have a lag here, worked out when
 // the metrics are read (so it grows while no event comes), from the
 // newest event of the term, or from the term's start before its first.
-func (m *Metrics) termStarted(now time.Time) { m.lagEvents.term(now) }
-func (m *Metrics) termEnded()                { m.lagEvents.term(time.Time{}) }
+// termStarted and termEnded bound a write path's run; leadStarted and
+// leadEnded a leadership (Supervisor), which keeps the lag series through
+// the write path's restarts: while it waits out a bucket outage the lag
+// grows from the last event read, where it used to vanish with the run.
+func (m *Metrics) termStarted(now time.Time) { m.lagEvents.term(now, false) }
+func (m *Metrics) termEnded()                { m.lagEvents.term(time.Time{}, false) }
+func (m *Metrics) leadStarted(now time.Time) { m.lagEvents.term(now, true) }
+func (m *Metrics) leadEnded()                { m.lagEvents.term(time.Time{}, true) }
 
 func (m *Metrics) countDrops(source string, st extract.Stats) {
 	for reason, n := range map[string]int{
@@ -224,7 +230,8 @@ type replayLag struct {
 type lagEventsCollector struct {
 	desc, seconds *prometheus.Desc
 	mu            sync.Mutex
-	start         time.Time // the write path's term on this node began; zero: none
+	start         time.Time // the write path's term (or leadership) on this node began; zero: none
+	leading       bool      // a leadership holds start: a run's start and end leave it
 	live          map[string]*liveLag
 	reps          []*replayLag
 }
@@ -249,9 +256,15 @@ func (c *lagEventsCollector) addLive(source string) {
 
 // term starts a term at start, or ends it (zero); either forgets the
 // events seen.
-func (c *lagEventsCollector) term(start time.Time) {
+func (c *lagEventsCollector) term(start time.Time, lead bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !lead && c.leading {
+		return
+	}
+	if lead {
+		c.leading = !start.IsZero()
+	}
 	c.start = start
 	for _, l := range c.live {
 		l.n = 0

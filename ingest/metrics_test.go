@@ -119,6 +119,20 @@ func TestMetricsLiveLag(t *testing.T) {
 	if v, ok := metricstest.Values(t, reg)[secs]; ok {
 		t.Fatalf("lag seconds %v after the term ended", v)
 	}
+	// Under a leadership (the supervisor), a write path's run that ends
+	// (a bucket outage, waited out before the next run) keeps the lag,
+	// growing from the last event read; the leadership's end drops it.
+	m.leadStarted(time.Now())
+	m.termStarted(time.Now())
+	m.observeLag(j.Name(), time.Now().Add(-3*time.Second))
+	m.termEnded()
+	if s, ok := metricstest.Values(t, reg)[secs]; !ok || s < 2.9 {
+		t.Fatalf("lag seconds %v (present %v) between two runs of one leadership, want >= 3", s, ok)
+	}
+	m.leadEnded()
+	if v, ok := metricstest.Values(t, reg)[secs]; ok {
+		t.Fatalf("lag seconds %v after the leadership ended", v)
+	}
 }
 
 // The compaction backlog counts the runs of every merge due, as the

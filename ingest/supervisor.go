@@ -165,6 +165,10 @@ func (s *Supervisor) lead(ctx context.Context) {
 	if policy == (backoff.Policy{}) {
 		policy = DefaultRestartBackoff
 	}
+	if m := s.Runner.Config.Metrics; m != nil {
+		m.leadStarted(time.Now())
+		defer m.leadEnded()
+	}
 	var wait time.Duration
 	carry := &gcCarry{} // one collector for the leadership
 	for failures := 0; ; {
