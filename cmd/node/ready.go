@@ -123,7 +123,7 @@ func (r *readiness) run(ctx context.Context) {
 			t := time.NewTicker(r.every)
 			defer t.Stop()
 			for {
-				r.store.Probe(ctx, r.askTimeout())
+				r.store.Probe(ctx, r.probeTimeout())
 				select {
 				case <-ctx.Done():
 					return
@@ -300,6 +300,12 @@ func (r *readiness) unservedLocked(served uint64) (seenGen, bool) {
 // askTimeout bounds one ask of another party: the leader's generation,
 // a probe of the object store.
 func (r *readiness) askTimeout() time.Duration { return min(r.bound, 2*time.Second) }
+
+// probeTimeout is what a probe of the object store is allowed: a bucket
+// that answers in 2-4 s is slow, not down (with 2 s, such a bucket was
+// called down, every cold query refused and the write path stopped,
+// where at 1.5 s everything went on).
+func (r *readiness) probeTimeout() time.Duration { return min(r.bound, 5*time.Second) }
 
 func (r *readiness) poll(ctx context.Context) {
 	now := time.Now()

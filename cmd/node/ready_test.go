@@ -337,3 +337,25 @@ func TestPublicPathsRefuseOtherMethods(t *testing.T) {
 		}
 	}
 }
+
+// A bucket that answers in 3 s is slow, not down: the node stays ready and
+// its store up (a probe allowed 2 s called it down, refused every cold
+// query and stopped the write path).
+func TestReadinessSlowStoreIsUp(t *testing.T) {
+	bucket, fw := miniotest.StoreBehindForwarder(t, "readiness-slow", 1)
+	guard := objstore.NewGuard(bucket)
+	_, r, readyz := readinessOneNode(t, guard, 30*time.Second)
+	r.store = guard
+	runReadiness(t, r)
+	waitReady(t, r, readyz)
+	fw.SetDelay(3 * time.Second)
+	defer fw.SetDelay(0)
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if down, _, err := guard.Down(); down {
+			t.Fatalf("a bucket answering in 3 s called down: %v", err)
+		}
+		if code, body := readyz(); code != 200 {
+			t.Fatalf("/readyz %d %q with a bucket answering in 3 s", code, body)
+		}
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/eddy-backlinks/eddy/objstore/s3"
 )
@@ -20,6 +22,24 @@ type Forwarder struct {
 	ln     net.Listener
 	conns  []net.Conn
 	wg     sync.WaitGroup
+	delay  atomic.Int64 // nanoseconds each chunk of the server's answers waits (SetDelay)
+}
+
+// SetDelay makes every chunk the server sends back wait d first: a slow
+// bucket that still answers (0: none).
+func (f *Forwarder) SetDelay(d time.Duration) { f.delay.Store(int64(d)) }
+
+// delayedWriter is the client side of a connection, each write delayed.
+type delayedWriter struct {
+	w     io.Writer
+	delay *atomic.Int64
+}
+
+func (d delayedWriter) Write(p []byte) (int, error) {
+	if n := d.delay.Load(); n > 0 {
+		time.Sleep(time.Duration(n))
+	}
+	return d.w.Write(p)
 }
 
 // NewForwarder starts a Forwarder to target on a free loopback port; it is
@@ -60,7 +80,7 @@ func (f *Forwarder) up(addr string) {
 			f.conns = append(f.conns, c, s)
 			f.mu.Unlock()
 			f.wg.Go(func() { io.Copy(s, c); s.Close() })
-			f.wg.Go(func() { io.Copy(c, s); c.Close() })
+			f.wg.Go(func() { io.Copy(delayedWriter{c, &f.delay}, s); c.Close() })
 		}
 	})
 }
