@@ -18,6 +18,7 @@ import (
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
+	"github.com/eddy-backlinks/eddy/objstore/miniotest"
 	"github.com/eddy-backlinks/eddy/objstore/s3"
 	"github.com/hashicorp/go-hclog"
 )
@@ -562,4 +563,45 @@ func TestSupervisorHandsOverWhenOnlyItsStoreIsDown(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A flush held by a bucket slow to take its tables says so while it runs
+// (it was silent for minutes: only the lag showed it).
+func TestSlowFlushSaysSo(t *testing.T) {
+	prev := slowFlushSay
+	slowFlushSay = 100 * time.Millisecond
+	t.Cleanup(func() { slowFlushSay = prev })
+	bucket, fw := miniotest.StoreBehindForwarder(t, "slow-flush", 1)
+	node := oneNode(t)
+	log := &logLines{t: t}
+	w, err := NewWriter(context.Background(), Config{Node: node, Store: bucket, Catalog: lsm.NewCatalog(t.TempDir(), bucket), MemtableBytes: 1 << 20,
+		Metrics: NewMetrics(), Logger: log.logger("n1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	op := jsCommit(t, 1, "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", "create", "app.bsky.feed.like", "3mptbypluud2a",
+		map[string]any{"subject": map[string]any{"uri": "at://did:plc:bbbbbbbbbbbbbbbbbbbbbbbb/app.bsky.feed.post/3mptbyoumc22i", "cid": "bafyreiguce4jh7kcbmof3pmcvasifqtw24b6isakj5ve5ga2b4z4alpc4i"}, "createdAt": "2026-07-04T00:00:00Z"})
+	if err := w.Apply(ctx, "js", "1", &op); err != nil {
+		t.Fatal(err)
+	}
+	fw.SetDelay(400 * time.Millisecond)
+	defer fw.SetDelay(0)
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := log.count("flush still uploading its tables"); n == 0 {
+		t.Fatal("a flush held by a slow bucket said nothing")
+	}
+	fw.SetDelay(0)
+	before := log.count("flush still uploading its tables")
+	if err := w.Apply(ctx, "js", "2", &op); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := log.count("flush still uploading its tables"); n != before {
+		t.Fatalf("a quick flush said it was slow (%d times)", n-before)
+	}
 }

@@ -98,6 +98,10 @@ type Config struct {
 	CollectionOutlinesMax int
 }
 
+// slowFlushSay: a flush running this long says so, and again each time
+// (a variable for the tests).
+var slowFlushSay = 30 * time.Second
+
 // ErrLeadershipLost: the writer's node is no longer the leader (or its
 // publication lost the compare-and-set): stop; the new leader resumes.
 var ErrLeadershipLost = errors.New("ingest: leadership lost")
@@ -591,6 +595,21 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 		w.spare = [2]*lsm.Memtable{links, revs}
 		return nil
 	}
+	// A bucket that takes uploads slowly holds the flush, silently else.
+	slow := time.NewTicker(slowFlushSay)
+	defer slow.Stop()
+	flushed := make(chan struct{})
+	defer close(flushed)
+	go func() {
+		for {
+			select {
+			case <-flushed:
+				return
+			case <-slow.C:
+				w.log.Warn("flush still uploading its tables: the object store is slow to take them", "running", time.Since(start).Round(time.Second), "links", links.Len(), "revocations", revs.Len())
+			}
+		}
+	}()
 	var edit lsm.Edit
 	for _, mt := range []struct {
 		tree lsm.Tree
