@@ -186,7 +186,19 @@ func (s *Supervisor) lead(ctx context.Context) {
 		wait = policy.Next(wait)
 		log.Error("write path ended while leading; starting it again from the committed state", "error", err, "failures_in_a_row", failures, "retry_in", wait)
 		unavailable := errors.Is(err, objstore.ErrUnavailable)
-		if failures >= failuresMax && unavailable && s.peerReachesStore(ctx) {
+		var up <-chan struct{} // closed when this node's probes find the store again
+		if s.StoreUp != nil && unavailable {
+			up = s.StoreUp()
+			select {
+			case <-up:
+				up = nil // it answers already: the backoff as for any failure
+			default:
+			}
+		}
+		// The other voters are asked only once this node's own probes call
+		// the store down: theirs run as often, so in an outage of the whole
+		// bucket they say so too by then, and no election is spent on it.
+		if failures >= failuresMax && unavailable && up != nil && s.peerReachesStore(ctx) {
 			log.Error("write path keeps failing because the object store does not answer this node, while it answers another voter: handing leadership over", "failures_in_a_row", failures)
 			s.handOver(ctx, log)
 		} else if failures >= failuresMax && unavailable {
@@ -197,15 +209,6 @@ func (s *Supervisor) lead(ctx context.Context) {
 		} else if failures >= failuresMax {
 			log.Error("write path keeps failing on this node: handing leadership over", "failures_in_a_row", failures)
 			s.handOver(ctx, log)
-		}
-		var up <-chan struct{}
-		if s.StoreUp != nil && errors.Is(err, objstore.ErrUnavailable) {
-			up = s.StoreUp()
-			select {
-			case <-up:
-				up = nil // it answers already: the backoff as for any failure
-			default:
-			}
 		}
 		back, err := sleepOrUp(ctx, wait, up)
 		if err != nil {
