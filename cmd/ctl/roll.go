@@ -423,6 +423,14 @@ func (r *roller) run(ctx context.Context) error {
 		if err != nil {
 			return r.abort(done, next, err)
 		}
+		if st := hv.st[next]; r.opt.expectVersion != "" && st.Version == r.opt.expectVersion {
+			// Restarted meanwhile on the new build (a crash and its
+			// service manager): nothing to do.
+			done[next] = true
+			step--
+			r.logf("%s: already at version %s; skipped", next, st.Version)
+			continue
+		}
 		if hv.leader == next {
 			// It leads (again) now: choose again, transferring first.
 			if rechoose++; rechoose > rollRechooseMax {

@@ -316,7 +316,7 @@ func (r *readiness) poll(ctx context.Context) {
 	}
 	var gen uint64
 	var err error
-	polled := false
+	polled, noAddr := false, false
 	if leaderID != "" && !isLeader {
 		if ni, ok := r.node.FSM.Node(leaderID); ok && ni.Admin != "" {
 			pctx, cancel := context.WithTimeout(ctx, r.askTimeout())
@@ -325,6 +325,7 @@ func (r *readiness) poll(ctx context.Context) {
 			polled = true
 		} else {
 			err = fmt.Errorf("the leader %s has no known admin address", leaderID)
+			noAddr = true
 		}
 	}
 	served := r.views.Current().Generation()
@@ -360,7 +361,10 @@ func (r *readiness) poll(ctx context.Context) {
 		// Logged when it changes, else once a minute: a follower that
 		// cannot ask (an admin token unlike the leader's, a firewalled
 		// admin port) is not ready for as long.
-		if r.log != nil && (err.Error() != r.mu.loggedErr || now.Sub(r.mu.loggedAt) >= time.Minute) {
+		// A restarted node learns the leader's address from the log it
+		// replays: not worth a warning until the replay is done.
+		quiet := noAddr && r.replaying()
+		if r.log != nil && !quiet && (err.Error() != r.mu.loggedErr || now.Sub(r.mu.loggedAt) >= time.Minute) {
 			r.log.Warn("cannot ask the leader for its generation: not ready while this lasts", "leader", leaderID, "error", err)
 			r.mu.loggedErr, r.mu.loggedAt = err.Error(), now
 		}
