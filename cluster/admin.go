@@ -57,9 +57,10 @@ type NodeStatus struct {
 	Extra          map[string]any    `json:"extra,omitempty"`
 	Error          string            `json:"error,omitempty"` // set by /admin/cluster for a node that did not answer
 
-	// StoreDown: the object store has not answered this node's probes
-	// (false from an older build, which does not say).
-	StoreDown bool `json:"store_down,omitempty"`
+	// StoreAnswers: this node's last probe of the object store was
+	// answered. False from an older build (which does not say) and before
+	// the first probe: only a node that saw its store answer says so.
+	StoreAnswers bool `json:"store_answers,omitempty"`
 
 	// ServedGeneration is the oldest manifest generation whose tables this
 	// node may still read: its view's, or an older one a query in flight
@@ -87,9 +88,9 @@ type Admin struct {
 	Extra func() (viewGeneration uint64, extra map[string]any)
 	// Served, if set, reports ServedGeneration (query.Views.OldestServed).
 	Served func() uint64
-	// StoreDown, if set, reports StoreDown: this node's object store has
-	// not answered its probes (objstore.Guard.Down).
-	StoreDown func() bool
+	// StoreAnswers, if set, reports StoreAnswers: this node's last probe
+	// of its object store was answered (objstore.Guard.Answering).
+	StoreAnswers func() bool
 	// Compact, if set, asks for a full compaction or withdraws one (on
 	// the leader: a follower forwards the call) and returns what to
 	// answer.
@@ -184,16 +185,18 @@ func (a *Admin) Status() NodeStatus {
 	if a.Served != nil {
 		st.ServedGeneration = a.Served()
 	}
-	if a.StoreDown != nil {
-		st.StoreDown = a.StoreDown()
+	if a.StoreAnswers != nil {
+		st.StoreAnswers = a.StoreAnswers()
 	}
 	return st
 }
 
 // VoterReachesStore reports whether another voter answers that its object
-// store answers it (StoreDown false): a leader whose store does not
-// answer it alone should hand leadership to such a voter, while one
-// whose store answers nobody keeps it.
+// store answered its last probe (StoreAnswers): a leader whose store does
+// not answer it alone should hand leadership to such a voter, while one
+// whose store answers nobody keeps it. A voter that does not say so (an
+// older build, one not yet probed, one whose last probe failed) does not
+// count.
 func (a *Admin) VoterReachesStore(ctx context.Context) bool {
 	servers, err := a.node.Servers()
 	if err != nil {
@@ -214,7 +217,7 @@ func (a *Admin) VoterReachesStore(ctx context.Context) bool {
 		go func() {
 			var st NodeStatus
 			err := a.call(ctx, ni.Admin, http.MethodGet, "/admin/status", nil, &st)
-			found <- err == nil && st.ID == id && !st.StoreDown
+			found <- err == nil && st.ID == id && st.StoreAnswers
 		}()
 	}
 	for range asked {

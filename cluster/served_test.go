@@ -66,8 +66,8 @@ func TestMembersServedChecksWhoAnswers(t *testing.T) {
 }
 
 // VoterReachesStore: true once another voter answers that its store
-// answers it; false while every other voter says its store is down, or
-// does not answer.
+// answered its last probe; false while no other voter says so (an older
+// build, a node not yet probed, a failed probe) or answers at all.
 func TestVoterReachesStore(t *testing.T) {
 	c := newTCluster(t)
 	n1 := c.start("n1", true)
@@ -80,12 +80,16 @@ func TestVoterReachesStore(t *testing.T) {
 	}
 	c.waitGen(c.publish(n1, "a"), 5*time.Second)
 	ctx := context.Background()
-	down := func() bool { return true }
-	n2.admin.StoreDown, n3.admin.StoreDown = down, down
+	// Neither says anything (an older build, or not probed yet).
 	if n1.admin.VoterReachesStore(ctx) {
-		t.Fatal("every other voter's store is down, and it says one answers")
+		t.Fatal("no other voter says its store answers, and it says one does")
 	}
-	n3.admin.StoreDown = func() bool { return false }
+	no := func() bool { return false }
+	n2.admin.StoreAnswers, n3.admin.StoreAnswers = no, no
+	if n1.admin.VoterReachesStore(ctx) {
+		t.Fatal("every other voter's last probe failed, and it says one answers")
+	}
+	n3.admin.StoreAnswers = func() bool { return true }
 	if !n1.admin.VoterReachesStore(ctx) {
 		t.Fatal("n3's store answers it, and it says none does")
 	}

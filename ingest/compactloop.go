@@ -98,10 +98,11 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 		offered  []offeredMerge
 		doneFull []fullMerge // published; their requests not deleted yet
 		turn     int         // the tree that picks first at the next look
-		// A tree whose full compaction failed merges as usual until
-		// fullRetry[tree] (fullWait[tree] after the failure, doubling).
-		fullRetry = map[lsm.Tree]time.Time{}
-		fullWait  = map[lsm.Tree]time.Duration{}
+		// A tree whose full compaction failed merges as usual until its
+		// hold ends (the wait doubling from one failure to the next), for
+		// the leadership (its runs of the write path share it) and while
+		// the request is the one that failed (a new one is tried at once).
+		holds = r.fullHolds()
 	)
 	results := make(chan mergeResult, len(lanes)) // never blocks a merge: one each at most
 	var merges sync.WaitGroup
@@ -122,6 +123,10 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			l := &lanes[res.lane]
 			if res.err != nil {
 				full := l.full != nil
+				var asked string
+				if full {
+					asked = l.full.asked
+				}
 				l.end()
 				if ctx.Err() != nil {
 					continue // cut short by the write path's end, not failed
@@ -135,14 +140,13 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 				// each time and fail again, and no other merge of the tree
 				// would ever start (a damaged table: hundreds of runs a
 				// minute).
-				wait := min(max(2*fullWait[res.tree], fullRetryMin), fullRetryMax)
-				fullWait[res.tree], fullRetry[res.tree] = wait, time.Now().Add(wait)
+				wait := min(max(2*holds[res.tree].wait, fullRetryMin), fullRetryMax)
+				holds[res.tree] = fullHold{asked: asked, until: time.Now().Add(wait), wait: wait}
 				w.log.Warn("full compaction failed: the tree merges as usual meanwhile", "tree", res.tree, "retry_in", wait, "error", res.err)
 				continue
 			}
 			if l.full != nil {
-				delete(fullWait, res.tree)
-				delete(fullRetry, res.tree)
+				delete(holds, res.tree)
 			}
 			w.metrics.Compactions.WithLabelValues(string(res.tree), "done").Inc()
 			w.OfferCompaction(res.out, res.ids, l.full) // a full one marked done in the same entry
@@ -168,11 +172,26 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 		})
 		doneFull = slices.DeleteFunc(doneFull, func(f fullMerge) bool { return r.fullDone(ctx, w, f, w.log) })
 		if len(doneFull) == 0 { // else tried again next time, before any merge of its tree starts
-			held := func(tree lsm.Tree) bool { return time.Now().Before(fullRetry[tree]) }
+			held := func(tree lsm.Tree) bool {
+				h, ok := holds[tree]
+				return ok && time.Now().Before(h.until) && r.Config.Node.FSM.Setting(fullCompactionKey+string(tree)) == h.asked
+			}
 			r.startMerges(ctx, w, m, &lanes, offered, turn, held, results, &merges)
 			turn++
 		}
 	}
+}
+
+// fullHolds returns the leadership's holds on failed full compactions (a
+// Runner run alone, outside a Supervisor: its own).
+func (r *Runner) fullHolds() fullHolds {
+	if r.gc == nil {
+		return fullHolds{}
+	}
+	if r.gc.held == nil {
+		r.gc.held = fullHolds{}
+	}
+	return r.gc.held
 }
 
 // fullRetryMin and fullRetryMax bound the wait before a failed full

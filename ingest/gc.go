@@ -139,6 +139,19 @@ func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
 // grace end, and nothing was ever deleted.
 type gcCarry struct {
 	c *collector
+	// held is the leadership's hold on full compactions that failed
+	// (compactLoop): a write path started again keeps it.
+	held fullHolds
+}
+
+// fullHolds: by tree, the full compaction request (its value) that failed
+// last, until when it is held back, and the wait that gave.
+type fullHolds map[lsm.Tree]fullHold
+
+type fullHold struct {
+	asked string
+	until time.Time
+	wait  time.Duration
 }
 
 // collector returns the leadership's collector, now of writer w.

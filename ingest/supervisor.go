@@ -201,23 +201,22 @@ func (s *Supervisor) lead(ctx context.Context) {
 		if failures >= failuresMax && unavailable && up != nil && s.peerReachesStore(ctx) {
 			log.Error("write path keeps failing because the object store does not answer this node, while it answers another voter: handing leadership over", "failures_in_a_row", failures)
 			s.handOver(ctx, log)
-		} else if failures >= failuresMax && unavailable {
+		} else if failures >= failuresMax && unavailable && up != nil {
 			// Every node writes to the same store: another leader would
 			// fail the same way, and moving leadership round the cluster
 			// only adds elections to the outage.
 			log.Error("write path keeps failing because the object store does not answer: keeping leadership (it answers no other voter either)", "failures_in_a_row", failures)
+		} else if failures >= failuresMax && unavailable {
+			log.Error("write path keeps failing because the object store does not answer its requests, while this node's probes still find it: keeping leadership", "failures_in_a_row", failures)
 		} else if failures >= failuresMax {
 			log.Error("write path keeps failing on this node: handing leadership over", "failures_in_a_row", failures)
 			s.handOver(ctx, log)
 		}
-		back, err := sleepOrUp(ctx, wait, up)
-		if err != nil {
+		// Woken early when the store answers again; the failures in a row
+		// go on counting (a store that flaps for this node alone must
+		// still reach failuresMax and a handover).
+		if _, err := sleepOrUp(ctx, wait, up); err != nil {
 			return
-		}
-		if back {
-			// The store answers again: a new start, not the next failure
-			// of an incident that is over.
-			failures, wait = 0, 0
 		}
 	}
 }

@@ -590,18 +590,18 @@ func TestSlowFlushSaysSo(t *testing.T) {
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := log.count("flush still uploading its tables"); n == 0 {
+	if n := log.count("flush still running"); n == 0 {
 		t.Fatal("a flush held by a slow bucket said nothing")
 	}
 	fw.SetDelay(0)
-	before := log.count("flush still uploading its tables")
+	before := log.count("flush still running")
 	if err := w.Apply(ctx, "js", "2", &op); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := log.count("flush still uploading its tables"); n != before {
+	if n := log.count("flush still running"); n != before {
 		t.Fatalf("a quick flush said it was slow (%d times)", n-before)
 	}
 }

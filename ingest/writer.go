@@ -595,18 +595,21 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 		w.spare = [2]*lsm.Memtable{links, revs}
 		return nil
 	}
-	// A bucket that takes uploads slowly holds the flush, silently else.
+	// A bucket slow to take the tables (or a slow publication) holds the
+	// flush, silently else. The goroutine reads only these counts, taken
+	// now: the memtables are sorted, reset and reused meanwhile.
+	nLinks, nRevs := links.Len(), revs.Len()
 	slow := time.NewTicker(slowFlushSay)
-	defer slow.Stop()
-	flushed := make(chan struct{})
-	defer close(flushed)
+	flushed, said := make(chan struct{}), make(chan struct{})
+	defer func() { close(flushed); <-said; slow.Stop() }()
 	go func() {
+		defer close(said)
 		for {
 			select {
 			case <-flushed:
 				return
 			case <-slow.C:
-				w.log.Warn("flush still uploading its tables: the object store is slow to take them", "running", time.Since(start).Round(time.Second), "links", links.Len(), "revocations", revs.Len())
+				w.log.Warn("flush still running: the object store is slow to take its tables (or Raft to publish them)", "running", time.Since(start).Round(time.Second), "links", nLinks, "revocations", nRevs)
 			}
 		}
 	}()
@@ -625,7 +628,6 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 		}
 		edit.Add = append(edit.Add, run)
 	}
-	nLinks, nRevs := links.Len(), revs.Len()
 	links.Reset() // written: reused by the next flush
 	revs.Reset()
 	w.spare = [2]*lsm.Memtable{links, revs}

@@ -288,9 +288,10 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 			}
 			return c.keep(t, ref.ID, m, true), nil
 		}
-		// Neither layout takes it (a mapped catalog tried both; another
-		// one takes a mapped file for a conversion, not a damage).
-		if mapErr != nil || localLayout(b) == 0 {
+		// Neither layout takes it: a mapped catalog's map found it
+		// corrupt (not a map that failed, ENOMEM say), and a decoded one's
+		// file is not of the mapped layout (a conversion, not a damage).
+		if errors.Is(mapErr, ErrCorrupt) || (mapErr == nil && localLayout(b) == 0) {
 			c.damaged.Add(1)
 			if c.OnDamaged != nil {
 				c.OnDamaged(t, ref.ID, cmp.Or(mapErr, err))

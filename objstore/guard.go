@@ -35,7 +35,17 @@ type Guard struct {
 		downSince time.Time // zero while up
 		lastErr   error
 		up        chan struct{} // closed by the probe that finds the store up again (WhenUp); nil while up
+		answered  bool          // the last probe was answered (Answering)
 	}
+}
+
+// Answering reports whether the last probe was answered: false before the
+// first, and after any failed one (a node that says its store answers it
+// must have seen it do so, not merely not yet called it down).
+func (g *Guard) Answering() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.answered
 }
 
 // closedChan is WhenUp's answer while the store is up.
@@ -69,7 +79,7 @@ func (g *Guard) Probe(ctx context.Context, timeout time.Duration) error {
 	cancel()
 	if err == nil || errors.Is(err, ErrNotFound) {
 		g.mu.Lock()
-		g.mu.failing, g.mu.downSince, g.mu.lastErr = 0, time.Time{}, nil
+		g.mu.failing, g.mu.downSince, g.mu.lastErr, g.mu.answered = 0, time.Time{}, nil, true
 		if g.mu.up != nil {
 			close(g.mu.up)
 			g.mu.up = nil
@@ -83,7 +93,7 @@ func (g *Guard) Probe(ctx context.Context, timeout time.Duration) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.mu.failing++
-	g.mu.lastErr = err
+	g.mu.lastErr, g.mu.answered = err, false
 	if g.mu.failing >= GuardFailures && g.mu.downSince.IsZero() {
 		g.mu.downSince = time.Now()
 	}

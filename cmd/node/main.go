@@ -241,7 +241,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	}
 	admin.Extra = adminExtra(c, node, views, sources)
 	admin.Served = views.OldestServed // what the leader's garbage collector waits for
-	admin.StoreDown = func() bool { down, _, _ := store.Down(); return down }
+	admin.StoreAnswers = store.Answering
 	// eddy-ctl compact --full (forwarded to the leader): a replicated
 	// request, carried out by whichever node leads.
 	admin.Compact = ingest.AdminCompact(node)
