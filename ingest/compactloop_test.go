@@ -348,22 +348,7 @@ func TestPickLane(t *testing.T) {
 func TestEveryTreeCompactedUnderSteadyIngest(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	world, sim := servedWorld(t, 13)
-	node := oneNode(t)
-	store, err := local.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := NewJetstream([]string{sim.JetstreamURL()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics := NewMetrics()
-	r := &Runner{Config: Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), FlushInterval: 20 * time.Millisecond,
-		MemtableBytes: 1 << 20, GCGrace: time.Nanosecond, Metrics: metrics, Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})},
-		Sources: []Source{js}, CompactionInterval: time.Second, CompactionFanIn: 2}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	world, node, metrics, done := steadyIngest(t, ctx, 13, t.TempDir(), time.Nanosecond, time.Second, 2)
 	most := map[lsm.Tree]int{}
 	for range 150 { // ~6 s
 		world.Step(20)
@@ -401,23 +386,8 @@ func TestFailingFullCompactionLetsTheTreeMerge(t *testing.T) {
 	const tree = lsm.TreeRevocations
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	world, sim := servedWorld(t, 17)
-	node := oneNode(t)
 	dir := t.TempDir()
-	store, err := local.New(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := NewJetstream([]string{sim.JetstreamURL()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics := NewMetrics()
-	r := &Runner{Config: Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), FlushInterval: 20 * time.Millisecond,
-		MemtableBytes: 1 << 20, GCGrace: time.Hour, Metrics: metrics, Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})},
-		Sources: []Source{js}, CompactionInterval: 100 * time.Millisecond, CompactionFanIn: 4}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	world, node, metrics, done := steadyIngest(t, ctx, 17, dir, time.Hour, 100*time.Millisecond, 4)
 	for range 60 {
 		world.Step(200)
 		time.Sleep(40 * time.Millisecond)
@@ -484,4 +454,29 @@ func TestFailingFullCompactionLetsTheTreeMerge(t *testing.T) {
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
+}
+
+// steadyIngest runs a write path on one node and a local store in dir,
+// following a simulated network of seed over Jetstream, flushing every
+// 20 ms and looking for merges every interval (of fanIn runs); it returns
+// the network to step, the node, the metrics and Run's result.
+func steadyIngest(t *testing.T, ctx context.Context, seed int64, dir string, gcGrace, interval time.Duration, fanIn int) (*simnet.World, *cluster.Node, *Metrics, <-chan error) {
+	t.Helper()
+	world, sim := servedWorld(t, seed)
+	node := oneNode(t)
+	store, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := NewJetstream([]string{sim.JetstreamURL()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := NewMetrics()
+	r := &Runner{Config: Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), FlushInterval: 20 * time.Millisecond,
+		MemtableBytes: 1 << 20, GCGrace: gcGrace, Metrics: metrics, Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})},
+		Sources: []Source{js}, CompactionInterval: interval, CompactionFanIn: fanIn}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	return world, node, metrics, done
 }

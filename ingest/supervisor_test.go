@@ -248,27 +248,7 @@ func TestSupervisorHandsLeadershipOver(t *testing.T) {
 	store, heal := brokenStore(t)
 	certs := newCA(t)
 	src := capture(t)
-	var nodes []*cluster.Node
-	logs := map[string]*logLines{}
-	for i, id := range []string{"n1", "n2", "n3"} {
-		n := startNode(t, certs, id, i == 0)
-		logs[id] = &logLines{t: t}
-		s := supervised(t, n, store, &Replay{Path: src.Path}, logs[id])
-		s.Start(ctx)
-		t.Cleanup(s.Stop) // before the node closes (cleanups run last first)
-		nodes = append(nodes, n)
-	}
-	waitFor(t, "n1 leads", 10*time.Second, func() error {
-		if !nodes[0].IsLeader() {
-			return fmt.Errorf("n1 does not lead")
-		}
-		return nil
-	})
-	for _, n := range nodes[1:] {
-		if err := nodes[0].Join(ctx, fsm.NodeInfo{ID: n.ID(), Raft: n.Config().RaftBind}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	nodes, logs := supervisedThree(t, ctx, certs, src, func(int) objstore.Store { return store }, nil)
 	leader := func() *cluster.Node {
 		for _, n := range nodes {
 			if n.IsLeader() {
@@ -512,37 +492,20 @@ func TestSupervisorHandsOverWhenOnlyItsStoreIsDown(t *testing.T) {
 		guard.Probe(ctx, time.Second)
 	}
 	src := capture(t)
-	var nodes []*cluster.Node
-	logs := map[string]*logLines{}
-	for i, id := range []string{"n1", "n2", "n3"} {
-		n := startNode(t, certs, id, i == 0)
-		logs[id] = &logLines{t: t}
-		var store objstore.Store = base
+	storeOf := func(i int) objstore.Store {
 		if i == 0 {
-			store = guard
+			return guard
 		}
-		s := supervised(t, n, store, &Replay{Path: src.Path}, logs[id])
+		return base
+	}
+	nodes, logs := supervisedThree(t, ctx, certs, src, storeOf, func(i int, s *Supervisor) {
 		if i == 0 {
 			s.StoreUp = guard.WhenUp
 			// The other voters' way to the bucket answers: asked as their
 			// own probes ask it.
 			s.PeerReachesStore = func(ctx context.Context) bool { return objstore.NewGuard(base).Probe(ctx, time.Second) == nil }
 		}
-		s.Start(ctx)
-		t.Cleanup(s.Stop)
-		nodes = append(nodes, n)
-	}
-	waitFor(t, "n1 leads", 10*time.Second, func() error {
-		if !nodes[0].IsLeader() {
-			return fmt.Errorf("n1 does not lead")
-		}
-		return nil
 	})
-	for _, n := range nodes[1:] {
-		if err := nodes[0].Join(ctx, fsm.NodeInfo{ID: n.ID(), Raft: n.Config().RaftBind}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	waitFor(t, "n1 hands leadership over", 60*time.Second, func() error {
 		if logs["n1"].count("while it answers another voter: handing leadership over") < 1 {
 			return fmt.Errorf("n1: %d restarts", logs["n1"].count("write path ended while leading"))
@@ -604,4 +567,36 @@ func TestSlowFlushSaysSo(t *testing.T) {
 	if n := log.count("flush still running"); n != before {
 		t.Fatalf("a quick flush said it was slow (%d times)", n-before)
 	}
+}
+
+// supervisedThree starts three nodes n1-n3, each with a supervisor of its
+// own replaying src on storeOf(i), tweaked (when tweak is set) before it
+// starts; n1 bootstrapped and leading, n2 and n3 joined.
+func supervisedThree(t *testing.T, ctx context.Context, certs string, src *Replay, storeOf func(i int) objstore.Store, tweak func(i int, s *Supervisor)) ([]*cluster.Node, map[string]*logLines) {
+	t.Helper()
+	var nodes []*cluster.Node
+	logs := map[string]*logLines{}
+	for i, id := range []string{"n1", "n2", "n3"} {
+		n := startNode(t, certs, id, i == 0)
+		logs[id] = &logLines{t: t}
+		s := supervised(t, n, storeOf(i), &Replay{Path: src.Path}, logs[id])
+		if tweak != nil {
+			tweak(i, s)
+		}
+		s.Start(ctx)
+		t.Cleanup(s.Stop) // before the node closes (cleanups run last first)
+		nodes = append(nodes, n)
+	}
+	waitFor(t, "n1 leads", 10*time.Second, func() error {
+		if !nodes[0].IsLeader() {
+			return fmt.Errorf("n1 does not lead")
+		}
+		return nil
+	})
+	for _, n := range nodes[1:] {
+		if err := nodes[0].Join(ctx, fsm.NodeInfo{ID: n.ID(), Raft: n.Config().RaftBind}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return nodes, logs
 }

@@ -155,6 +155,21 @@ func TestRoll(t *testing.T) {
 	}
 }
 
+// killFollower marks a node other than lead down for good and returns it.
+func (rc *rollCluster) killFollower(t *testing.T, lead string) string {
+	t.Helper()
+	var follower string
+	for _, n := range rc.nodes {
+		if n.id != lead {
+			follower = n.id
+		}
+	}
+	if err := os.WriteFile(filepath.Join(rc.dir, "dead-"+follower), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return follower
+}
+
 func (rc *rollCluster) node(id string) *testNode {
 	for _, n := range rc.nodes {
 		if n.id == id {
@@ -190,15 +205,7 @@ func TestRollAborts(t *testing.T) {
 	}
 
 	// A node is down before the start: nothing is restarted.
-	var follower string
-	for _, n := range rc.nodes {
-		if n.id != lead {
-			follower = n.id
-		}
-	}
-	if err := os.WriteFile(filepath.Join(rc.dir, "dead-"+follower), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	follower := rc.killFollower(t, lead)
 	code, _, errs = rc.roll(t, "true", "--node-timeout", "1s")
 	if code != 1 || !strings.Contains(errs, "nothing was restarted") || !strings.Contains(errs, follower+" does not answer") || len(rc.restarts(t)) != 2 {
 		t.Fatalf("exit %d, %d restarts:\n%s", code, len(rc.restarts(t)), errs)
@@ -338,16 +345,7 @@ func TestRollTakesAnOldNodeThatCannotServe(t *testing.T) {
 // --node-timeout, silent), and a wait says what it waits for as it goes.
 func TestRollDryRunWithAMemberDown(t *testing.T) {
 	rc := startRollCluster(t)
-	lead := rc.leader(t)
-	var follower string
-	for _, n := range rc.nodes {
-		if n.id != lead {
-			follower = n.id
-		}
-	}
-	if err := os.WriteFile(filepath.Join(rc.dir, "dead-"+follower), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	follower := rc.killFollower(t, rc.leader(t))
 	start := time.Now()
 	code, out, errs := rc.roll(t, "false", "--dry-run")
 	took := time.Since(start)
