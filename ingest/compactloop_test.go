@@ -388,22 +388,49 @@ func TestFailingFullCompactionLetsTheTreeMerge(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	world, node, metrics, done := steadyIngest(t, ctx, 17, dir, time.Hour, 100*time.Millisecond, 4)
-	for range 60 {
-		world.Step(200)
+	for range 30 {
+		world.Step(100)
 		time.Sleep(40 * time.Millisecond)
 	}
-	time.Sleep(time.Second)                         // merged down
+	// settle waits until the write path is idle: no generation published
+	// for a second (all of the network read, every merge due done).
+	settle := func() {
+		t.Helper()
+		last, since := node.FSM.Manifest().Generation, time.Now()
+		for deadline := time.Now().Add(2 * time.Minute); time.Since(since) < time.Second; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the write path never went idle")
+			}
+			if g := node.FSM.Manifest().Generation; g != last {
+				last, since = g, time.Now()
+			}
+		}
+	}
+	// One big run of the tree (a full compaction that succeeds), then a
+	// few small ones: the usual merges take the big run only once the
+	// newer runs hold half its bytes, which the trickle below never
+	// gives, however fast the host reads.
+	settle()
+	if _, err := RequestFullCompaction(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first full compaction", 2*time.Minute, func() error {
+		if p := FullCompactionPending(node.FSM); len(p) > 0 {
+			return fmt.Errorf("pending %v", p)
+		}
+		return nil
+	})
+	settle()
 	for len(node.FSM.Manifest().RunsOf(tree)) < 2 { // a full compaction has two runs to merge
-		world.Step(5)
+		world.Step(1)
 		time.Sleep(40 * time.Millisecond)
 	}
-	// Damage a table of the tree's largest run (its data cut short), which
-	// the usual merges of the small runs flushed next do not take, then
-	// ask for a full compaction: it reads that table, and fails.
+	// Damage a table of the tree's largest run (its data cut short), then
+	// ask for a full compaction again: it reads that table, and fails.
 	runs := node.FSM.Manifest().RunsOf(tree)
 	largest := runs[0]
 	for _, run := range runs {
-		if run.Records() > largest.Records() {
+		if run.Bytes() > largest.Bytes() {
 			largest = run
 		}
 	}
