@@ -25,18 +25,33 @@ type Forwarder struct {
 	delay  atomic.Int64 // nanoseconds each chunk of the server's answers waits (SetDelay)
 }
 
-// SetDelay makes every chunk the server sends back wait d first: a slow
-// bucket that still answers (0: none).
+// SetDelay makes every answer of the server wait d before its first byte
+// reaches the client: a slow bucket that still answers (0: none).
 func (f *Forwarder) SetDelay(d time.Duration) { f.delay.Store(int64(d)) }
 
-// delayedWriter is the client side of a connection, each write delayed.
+// asked notes that the client sent something: the server's next write
+// begins an answer.
+type asked struct {
+	w       io.Writer
+	pending *atomic.Bool
+}
+
+func (a asked) Write(p []byte) (int, error) {
+	n, err := a.w.Write(p)
+	a.pending.Store(true)
+	return n, err
+}
+
+// delayedWriter is the client side of a connection: the first write of
+// each answer waits the forwarder's delay.
 type delayedWriter struct {
-	w     io.Writer
-	delay *atomic.Int64
+	w       io.Writer
+	delay   *atomic.Int64
+	pending *atomic.Bool
 }
 
 func (d delayedWriter) Write(p []byte) (int, error) {
-	if n := d.delay.Load(); n > 0 {
+	if n := d.delay.Load(); n > 0 && d.pending.Swap(false) {
 		time.Sleep(time.Duration(n))
 	}
 	return d.w.Write(p)
@@ -79,8 +94,9 @@ func (f *Forwarder) up(addr string) {
 			f.mu.Lock()
 			f.conns = append(f.conns, c, s)
 			f.mu.Unlock()
-			f.wg.Go(func() { io.Copy(s, c); s.Close() })
-			f.wg.Go(func() { io.Copy(delayedWriter{c, &f.delay}, s); c.Close() })
+			pending := new(atomic.Bool)
+			f.wg.Go(func() { io.Copy(asked{s, pending}, c); s.Close() })
+			f.wg.Go(func() { io.Copy(delayedWriter{c, &f.delay, pending}, s); c.Close() })
 		}
 	})
 }
