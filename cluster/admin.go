@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -556,4 +557,32 @@ func (c *AdminClient) Call(ctx context.Context, method, path string, body []byte
 		return nil
 	}
 	return errors.Join(errs...)
+}
+
+// EnvAdminToken names the environment variable that may hold the admin
+// token itself (node and eddy-ctl alike).
+const EnvAdminToken = "EDDY_ADMIN_TOKEN"
+
+// ErrNoAdminToken: neither a token file nor $EDDY_ADMIN_TOKEN gives one.
+var ErrNoAdminToken = errors.New("no admin token")
+
+// ReadAdminToken reads the admin token as every Eddy command does: from
+// file when one is named (an empty file is refused), else from
+// $EDDY_ADMIN_TOKEN (ErrNoAdminToken when that is empty too).
+func ReadAdminToken(file string) (string, error) {
+	if file == "" {
+		if tok := strings.TrimSpace(os.Getenv(EnvAdminToken)); tok != "" {
+			return tok, nil
+		}
+		return "", ErrNoAdminToken
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("admin token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("admin token: %s is empty", file)
+	}
+	return tok, nil
 }

@@ -27,7 +27,7 @@ import (
 // never a flag: command lines show in ps and shell history.
 const (
 	envTokenFile = "EDDY_ADMIN_TOKEN_FILE"
-	envToken     = "EDDY_ADMIN_TOKEN"
+	envToken     = cluster.EnvAdminToken
 )
 
 const (
@@ -125,26 +125,15 @@ func (f *adminFlags) client(ctx context.Context) (*cluster.AdminClient, error) {
 	return &cluster.AdminClient{Addrs: addrs, Token: token}, nil
 }
 
-// readToken reads the admin token from file, or from $EDDY_ADMIN_TOKEN
-// when no file is named.
+// readToken reads the admin token (cluster.ReadAdminToken), saying how to
+// give one when none is.
 func readToken(file string) (string, error) {
-	if file == "" {
-		tok := strings.TrimSpace(os.Getenv(envToken))
-		if tok == "" {
-			return "", fmt.Errorf("%w: no admin token: give --token-file FILE (the admin-token file `eddy-ctl certs` wrote), or set $%s or $%s",
-				errUsage, envTokenFile, envToken)
-		}
-		return tok, nil
+	tok, err := cluster.ReadAdminToken(file)
+	if errors.Is(err, cluster.ErrNoAdminToken) {
+		return "", fmt.Errorf("%w: no admin token: give --token-file FILE (the admin-token file `eddy-ctl certs` wrote), or set $%s or $%s",
+			errUsage, envTokenFile, envToken)
 	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("admin token: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("admin token: %s is empty", file)
-	}
-	return tok, nil
+	return tok, err
 }
 
 // parseAdminAddrs splits a comma-separated address list into base URLs.

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/eddy-backlinks/eddy/cluster"
 	"github.com/eddy-backlinks/eddy/ingest"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/objstore"
@@ -34,7 +35,7 @@ import (
 // Environment variables that are not options.
 const (
 	envConfig     = "EDDY_CONFIG"
-	envAdminToken = "EDDY_ADMIN_TOKEN"
+	envAdminToken = cluster.EnvAdminToken
 )
 
 type listFlag []string

@@ -82,22 +82,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// adminToken reads the admin token as eddy-ctl does: from the file when
-// one is named, else from $EDDY_ADMIN_TOKEN. An empty file is refused,
-// not taken as an empty token.
+// adminToken reads the admin token as eddy-ctl does
+// (cluster.ReadAdminToken: the named file first, else $EDDY_ADMIN_TOKEN).
 func adminToken(c config) (string, error) {
-	if c.tokenFile == "" {
-		return strings.TrimSpace(os.Getenv(envAdminToken)), nil
+	tok, err := cluster.ReadAdminToken(c.tokenFile)
+	if errors.Is(err, cluster.ErrNoAdminToken) {
+		return "", nil // the configuration's check says which is required
 	}
-	b, err := os.ReadFile(c.tokenFile)
-	if err != nil {
-		return "", fmt.Errorf("admin token: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("admin token: %s is empty", c.tokenFile)
-	}
-	return tok, nil
+	return tok, err
 }
 
 // serve runs the node until ctx ends: it wires the store, Raft, the query
