@@ -210,15 +210,10 @@ func (a *Admin) VoterReachesStore(ctx context.Context) bool {
 		if id == a.node.cfg.ID || s.Suffrage != raft.Voter {
 			continue
 		}
-		ni, ok := a.node.FSM.Node(id)
-		if !ok || ni.Admin == "" {
-			continue
-		}
 		asked++
 		go func() {
-			var st NodeStatus
-			err := a.call(ctx, ni.Admin, http.MethodGet, "/admin/status", nil, &st)
-			found <- err == nil && st.ID == id && st.StoreAnswers
+			st, err := a.memberStatus(ctx, id)
+			found <- err == nil && st.StoreAnswers
 		}()
 	}
 	for range asked {
@@ -258,21 +253,9 @@ func (a *Admin) MembersServed(ctx context.Context) ([]MemberServed, error) {
 			continue
 		}
 		wg.Go(func() {
-			ni, ok := a.node.FSM.Node(out[i].ID)
-			if !ok || ni.Admin == "" {
-				out[i].Err = errors.New("admin address unknown")
-				return
-			}
-			var st NodeStatus
-			if err := a.call(ctx, ni.Admin, http.MethodGet, "/admin/status", nil, &st); err != nil {
+			st, err := a.memberStatus(ctx, out[i].ID)
+			if err != nil {
 				out[i].Err = err
-				return
-			}
-			if st.ID != out[i].ID {
-				// Another node at the member's address (one started in
-				// its place before it was removed): its generation says
-				// nothing of what the member may still read.
-				out[i].Err = fmt.Errorf("its admin address %s is answered by node %q", ni.Admin, st.ID)
 				return
 			}
 			out[i].Generation = servedOf(st)
@@ -280,6 +263,25 @@ func (a *Admin) MembersServed(ctx context.Context) ([]MemberServed, error) {
 	}
 	wg.Wait()
 	return out, nil
+}
+
+// memberStatus asks member id for its status at its admin address. An
+// answer from another node at that address (one started in its place
+// before the member was removed) is an error: it says nothing of the
+// member.
+func (a *Admin) memberStatus(ctx context.Context, id string) (NodeStatus, error) {
+	var st NodeStatus
+	ni, ok := a.node.FSM.Node(id)
+	if !ok || ni.Admin == "" {
+		return st, errors.New("admin address unknown")
+	}
+	if err := a.call(ctx, ni.Admin, http.MethodGet, "/admin/status", nil, &st); err != nil {
+		return st, err
+	}
+	if st.ID != id {
+		return st, fmt.Errorf("its admin address %s is answered by node %q", ni.Admin, st.ID)
+	}
+	return st, nil
 }
 
 // servedOf is the oldest generation a status says its node serves.

@@ -185,13 +185,13 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 // fullHolds returns the leadership's holds on failed full compactions (a
 // Runner run alone, outside a Supervisor: its own).
 func (r *Runner) fullHolds() fullHolds {
-	if r.gc == nil {
+	if r.carry == nil {
 		return fullHolds{}
 	}
-	if r.gc.held == nil {
-		r.gc.held = fullHolds{}
+	if r.carry.held == nil {
+		r.carry.held = fullHolds{}
 	}
-	return r.gc.held
+	return r.carry.held
 }
 
 // fullRetryMin and fullRetryMax bound the wait before a failed full

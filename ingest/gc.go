@@ -102,7 +102,7 @@ type orphan struct {
 	size int64
 }
 
-// collector is one leadership term's garbage collector (gcCarry).
+// collector is one leadership term's garbage collector (leadCarry).
 type collector struct {
 	w         *Writer
 	log       hclog.Logger
@@ -132,15 +132,14 @@ func newCollector(w *Writer) *collector {
 // clamp bounds d to [lo, hi].
 func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
 
-// gcCarry keeps a leader's collector across the runs of its write path:
-// the grace of a garbage table or an orphan runs from when this leader
-// first saw it, so a collector made again at each run (a write path that
-// fails more often than the grace: a bucket refusing writes) never let a
-// grace end, and nothing was ever deleted.
-type gcCarry struct {
-	c *collector
-	// held is the leadership's hold on full compactions that failed
-	// (compactLoop): a write path started again keeps it.
+// leadCarry is what a leadership keeps across the runs of its write path.
+// Its collector: the grace of a garbage table or an orphan runs from when
+// this leader first saw it, so a collector made again at each run (a write
+// path that fails more often than the grace: a bucket refusing writes)
+// never let a grace end, and nothing was ever deleted. And its holds on
+// failed full compactions (compactLoop).
+type leadCarry struct {
+	c    *collector
 	held fullHolds
 }
 
@@ -155,7 +154,7 @@ type fullHold struct {
 }
 
 // collector returns the leadership's collector, now of writer w.
-func (g *gcCarry) collector(w *Writer) *collector {
+func (g *leadCarry) collector(w *Writer) *collector {
 	if g == nil {
 		return newCollector(w)
 	}
@@ -171,7 +170,7 @@ func (g *gcCarry) collector(w *Writer) *collector {
 // (looked at each GCInterval: the backups are no more frequent than it)
 // until ctx ends.
 func (r *Runner) gcLoop(ctx context.Context, w *Writer) {
-	c := r.gc.collector(w)
+	c := r.carry.collector(w)
 	every := w.cfg.GCInterval
 	if every <= 0 {
 		every = clamp(c.grace/4, gcIntervalMin, gcIntervalMax)

@@ -75,9 +75,9 @@ type Runner struct {
 	// cmd/node), whatever the node's role.
 	SpillDir string
 
-	// gc carries the garbage collector from one run of the write path to
-	// the next within a leadership (Supervisor.lead): nil, each run's own.
-	gc *gcCarry
+	// carry is what one run of the write path hands the next within a
+	// leadership (Supervisor.lead): nil, each run's own.
+	carry *leadCarry
 }
 
 // A full compaction is an operator's request that each tree's runs be

@@ -170,10 +170,10 @@ func (s *Supervisor) lead(ctx context.Context) {
 		defer m.leadEnded()
 	}
 	var wait time.Duration
-	carry := &gcCarry{} // one collector for the leadership
+	carry := &leadCarry{} // one collector, and one set of holds, for the leadership
 	for failures := 0; ; {
 		r := s.Runner
-		r.gc = carry
+		r.carry = carry
 		started := time.Now()
 		err := r.Run(ctx)
 		if ctx.Err() != nil || !s.Node.IsLeader() {
@@ -215,7 +215,7 @@ func (s *Supervisor) lead(ctx context.Context) {
 		// Woken early when the store answers again; the failures in a row
 		// go on counting (a store that flaps for this node alone must
 		// still reach failuresMax and a handover).
-		if _, err := sleepOrUp(ctx, wait, up); err != nil {
+		if sleepOrUp(ctx, wait, up) != nil {
 			return
 		}
 	}
@@ -244,19 +244,17 @@ func (s *Supervisor) peerReachesStore(ctx context.Context) bool {
 // peerAskTimeout bounds the asking of the other voters.
 const peerAskTimeout = 5 * time.Second
 
-// sleepOrUp is sleepCtx, ended early when up is closed (nil: never); back
-// says it was.
-func sleepOrUp(ctx context.Context, d time.Duration, up <-chan struct{}) (back bool, _ error) {
+// sleepOrUp is sleepCtx, ended early when up is closed (nil: never).
+func sleepOrUp(ctx context.Context, d time.Duration, up <-chan struct{}) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return ctx.Err()
 	case <-t.C:
-		return false, nil
 	case <-up:
-		return true, nil
 	}
+	return nil
 }
 
 func orDefault(d, def time.Duration) time.Duration {

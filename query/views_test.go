@@ -2,7 +2,6 @@ package query
 
 import (
 	"context"
-	"errors"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // A serving node forgets the tables compaction replaced: their local meta
@@ -83,28 +83,6 @@ func (s *scriptedSource) Manifest() *lsm.Manifest { s.mu.Lock(); defer s.mu.Unlo
 func (s *scriptedSource) Watch() <-chan struct{}  { return make(chan struct{}) }
 func (s *scriptedSource) set(m *lsm.Manifest)     { s.mu.Lock(); s.m = m; s.mu.Unlock() }
 
-// countingStore counts the reads that found no object.
-type countingStore struct {
-	objstore.Store
-	missing atomic.Int64
-}
-
-func (c *countingStore) Get(ctx context.Context, key string) ([]byte, error) {
-	b, err := c.Store.Get(ctx, key)
-	if errors.Is(err, objstore.ErrNotFound) {
-		c.missing.Add(1)
-	}
-	return b, err
-}
-
-func (c *countingStore) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
-	b, err := c.Store.GetRange(ctx, key, off, n)
-	if errors.Is(err, objstore.ErrNotFound) {
-		c.missing.Add(1)
-	}
-	return b, err
-}
-
 // A restarted node replays the log it had at start, whose older manifests
 // name tables deleted as garbage since: while Hold says it is replaying,
 // no manifest is opened (no table is asked of the store), and the first
@@ -134,7 +112,14 @@ func TestViewsHoldWhileReplaying(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := &countingStore{Store: store}
+	m := objstore.NewMetrics()
+	cs := objstore.Instrument(store, m)
+	missing := func() (n float64) { // reads of every kind that found no object
+		for _, k := range objstore.Kinds() {
+			n += testutil.ToFloat64(m.Errors.WithLabelValues(k.String(), "not_found"))
+		}
+		return n
+	}
 	src := &scriptedSource{m: old}
 	var replaying atomic.Bool
 	replaying.Store(true)
@@ -142,19 +127,19 @@ func TestViewsHoldWhileReplaying(t *testing.T) {
 	v.Hold = replaying.Load
 	ctx := context.Background()
 	v.refresh(ctx)
-	if g := v.Current().Generation(); g != 0 || cs.missing.Load() != 0 {
-		t.Fatalf("while replaying: serving generation %d, %d reads of missing objects; want 0 and 0", g, cs.missing.Load())
+	if g := v.Current().Generation(); g != 0 || missing() != 0 {
+		t.Fatalf("while replaying: serving generation %d, %v reads of missing objects; want 0 and 0", g, missing())
 	}
 	src.set(newest)
 	replaying.Store(false)
 	v.refresh(ctx)
-	if g := v.Current().Generation(); g != newest.Generation || cs.missing.Load() != 0 {
-		t.Fatalf("after the replay: serving generation %d (want %d), %d reads of missing objects (want 0)", g, newest.Generation, cs.missing.Load())
+	if g := v.Current().Generation(); g != newest.Generation || missing() != 0 {
+		t.Fatalf("after the replay: serving generation %d (want %d), %v reads of missing objects (want 0)", g, newest.Generation, missing())
 	}
 	// What the hold spares: the old manifest opened asks for a table that is gone.
 	v2 := NewViews(&scriptedSource{m: old}, lsm.NewCatalog(t.TempDir(), cs), nil)
 	v2.refresh(ctx)
-	if g := v2.Current().Generation(); g != 0 || cs.missing.Load() == 0 {
-		t.Fatalf("unheld, the replayed manifest: serving generation %d, %d reads of missing objects; want 0 and some", g, cs.missing.Load())
+	if g := v2.Current().Generation(); g != 0 || missing() == 0 {
+		t.Fatalf("unheld, the replayed manifest: serving generation %d, %v reads of missing objects; want 0 and some", g, missing())
 	}
 }

@@ -362,4 +362,16 @@ func TestSourcesLoggedRedacted(t *testing.T) {
 	if got != want {
 		t.Fatalf("redacted sources %q, want %q", got, want)
 	}
+	// And the configuration line carries them so.
+	c := config{sources: listFlag{"backfill+https://relay.example?plc=https://plc.example"}, origin: map[string]string{"source": "flag"}}
+	kv := c.logged()
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i] == "source" {
+			if v := kv[i+1]; v != "backfill+https://relay.example (flag)" {
+				t.Fatalf("configuration line: source=%q", v)
+			}
+			return
+		}
+	}
+	t.Fatal("no source on the configuration line")
 }

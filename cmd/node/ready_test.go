@@ -126,12 +126,7 @@ func TestQueryGateClosesWhenStale(t *testing.T) {
 // proxy that is cut) turns unready within a few probes, saying why, and
 // eddy_store_up says 0; ready again once the store answers.
 func TestReadinessStoreDown(t *testing.T) {
-	bucket, fw := miniotest.StoreBehindForwarder(t, "readiness", 1)
-	guard := objstore.NewGuard(bucket)
-	_, r, readyz := readinessOneNode(t, guard, 2*time.Second)
-	r.store = guard
-	runReadiness(t, r)
-	waitReady(t, r, readyz)
+	r, readyz, _, fw := readinessOnMinIO(t, "readiness", 2*time.Second)
 
 	fw.Cut()
 	deadline := time.Now().Add(20 * time.Second)
@@ -342,12 +337,7 @@ func TestPublicPathsRefuseOtherMethods(t *testing.T) {
 // its store up (a probe allowed 2 s called it down, refused every cold
 // query and stopped the write path).
 func TestReadinessSlowStoreIsUp(t *testing.T) {
-	bucket, fw := miniotest.StoreBehindForwarder(t, "readiness-slow", 1)
-	guard := objstore.NewGuard(bucket)
-	_, r, readyz := readinessOneNode(t, guard, 30*time.Second)
-	r.store = guard
-	runReadiness(t, r)
-	waitReady(t, r, readyz)
+	_, readyz, guard, fw := readinessOnMinIO(t, "readiness-slow", 30*time.Second)
 	fw.SetDelay(3 * time.Second)
 	defer fw.SetDelay(0)
 	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
@@ -358,4 +348,17 @@ func TestReadinessSlowStoreIsUp(t *testing.T) {
 			t.Fatalf("/readyz %d %q with a bucket answering in 3 s", code, body)
 		}
 	}
+}
+
+// readinessOnMinIO is a ready one-node readiness whose store is a real
+// MinIO reached through a forwarder, guarded and probed as a node's is.
+func readinessOnMinIO(t *testing.T, prefix string, bound time.Duration) (*readiness, func() (int, string), *objstore.Guard, *miniotest.Forwarder) {
+	t.Helper()
+	bucket, fw := miniotest.StoreBehindForwarder(t, prefix, 1)
+	guard := objstore.NewGuard(bucket)
+	_, r, readyz := readinessOneNode(t, guard, bound)
+	r.store = guard
+	runReadiness(t, r)
+	waitReady(t, r, readyz)
+	return r, readyz, guard, fw
 }
