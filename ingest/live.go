@@ -30,16 +30,7 @@ const (
 var retryBackoff = backoff.Policy{Min: 500 * time.Millisecond, Max: 30 * time.Second}
 
 // sleepCtx waits d or until ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+func sleepCtx(ctx context.Context, d time.Duration) error { return sleepOrUp(ctx, d, nil) }
 
 // intCursor parses a numeric stream cursor ("" = none, 0).
 func intCursor(source, cursor string) (int64, error) {
