@@ -33,6 +33,8 @@ type tcluster struct {
 	t       *testing.T
 	certDir string
 	nodes   map[string]*tnode
+	// tune, when set, changes a node's configuration before it opens.
+	tune func(id string, cfg *Config)
 }
 
 func freeAddr(t *testing.T) string {
@@ -81,6 +83,9 @@ func (c *tcluster) start(id string, bootstrap bool) *tnode {
 			_, b := blocked.Load(addr)
 			return (peer != "" && a) || (addr != "" && b)
 		},
+	}
+	if c.tune != nil {
+		c.tune(id, &cfg)
 	}
 	node, err := Open(cfg)
 	if err != nil {

@@ -82,7 +82,8 @@ type Config struct {
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
 
-	testBlock func(peerID, addr string) bool // partitions in tests
+	testBlock func(peerID, addr string) bool    // partitions in tests
+	testLogs  func(raft.LogStore) raft.LogStore // wraps the log store (faults in tests)
 }
 
 // Node is a running cluster member.
@@ -264,7 +265,11 @@ func Open(cfg Config) (*Node, error) {
 		existing = true
 		n.log.Warn("starting a new cluster of this node from a backup of the replicated state")
 	}
-	n.raft, err = raft.NewRaft(rc, n.FSM, n.store, n.store, snaps, n.trans)
+	var logs raft.LogStore = snapshotLogs{LogStore: n.store, snaps: snaps}
+	if cfg.testLogs != nil {
+		logs = cfg.testLogs(logs)
+	}
+	n.raft, err = raft.NewRaft(rc, n.FSM, logs, n.store, snaps, n.trans)
 	if err != nil {
 		n.closeStores()
 		return nil, err
