@@ -295,7 +295,7 @@ func TestMetricsMove(t *testing.T) {
 	for _, s := range samples {
 		last[s.node] = s.m
 	}
-	for _, name := range []string{"eddy_objstore_errors_total", "eddy_ready", "eddy_view_stale_seconds", "eddy_frame_cache_evictions_total", "eddy_build_info", "eddy_raft_voters",
+	for _, name := range []string{"eddy_objstore_errors_total", "eddy_objstore_http_attempts_total", "eddy_ready", "eddy_view_stale_seconds", "eddy_frame_cache_evictions_total", "eddy_build_info", "eddy_raft_voters",
 		"go_gc_gomemlimit_bytes", "go_gc_heap_live_bytes"} {
 		for node, m := range last {
 			if _, n := family(m, name); n == 0 {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/eddy-backlinks/eddy/objstore/s3"
 )
 
 // Metrics are Prometheus metrics of object-store requests, by Kind; one
@@ -16,7 +18,13 @@ type Metrics struct {
 	Errors   *prometheus.CounterVec   // eddy_objstore_errors_total{kind,error}
 	Bytes    *prometheus.CounterVec   // eddy_objstore_bytes_total{kind}
 	Seconds  *prometheus.HistogramVec // eddy_objstore_request_seconds{kind}
+	// Attempts counts the HTTP requests an S3 store sent, its client's
+	// retries and hedged reads among them (OpenCounted).
+	Attempts *prometheus.CounterVec // eddy_objstore_http_attempts_total{method,result}
 }
+
+// attemptMethods are the HTTP methods the S3 client sends.
+var attemptMethods = []string{"GET", "PUT", "HEAD", "DELETE", "POST"}
 
 // NewMetrics makes unregistered metrics; Register adds them to a registry.
 // Every kind's series exist from the start (at zero).
@@ -26,6 +34,12 @@ func NewMetrics() *Metrics {
 		Errors:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_objstore_errors_total", Help: "Object-store requests that failed, by kind and error class (not_found, exists, range, invalid_key, canceled, other)."}, []string{"kind", "error"}),
 		Bytes:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_objstore_bytes_total", Help: "Object bytes moved by successful requests, by kind: read by get and get_range, written by put."}, []string{"kind"}),
 		Seconds:  prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "eddy_objstore_request_seconds", Help: "Object-store request latency, by kind.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"kind"}),
+		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_objstore_http_attempts_total", Help: "HTTP requests sent to an S3 bucket, by method and result (ok, client_error, slow_down, server_error, error: no answer, canceled): each retry of the S3 client and each hedged read is one, so a bucket that fails requests the client retries shows here while eddy_objstore_errors_total stays flat."}, []string{"method", "result"}),
+	}
+	for _, method := range attemptMethods {
+		for _, result := range s3.AttemptResults() {
+			m.Attempts.WithLabelValues(method, result)
+		}
 	}
 	for _, k := range Kinds() {
 		for _, class := range []string{"not_found", "exists", "range", "invalid_key", "canceled", "other"} {
@@ -40,7 +54,7 @@ func NewMetrics() *Metrics {
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Requests, m.Errors, m.Bytes, m.Seconds} {
+	for _, c := range []prometheus.Collector{m.Requests, m.Errors, m.Bytes, m.Seconds, m.Attempts} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

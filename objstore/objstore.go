@@ -134,7 +134,20 @@ const (
 //
 // The s3.Store holds idle HTTP connections; it implements io.Closer to let
 // them go.
-func Open(rawURL string) (Store, error) {
+func Open(rawURL string) (Store, error) { return open(rawURL, nil) }
+
+// OpenCounted opens the store at rawURL as Open does, and counts every
+// call made through it in m (Instrument), and for an S3 store every HTTP
+// request its client sends too (m.Attempts: retries and hedges).
+func OpenCounted(rawURL string, m *Metrics) (Store, error) {
+	s, err := open(rawURL, func(method, result string) { m.Attempts.WithLabelValues(method, result).Inc() })
+	if err != nil {
+		return nil, err
+	}
+	return Instrument(s, m), nil
+}
+
+func open(rawURL string, onAttempt func(method, result string)) (Store, error) {
 	if rawURL == "" {
 		return nil, fmt.Errorf("objstore: open: empty URL")
 	}
@@ -175,6 +188,7 @@ func Open(rawURL string) (Store, error) {
 		if err != nil {
 			return nil, err
 		}
+		cfg.OnAttempt = onAttempt
 		return s3.New(cfg)
 	default:
 		return nil, fmt.Errorf("objstore: open %q: unsupported scheme %q (want file or s3)", rawURL, u.Scheme)

@@ -315,16 +315,16 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 // openStore opens the object store at url, counted by metrics registered
 // with reg.
 func openStore(url string, reg prometheus.Registerer) (objstore.Store, error) {
-	store, err := objstore.Open(url)
-	if err != nil {
-		// The error may quote the URL: show it redacted.
-		return nil, fmt.Errorf("--store %s: %s", redactStore(url), strings.ReplaceAll(err.Error(), url, redactStore(url)))
-	}
 	m := objstore.NewMetrics()
 	if err := m.Register(reg); err != nil {
 		return nil, err
 	}
-	return objstore.Instrument(store, m), nil
+	store, err := objstore.OpenCounted(url, m)
+	if err != nil {
+		// The error may quote the URL: show it redacted.
+		return nil, fmt.Errorf("--store %s: %s", redactStore(url), strings.ReplaceAll(err.Error(), url, redactStore(url)))
+	}
+	return store, nil
 }
 
 // parseSources makes the --source values into sources, watched by the

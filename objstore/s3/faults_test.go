@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +27,15 @@ func TestThroughFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fp.Close()
-	s := newStore(t, fp.Endpoint(), uniquePrefix(t.Name()))
+	var mu sync.Mutex
+	attempts := map[string]int64{} // by result
+	s, err := s3.New(s3.Config{Endpoint: fp.Endpoint(), Region: "us-east-1", Bucket: miniotest.Bucket, Prefix: uniquePrefix(t.Name()),
+		Insecure: true, PathStyle: true, AccessKey: miniotest.AccessKey, SecretKey: miniotest.SecretKey,
+		OnAttempt: func(_, result string) { mu.Lock(); attempts[result]++; mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	ctx := context.Background()
 	fp.SetRate("", 0.1)
 	r := rand.New(rand.NewPCG(1, 2))
@@ -111,6 +121,36 @@ func TestThroughFaults(t *testing.T) {
 	}
 	by, total, requests := fp.Injected()
 	t.Logf("%d faults in %d requests: %v", total, requests, by)
+	// Every request the client sent is counted, with its outcome: the
+	// faults the calls above never saw (the client retried them) among them.
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("attempts by result: %v", attempts)
+	kinds := func(fault string) (n int64) {
+		for k, v := range by {
+			if strings.HasPrefix(k, fault+" ") {
+				n += v
+			}
+		}
+		return n
+	}
+	var sent int64
+	for _, n := range attempts {
+		sent += n
+	}
+	// (A hedge cancelled before it reached the proxy is counted, not seen.)
+	if sent < requests || sent-attempts[s3.AttemptCanceled] > requests {
+		t.Errorf("%d requests counted (%d cancelled), the proxy saw %d", sent, attempts[s3.AttemptCanceled], requests)
+	}
+	if got, want := attempts[s3.AttemptSlowDown], kinds(miniotest.FaultSlowDown); got != want {
+		t.Errorf("%d slow_down attempts counted, %d injected", got, want)
+	}
+	if got, want := attempts[s3.AttemptServerError], kinds(miniotest.FaultInternal); got != want {
+		t.Errorf("%d server_error attempts counted, %d injected", got, want)
+	}
+	if got, want := attempts[s3.AttemptError], kinds(miniotest.FaultReset); got < want || want == 0 {
+		t.Errorf("%d attempts without an answer counted, %d connections reset", got, want)
+	}
 	for f := range required {
 		if by[f] == 0 {
 			t.Errorf("no %q fault injected in 2,000 more tries: the schedule does not test it", f)

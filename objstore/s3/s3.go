@@ -69,6 +69,9 @@ type Config struct {
 	// Transport, if not nil, carries the HTTP requests; by default a new
 	// minio.DefaultTransport, whose idle connections Close releases.
 	Transport http.RoundTripper
+	// OnAttempt, if not nil, is told of every HTTP request sent (each
+	// retry and hedge among them): its method and outcome (AttemptOK ...).
+	OnAttempt func(method, result string)
 }
 
 // String describes the configuration without its secrets.
@@ -125,6 +128,10 @@ func New(cfg Config) (*Store, error) {
 		}
 		tr = t
 	}
+	idle, _ := tr.(interface{ CloseIdleConnections() })
+	if cfg.OnAttempt != nil {
+		tr = countingTransport{next: tr, on: cfg.OnAttempt}
+	}
 	lookup := minio.BucketLookupAuto
 	if cfg.PathStyle {
 		lookup = minio.BucketLookupPath
@@ -140,9 +147,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3: %w", err)
 	}
-	s := &Store{core: minio.Core{Client: client}, bucket: cfg.Bucket, prefix: prefix, cfg: cfg}
-	s.idle, _ = tr.(interface{ CloseIdleConnections() })
-	return s, nil
+	return &Store{core: minio.Core{Client: client}, bucket: cfg.Bucket, prefix: prefix, cfg: cfg, idle: idle}, nil
 }
 
 // Client returns the underlying minio-go client.

@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -47,7 +48,7 @@ func TestConfigFromURL(t *testing.T) {
 			t.Errorf("ConfigFromURL(%s): %v", c.url, err)
 			continue
 		}
-		if got != c.want {
+		if !reflect.DeepEqual(got, c.want) {
 			t.Errorf("ConfigFromURL(%s) =\n  %#v\nwant\n  %#v", c.url, got, c.want)
 		}
 	}
