@@ -96,6 +96,10 @@ type Admin struct {
 	// the leader: a follower forwards the call) and returns what to
 	// answer.
 	Compact func(ctx context.Context, req CompactRequest) (map[string]any, error)
+	// BackfillRestart, if set, asks every backfill source to crawl the
+	// network again (on the leader: a follower forwards the call) and
+	// returns what to answer.
+	BackfillRestart func(ctx context.Context) (map[string]any, error)
 	// Transfer, if set, hands the leadership over in place of
 	// Node.TransferLeadership (the write path stopped first:
 	// ingest.Supervisor.HandOver).
@@ -124,6 +128,7 @@ func (a *Admin) Handler() http.Handler {
 	mux.HandleFunc("POST /admin/remove", a.handleRemove)
 	mux.HandleFunc("POST /admin/transfer-leadership", a.handleTransfer)
 	mux.HandleFunc("POST /admin/compact", a.handleCompact)
+	mux.HandleFunc("POST /admin/backfill/restart", a.handleBackfillRestart)
 	return a.auth(mux)
 }
 
@@ -480,6 +485,31 @@ func (a *Admin) handleCompact(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, out)
 }
+
+func (a *Admin) handleBackfillRestart(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok || a.forward(w, r, body) {
+		return
+	}
+	if a.BackfillRestart == nil {
+		writeErr(w, http.StatusNotImplemented, "NotImplemented", "this node runs no write path")
+		return
+	}
+	out, err := a.BackfillRestart(r.Context())
+	if errors.Is(err, ErrNothingToDo) {
+		writeErr(w, http.StatusConflict, "NoBackfill", err.Error())
+		return
+	}
+	if err != nil {
+		writeErr(w, http.StatusServiceUnavailable, "RestartFailed", err.Error())
+		return
+	}
+	writeJSON(w, out)
+}
+
+// ErrNothingToDo: an admin request the leader has nothing to carry it out
+// with (a backfill restart without a backfill source); answered 409.
+var ErrNothingToDo = errors.New("nothing to do")
 
 // CallError is an error answer of the admin API.
 type CallError struct {

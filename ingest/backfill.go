@@ -90,6 +90,9 @@ type Backfill struct {
 	// state is the per-repository state (backfillstate.go), loaded from
 	// the published checkpoint when the backfill starts.
 	state atomic.Pointer[backfillState]
+	// restarted is the restart request this process took up last
+	// (backfill_restart.go), a string.
+	restarted atomic.Value
 
 	setupOnce  sync.Once
 	httpClient *http.Client   // when HTTP is nil
@@ -576,13 +579,21 @@ func (b *Backfill) Ingest(ctx context.Context, w *Writer, cursor string) error {
 		w.SetCursor(b.Name(), EOFCursor("resync-only"))
 		return nil
 	}
+	fresh := false // a restarted crawl: an empty state, not the published checkpoint
 	for wait := time.Duration(0); ; {
+		if req := b.restartAsked(w); req != "" { // asked before this leader, or while the last pass ran
+			b.restart(w, req)
+			cursor, fresh, wait = "", true, 0
+		}
 		crossing := !Done(cursor) // this pass, if it succeeds, reaches the listing's end
-		err := b.pass(ctx, w, cursor)
+		err := b.pass(ctx, w, cursor, fresh)
 		if err == nil && crossing && !b.NoCompaction {
 			if err := compactAfterBackfill(ctx, w.cfg.Node, b.Name()); err != nil {
 				w.log.Warn("backfill done; the full compaction after it is asked again by the next leader", "error", err)
 			}
+		}
+		if err == nil && b.restartAsked(w) != "" {
+			continue
 		}
 		if err == nil || ctx.Err() != nil || errors.Is(err, ErrLeadershipLost) {
 			return err
@@ -592,7 +603,9 @@ func (b *Backfill) Ingest(ctx context.Context, w *Writer, cursor string) error {
 		if sleepCtx(ctx, wait) != nil {
 			return nil
 		}
-		cursor = w.cfg.Node.FSM.Cursor(b.Name())
+		if !b.restartUnpublished(w) { // else the restarted crawl's first pages, unpublished: from the start again
+			cursor, fresh = w.cfg.Node.FSM.Cursor(b.Name()), false
+		}
 	}
 }
 

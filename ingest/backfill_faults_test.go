@@ -108,7 +108,7 @@ func TestBackfillListsRelayInactive(t *testing.T) {
 	defer relay.Close()
 	w, _, _, _ := testWriterOf(t, 1<<20)
 	b := &Backfill{Relay: relay.URL, PLC: faultPLC(t, pds.URL), NoCompaction: true}
-	if err := b.pass(context.Background(), w, ""); err != nil {
+	if err := b.pass(context.Background(), w, "", false); err != nil {
 		t.Fatal(err)
 	}
 	counts, _ := b.Progress()

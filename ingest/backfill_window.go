@@ -143,9 +143,13 @@ func (pw *pageWindow) failure() error {
 // pass enumerates and backfills every repository from cursor, up to
 // backfillPagesOpen pages in flight at once, and records with the writer
 // the cursor of each page written with every page before it. It returns
-// nil once every page is done.
-func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string) error {
+// nil once every page is done. It starts from the published checkpoint,
+// or, fresh (a restarted crawl), from an empty state.
+func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string, fresh bool) error {
 	key := w.cfg.Node.FSM.Cursor(b.Name() + StateCursorSuffix)
+	if fresh {
+		key = ""
+	}
 	st, err := loadBackfillState(ctx, w.cfg.Store, b.Name(), key)
 	if errors.Is(err, objstore.ErrNotFound) {
 		// Lost (it should never be): go on from the page cursor with a
@@ -163,6 +167,7 @@ func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string) error {
 	if Done(cursor) {
 		return b.retryFailed(ctx, w, cursor)
 	}
+	recrawl := b.recrawl(w)
 	conc := b.Concurrency
 	if conc <= 0 {
 		conc = DefaultBackfillConcurrency
@@ -198,11 +203,16 @@ func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string) error {
 				// Gone (deactivated, taken down, ...): nothing to fetch;
 				// account events revoke. An account the relay marks
 				// inactive for its own reasons (desynchronized,
-				// throttled) is still there: fetched.
+				// throttled) is still there: fetched. A crawl after a
+				// restart asks its PDS all the same: the index may hold
+				// the account's links from before, and an answer that
+				// the repository is gone revokes them.
 				st.mu.Lock()
 				st.cp.Inactive++
 				st.mu.Unlock()
-				continue
+				if !recrawl {
+					continue
+				}
 			}
 			select {
 			case sem <- struct{}{}:

@@ -93,7 +93,7 @@ func TestBackfillSlowRepositoryHoldsOnlyItsPage(t *testing.T) {
 	wr, _, _, _ := testWriterOf(t, 1<<20)
 	b := &Backfill{Relay: relay.URL, PLC: plc.URL, DIDWeb: plc.URL, NoCompaction: true}
 	done := make(chan error, 1)
-	go func() { done <- b.pass(context.Background(), wr, "") }()
+	go func() { done <- b.pass(context.Background(), wr, "", false) }()
 
 	// Every repository of the two pages after the slow one's is fetched
 	// while it is held.
@@ -195,7 +195,7 @@ func BenchmarkBackfillSlowRepositories(b *testing.B) {
 				wr, _, _, _ := testWriterOf(b, 64<<20)
 				bf := &Backfill{Relay: relay.URL, PLC: plc.URL, DIDWeb: plc.URL, NoCompaction: true, pagesOpen: open}
 				start := time.Now()
-				if err := bf.pass(context.Background(), wr, ""); err != nil {
+				if err := bf.pass(context.Background(), wr, "", false); err != nil {
 					b.Fatal(err)
 				}
 				wall += time.Since(start)

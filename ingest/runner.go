@@ -356,15 +356,22 @@ func (r *Runner) runSource(ctx context.Context, cancel context.CancelCauseFunc, 
 	name := s.Name()
 	w.sourcesStarted.Add(1)
 	w.activity.Add(1)
-	err := s.Ingest(ctx, w, r.Config.Node.FSM.Cursor(name))
-	if err != nil && ctx.Err() == nil {
-		w.log.Error("source stopped", "source", name, "error", err)
-		if errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrWriterFailed) {
-			cancel(err) // the supervisor starts the write path again
+	for {
+		err := s.Ingest(ctx, w, r.Config.Node.FSM.Cursor(name))
+		if err != nil && ctx.Err() == nil {
+			w.log.Error("source stopped", "source", name, "error", err)
+			if errors.Is(err, ErrLeadershipLost) || errors.Is(err, ErrWriterFailed) {
+				cancel(err) // the supervisor starts the write path again
+			}
 		}
-	}
-	if ctx.Err() == nil {
-		w.sourceStopped(name) // the resyncs waiting for it wait no more
+		if ctx.Err() == nil {
+			w.sourceStopped(name) // the resyncs waiting for it wait no more
+		}
+		// A backfill that is done crawls again when asked (eddy-ctl
+		// backfill restart: backfill_restart.go).
+		if b, ok := s.(*Backfill); !ok || err != nil || b.ResyncOnly || !b.waitRestart(ctx, w) {
+			return
+		}
 	}
 }
 

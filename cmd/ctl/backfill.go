@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 
@@ -13,12 +14,13 @@ import (
 
 func init() {
 	register("backfill", command{
-		summary: "show the full-network backfill's progress: backfill status --addr ADMIN [--json]",
+		summary: "show the full-network backfill's progress, or crawl again: backfill status|restart --addr ADMIN [--json]",
 		run:     runBackfill,
 	})
 }
 
 const backfillUsage = `Usage: eddy-ctl backfill status --addr ADMIN_ADDRS [--token-file FILE] [--json]
+       eddy-ctl backfill restart --yes --addr ADMIN_ADDRS [--token-file FILE] [--json]
 
 Shows each backfill source of the cluster as its leader sees it: the
 committed listRepos cursor (a new leader resumes from it; "eof:..." once
@@ -28,6 +30,17 @@ failed: listed with their errors, retried after the listing and by each
 new leader) and in flight, from the checkpoint the leaders publish; and
 how many repositories wait for a resync (account reactivations, sync
 events).
+
+restart asks each backfill source of the leader (but resync_only ones)
+to crawl every repository again, from the first page with a new
+checkpoint: each repository is written again whole, its earlier links
+revoked, so the index comes to hold the network as it is now, every link
+once (what brings back links an older release did not extract, or a
+lost table held: docs/operations.md, "Crawling again"). It costs what
+the first crawl cost, and the bucket holds the revoked links until the
+full compaction the crawl's end asks for. A pass running when it is
+asked ends first. The request is replicated: if leadership moves, the
+next leader carries it out. --yes is required.
 
 Flags:
 `
@@ -40,9 +53,12 @@ type backfillReport struct {
 }
 
 func runBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "restart" {
+		return runBackfillRestart(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "status" {
 		fmt.Fprint(stderr, backfillUsage)
-		return fmt.Errorf("%w: backfill takes the subcommand status", errUsage)
+		return fmt.Errorf("%w: backfill takes the subcommand status or restart", errUsage)
 	}
 	fs, af := adminFlagSet("backfill status", backfillUsage, stderr)
 	if err := parseAdminArgs(fs, args[1:]); err != nil {
@@ -108,5 +124,37 @@ func runBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	fmt.Fprintf(stdout, "repositories waiting for a resync: %d\n", rep.ResyncsPending)
+	return nil
+}
+
+// runBackfillRestart asks the leader's backfill sources to crawl again.
+func runBackfillRestart(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, af := adminFlagSet("backfill restart", backfillUsage, stderr)
+	yes := fs.Bool("yes", false, "crawl every repository again (as long as the first crawl took)")
+	if err := parseAdminArgs(fs, args); err != nil {
+		return err
+	}
+	if !*yes {
+		return fmt.Errorf("%w: backfill restart fetches every repository of the network again; say --yes", errUsage)
+	}
+	c, ctx, cancel, err := af.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	var resp struct {
+		Sources []string `json:"sources"`
+		Request string   `json:"request"`
+		Leader  string   `json:"leader"`
+	}
+	// Asking twice before the crawl starts asks once; asked once it has
+	// started, the crawl starts again when its pass ends.
+	if err := adminCall(ctx, c, http.MethodPost, "/admin/backfill/restart", struct{}{}, &resp, false, stderr, "backfill restart"); err != nil {
+		return err
+	}
+	if af.json {
+		return printJSON(stdout, resp)
+	}
+	fmt.Fprintf(stdout, "crawl again asked of leader %s: %s (\"eddy-ctl backfill status\" shows its progress)\n", resp.Leader, strings.Join(resp.Sources, ", "))
 	return nil
 }

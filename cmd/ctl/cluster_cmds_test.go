@@ -227,10 +227,16 @@ func startNode(t *testing.T, certDir, token, id string, bootstrap bool) *testNod
 		}
 		return compact(ctx, req)
 	}
+	// A backfill source, as eddy-node's configuration gives (no write
+	// path runs here: the request is only replicated).
+	admin.BackfillRestart = ingest.AdminBackfillRestart(n.node, []ingest.Source{&ingest.Backfill{Relay: testRelay}})
 	n.srv = &http.Server{Handler: admin.Handler()}
 	go n.srv.Serve(ln)
 	return n
 }
+
+// testRelay is the test nodes' backfill source's relay.
+const testRelay = "https://relay.example"
 
 // statusJSON runs status --json until ok accepts the answer.
 func statusJSON(t *testing.T, what string, ok func([]cluster.NodeStatus) bool, args ...string) []cluster.NodeStatus {
@@ -419,7 +425,20 @@ func TestClusterCommands(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	for _, bad := range [][]string{{"compact"}, {"compact", "--full", "--cancel"}} {
+	// A crawl again, asked through a follower: replicated to every node;
+	// without --yes a usage error.
+	out = mustCtl(t, append([]string{"backfill", "restart", "--yes", "--addr", asked.admin}, auth...)...)
+	if !strings.Contains(out, "crawl again asked of leader "+leader+": backfill:"+testRelay) {
+		t.Fatalf("backfill restart: %s", out)
+	}
+	for _, n := range nodes {
+		for deadline := time.Now().Add(5 * time.Second); n.node.FSM.Setting("backfill_restart:backfill:"+testRelay) == ""; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s holds no backfill restart request", n.id)
+			}
+		}
+	}
+	for _, bad := range [][]string{{"compact"}, {"compact", "--full", "--cancel"}, {"backfill", "restart"}} {
 		if code, _, _ := ctl(t, append(append(bad, "--addr", asked.admin), auth...)...); code != 2 {
 			t.Fatalf("%v: exit %d, want 2", bad, code)
 		}

@@ -237,6 +237,9 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	// eddy-ctl compact --full (forwarded to the leader): a replicated
 	// request, carried out by whichever node leads.
 	admin.Compact = ingest.AdminCompact(node)
+	// eddy-ctl backfill restart: the same, for a crawl of every repository
+	// again by the backfill sources.
+	admin.BackfillRestart = ingest.AdminBackfillRestart(node, sources)
 	// A compaction cut short by a crash left its spill (gigabytes at
 	// scale): removed now, whatever this node's role.
 	spillDir := filepath.Join(c.dataDir, "spill")
