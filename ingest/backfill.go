@@ -153,19 +153,23 @@ func (b *Backfill) setup() {
 			t.MaxIdleConnsPerHost = conc
 			t.MaxIdleConns = max(t.MaxIdleConns, 4*conc)
 			b.httpClient = &http.Client{Timeout: backfillHTTPTimeout, Transport: t}
-			b.remoteHTTP = b.httpClient
 			if b.Private == nil && b.privateAllowed() && b.Log != nil {
 				// The default follows the relay's and directory's
 				// addresses: say so, since it opens the private network
 				// to whatever host a DID document names.
 				b.Log.Warn("the relay, PLC directory or did:web host is on a private address, so the backfill also fetches from PDSes and did:web hosts on private addresses; add &private=false to the source to refuse them")
 			}
+			// The hosts DID documents name answer uncompressed: a gzip
+			// body a thousand times smaller than what it decodes to
+			// would cost a stranger's host nothing and the leader up to
+			// the CAR bound (repoBytesMax) of memory.
+			rt := t.Clone()
+			rt.DisableCompression = true
 			if !b.privateAllowed() {
-				rt := t.Clone()
 				rt.DialContext = publicDialer().DialContext
 				rt.Proxy = nil // a proxy would dial for us
-				b.remoteHTTP = &http.Client{Timeout: backfillHTTPTimeout, Transport: rt}
 			}
+			b.remoteHTTP = &http.Client{Timeout: backfillHTTPTimeout, Transport: rt}
 		}
 	})
 }
@@ -222,19 +226,15 @@ func (b *Backfill) putBufs(rb *repoBufs) {
 }
 
 // readBody reads r to its end into buf (reused), failing beyond max bytes.
-// A known size (Content-Length) is allocated at once; otherwise the buffer
-// doubles. grow, when set, is asked for each buffer's size before the
-// buffer is used (the repository's share of the backfill's memory).
+// The buffer doubles as the bytes arrive, never past a known size
+// (Content-Length) and one byte: a size is a claim, and a server that
+// announces a large body and sends nothing holds no more of the memory
+// than it sent (with every other repository waiting for it). grow, when
+// set, is asked for each buffer's size before the buffer is used (the
+// repository's share of the backfill's memory).
 func readBody(r io.Reader, size int64, max int, buf []byte, grow func(int) error) ([]byte, error) {
 	buf = buf[:0]
-	if size > 0 && size <= int64(max) && int(size) >= cap(buf) {
-		if grow != nil {
-			if err := grow(int(size) + 1); err != nil {
-				return buf, err
-			}
-		}
-		buf = make([]byte, 0, size+1)
-	} else if grow != nil {
+	if grow != nil {
 		if err := grow(cap(buf)); err != nil {
 			return buf, err
 		}
@@ -242,6 +242,9 @@ func readBody(r io.Reader, size int64, max int, buf []byte, grow func(int) error
 	for {
 		if len(buf) == cap(buf) {
 			n := min(2*cap(buf)+4096, max+1)
+			if size > 0 && size <= int64(max) && int(size) >= cap(buf) {
+				n = min(n, int(size)+1)
+			}
 			if grow != nil {
 				if err := grow(n); err != nil {
 					return buf, err
@@ -320,15 +323,11 @@ func (b *Backfill) resolvePDS(ctx context.Context, did string) (string, error) {
 	case strings.HasPrefix(did, "did:web:") && b.DIDWeb != "":
 		docURL = strings.TrimRight(b.DIDWeb, "/") + "/" + did
 	case strings.HasPrefix(did, "did:web:"):
-		host, err := url.PathUnescape(strings.TrimPrefix(did, "did:web:"))
-		if err != nil || strings.ContainsAny(host, "/:") && !strings.HasPrefix(host, "localhost") && !strings.HasPrefix(host, "127.0.0.1") {
-			return "", fmt.Errorf("did:web %q: unsupported host", did)
+		u, err := didWebURL(did)
+		if err != nil {
+			return "", err
 		}
-		scheme := "https"
-		if strings.HasPrefix(host, "localhost") || strings.HasPrefix(host, "127.0.0.1") {
-			scheme = "http"
-		}
-		docURL = scheme + "://" + host + "/.well-known/did.json"
+		docURL = u
 		hc = b.remoteClient() // a host the DID names
 	default:
 		return "", fmt.Errorf("DID method of %q not supported", did)
@@ -415,32 +414,71 @@ func (b *Backfill) fetchRepo(ctx context.Context, did string, buf []byte, share 
 			return nil, err
 		}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, pds+"/xrpc/com.atproto.sync.getRepo?did="+url.QueryEscape(did), nil)
+	// The PDS must keep sending: a fetch that gets less than progressMin
+	// bytes in a progressWindow (but while it waits for its memory share)
+	// is given up, not left to the request's whole timeout, for which it
+	// would hold its host's slot and one of the backfill's.
+	pctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	prog := &progress{}
+	go prog.watch(pctx, cancel, progressWindow)
+	req, err := http.NewRequestWithContext(pctx, http.MethodGet, pds+"/xrpc/com.atproto.sync.getRepo?did="+url.QueryEscape(did), nil)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := b.remoteClient().Do(req)
 	if err != nil {
-		return nil, err
+		return nil, prog.cause(pctx, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, err := io.ReadAll(io.LimitReader(resp.Body, didDocBytesMax))
 		if err != nil {
-			return nil, err
+			return nil, prog.cause(pctx, err)
 		}
 		return nil, newHTTPError(resp, body, time.Now())
 	}
-	return readBody(resp.Body, resp.ContentLength, repoBytesMax, buf, func(n int) error { return share.grow(ctx, n) })
+	car, err := readBody(prog.reader(resp.Body), resp.ContentLength, repoBytesMax, buf, func(n int) error {
+		return prog.wait(func() error { return share.grow(ctx, n) })
+	})
+	return car, prog.cause(pctx, err)
+}
+
+// didWebURL is the address of a did:web's document: a host name alone
+// (atproto's did:web has no path), over HTTPS; only localhost and
+// 127.0.0.1, which test setups use, may add a port and are asked over
+// HTTP. Before, a name that began with either (localhost.example.net)
+// could choose a port, a path and a query, and plain HTTP.
+func didWebURL(did string) (string, error) {
+	host, err := url.PathUnescape(strings.TrimPrefix(did, "did:web:"))
+	name, port, hasPort := strings.Cut(host, ":")
+	local := name == "localhost" || name == "127.0.0.1"
+	if err != nil || name == "" || strings.ContainsAny(host, "/?#@%\\[] ") ||
+		hasPort && (!local || port == "" || strings.Trim(port, "0123456789") != "") {
+		return "", fmt.Errorf("did:web %q: unsupported host", did)
+	}
+	if local {
+		return "http://" + host + "/.well-known/did.json", nil
+	}
+	return "https://" + host + "/.well-known/did.json", nil
 }
 
 // gone reports whether an error says the repository no longer exists (it
-// is then not retried: its revocation stands).
+// is then not retried: its revocation stands): an XRPC error that names
+// it so, or 410 Gone (the PLC directory's answer for a tombstoned DID).
+// A bare 404 is not: a proxy's error page, a PDS being deployed or a PLC
+// mirror behind answer one for a repository that exists, whose links a
+// revocation would take away.
 func gone(err error) bool {
 	var he *httpError
-	return errors.As(err, &he) && (he.status == http.StatusNotFound || (he.status == http.StatusBadRequest &&
-		(strings.Contains(he.body, "RepoNotFound") || strings.Contains(he.body, "RepoTakendown") ||
-			strings.Contains(he.body, "RepoDeactivated") || strings.Contains(he.body, "RepoSuspended"))))
+	if !errors.As(err, &he) {
+		return false
+	}
+	switch he.xrpc {
+	case "RepoNotFound", "RepoTakendown", "RepoDeactivated", "RepoSuspended":
+		return he.status >= 400 && he.status < 500
+	}
+	return he.status == http.StatusGone
 }
 
 // errResyncFailed: a resync could not fetch the repository; its replicated

@@ -146,3 +146,20 @@ func TestRepoMemoryShares(t *testing.T) {
 		t.Fatalf("after the big one: held %d, %v", c.held, err)
 	}
 }
+
+// A size announced (Content-Length) is not taken from the memory before
+// the bytes arrive: a body that announces 10 MB and sends 1,000 bytes
+// before it stalls has asked for a few KB; a body longer than it
+// announced is still read whole.
+func TestReadBodyTrustsNoSize(t *testing.T) {
+	asked := 0
+	r := io.MultiReader(strings.NewReader(strings.Repeat("x", 1000)), errReader{}) // then the connection fails
+	if _, err := readBody(r, 10<<20, 20<<20, nil, func(n int) error { asked = n; return nil }); err != io.ErrUnexpectedEOF || asked > 16<<10 {
+		t.Fatalf("asked %d bytes of the memory for 1,000 received (%v)", asked, err)
+	}
+	body := bytes.Repeat([]byte("y"), 100_000)
+	got, err := readBody(&chunkReader{bytes.NewReader(body), 3000}, 50_000, len(body), nil, nil)
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("a body longer than announced: %d bytes, %v", len(got), err)
+	}
+}

@@ -26,6 +26,8 @@ type httpError struct {
 	// retryAfter is the answer's Retry-After (0: none), at most
 	// retryAfterMax.
 	retryAfter time.Duration
+	// xrpc is the answer's XRPC error name ("": not an XRPC error body).
+	xrpc string
 }
 
 func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.body) }
@@ -41,7 +43,9 @@ const (
 
 // newHTTPError makes the error of resp, whose body (or its start) is body.
 func newHTTPError(resp *http.Response, body []byte, now time.Time) *httpError {
-	return &httpError{status: resp.StatusCode, body: errorText(body), retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), now)}
+	var xe struct{ Error string }
+	json.Unmarshal(body, &xe)
+	return &httpError{status: resp.StatusCode, body: errorText(body), retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), now), xrpc: xe.Error}
 }
 
 // errorText is an error answer's XRPC "error: message", else its body's

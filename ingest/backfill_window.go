@@ -180,6 +180,7 @@ func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string, fresh boo
 	if open <= 0 {
 		open = backfillPagesOpen
 	}
+	seen := map[string]struct{}{} // the pass's page cursors (~40k at the network's size)
 	for {
 		if err := pw.wait(ctx, open); err != nil {
 			return err
@@ -233,12 +234,22 @@ func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string, fresh boo
 			})
 		}
 		pw.seal(p)
-		if page.Cursor == "" || len(page.Repos) == 0 {
+		// Only a page without a cursor ends the listing: a relay may
+		// answer an empty page with one (a page whose accounts it left
+		// out), and the pages after it still hold repositories.
+		if page.Cursor == "" {
 			if err := pw.wait(ctx, 1); err != nil {
 				return err
 			}
 			return b.retryFailed(ctx, w, EOFCursor(cursor))
 		}
+		// A cursor that comes back would list the same pages for ever:
+		// the pass fails (logged, and tried again from the published
+		// cursor after a backoff) instead.
+		if _, again := seen[page.Cursor]; again || page.Cursor == cursor {
+			return fmt.Errorf("listRepos: the relay answered cursor %q again after %q: its listing loops", page.Cursor, cursor)
+		}
+		seen[page.Cursor] = struct{}{}
 		cursor = page.Cursor
 	}
 }
