@@ -49,7 +49,11 @@ func (p *presentRepos) Resync(ctx context.Context, w *Writer, did string) error 
 	rev, gate := p.rev[did], p.gate[did]
 	p.mu.Unlock()
 	if gate != nil {
-		<-gate
+		select {
+		case <-gate:
+		case <-ctx.Done(): // a test that failed before it opened the gate
+			return ctx.Err()
+		}
 	}
 	if !w.ResyncReady(did, rev) {
 		p.done <- did + " held"
@@ -400,4 +404,31 @@ func TestTooBigCommitAsksForAResync(t *testing.T) {
 	if j := <-w.resync; j.did != did {
 		t.Fatalf("queued %+v", j)
 	}
+}
+
+// A resync whose PDS stalls holds one of the loop's resyncConcurrency
+// fetches, not every account's resync behind it; one account's resyncs
+// still run one at a time, in the order asked.
+func TestResyncsDoNotWaitForAStalledOne(t *testing.T) {
+	f := newResyncFixture(t)
+	const (
+		a = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
+		b = "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
+	)
+	gate := make(chan struct{})
+	f.repos.mu.Lock()
+	f.repos.gate[a] = gate
+	f.repos.mu.Unlock()
+	f.repos.at(a, f.t0)
+	f.repos.at(b, f.t0)
+	f.apply(jsAccount(t, f.t0.Add(time.Second), a, true))
+	f.apply(jsAccount(t, f.t0.Add(2*time.Second), a, true)) // asked again while the first is in flight
+	f.apply(jsAccount(t, f.t0.Add(3*time.Second), b, true))
+	f.repos.expect(t, b+" written") // a's PDS still stalls
+	f.repos.expectNone(t)           // a's second resync waits for its first
+	close(gate)
+	f.repos.expect(t, a+" written")
+	f.repos.expect(t, a+" written")
+	f.marker(a, "", "both of a's resyncs written")
+	f.marker(b, "", "b's written")
 }

@@ -376,48 +376,96 @@ func (r *Runner) runSource(ctx context.Context, cancel context.CancelCauseFunc, 
 }
 
 // resyncLoop fetches again, through b, each repository the writer queues
-// for a resync, until ctx ends. The writer may hold one back
-// (Writer.ResyncReady: deferred or cancelled; resync.go).
+// for a resync, until ctx ends: up to resyncConcurrency repositories at
+// once (a PDS that stalls holds one of them, not every account's resync
+// behind it), one account's resyncs one at a time in the order asked.
+// The writer may hold one back (Writer.ResyncReady: deferred or
+// cancelled; resync.go).
 func (r *Runner) resyncLoop(ctx context.Context, w *Writer, b Backfiller) {
 	tick := time.NewTicker(resyncIdle / 4)
 	defer tick.Stop()
 	var iw idleWatch
 	var retrying atomic.Int64 // failed resyncs waiting to be tried again
+	type result struct {
+		job resyncJob
+		err error
+	}
+	results := make(chan result)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	// running: by DID in flight, the jobs of that DID asked meanwhile.
+	running := map[string][]resyncJob{}
+	start := func(job resyncJob) {
+		w.beginResync(job)
+		wg.Go(func() {
+			err := b.Resync(ctx, w, job.did)
+			w.endResync(job)
+			select {
+			case results <- result{job, err}:
+			case <-ctx.Done():
+			}
+		})
+	}
 	for {
+		var in <-chan resyncJob // nil while resyncConcurrency are in flight
+		if len(running) < resyncConcurrency {
+			in = w.resync
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
 			w.releaseUnplaced(iw.idle(w, now))
-		case job := <-w.resync:
-			w.beginResync(job)
-			err := b.Resync(ctx, w, job.did)
-			w.endResync(job)
-			if errors.Is(err, ErrResyncHeld) {
-				continue // deferred (queued again later) or cancelled
-			}
-			if err != nil {
-				if ctx.Err() == nil {
-					job.failed++
-					wait := resyncRetry(job.failed)
-					if retrying.Load() >= resyncQueueMax {
-						// As many wait as the queue holds: this one's marker
-						// stays for the next term.
-						w.log.Warn("resync failed; too many wait to be tried again: left to the next term", "did", job.did, "error", err)
-						continue
-					}
-					w.log.Warn("resync failed; trying again later", "did", job.did, "error", err, "retry_in", wait, "failures", job.failed)
-					retrying.Add(1)
-					go func() {
-						defer retrying.Add(-1)
-						retryResync(ctx, w, job, wait)
-					}()
-				}
+		case job := <-in:
+			if q, busy := running[job.did]; busy {
+				running[job.did] = append(q, job)
 				continue
 			}
-			w.resyncDone(job)
+			running[job.did] = nil
+			start(job)
+		case res := <-results:
+			resyncEnded(ctx, w, res.job, res.err, &retrying)
+			if q := running[res.job.did]; len(q) > 0 {
+				running[res.job.did] = q[1:]
+				start(q[0])
+			} else {
+				delete(running, res.job.did)
+			}
 		}
 	}
+}
+
+// resyncConcurrency: the repositories the resync loop fetches at once.
+const resyncConcurrency = 4
+
+// resyncEnded records how job's fetch ended: written (its marker goes),
+// held back (deferred or cancelled), or failed (tried again later, while
+// fewer than resyncQueueMax wait for that).
+func resyncEnded(ctx context.Context, w *Writer, job resyncJob, err error, retrying *atomic.Int64) {
+	if errors.Is(err, ErrResyncHeld) {
+		return // deferred (queued again later) or cancelled
+	}
+	if err == nil {
+		w.resyncDone(job)
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	job.failed++
+	wait := resyncRetry(job.failed)
+	if retrying.Load() >= resyncQueueMax {
+		// As many wait as the queue holds: this one's marker stays for
+		// the next term.
+		w.log.Warn("resync failed; too many wait to be tried again: left to the next term", "did", job.did, "error", err)
+		return
+	}
+	w.log.Warn("resync failed; trying again later", "did", job.did, "error", err, "retry_in", wait, "failures", job.failed)
+	retrying.Add(1)
+	go func() {
+		defer retrying.Add(-1)
+		retryResync(ctx, w, job, wait)
+	}()
 }
 
 // retryResync queues job again after wait, unless the term ends first (a
