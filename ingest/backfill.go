@@ -617,7 +617,8 @@ func (b *Backfill) Ingest(ctx context.Context, w *Writer, cursor string) error {
 		w.SetCursor(b.Name(), EOFCursor("resync-only"))
 		return nil
 	}
-	fresh := false // a restarted crawl: an empty state, not the published checkpoint
+	b.restarted.Store("") // a request taken up by an earlier write path, unpublished, is taken up again
+	fresh := false        // a restarted crawl: an empty state, not the published checkpoint
 	for wait := time.Duration(0); ; {
 		if req := b.restartAsked(w); req != "" { // asked before this leader, or while the last pass ran
 			b.restart(w, req)
@@ -626,7 +627,7 @@ func (b *Backfill) Ingest(ctx context.Context, w *Writer, cursor string) error {
 		crossing := !Done(cursor) // this pass, if it succeeds, reaches the listing's end
 		err := b.pass(ctx, w, cursor, fresh)
 		if err == nil && crossing && !b.NoCompaction {
-			if err := compactAfterBackfill(ctx, w.cfg.Node, b.Name()); err != nil {
+			if err := compactAfterBackfill(ctx, w.cfg.Node, b.Name(), b.restartOf(w)); err != nil {
 				w.log.Warn("backfill done; the full compaction after it is asked again by the next leader", "error", err)
 			}
 		}

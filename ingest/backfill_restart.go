@@ -8,6 +8,7 @@ import (
 
 	"github.com/eddy-backlinks/eddy/cluster"
 	"github.com/eddy-backlinks/eddy/fsm"
+	"github.com/eddy-backlinks/eddy/link"
 )
 
 // Crawling the network again: an operator's request (eddy-ctl backfill
@@ -28,10 +29,12 @@ import (
 // empty state, and the writer publishes, in its next flush, the page
 // cursor and the checkpoint's key deleted and the request carried out
 // (backfillRestartedKey + the name, a cursor); a leader lost before that
-// flush leaves the request to the next one, which starts it again. The
-// request also deletes the setting that says the backfill's end asked for
-// a full compaction: the crawl's end asks again, and that merge drops the
-// links the crawl revoked.
+// flush leaves the request to the next one, which starts it again (the
+// mark that this process took a request up is one Ingest's: a write path
+// started again takes an unpublished request up again). The end of the
+// crawl a restart began asks for a full compaction again
+// (compactAfterBackfill: the setting that records the ask names the
+// restart), and that merge drops the links the crawl revoked.
 const (
 	backfillRestartKey   = "backfill_restart:"
 	backfillRestartedKey = "backfill_restarted:"
@@ -43,10 +46,8 @@ const (
 func RequestBackfillRestart(ctx context.Context, node *cluster.Node, names []string) (string, error) {
 	req := strconv.FormatInt(time.Now().UnixNano(), 10)
 	for _, name := range names {
-		for _, s := range []fsm.Setting{{Key: backfillRestartKey + name, Value: req}, {Key: backfillCompactedKey + name}} {
-			if _, err := node.Propose(ctx, fsm.TypeSetting, 0, &s); err != nil {
-				return "", fmt.Errorf("restart %s: %w", name, err)
-			}
+		if _, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: backfillRestartKey + name, Value: req}); err != nil {
+			return "", fmt.Errorf("restart %s: %w", name, err)
 		}
 	}
 	return req, nil
@@ -111,12 +112,35 @@ func (b *Backfill) restart(w *Writer, req string) {
 	w.log.Warn("backfill restarted: crawling every repository again from the first page", "source", name, "request", req)
 }
 
-// recrawl says whether b's crawl is one a restart began (this process's
-// or a predecessor's): the index may hold links of repositories from an
-// earlier crawl.
-func (b *Backfill) recrawl(w *Writer) bool {
-	took, _ := b.restarted.Load().(string)
-	return took != "" || w.cfg.Node.FSM.Cursor(backfillRestartedKey+b.Name()) != ""
+// restartOf returns the restart request that began b's crawl (taken up
+// by this process, or carried out by a predecessor), "" for the first
+// crawl.
+func (b *Backfill) restartOf(w *Writer) string {
+	if took, _ := b.restarted.Load().(string); took != "" {
+		return took
+	}
+	return w.cfg.Node.FSM.Cursor(backfillRestartedKey + b.Name())
+}
+
+// recrawl says whether b's crawl is one a restart began: the index may
+// hold links of repositories from an earlier crawl.
+func (b *Backfill) recrawl(w *Writer) bool { return b.restartOf(w) != "" }
+
+// revokeRepo revokes the repository of did (an account the relay lists
+// as gone, met by a crawl after a restart) without fetching it, as its
+// account event does: every link it wrote before goes.
+func (b *Backfill) revokeRepo(ctx context.Context, w *Writer, did string, _ bool) error {
+	if !link.ValidDID(did) {
+		b.skip("bad_did", did, nil)
+		return nil
+	}
+	stamp, err := w.ReserveStamp(ctx)
+	if err != nil {
+		return err
+	}
+	b.stats.add(func(s *BackfillStats) { s.Gone++ })
+	b.setState(did, RepoGone, "", nil)
+	return w.ApplyRepo(ctx, b.Name(), did, stamp, nil)
 }
 
 // waitRestart waits, after b's crawl is done, until a restart is asked

@@ -3,6 +3,11 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,12 +57,9 @@ func TestBackfillRestartCrawlsAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if node.FSM.Setting(backfillCompactedKey+bf.Name()) != "" {
-		t.Fatal("the restart left the first crawl's full compaction marked as asked")
-	}
 	waitFor("the second crawl", func() bool {
 		return node.FSM.Cursor(backfillRestartedKey+bf.Name()) == req && Done(node.FSM.Cursor(bf.Name())) &&
-			node.FSM.Setting(backfillCompactedKey+bf.Name()) != "" && node.FSM.Cursor(bf.Name()+StateCursorSuffix) != key
+			node.FSM.Setting(backfillCompactedKey+bf.Name()) == "restart:"+req && node.FSM.Cursor(bf.Name()+StateCursorSuffix) != key
 	})
 	second, _ := bf.Progress()
 	t.Logf("first crawl %v, second %v", first, second)
@@ -86,5 +88,100 @@ func TestBackfillRestartWithoutBackfill(t *testing.T) {
 	out, err := AdminBackfillRestart(node, []Source{&Backfill{Relay: "https://relay.example"}})(context.Background())
 	if err != nil || node.FSM.Setting(backfillRestartKey+"backfill:https://relay.example") != out["request"] {
 		t.Fatalf("%v %v: the request is not the setting", out, err)
+	}
+}
+
+// A restart taken up by a write path that ended before its flush
+// published it (a failed flush, leadership lost and won back) is taken up
+// again by the next write path: before, the backfill object remembered
+// taking it up and the next one went on from the old crawl's end, the
+// request never carried out.
+func TestBackfillRestartTakenUpAgain(t *testing.T) {
+	var lists atomic.Int32
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		lists.Add(1)
+		fmt.Fprint(w, `{"repos":[]}`)
+	}))
+	defer relay.Close()
+	w, node, _, _ := testWriterOf(t, 1<<20)
+	b := &Backfill{Relay: relay.URL, NoCompaction: true}
+	ctx := context.Background()
+	req, err := RequestBackfillRestart(ctx, node, []string{b.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.restarted.Store(req) // taken up by the last write path, which ended before its flush
+	if err := b.Ingest(ctx, w, EOFCursor("old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if lists.Load() == 0 || node.FSM.Cursor(backfillRestartedKey+b.Name()) != req {
+		t.Fatalf("%d listings, restart mark %q: the request was not carried out", lists.Load(), node.FSM.Cursor(backfillRestartedKey+b.Name()))
+	}
+}
+
+// A restart asked while a crawl runs: that crawl ends first (its end asks
+// for a full compaction), then the crawl starts again, and its own end
+// asks for one more; before, the first end's ask stood for both.
+func TestBackfillRestartDuringACrawl(t *testing.T) {
+	gate := make(chan struct{})
+	var once sync.Once
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { <-gate })
+		fmt.Fprint(w, `{"repos":[]}`)
+	}))
+	defer relay.Close()
+	w, node, _, _ := testWriterOf(t, 1<<20)
+	b := &Backfill{Relay: relay.URL}
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() { done <- b.Ingest(ctx, w, "") }()
+	time.Sleep(100 * time.Millisecond) // the first listing waits
+	req, err := RequestBackfillRestart(ctx, node, []string{b.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := node.FSM.Setting(backfillCompactedKey + b.Name()); got != "restart:"+req || node.FSM.Cursor(backfillRestartedKey+b.Name()) != req {
+		t.Fatalf("full compaction asked as %q, restart mark %q: want the restart %s's", got, node.FSM.Cursor(backfillRestartedKey+b.Name()), req)
+	}
+}
+
+// A crawl after a restart revokes an account the relay lists as gone
+// without asking its PDS, which may still serve it (taken down by the
+// relay alone): before, it was fetched and its links written back.
+func TestRecrawlRevokesAccountsListedGone(t *testing.T) {
+	world, dids := carWorld(t)
+	var fetched atomic.Int32
+	pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetched.Add(1)
+		serveCAR(w, r, world)
+	}))
+	defer pds.Close()
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"repos":[{"did":%q,"active":false,"status":"takendown"}]}`, dids[0])
+	}))
+	defer relay.Close()
+	w, node, _, _ := testWriterOf(t, 1<<20)
+	b := &Backfill{Relay: relay.URL, PLC: faultPLC(t, pds.URL), NoCompaction: true}
+	b.restarted.Store("r") // a crawl a restart began
+	ctx := context.Background()
+	if err := b.pass(ctx, w, "", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := node.FSM.Manifest()
+	if counts, _ := b.Progress(); fetched.Load() != 0 || counts["gone"] != 1 || len(m.RunsOf(lsm.TreeRevocations)) == 0 || len(m.RunsOf(lsm.TreeLinks)) != 0 {
+		t.Fatalf("fetched %d times, counts %v, %d runs of revocations, %d of links", fetched.Load(), counts, len(m.RunsOf(lsm.TreeRevocations)), len(m.RunsOf(lsm.TreeLinks)))
 	}
 }

@@ -205,15 +205,20 @@ func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string, fresh boo
 				// account events revoke. An account the relay marks
 				// inactive for its own reasons (desynchronized,
 				// throttled) is still there: fetched. A crawl after a
-				// restart asks its PDS all the same: the index may hold
-				// the account's links from before, and an answer that
-				// the repository is gone revokes them.
+				// restart revokes the account's repository, as its
+				// account event did (the index may hold its links from
+				// before; its PDS may still serve it, taken down by the
+				// relay alone).
 				st.mu.Lock()
 				st.cp.Inactive++
 				st.mu.Unlock()
 				if !recrawl {
 					continue
 				}
+			}
+			fetch := b.repo
+			if r.Active != nil && !*r.Active && event.AccountGone(r.Status) {
+				fetch = b.revokeRepo
 			}
 			select {
 			case sem <- struct{}{}:
@@ -230,7 +235,7 @@ func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string, fresh boo
 			pw.start(p)
 			wg.Go(func() {
 				defer func() { <-sem }()
-				pw.done(p, b.repo(ctx, w, r.DID, false))
+				pw.done(p, fetch(ctx, w, r.DID, false))
 			})
 		}
 		pw.seal(p)

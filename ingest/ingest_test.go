@@ -296,7 +296,7 @@ func TestIngestSimulatedNetwork(t *testing.T) {
 func TestCompactAfterBackfillOnce(t *testing.T) {
 	ctx := context.Background()
 	node := oneNode(t)
-	if err := compactAfterBackfill(ctx, node, "backfill:relay"); err != nil {
+	if err := compactAfterBackfill(ctx, node, "backfill:relay", ""); err != nil {
 		t.Fatal(err)
 	}
 	if p := FullCompactionPending(node.FSM); len(p) != len(lsm.Trees) {
@@ -305,17 +305,32 @@ func TestCompactAfterBackfillOnce(t *testing.T) {
 	if err := CancelFullCompaction(ctx, node); err != nil {
 		t.Fatal(err)
 	}
-	if err := compactAfterBackfill(ctx, node, "backfill:relay"); err != nil {
+	if err := compactAfterBackfill(ctx, node, "backfill:relay", ""); err != nil {
 		t.Fatal(err)
 	}
 	if p := FullCompactionPending(node.FSM); len(p) != 0 {
 		t.Fatalf("asked again for %v by the same backfill's end", p)
 	}
-	if err := compactAfterBackfill(ctx, node, "backfill:other"); err != nil {
+	if err := compactAfterBackfill(ctx, node, "backfill:other", ""); err != nil {
 		t.Fatal(err)
 	}
 	if p := FullCompactionPending(node.FSM); len(p) != len(lsm.Trees) {
 		t.Fatalf("another backfill's end asked for %v, want every tree", p)
+	}
+	// The end of a crawl a restart began asks once more, once a restart.
+	for _, c := range []struct {
+		restart string
+		asks    bool
+	}{{"r1", true}, {"r1", false}, {"r2", true}, {"", false}} {
+		if err := CancelFullCompaction(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		if err := compactAfterBackfill(ctx, node, "backfill:relay", c.restart); err != nil {
+			t.Fatal(err)
+		}
+		if p := FullCompactionPending(node.FSM); (len(p) == len(lsm.Trees)) != c.asks {
+			t.Fatalf("the end of the crawl restart %q began asked for %v, want asked %v", c.restart, p, c.asks)
+		}
 	}
 }
 

@@ -353,7 +353,7 @@ func (j *Jetstream2) session(ctx context.Context, w *Writer, after *int64) error
 			*after = int64(ev.Seq)
 		}
 		if atArchiveEnd(c.Stats(), *after) && j.awaitsEnd(w.cfg.Node.FSM) {
-			if err := compactAfterBackfill(ctx, w.cfg.Node, j.Name()); err != nil {
+			if err := compactAfterBackfill(ctx, w.cfg.Node, j.Name(), ""); err != nil {
 				return err
 			}
 			if j.Log != nil {

@@ -23,14 +23,22 @@ import (
 // "<did> written"); a DID in gate waits for the test before it is
 // judged.
 type presentRepos struct {
-	mu   sync.Mutex
-	rev  map[string]string
-	gate map[string]chan struct{}
-	done chan string
+	mu    sync.Mutex
+	rev   map[string]string
+	gate  map[string]chan struct{}
+	calls map[string]int // Resyncs begun, by DID
+	done  chan string
 }
 
 func newPresentRepos() *presentRepos {
-	return &presentRepos{rev: map[string]string{}, gate: map[string]chan struct{}{}, done: make(chan string, 100)}
+	return &presentRepos{rev: map[string]string{}, gate: map[string]chan struct{}{}, calls: map[string]int{}, done: make(chan string, 100)}
+}
+
+// begun is the Resyncs of did begun so far.
+func (p *presentRepos) begun(did string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[did]
 }
 
 func (p *presentRepos) Name() string { return "backfill:present" }
@@ -47,6 +55,7 @@ func (p *presentRepos) Resync(ctx context.Context, w *Writer, did string) error 
 	}
 	p.mu.Lock()
 	rev, gate := p.rev[did], p.gate[did]
+	p.calls[did]++
 	p.mu.Unlock()
 	if gate != nil {
 		select {
@@ -425,7 +434,10 @@ func TestResyncsDoNotWaitForAStalledOne(t *testing.T) {
 	f.apply(jsAccount(t, f.t0.Add(2*time.Second), a, true)) // asked again while the first is in flight
 	f.apply(jsAccount(t, f.t0.Add(3*time.Second), b, true))
 	f.repos.expect(t, b+" written") // a's PDS still stalls
-	f.repos.expectNone(t)           // a's second resync waits for its first
+	f.repos.expectNone(t)
+	if n := f.repos.begun(a); n != 1 {
+		t.Fatalf("%d of a's resyncs begun while its first stalls, want 1 (its second waits)", n)
+	}
 	close(gate)
 	f.repos.expect(t, a+" written")
 	f.repos.expect(t, a+" written")

@@ -142,17 +142,22 @@ const backfillStartedKey = "backfill_started:"
 // (`eddy-ctl compact --full` does, when wanted); a leader lost between
 // the end's checkpoint and the request leaves it unasked. The setting
 // records that the end asked: a backfill started again under the same
-// name (its cursor reset) asks no second time.
-func compactAfterBackfill(ctx context.Context, node *cluster.Node, backfill string) error {
+// name (its cursor reset) asks no second time. A crawl a restart began
+// (eddy-ctl backfill restart; restart is that request, "" for none) asks
+// once more: the setting then names that restart.
+func compactAfterBackfill(ctx context.Context, node *cluster.Node, backfill, restart string) error {
 	key := backfillCompactedKey + backfill
-	if node.FSM.Setting(key) != "" {
+	value := strconv.FormatUint(node.FSM.Manifest().Generation, 10)
+	if restart != "" {
+		value = "restart:" + restart
+	}
+	if asked := node.FSM.Setting(key); asked != "" && (asked == value || !strings.HasPrefix(value, "restart:")) {
 		return nil
 	}
 	if _, err := RequestFullCompaction(ctx, node); err != nil {
 		return err
 	}
-	gen := strconv.FormatUint(node.FSM.Manifest().Generation, 10)
-	_, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: key, Value: gen})
+	_, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: key, Value: value})
 	return err
 }
 
