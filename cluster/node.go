@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/fsm"
@@ -265,7 +266,8 @@ func Open(cfg Config) (*Node, error) {
 		existing = true
 		n.log.Warn("starting a new cluster of this node from a backup of the replicated state")
 	}
-	var logs raft.LogStore = snapshotLogs{LogStore: n.store, snaps: snaps}
+	var started atomic.Pointer[raft.Raft] // for the log store, once Raft has started
+	var logs raft.LogStore = snapshotLogs{LogStore: n.store, lastSnapshot: raftSnapshot(&started)}
 	if cfg.testLogs != nil {
 		logs = cfg.testLogs(logs)
 	}
@@ -274,6 +276,7 @@ func Open(cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, err
 	}
+	started.Store(n.raft)
 	if cfg.Bootstrap && !existing {
 		f := n.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{
 			ID: rc.LocalID, Address: raft.ServerAddress(cfg.RaftAdvertise), Suffrage: raft.Voter,

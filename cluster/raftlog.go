@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"errors"
+	"strconv"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
@@ -34,14 +36,20 @@ import (
 // leader sends the snapshot instead, so the no-op is never sent as an
 // entry. Index 1 is excluded: a leader sends a follower's first entry
 // without asking for one before it.
+//
+// The snapshot is the one Raft stands on (lastSnapshot, ok false until
+// Raft has started): not the newest in the snapshot store, which may be
+// one Raft failed to restore at start and passed over for an older one,
+// whose next entry Raft then reads from the log, and must not be given
+// a no-op for.
 type snapshotLogs struct {
 	raft.LogStore
-	snaps raft.SnapshotStore
+	lastSnapshot func() (index, term uint64, ok bool)
 }
 
 // GetLog returns the entry at index from the store, or the entry the
-// newest snapshot ends at (its index and term) when that is index and
-// the store holds nothing up to it.
+// node's snapshot ends at (its index and term) when that is index and the
+// store holds nothing up to it.
 func (s snapshotLogs) GetLog(index uint64, out *raft.Log) error {
 	err := s.LogStore.GetLog(index, out)
 	if !errors.Is(err, raft.ErrLogNotFound) || index <= 1 {
@@ -51,10 +59,25 @@ func (s snapshotLogs) GetLog(index uint64, out *raft.Log) error {
 	if ferr != nil || first <= index {
 		return err // an empty store (0), or a gap inside the log
 	}
-	metas, lerr := s.snaps.List()
-	if lerr != nil || len(metas) == 0 || metas[0].Index != index {
+	snap, term, ok := s.lastSnapshot()
+	if !ok || snap != index {
 		return err
 	}
-	*out = raft.Log{Index: index, Term: metas[0].Term, Type: raft.LogNoop}
+	*out = raft.Log{Index: index, Term: term, Type: raft.LogNoop}
 	return nil
+}
+
+// raftSnapshot reads the snapshot r stands on from its stats (which wait
+// on nothing); ok is false before r is set.
+func raftSnapshot(r *atomic.Pointer[raft.Raft]) func() (uint64, uint64, bool) {
+	return func() (uint64, uint64, bool) {
+		rf := r.Load()
+		if rf == nil {
+			return 0, 0, false // Raft starting: replaying its own log
+		}
+		st := rf.Stats()
+		index, err1 := strconv.ParseUint(st["last_snapshot_index"], 10, 64)
+		term, err2 := strconv.ParseUint(st["last_snapshot_term"], 10, 64)
+		return index, term, err1 == nil && err2 == nil && index > 0
+	}
 }

@@ -88,23 +88,13 @@ func TestFollowerPastItsSnapshotCatchesUp(t *testing.T) {
 }
 
 // TestSnapshotLogsAnswersOnlyForTheSnapshotsEntry: the store answers for
-// the newest snapshot's last entry only when it holds nothing up to it.
+// the last entry of the snapshot Raft stands on only when it holds nothing
+// up to it, and not before Raft has started.
 func TestSnapshotLogsAnswersOnlyForTheSnapshotsEntry(t *testing.T) {
-	snaps, err := raft.NewFileSnapshotStore(t.TempDir(), 2, testWriter{t})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snapshot := func(index, term uint64) {
-		s, err := snaps.Create(raft.SnapshotVersionMax, index, term, raft.Configuration{}, 1, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	var snapIndex, snapTerm uint64
+	started := false
 	store := raft.NewInmemStore()
-	logs := snapshotLogs{LogStore: store, snaps: snaps}
+	logs := snapshotLogs{LogStore: store, lastSnapshot: func() (uint64, uint64, bool) { return snapIndex, snapTerm, started }}
 	put := func(from, to, term uint64) {
 		for i := from; i <= to; i++ {
 			if err := store.StoreLog(&raft.Log{Index: i, Term: term, Type: raft.LogCommand, Data: []byte{byte(i)}}); err != nil {
@@ -117,27 +107,29 @@ func TestSnapshotLogsAnswersOnlyForTheSnapshotsEntry(t *testing.T) {
 		err := logs.GetLog(index, &l)
 		return l, err
 	}
-
-	snapshot(10, 3)
-	if _, err := get(10); !errors.Is(err, raft.ErrLogNotFound) {
-		t.Fatalf("empty log: %v", err)
+	missing := func(index uint64, what string) {
+		t.Helper()
+		if l, err := get(index); !errors.Is(err, raft.ErrLogNotFound) {
+			t.Fatalf("%s: entry %d: %+v, %v", what, index, l, err)
+		}
 	}
+
+	snapIndex, snapTerm, started = 10, 3, true
+	missing(10, "an empty log")
 	put(11, 20, 4) // the log starts past the snapshot
 	if l, err := get(10); err != nil || l.Index != 10 || l.Term != 3 || l.Type != raft.LogNoop {
 		t.Fatalf("the snapshot's entry: %+v %v", l, err)
 	}
-	for _, i := range []uint64{9, 21} { // below the snapshot's, past the log
-		if _, err := get(i); !errors.Is(err, raft.ErrLogNotFound) {
-			t.Fatalf("entry %d: %v", i, err)
-		}
-	}
+	missing(9, "below the snapshot's")
+	missing(21, "past the log")
 	if l, err := get(15); err != nil || l.Type != raft.LogCommand || l.Term != 4 {
 		t.Fatalf("a stored entry: %+v %v", l, err)
 	}
-	snapshot(12, 4) // a newer snapshot inside the log: the old one's entry is gone
-	if _, err := get(10); !errors.Is(err, raft.ErrLogNotFound) {
-		t.Fatalf("an older snapshot's entry: %v", err)
-	}
+	started = false // Raft replaying at start: a snapshot it passed over is not the one it stands on
+	missing(10, "before Raft has started")
+	started = true
+	snapIndex, snapTerm = 12, 4 // a newer snapshot inside the log
+	missing(10, "an older snapshot's entry")
 	if l, err := get(12); err != nil || l.Type != raft.LogCommand {
 		t.Fatalf("a stored entry at the snapshot: %+v %v", l, err)
 	}
@@ -148,16 +140,12 @@ func TestSnapshotLogsAnswersOnlyForTheSnapshotsEntry(t *testing.T) {
 	logs.LogStore = store
 	put(5, 11, 4)
 	put(13, 20, 4)
-	if _, err := get(12); !errors.Is(err, raft.ErrLogNotFound) {
-		t.Fatalf("a gap inside the log: %v", err)
-	}
+	missing(12, "a gap inside the log")
 
 	// Index 1: a leader sends it without asking for the entry before it.
-	snapshot(1, 5)
+	snapIndex, snapTerm = 1, 5
 	store = raft.NewInmemStore()
 	logs.LogStore = store
 	put(2, 4, 5)
-	if _, err := get(1); !errors.Is(err, raft.ErrLogNotFound) {
-		t.Fatalf("index 1: %v", err)
-	}
+	missing(1, "index 1")
 }
