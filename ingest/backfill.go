@@ -339,7 +339,12 @@ func (b *Backfill) resolvePDS(ctx context.Context, did string) (string, error) {
 			ServiceEndpoint string `json:"serviceEndpoint"`
 		} `json:"service"`
 	}
-	if err := b.getJSONWith(ctx, hc, docURL, didDocBytesMax, &doc); err != nil {
+	// A document is at most a megabyte: a host that takes longer than
+	// didDocTimeout to send one (a did:web host that stalls) fails the
+	// try, not the request's whole timeout.
+	dctx, cancel := context.WithTimeout(ctx, didDocTimeout)
+	defer cancel()
+	if err := b.getJSONWith(dctx, hc, docURL, didDocBytesMax, &doc); err != nil {
 		return "", fmt.Errorf("DID document of %s: %w", did, err)
 	}
 	for _, s := range doc.Service {
@@ -443,6 +448,10 @@ func (b *Backfill) fetchRepo(ctx context.Context, did string, buf []byte, share 
 	})
 	return car, prog.cause(pctx, err)
 }
+
+// didDocTimeout bounds the fetch of one DID document (a variable for the
+// tests).
+var didDocTimeout = 30 * time.Second
 
 // didWebURL is the address of a did:web's document: a host name alone
 // (atproto's did:web has no path), over HTTPS; only localhost and

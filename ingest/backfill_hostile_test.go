@@ -242,3 +242,53 @@ func TestBackfillAsksPDSesUncompressed(t *testing.T) {
 		t.Fatalf("counts %v; the PDS was asked with Accept-Encoding %q, the relay with %q", counts, pdsEnc.Load(), relayEnc.Load())
 	}
 }
+
+// A DID document that does not come within didDocTimeout fails the try
+// (a did:web host that stalls held a fetch for the request's five
+// minutes); a relay that answers 429 with Retry-After is asked again when
+// it says.
+func TestBackfillSlowDocumentAndRelayRetryAfter(t *testing.T) {
+	defer func(d time.Duration) { didDocTimeout = d }(didDocTimeout)
+	didDocTimeout = 200 * time.Millisecond
+	plc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	defer plc.Close()
+	w, _, _, _ := testWriterOf(t, 1<<20)
+	b := &Backfill{PLC: plc.URL}
+	b.state.Store(newBackfillState(b.Name()))
+	start := time.Now()
+	if err := b.repo(context.Background(), w, faultDID, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, failed := b.Progress(); len(failed) != 1 || time.Since(start) > 6*time.Second {
+		t.Fatalf("after %v: failed %v", time.Since(start), failed)
+	}
+
+	var mu sync.Mutex
+	var at []time.Time
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		n := len(at)
+		mu.Unlock()
+		if n == 1 {
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprint(w, `{"error":"RateLimitExceeded"}`)
+			return
+		}
+		fmt.Fprint(w, `{"repos":[]}`)
+	}))
+	defer relay.Close()
+	b = &Backfill{Relay: relay.URL}
+	_, err := b.listRepos(context.Background(), "")
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil || len(at) != 2 || at[1].Sub(at[0]) < 2*time.Second {
+		t.Fatalf("listRepos: %v after %d asks, %v apart", err, len(at), at[len(at)-1].Sub(at[0]))
+	}
+}

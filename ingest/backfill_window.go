@@ -272,7 +272,11 @@ func (b *Backfill) listRepos(ctx context.Context, cursor string) (listReposOut, 
 		if err = b.getJSON(ctx, u, listReposBytesMax, &page); err == nil || try == backfillTries || ctx.Err() != nil {
 			break
 		}
-		sleepCtx(ctx, time.Duration(try+1)*time.Second)
+		wait := time.Duration(try+1) * time.Second
+		if he := (*httpError)(nil); errors.As(err, &he) && he.retryAfter > wait {
+			wait = he.retryAfter // a relay that rate-limits says when
+		}
+		sleepCtx(ctx, wait)
 	}
 	if err != nil {
 		return page, fmt.Errorf("listRepos: %w", err)
