@@ -545,9 +545,7 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 			if strict && !w.ResyncReady(did, "") {
 				return fmt.Errorf("%s: %w", did, ErrResyncHeld)
 			}
-			b.stats.add(func(s *BackfillStats) { s.Gone++ })
-			b.setState(did, RepoGone, "", nil)
-			return w.ApplyRepo(ctx, b.Name(), did, stamp, nil) // the repository is gone: revoke it
+			return b.writeGone(ctx, w, did, stamp) // the repository is gone: revoke it
 		}
 		return b.failed(did, "fetch_failed", ferr, strict)
 	}
@@ -584,6 +582,14 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 	b.stats.add(func(s *BackfillStats) { s.Done++ })
 	b.setState(did, RepoDone, info.Rev, nil)
 	return nil
+}
+
+// writeGone revokes the repository of did at stamp (gone: every link it
+// wrote before goes) and counts it.
+func (b *Backfill) writeGone(ctx context.Context, w *Writer, did string, stamp uint64) error {
+	b.stats.add(func(s *BackfillStats) { s.Gone++ })
+	b.setState(did, RepoGone, "", nil)
+	return w.ApplyRepo(ctx, b.Name(), did, stamp, nil)
 }
 
 // failed counts a repository that could not be written, for reason, and

@@ -138,9 +138,7 @@ func (b *Backfill) revokeRepo(ctx context.Context, w *Writer, did string, _ bool
 	if err != nil {
 		return err
 	}
-	b.stats.add(func(s *BackfillStats) { s.Gone++ })
-	b.setState(did, RepoGone, "", nil)
-	return w.ApplyRepo(ctx, b.Name(), did, stamp, nil)
+	return b.writeGone(ctx, w, did, stamp)
 }
 
 // waitRestart waits, after b's crawl is done, until a restart is asked
