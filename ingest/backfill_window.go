@@ -200,6 +200,7 @@ func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string, fresh boo
 		st.mu.Unlock()
 		p := pw.add(page.Cursor)
 		for _, r := range page.Repos {
+			fetch := b.repo
 			if r.Active != nil && !*r.Active && event.AccountGone(r.Status) {
 				// Gone (deactivated, taken down, ...): nothing to fetch;
 				// account events revoke. An account the relay marks
@@ -215,9 +216,6 @@ func (b *Backfill) pass(ctx context.Context, w *Writer, cursor string, fresh boo
 				if !recrawl {
 					continue
 				}
-			}
-			fetch := b.repo
-			if r.Active != nil && !*r.Active && event.AccountGone(r.Status) {
 				fetch = b.revokeRepo
 			}
 			select {
