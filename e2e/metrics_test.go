@@ -144,6 +144,17 @@ func TestMetricsMove(t *testing.T) {
 		}()
 	}, "--flush-interval", "200ms", "--source", "jetstream+"+sim.JetstreamURL(), "--source", "replay+file://"+replay)
 
+	// `local up` returns once the configuration is whole: a node that has
+	// just joined may still be catching up, and says so with 503 NotReady.
+	lc.waitFor(t, "every node ready", 30*time.Second, func() error {
+		for _, n := range lc.Nodes {
+			if code, body, err := readyz(n.HTTP); err != nil || code != http.StatusOK {
+				return fmt.Errorf("%s /readyz %d %s %v", n.ID, code, body, err)
+			}
+		}
+		return nil
+	})
+
 	// The world goes on while queries run on every node; leadership moves
 	// once midway.
 	queried := 0
