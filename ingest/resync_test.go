@@ -417,7 +417,8 @@ func TestTooBigCommitAsksForAResync(t *testing.T) {
 
 // A resync whose PDS stalls holds one of the loop's resyncConcurrency
 // fetches, not every account's resync behind it; one account's resyncs
-// still run one at a time, in the order asked.
+// still run one at a time, and those asked while one is in flight are
+// answered by one fetch after it.
 func TestResyncsDoNotWaitForAStalledOne(t *testing.T) {
 	f := newResyncFixture(t)
 	const (
@@ -433,7 +434,8 @@ func TestResyncsDoNotWaitForAStalledOne(t *testing.T) {
 	f.apply(jsAccount(t, f.t0.Add(time.Second), a, true))
 	f.apply(jsAccount(t, f.t0.Add(2*time.Second), a, true)) // asked again while the first is in flight
 	f.apply(jsAccount(t, f.t0.Add(3*time.Second), b, true))
-	f.repos.expect(t, b+" written") // a's PDS still stalls
+	f.apply(jsAccount(t, f.t0.Add(4*time.Second), a, true)) // and again: one fetch after the first answers both
+	f.repos.expect(t, b+" written")                         // a's PDS still stalls
 	f.repos.expectNone(t)
 	if n := f.repos.begun(a); n != 1 {
 		t.Fatalf("%d of a's resyncs begun while its first stalls, want 1 (its second waits)", n)
@@ -441,6 +443,10 @@ func TestResyncsDoNotWaitForAStalledOne(t *testing.T) {
 	close(gate)
 	f.repos.expect(t, a+" written")
 	f.repos.expect(t, a+" written")
-	f.marker(a, "", "both of a's resyncs written")
+	f.repos.expectNone(t)
+	if n := f.repos.begun(a); n != 2 {
+		t.Fatalf("%d of a's resyncs begun, want 2 (its first, and one for the two asked while it stalled)", n)
+	}
+	f.marker(a, "", "a's resyncs written")
 	f.marker(b, "", "b's written")
 }

@@ -383,7 +383,8 @@ func (r *Runner) runSource(ctx context.Context, cancel context.CancelCauseFunc, 
 // resyncLoop fetches again, through b, each repository the writer queues
 // for a resync, until ctx ends: up to resyncConcurrency repositories at
 // once (a PDS that stalls holds one of them, not every account's resync
-// behind it), one account's resyncs one at a time in the order asked.
+// behind it), one account's one at a time: requests made while its fetch
+// is in flight are answered by one fetch after it.
 // The writer may hold one back (Writer.ResyncReady: deferred or
 // cancelled; resync.go).
 func (r *Runner) resyncLoop(ctx context.Context, w *Writer, b Backfiller) {
@@ -398,8 +399,12 @@ func (r *Runner) resyncLoop(ctx context.Context, w *Writer, b Backfiller) {
 	results := make(chan result)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	// running: by DID in flight, the jobs of that DID asked meanwhile.
-	running := map[string][]resyncJob{}
+	// running: by DID in flight, the newest job of that DID asked
+	// meanwhile (nil: none). One waits at most: a fetch after the one in
+	// flight answers every request made before it starts (resyncDone
+	// clears the marker for the newest request only), so an account that
+	// asks again and again holds one job here, not one a request.
+	running := map[string]*resyncJob{}
 	start := func(job resyncJob) {
 		w.beginResync(job)
 		wg.Go(func() {
@@ -422,17 +427,17 @@ func (r *Runner) resyncLoop(ctx context.Context, w *Writer, b Backfiller) {
 		case now := <-tick.C:
 			w.releaseUnplaced(iw.idle(w, now))
 		case job := <-in:
-			if q, busy := running[job.did]; busy {
-				running[job.did] = append(q, job)
+			if _, busy := running[job.did]; busy {
+				running[job.did] = &job
 				continue
 			}
 			running[job.did] = nil
 			start(job)
 		case res := <-results:
 			resyncEnded(ctx, w, res.job, res.err, &retrying)
-			if q := running[res.job.did]; len(q) > 0 {
-				running[res.job.did] = q[1:]
-				start(q[0])
+			if next := running[res.job.did]; next != nil {
+				running[res.job.did] = nil
+				start(*next)
 			} else {
 				delete(running, res.job.did)
 			}
