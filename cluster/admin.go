@@ -100,6 +100,10 @@ type Admin struct {
 	// network again (on the leader: a follower forwards the call) and
 	// returns what to answer.
 	BackfillRestart func(ctx context.Context) (map[string]any, error)
+	// DropTables, if set, asks for damaged tables to be dropped from the
+	// index, or withdraws such requests (on the leader: a follower
+	// forwards the call), and returns what to answer.
+	DropTables func(ctx context.Context, req DropTablesRequest) (map[string]any, error)
 	// Transfer, if set, hands the leadership over in place of
 	// Node.TransferLeadership (the write path stopped first:
 	// ingest.Supervisor.HandOver).
@@ -129,6 +133,7 @@ func (a *Admin) Handler() http.Handler {
 	mux.HandleFunc("POST /admin/transfer-leadership", a.handleTransfer)
 	mux.HandleFunc("POST /admin/compact", a.handleCompact)
 	mux.HandleFunc("POST /admin/backfill/restart", a.handleBackfillRestart)
+	mux.HandleFunc("POST /admin/tables/drop", a.handleDropTables)
 	return a.auth(mux)
 }
 
@@ -506,6 +511,46 @@ func (a *Admin) handleBackfillRestart(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, out)
 }
+
+// DropTablesRequest is the body of POST /admin/tables/drop: the tables
+// (or runs: every table of each) of one tree to drop from the index, or,
+// with Cancel, the drop requests to withdraw (every pending one of the
+// tree if Tables is empty).
+type DropTablesRequest struct {
+	Tree   string   `json:"tree"`
+	Tables []string `json:"tables"`
+	Cancel bool     `json:"cancel,omitempty"`
+}
+
+func (a *Admin) handleDropTables(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok || a.forward(w, r, body) {
+		return
+	}
+	var req DropTablesRequest
+	if err := json.Unmarshal(body, &req); err != nil || req.Tree == "" || (len(req.Tables) == 0 && !req.Cancel) {
+		writeErr(w, http.StatusBadRequest, "InvalidRequest", `want {"tree": "links", "tables": ["<table or run ID>", ...]}, or {"tree": ..., "cancel": true}`)
+		return
+	}
+	if a.DropTables == nil {
+		writeErr(w, http.StatusNotImplemented, "NotImplemented", "this node runs no write path")
+		return
+	}
+	out, err := a.DropTables(r.Context(), req)
+	if errors.Is(err, ErrNotFound) {
+		writeErr(w, http.StatusNotFound, "NotFound", err.Error())
+		return
+	}
+	if err != nil {
+		writeErr(w, http.StatusServiceUnavailable, "DropFailed", err.Error())
+		return
+	}
+	writeJSON(w, out)
+}
+
+// ErrNotFound: an admin request named something the cluster does not
+// hold (a table to drop); answered 404.
+var ErrNotFound = errors.New("not found")
 
 // ErrNothingToDo: an admin request the leader has nothing to carry it out
 // with (a backfill restart without a backfill source); answered 409.

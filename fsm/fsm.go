@@ -18,6 +18,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/eddy-backlinks/eddy/link"
@@ -342,6 +343,23 @@ func (s *State) Setting(key string) string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.mu.settings[key]
+}
+
+// SettingsWithPrefix returns the cluster settings whose keys start with
+// prefix (a new map; nil if none).
+func (s *State) SettingsWithPrefix(prefix string) map[string]string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out map[string]string
+	for k, v := range s.mu.settings {
+		if strings.HasPrefix(k, prefix) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // Node returns a node's addresses.

@@ -46,6 +46,7 @@ type lane struct {
 	inputs   map[string]bool // the runs being merged (nil: idle)
 	uploaded func()          // ends the merge's upload (w.uploads)
 	full     *fullMerge      // the full compaction this merge carries out
+	drop     *dropMerge      // the tables this merge drops (droptable.go)
 }
 
 // end makes the lane idle; its merge's tables are no longer an upload in
@@ -64,6 +65,7 @@ type offeredMerge struct {
 	inputs   map[string]bool
 	uploaded func()
 	full     *fullMerge
+	drop     *dropMerge
 }
 
 // mergeResult is what a lane's merge reports to compactLoop.
@@ -103,6 +105,8 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 		// the leadership (its runs of the write path share it) and while
 		// the request is the one that failed (a new one is tried at once).
 		holds = r.fullHolds()
+		// A tree whose drop merge failed waits before the next (droptable.go).
+		dropHolds = map[lsm.Tree]dropHold{}
 	)
 	results := make(chan mergeResult, len(lanes)) // never blocks a merge: one each at most
 	var merges sync.WaitGroup
@@ -127,11 +131,18 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 				if full {
 					asked = l.full.asked
 				}
+				drop := l.drop
 				l.end()
 				if ctx.Err() != nil {
 					continue // cut short by the write path's end, not failed
 				}
 				w.metrics.Compactions.WithLabelValues(string(res.tree), "failed").Inc()
+				if drop != nil {
+					wait := min(max(2*dropHolds[res.tree].wait, fullRetryMin), fullRetryMax)
+					dropHolds[res.tree] = dropHold{until: time.Now().Add(wait), wait: wait}
+					w.log.Error("dropping tables failed: the run's other tables could not be merged (name the table the error names too, or the run)", "tree", res.tree, "run", drop.run, "retry_in", wait, "error", res.err)
+					continue
+				}
 				if !full {
 					w.log.Warn("compaction failed", "tree", res.tree, "error", res.err)
 					continue
@@ -148,10 +159,13 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			if l.full != nil {
 				delete(holds, res.tree)
 			}
+			if l.drop != nil {
+				delete(dropHolds, res.tree)
+			}
 			w.metrics.Compactions.WithLabelValues(string(res.tree), "done").Inc()
 			w.OfferCompaction(res.out, res.ids, l.full) // a full one marked done in the same entry
-			w.log.Info("compacted", "tree", res.tree, "runs", len(res.ids), "records", res.out.Records(), "full", l.full != nil, "big", res.lane == laneBig)
-			offered = append(offered, offeredMerge{inputs: l.inputs, uploaded: l.uploaded, full: l.full})
+			w.log.Info("compacted", "tree", res.tree, "runs", len(res.ids), "records", res.out.Records(), "full", l.full != nil, "drop", l.drop != nil, "big", res.lane == laneBig)
+			offered = append(offered, offeredMerge{inputs: l.inputs, uploaded: l.uploaded, full: l.full, drop: l.drop})
 			*l = lane{} // free for the next merge; its upload ends once published
 		case <-t.C:
 		}
@@ -168,6 +182,11 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			if o.full != nil {
 				doneFull = append(doneFull, *o.full)
 			}
+			if d := o.drop; d != nil {
+				w.metrics.TablesDropped.WithLabelValues(string(d.tree)).Add(float64(len(d.dropped)))
+				w.metrics.TablesDroppedLinks.WithLabelValues(string(d.tree)).Add(float64(droppedRecords(d.dropped)))
+				w.log.Warn("dropped tables from the index: their records are gone from answers until a crawl brings them back", "tree", d.tree, "run", d.run, "tables", len(d.dropped), "records", droppedRecords(d.dropped))
+			}
 			return true
 		})
 		doneFull = slices.DeleteFunc(doneFull, func(f fullMerge) bool { return r.fullDone(ctx, w, f, w.log) })
@@ -176,7 +195,8 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 				h, ok := holds[tree]
 				return ok && time.Now().Before(h.until) && r.Config.Node.FSM.Setting(fullCompactionKey+string(tree)) == h.asked
 			}
-			r.startMerges(ctx, w, m, &lanes, offered, turn, held, results, &merges)
+			dropHeld := func(tree lsm.Tree) bool { return time.Now().Before(dropHolds[tree].until) }
+			r.startMerges(ctx, w, m, &lanes, offered, turn, held, dropHeld, results, &merges)
 			turn++
 		}
 	}
@@ -221,7 +241,7 @@ func anyPresent(runs, present map[string]bool) bool {
 // be published holds; while the small lane is busy, the idle big lane
 // takes the smallest merge due of at least bigMergeBytes. The trees pick
 // in turn, from lsm.Trees[turn % len].
-func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, lanes *[2]lane, offered []offeredMerge, turn int, fullHeld func(lsm.Tree) bool, results chan<- mergeResult, merges *sync.WaitGroup) {
+func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, lanes *[2]lane, offered []offeredMerge, turn int, fullHeld, dropHeld func(lsm.Tree) bool, results chan<- mergeResult, merges *sync.WaitGroup) {
 	// The runs no lane or offered merge holds: a merge started below takes
 	// runs of its own tree only, so the other trees' picks need no update.
 	reserved := func(id string) bool {
@@ -236,8 +256,9 @@ func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, la
 		return false
 	}
 	var free lsm.Manifest
+	dropping := r.dropRuns(m) // left to the drop merges
 	for _, run := range m.Runs {
-		if !reserved(run.ID) {
+		if !reserved(run.ID) && !dropping[run.ID] {
 			free.Runs = append(free.Runs, run)
 		}
 	}
@@ -247,8 +268,10 @@ func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, la
 			return
 		}
 		big := &lanes[laneBig]
-		fullRunning := big.full != nil && big.full.tree == tree
-		if !fullRunning && big.inputs == nil && !fullHeld(tree) && r.Config.Node.FSM.Setting(fullCompactionKey+string(tree)) != "" {
+		if r.startDrop(ctx, w, m, lanes, reserved, tree, dropHeld(tree), results, merges) {
+			// No full compaction of the tree until its drops are done:
+			// it would take the run that holds a damaged table.
+		} else if fullRunning := big.full != nil && big.full.tree == tree; !fullRunning && big.inputs == nil && !fullHeld(tree) && r.Config.Node.FSM.Setting(fullCompactionKey+string(tree)) != "" {
 			if holdsTree(m, tree, reserved) {
 				continue // those merges end first; no more of the tree's start
 			}
@@ -317,12 +340,27 @@ func (r *Runner) startMerge(ctx context.Context, w *Writer, m *lsm.Manifest, i i
 		opt.ShardBytesMax = smallMergeShardBytes
 	}
 	merges.Go(func() {
-		v, err := lsm.OpenView(ctx, r.Config.Catalog, m)
 		var out lsm.Run
+		if runsTables(inputs) == 0 {
+			// A drop of a run's every table: the run goes, nothing
+			// replaces it.
+			results <- mergeResult{lane: i, tree: tree, out: out, ids: ids}
+			return
+		}
+		v, err := lsm.OpenView(ctx, r.Config.Catalog, m)
 		if err == nil {
 			out, err = lsm.CompactRuns(ctx, r.Config.Store, r.Config.Catalog, v, inputs, opt)
 			corrupt.Note(r.Config.Corrupt, w.log, "compaction", err)
 		}
 		results <- mergeResult{lane: i, tree: tree, out: out, ids: ids, err: err}
 	})
+}
+
+// runsTables is the tables of runs together.
+func runsTables(runs []lsm.Run) int {
+	n := 0
+	for _, r := range runs {
+		n += len(r.Tables)
+	}
+	return n
 }

@@ -50,6 +50,11 @@ type Metrics struct {
 	// (handed to the next flush to publish) or failed (an input or the
 	// store could not be read or written; tried again at the next look).
 	Compactions *prometheus.CounterVec
+	// Tables dropped from the index at an operator's request (droptable.go),
+	// by tree, and the links they held: counted once the flush that drops
+	// them is published.
+	TablesDropped      *prometheus.CounterVec
+	TablesDroppedLinks *prometheus.CounterVec
 
 	// Resyncs held back (resync.go): one whose repository, fetched, is
 	// ahead of the stream that asked for it waits for the stream
@@ -83,6 +88,10 @@ func NewMetrics() *Metrics {
 			Help: "Manifest generation of the newest state backup this leader put in the bucket (0: none yet, or not the leader)."}),
 		Compactions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_compactions_total",
 			Help: "Merges (and full compactions) the leader ended, by tree and result: done, or failed (logged with its error; tried again at the compaction loop's next look)."}, []string{"tree", "result"}),
+		TablesDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_tables_dropped_total",
+			Help: "Damaged or lost tables dropped from the index at an operator's request (eddy-ctl tables drop), by tree: their records are gone from answers until a crawl brings them back."}, []string{"tree"}),
+		TablesDroppedLinks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_tables_dropped_records_total",
+			Help: "Records (links, revocations, ...) the dropped tables held, by tree."}, []string{"tree"}),
 
 		ResyncsDeferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_ingest_resyncs_deferred_total",
 			Help: "Resyncs held back because the repository fetched was ahead of the stream that asked for it (a stream catching up): each waits until the stream reaches the repository's revision, then fetches it again."}),
@@ -96,7 +105,7 @@ func NewMetrics() *Metrics {
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.Events, m.Links, m.Skipped, m.RepoSplits, m.OutlineEntries, m.FlushSeconds, m.PublishSeconds, m.Generation, m.lagEvents,
-		m.GCDeleted, m.GCDeletedBytes, m.GCBlockedSeconds, m.GCOrphans, m.StateBackups, m.StateBackupGeneration, m.Compactions, m.ResyncsDeferred, m.ResyncsCancelled, m.AccountsKept} {
+		m.GCDeleted, m.GCDeletedBytes, m.GCBlockedSeconds, m.GCOrphans, m.StateBackups, m.StateBackupGeneration, m.Compactions, m.TablesDropped, m.TablesDroppedLinks, m.ResyncsDeferred, m.ResyncsCancelled, m.AccountsKept} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -111,6 +120,8 @@ func (m *Metrics) Register(r prometheus.Registerer) error {
 		for _, res := range []string{"done", "failed"} {
 			m.Compactions.WithLabelValues(string(t), res)
 		}
+		m.TablesDropped.WithLabelValues(string(t))
+		m.TablesDroppedLinks.WithLabelValues(string(t))
 	}
 	for _, reason := range []string{"replaced", "orphan"} {
 		m.GCDeleted.WithLabelValues(reason)

@@ -648,7 +648,9 @@ func (w *Writer) flush(ctx context.Context, gated bool) error {
 		edit.Add = append(edit.Add, run)
 	}
 	for _, c := range comps {
-		edit.Add = append(edit.Add, c.add)
+		if len(c.add.Tables) > 0 { // none: a drop of a run's every table
+			edit.Add = append(edit.Add, c.add)
+		}
 		edit.Remove = append(edit.Remove, c.remove...)
 	}
 	outlines, err := w.publishOutlines(ctx, outlines)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/fsm"
 	"github.com/eddy-backlinks/eddy/ingest"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/hashicorp/go-hclog"
@@ -230,6 +231,7 @@ func startNode(t *testing.T, certDir, token, id string, bootstrap bool) *testNod
 	// A backfill source, as eddy-node's configuration gives (no write
 	// path runs here: the request is only replicated).
 	admin.BackfillRestart = ingest.AdminBackfillRestart(n.node, []ingest.Source{&ingest.Backfill{Relay: testRelay}})
+	admin.DropTables = ingest.AdminDropTables(n.node)
 	n.srv = &http.Server{Handler: admin.Handler()}
 	go n.srv.Serve(ln)
 	return n
@@ -438,7 +440,41 @@ func TestClusterCommands(t *testing.T) {
 			}
 		}
 	}
-	for _, bad := range [][]string{{"compact"}, {"compact", "--full", "--cancel"}, {"backfill", "restart"}} {
+	// A table dropped, asked through a follower: the request names a
+	// table the manifest holds (a run published here without objects: no
+	// write path runs to carry the request out), is replicated to every
+	// node, and is withdrawn; a table not in the index is answered 404.
+	run := lsm.Run{ID: "ab01", Tree: lsm.TreeLinks, Kind: lsm.RunDelta, Tables: []lsm.TableRef{{ID: "cd02", Records: 7, DataBytes: 100}}}
+	if _, err := nodes[leader].node.Propose(context.Background(), fsm.TypeFlush, 0, fsm.Flush{Edit: lsm.Edit{Base: nodes[leader].node.FSM.Manifest().Generation, Add: []lsm.Run{run}}}); err != nil {
+		t.Fatal(err)
+	}
+	out = mustCtl(t, append([]string{"tables", "drop", "--tree", "links", "--tables", "ab01", "--yes", "--addr", asked.admin}, auth...)...)
+	if !strings.Contains(out, "links table cd02 (run ab01): 7 records") || !strings.Contains(out, "drop of 1 tables (7 records) asked of leader "+leader) {
+		t.Fatalf("tables drop: %s", out)
+	}
+	for _, n := range nodes {
+		for deadline := time.Now().Add(5 * time.Second); !slices.Equal(ingest.DropsPending(n.node.FSM)[lsm.TreeLinks], []string{"cd02"}); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s holds drop requests %v, want links table cd02", n.id, ingest.DropsPending(n.node.FSM))
+			}
+		}
+	}
+	if code, _, errs := ctl(t, append([]string{"tables", "drop", "--tree", "links", "--tables", "ef03", "--yes", "--addr", asked.admin}, auth...)...); code != 1 || !strings.Contains(errs, "NotFound") {
+		t.Fatalf("tables drop of a table not in the index: exit %d: %s", code, errs)
+	}
+	out = mustCtl(t, append([]string{"tables", "drop", "--tree", "links", "--cancel", "--addr", asked.admin}, auth...)...)
+	if !strings.Contains(out, "drop requests withdrawn by leader "+leader+": cd02") {
+		t.Fatalf("tables drop --cancel: %s", out)
+	}
+	for _, n := range nodes {
+		for deadline := time.Now().Add(5 * time.Second); ingest.DropsPending(n.node.FSM) != nil; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s still holds drop requests %v after --cancel", n.id, ingest.DropsPending(n.node.FSM))
+			}
+		}
+	}
+	for _, bad := range [][]string{{"compact"}, {"compact", "--full", "--cancel"}, {"backfill", "restart"},
+		{"tables"}, {"tables", "drop", "--tree", "links", "--tables", "ab01"}, {"tables", "drop", "--tables", "ab01", "--yes"}, {"tables", "drop", "--tree", "links", "--yes"}} {
 		if code, _, _ := ctl(t, append(append(bad, "--addr", asked.admin), auth...)...); code != 2 {
 			t.Fatalf("%v: exit %d, want 2", bad, code)
 		}

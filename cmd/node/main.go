@@ -240,6 +240,7 @@ func serve(ctx context.Context, c config, log hclog.Logger) error {
 	// eddy-ctl backfill restart: the same, for a crawl of every repository
 	// again by the backfill sources.
 	admin.BackfillRestart = ingest.AdminBackfillRestart(node, sources)
+	admin.DropTables = ingest.AdminDropTables(node)
 	// A compaction cut short by a crash left its spill (gigabytes at
 	// scale): removed now, whatever this node's role.
 	spillDir := filepath.Join(c.dataDir, "spill")
@@ -360,6 +361,9 @@ func adminExtra(c config, node *cluster.Node, views *query.Views, sources []inge
 		extra["gc"] = gcStatus(node)
 		if p := ingest.FullCompactionPending(node.FSM); len(p) > 0 {
 			extra["full_compaction_pending"] = p // the trees a requested full compaction has not merged yet
+		}
+		if p := ingest.DropsPending(node.FSM); len(p) > 0 {
+			extra["drops_pending"] = p // the tables drop requests ask for, by tree, not dropped yet
 		}
 		return v.Generation(), extra
 	}

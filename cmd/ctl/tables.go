@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/ingest"
+)
+
+func init() {
+	register("tables", command{
+		summary: "drop damaged tables from the index (a replicated request): tables drop --tree T --tables IDS --yes | --cancel --addr ADMIN",
+		run:     runTables,
+	})
+}
+
+const tablesUsage = `Usage: eddy-ctl tables drop --tree TREE --tables ID[,ID...] --yes --addr ADMIN_ADDRS [--token-file FILE] [--json]
+       eddy-ctl tables drop --tree TREE --cancel [--tables ID[,ID...]] --addr ADMIN_ADDRS [--token-file FILE] [--json]
+
+drop asks the leader (through any member) to drop tables from the index:
+tables whose objects the bucket lost or damaged, with no copy to restore
+them from (docs/operations.md, "A corrupt table"). Until then every query
+of a target in such a table fails, and every merge that takes its run.
+Each ID names a table of TREE (links, revocations, plc_did, plc_seq,
+names), as the log's "corrupt table" lines do, or a run (every table of
+it). The leader's write path rewrites the run without those tables (the
+big compaction lane, as a merge of that one run: as long as such a merge
+takes) and publishes it; the tables' records are then gone from answers
+until a crawl brings them back ("eddy-ctl backfill restart"). The
+answer lists the tables and the records they hold; "eddy-ctl status"
+shows the requests (drops_pending) on every node until they are carried
+out. The request is replicated: if leadership moves, the next leader
+carries it out. --yes is required. --cancel withdraws the requests for
+the tables named (all of TREE's if none): a drop merge already running
+is published.
+
+Flags:
+`
+
+func runTables(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "drop" {
+		fmt.Fprint(stderr, tablesUsage)
+		return fmt.Errorf("%w: tables takes the subcommand drop", errUsage)
+	}
+	fs, af := adminFlagSet("tables drop", tablesUsage, stderr)
+	tree := fs.String("tree", "", "the tree the tables belong to (links, revocations, plc_did, plc_seq, names)")
+	ids := fs.String("tables", "", "the tables (or runs) to drop, comma-separated")
+	yes := fs.Bool("yes", false, "drop them: their records are lost from answers until a crawl brings them back")
+	withdraw := fs.Bool("cancel", false, "withdraw drop requests instead (those of --tables, or every one of the tree)")
+	if err := parseAdminArgs(fs, args[1:]); err != nil {
+		return err
+	}
+	var tables []string
+	for _, id := range strings.Split(*ids, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			tables = append(tables, id)
+		}
+	}
+	switch {
+	case *tree == "":
+		return fmt.Errorf("%w: tables drop needs --tree", errUsage)
+	case *withdraw && *yes:
+		return fmt.Errorf("%w: --cancel and --yes ask opposite things", errUsage)
+	case !*withdraw && len(tables) == 0:
+		return fmt.Errorf("%w: tables drop needs --tables", errUsage)
+	case !*withdraw && !*yes:
+		return fmt.Errorf("%w: tables drop loses the tables' records until a crawl brings them back; say --yes", errUsage)
+	}
+	c, ctx, cancel, err := af.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	var resp struct {
+		Tables    []ingest.DroppedTable `json:"tables,omitempty"`
+		Cancelled []string              `json:"cancelled,omitempty"`
+		Pending   map[string][]string   `json:"pending"`
+		Leader    string                `json:"leader"`
+	}
+	// Idempotent: asking twice asks for the same tables (a table dropped
+	// meanwhile is answered 404 NotFound); withdrawing twice withdraws
+	// nothing more.
+	req := cluster.DropTablesRequest{Tree: *tree, Tables: tables, Cancel: *withdraw}
+	if err := adminCall(ctx, c, http.MethodPost, "/admin/tables/drop", req, &resp, true, stderr, "tables drop"); err != nil {
+		return err
+	}
+	if af.json {
+		return printJSON(stdout, resp)
+	}
+	if *withdraw {
+		fmt.Fprintf(stdout, "drop requests withdrawn by leader %s: %s\n", resp.Leader, orNone(resp.Cancelled))
+		return nil
+	}
+	var records uint64
+	for _, t := range resp.Tables {
+		records += t.Records
+		fmt.Fprintf(stdout, "%s table %s (run %s): %d records\n", t.Tree, t.Table, t.Run, t.Records)
+	}
+	fmt.Fprintf(stdout, "drop of %d tables (%d records) asked of leader %s; \"eddy-ctl status\" shows it until it is carried out\n", len(resp.Tables), records, resp.Leader)
+	return nil
+}
+
+// orNone is ids joined, or "none".
+func orNone(ids []string) string {
+	if len(ids) == 0 {
+		return "none"
+	}
+	return strings.Join(ids, ", ")
+}
