@@ -148,6 +148,7 @@ func printStatus(w io.Writer, nodes []cluster.NodeStatus) {
 			fmt.Fprintf(w, "\nSources, as leader %s sees them:\n", lead.ID)
 			printSources(w, srcs)
 		}
+		printRequests(w, lead)
 	}
 	switch {
 	case leaders == 0:
@@ -254,4 +255,32 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// printRequests prints the operator's requests the leader has not carried
+// out yet: a full compaction's trees, the tables to drop.
+func printRequests(w io.Writer, lead *cluster.NodeStatus) {
+	if p, ok := lead.Extra["full_compaction_pending"].([]any); ok && len(p) > 0 {
+		fmt.Fprintf(w, "\nFull compaction pending: %s\n", joinAny(p))
+	}
+	if p, ok := lead.Extra["drops_pending"].(map[string]any); ok && len(p) > 0 {
+		trees := make([]string, 0, len(p))
+		for t := range p {
+			trees = append(trees, t)
+		}
+		sort.Strings(trees)
+		for _, t := range trees {
+			ids, _ := p[t].([]any)
+			fmt.Fprintf(w, "\nTables of %s to drop (eddy-ctl tables drop): %s\n", t, joinAny(ids))
+		}
+	}
+}
+
+// joinAny joins JSON values with commas.
+func joinAny(vs []any) string {
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = fmt.Sprint(v)
+	}
+	return strings.Join(s, ", ")
 }

@@ -32,8 +32,8 @@ big compaction lane, as a merge of that one run: as long as such a merge
 takes) and publishes it; the tables' records are then gone from answers
 until a crawl brings them back ("eddy-ctl backfill restart"). The
 answer lists the tables and the records they hold; "eddy-ctl status"
-shows the requests (drops_pending) on every node until they are carried
-out. The request is replicated: if leadership moves, the next leader
+prints the tables still to drop (drops_pending in its --json, on every
+node) until they are carried out. The request is replicated: if leadership moves, the next leader
 carries it out. --yes is required. --cancel withdraws the requests for
 the tables named (all of TREE's if none): a drop merge already running
 is published.
