@@ -292,11 +292,14 @@ func TestDropWholeRunAndWithdraw(t *testing.T) {
 			t.Fatalf("run %s (%d records) after the drop of run %s: want it gone with nothing in its place", run.ID, run.Records(), flush.ID)
 		}
 	}
+	if n, r := testutil.ToFloat64(g.metrics.TablesDropped.WithLabelValues("links")), testutil.ToFloat64(g.metrics.TablesDroppedLinks.WithLabelValues("links")); n != 1 || r != float64(flush.Records()) {
+		t.Fatalf("eddy_tables_dropped_total %v, records %v; want 1 and %d", n, r, flush.Records())
+	}
 	g.stop(cancel)
 
 	// No write path now: a request stays pending until withdrawn.
 	ctx = context.Background()
-	victim := merged[0].Tables[0]
+	victim := g.node.FSM.Manifest().RunsOf(lsm.TreeLinks)[0].Tables[0]
 	if _, err := RequestDropTables(ctx, g.node, lsm.TreeLinks, []string{victim.ID}); err != nil {
 		t.Fatal(err)
 	}
