@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -107,6 +108,8 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 		holds = r.fullHolds()
 		// A tree whose drop merge failed waits before the next (droptable.go).
 		dropHolds = map[lsm.Tree]dropHold{}
+		// Runs whose merges failed in a row wait before the next try.
+		runHolds = map[string]runHold{}
 	)
 	results := make(chan mergeResult, len(lanes)) // never blocks a merge: one each at most
 	var merges sync.WaitGroup
@@ -144,7 +147,8 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 					continue
 				}
 				if !full {
-					w.log.Warn("compaction failed", "tree", res.tree, "error", res.err)
+					wait := holdRuns(runHolds, res.ids, time.Now())
+					w.log.Warn("compaction failed", "tree", res.tree, "runs", len(res.ids), "retry_in", wait, "error", res.err)
 					continue
 				}
 				// Tried again at once, it would take every run of the tree
@@ -174,6 +178,7 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 		for _, run := range m.Runs {
 			present[run.ID] = true
 		}
+		maps.DeleteFunc(runHolds, func(id string, _ runHold) bool { return !present[id] })
 		offered = slices.DeleteFunc(offered, func(o offeredMerge) bool {
 			if anyPresent(o.inputs, present) {
 				return false
@@ -195,8 +200,13 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 				h, ok := holds[tree]
 				return ok && time.Now().Before(h.until) && r.Config.Node.FSM.Setting(fullCompactionKey+string(tree)) == h.asked
 			}
-			dropHeld := func(tree lsm.Tree) bool { return time.Now().Before(dropHolds[tree].until) }
-			r.startMerges(ctx, w, m, &lanes, offered, turn, held, dropHeld, results, &merges)
+			now := time.Now()
+			hs := mergeHolds{
+				full: held,
+				drop: func(tree lsm.Tree) bool { return now.Before(dropHolds[tree].until) },
+				run:  func(id string) bool { return now.Before(runHolds[id].until) },
+			}
+			r.startMerges(ctx, w, m, &lanes, offered, turn, hs, results, &merges)
 			turn++
 		}
 	}
@@ -241,7 +251,7 @@ func anyPresent(runs, present map[string]bool) bool {
 // be published holds; while the small lane is busy, the idle big lane
 // takes the smallest merge due of at least bigMergeBytes. The trees pick
 // in turn, from lsm.Trees[turn % len].
-func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, lanes *[2]lane, offered []offeredMerge, turn int, fullHeld, dropHeld func(lsm.Tree) bool, results chan<- mergeResult, merges *sync.WaitGroup) {
+func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, lanes *[2]lane, offered []offeredMerge, turn int, hs mergeHolds, results chan<- mergeResult, merges *sync.WaitGroup) {
 	// The runs no lane or offered merge holds: a merge started below takes
 	// runs of its own tree only, so the other trees' picks need no update.
 	reserved := func(id string) bool {
@@ -258,7 +268,7 @@ func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, la
 	var free lsm.Manifest
 	dropping := r.dropRuns(m) // left to the drop merges
 	for _, run := range m.Runs {
-		if !reserved(run.ID) && !dropping[run.ID] {
+		if !reserved(run.ID) && !dropping[run.ID] && !hs.run(run.ID) {
 			free.Runs = append(free.Runs, run)
 		}
 	}
@@ -268,10 +278,10 @@ func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, la
 			return
 		}
 		big := &lanes[laneBig]
-		if r.startDrop(ctx, w, m, lanes, reserved, tree, dropHeld(tree), results, merges) {
+		if r.startDrop(ctx, w, m, lanes, reserved, tree, hs.drop(tree), results, merges) {
 			// No full compaction of the tree until its drops are done:
 			// it would take the run that holds a damaged table.
-		} else if fullRunning := big.full != nil && big.full.tree == tree; !fullRunning && big.inputs == nil && !fullHeld(tree) && r.Config.Node.FSM.Setting(fullCompactionKey+string(tree)) != "" {
+		} else if fullRunning := big.full != nil && big.full.tree == tree; !fullRunning && big.inputs == nil && !hs.full(tree) && r.Config.Node.FSM.Setting(fullCompactionKey+string(tree)) != "" {
 			if holdsTree(m, tree, reserved) {
 				continue // those merges end first; no more of the tree's start
 			}
@@ -363,4 +373,44 @@ func runsTables(runs []lsm.Run) int {
 		n += len(r.Tables)
 	}
 	return n
+}
+
+// mergeHolds say what failures hold back for now: a tree's full
+// compaction, its drop merges, a run's ordinary merges.
+type mergeHolds struct {
+	full, drop func(lsm.Tree) bool
+	run        func(id string) bool
+}
+
+// runHold is a run's ordinary merges failed in a row, and until when the
+// next waits.
+type runHold struct {
+	fails int
+	until time.Time
+}
+
+// holdRuns notes a failed merge of runs (their IDs) at now and returns
+// how long their next merge waits: none after a first failure (a bucket's
+// passing fault; the next look tries again), then fullRetryMin doubling up
+// to fullRetryMax for each failure in a row. A merge that reads its inputs
+// whole fails the same way at every look while one of them is damaged or
+// lost (until an operator restores or drops it), and read the others'
+// gigabytes again each time: every look, with a log line each.
+func holdRuns(holds map[string]runHold, ids []string, now time.Time) time.Duration {
+	var wait time.Duration
+	for _, id := range ids {
+		h := holds[id]
+		h.fails++
+		d := time.Duration(0)
+		if h.fails > 1 {
+			d = fullRetryMax
+			if k := h.fails - 2; k < 16 {
+				d = min(fullRetryMin<<k, fullRetryMax)
+			}
+		}
+		h.until = now.Add(d)
+		holds[id] = h
+		wait = max(wait, d)
+	}
+	return wait
 }

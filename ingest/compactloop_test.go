@@ -507,3 +507,72 @@ func steadyIngest(t *testing.T, ctx context.Context, seed int64, dir string, gcG
 	go func() { done <- r.Run(ctx) }()
 	return world, node, metrics, done
 }
+
+// An ordinary merge that fails is tried again at the next look, then, for
+// each failure in a row of its runs, after fullRetryMin doubling up to
+// fullRetryMax: a merge whose input is damaged or lost failed at every
+// look (reading the other inputs again each time, a log line each) until
+// an operator restored or dropped it. Once the store heals, the merge is
+// published.
+func TestFailingMergeWaits(t *testing.T) {
+	prevMin, prevMax := fullRetryMin, fullRetryMax
+	fullRetryMin, fullRetryMax = 400*time.Millisecond, 2*time.Second
+	t.Cleanup(func() { fullRetryMin, fullRetryMax = prevMin, prevMax })
+	g := newGatedRig(t)
+	close(g.store.open)
+	before := g.holdLinks(errors.New("injected: the store refuses the table"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- g.r.Run(ctx) }()
+	failed := func() float64 {
+		return testutil.ToFloat64(g.metrics.Compactions.WithLabelValues(string(lsm.TreeLinks), "failed"))
+	}
+	// Looks every 50 ms for 3 s: about 60 tries without the waits; with
+	// them the tries come at 0, 50 ms, then 400, 800, 1,600 ms apart.
+	time.Sleep(3 * time.Second)
+	if f := failed(); f < 2 || f > 6 {
+		t.Fatalf("%v merges of the links tree failed in 3 s, want 2-6: tried again at every look", f)
+	}
+	if !stillAll(g.node.FSM.Manifest(), before) {
+		t.Fatal("a failed merge changed the manifest")
+	}
+	g.store.mu.Lock()
+	g.store.fail = nil
+	g.store.mu.Unlock()
+	waitFor(t, "the merge", 30*time.Second, func() error {
+		if stillAll(g.node.FSM.Manifest(), before) {
+			return errors.New("the runs are still there")
+		}
+		return nil
+	})
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	compareModel(t, g.node, g.store, g.world)
+}
+
+func TestHoldRuns(t *testing.T) {
+	prevMin, prevMax := fullRetryMin, fullRetryMax
+	fullRetryMin, fullRetryMax = time.Second, 10*time.Second
+	t.Cleanup(func() { fullRetryMin, fullRetryMax = prevMin, prevMax })
+	now := time.Unix(1000, 0)
+	holds := map[string]runHold{}
+	for i, want := range []time.Duration{0, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second} {
+		if got := holdRuns(holds, []string{"a", "b"}, now); got != want {
+			t.Fatalf("failure %d in a row: wait %v, want %v", i+1, got, want)
+		}
+	}
+	for range 100 { // no overflow of the doubling
+		holdRuns(holds, []string{"a"}, now)
+	}
+	if got := holds["a"].until.Sub(now); got != 10*time.Second {
+		t.Fatalf("after 107 failures: wait %v", got)
+	}
+	// A run that failed for the first time beside one failing again: the
+	// merge waits as long as the longest.
+	if got := holdRuns(holds, []string{"b", "c"}, now); got != 10*time.Second || holds["c"].until != now {
+		t.Fatalf("wait %v, c until %v", got, holds["c"].until)
+	}
+}
