@@ -541,12 +541,20 @@ func (a *Admin) handleDropTables(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "NotFound", err.Error())
 		return
 	}
+	if errors.Is(err, ErrBadRequest) {
+		writeErr(w, http.StatusBadRequest, "InvalidRequest", err.Error())
+		return
+	}
 	if err != nil {
 		writeErr(w, http.StatusServiceUnavailable, "DropFailed", err.Error())
 		return
 	}
 	writeJSON(w, out)
 }
+
+// ErrBadRequest: an admin request the leader refuses as asked (a table
+// of a tree that cannot be dropped); answered 400.
+var ErrBadRequest = errors.New("refused")
 
 // ErrNotFound: an admin request named something the cluster does not
 // hold (a table to drop); answered 404.

@@ -32,13 +32,21 @@ func TestDropLostTableCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sim.Close()
-	// The crawl's flushes kept apart (no full compaction at its end, and a
-	// fan-in its flushes never reach: a tree of one run would lose every
-	// link with its table), and replaced tables deleted at once, so that
-	// the bucket's tables are the live ones.
+	// The relay's firehose and a crawl, whose runs are kept apart (no
+	// full compaction at the crawl's end, and a fan-in the flushes never
+	// reach: a tree of one run would lose every link with its table);
+	// replaced tables deleted at once, so that the bucket's tables are the
+	// live ones.
 	lc := up(t, "--flush-interval", "300ms", "--node-arg=--gc-grace=1s", "--node-arg=--compaction-fan-in=64",
+		"--source", "firehose+"+sim.FirehoseURL(),
 		"--source", "backfill+"+sim.RelayURL()+"?compact=false&plc="+url.QueryEscape(sim.PLCURL())+"&didweb="+url.QueryEscape(sim.PLCURL()))
-	lc.waitCaughtUp(t, "the crawl", 120*time.Second, ingestProgress{}, nil)
+	time.Sleep(time.Second)
+	for range 4 { // the network goes on: flushes of the firehose beside the crawl's
+		world.Step(300)
+		time.Sleep(700 * time.Millisecond)
+	}
+	live := ingestProgress{stream: fmt.Sprint(world.LastSeq())}
+	lc.waitCaughtUp(t, "the crawl and the firehose", 120*time.Second, live, nil)
 	lc.waitFor(t, "no garbage left", 60*time.Second, func() error {
 		if _, pending, err := lc.gcLive(); err != nil || pending > 0 {
 			return fmt.Errorf("%v garbage tables pending (%v)", pending, err)
@@ -100,7 +108,7 @@ func TestDropLostTableCluster(t *testing.T) {
 	}
 	killed := lc.killLeader(t)
 	t.Logf("leader %s killed after the request", killed.ID)
-	lc.waitCaughtUp(t, "the drop", 120*time.Second, ingestProgress{}, func(n localNode, st cluster.NodeStatus) error {
+	lc.waitCaughtUp(t, "the drop", 120*time.Second, live, func(n localNode, st cluster.NodeStatus) error {
 		if p, ok := st.Extra["drops_pending"]; ok {
 			return fmt.Errorf("%s: drops pending %v", n.ID, p)
 		}
@@ -135,7 +143,7 @@ func TestDropLostTableCluster(t *testing.T) {
 	if !strings.Contains(out, "crawl again asked of leader") {
 		t.Fatalf("backfill restart: %s", out)
 	}
-	lc.waitCaughtUp(t, "the second crawl", 180*time.Second, ingestProgress{}, func(n localNode, st cluster.NodeStatus) error {
+	lc.waitCaughtUp(t, "the second crawl", 180*time.Second, live, func(n localNode, st cluster.NodeStatus) error {
 		for k := range st.Cursors {
 			if strings.HasPrefix(k, "backfill_restarted:") {
 				return nil

@@ -66,7 +66,6 @@ type offeredMerge struct {
 	inputs   map[string]bool
 	uploaded func()
 	full     *fullMerge
-	drop     *dropMerge
 }
 
 // mergeResult is what a lane's merge reports to compactLoop.
@@ -106,8 +105,9 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 		// the leadership (its runs of the write path share it) and while
 		// the request is the one that failed (a new one is tried at once).
 		holds = r.fullHolds()
-		// A tree whose drop merge failed waits before the next (droptable.go).
-		dropHolds = map[lsm.Tree]dropHold{}
+		// A run whose drop merges failed waits before the next
+		// (droptable.go), while its request stays the same.
+		dropHolds = map[string]dropHold{}
 		// Runs whose merges failed in a row wait before the next try.
 		runHolds = map[string]runHold{}
 	)
@@ -141,8 +141,14 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 				}
 				w.metrics.Compactions.WithLabelValues(string(res.tree), "failed").Inc()
 				if drop != nil {
-					wait := min(max(2*dropHolds[res.tree].wait, fullRetryMin), fullRetryMax)
-					dropHolds[res.tree] = dropHold{until: time.Now().Add(wait), wait: wait}
+					h := dropHolds[drop.run]
+					if h.asked != drop.asked {
+						h = dropHold{asked: drop.asked}
+					}
+					h.fails++
+					wait := retryWait(h.fails)
+					h.until = time.Now().Add(wait)
+					dropHolds[drop.run] = h
 					w.log.Error("dropping tables failed: the run's other tables could not be merged (name the table the error names too, or the run)", "tree", res.tree, "run", drop.run, "retry_in", wait, "error", res.err)
 					continue
 				}
@@ -163,13 +169,22 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			if l.full != nil {
 				delete(holds, res.tree)
 			}
-			if l.drop != nil {
-				delete(dropHolds, res.tree)
+			var marks map[string]string
+			if d := l.drop; d != nil {
+				delete(dropHolds, d.run)
+				if r.Config.Node.FSM.Setting(dropKey(dropTablesKey, d.tree, d.run)) != d.asked {
+					// Asked again (more tables) or withdrawn while it ran:
+					// merged again for the request as it is now.
+					l.end()
+					w.log.Info("drop tables: the request changed while its merge ran; merging again", "tree", d.tree, "run", d.run)
+					continue
+				}
+				marks = map[string]string{dropKey(dropDoneKey, d.tree, d.run): d.asked}
 			}
 			w.metrics.Compactions.WithLabelValues(string(res.tree), "done").Inc()
-			w.OfferCompaction(res.out, res.ids, l.full) // a full one marked done in the same entry
+			w.OfferCompaction(res.out, res.ids, l.full, marks) // a full one, a drop, marked done in the same entry
 			w.log.Info("compacted", "tree", res.tree, "runs", len(res.ids), "records", res.out.Records(), "full", l.full != nil, "drop", l.drop != nil, "big", res.lane == laneBig)
-			offered = append(offered, offeredMerge{inputs: l.inputs, uploaded: l.uploaded, full: l.full, drop: l.drop})
+			offered = append(offered, offeredMerge{inputs: l.inputs, uploaded: l.uploaded, full: l.full})
 			*l = lane{} // free for the next merge; its upload ends once published
 		case <-t.C:
 		}
@@ -179,6 +194,7 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			present[run.ID] = true
 		}
 		maps.DeleteFunc(runHolds, func(id string, _ runHold) bool { return !present[id] })
+		maps.DeleteFunc(dropHolds, func(id string, _ dropHold) bool { return !present[id] })
 		offered = slices.DeleteFunc(offered, func(o offeredMerge) bool {
 			if anyPresent(o.inputs, present) {
 				return false
@@ -186,11 +202,6 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			o.uploaded() // published
 			if o.full != nil {
 				doneFull = append(doneFull, *o.full)
-			}
-			if d := o.drop; d != nil {
-				w.metrics.TablesDropped.WithLabelValues(string(d.tree)).Add(float64(len(d.dropped)))
-				w.metrics.TablesDroppedLinks.WithLabelValues(string(d.tree)).Add(float64(droppedRecords(d.dropped)))
-				w.log.Warn("dropped tables from the index: their records are gone from answers until a crawl brings them back", "tree", d.tree, "run", d.run, "tables", len(d.dropped), "records", droppedRecords(d.dropped))
 			}
 			return true
 		})
@@ -203,7 +214,7 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 			now := time.Now()
 			hs := mergeHolds{
 				full: held,
-				drop: func(tree lsm.Tree) bool { return now.Before(dropHolds[tree].until) },
+				drop: func(run, asked string) bool { h := dropHolds[run]; return h.asked == asked && now.Before(h.until) },
 				run:  func(id string) bool { return now.Before(runHolds[id].until) },
 			}
 			r.startMerges(ctx, w, m, &lanes, offered, turn, hs, results, &merges)
@@ -242,15 +253,18 @@ func anyPresent(runs, present map[string]bool) bool {
 }
 
 // startMerges starts a merge in each idle lane that has one to do: a
-// pending full compaction not held back by a failure (fullHeld) in the
+// tree's drop of damaged tables first (startDrop: the big lane; the runs
+// it names are left out of every other merge), then a
+// pending full compaction not held back by a failure (hs.full) in the
 // idle big lane (once neither the small
 // lane nor a merge waiting to be published holds any of its tree's runs,
 // so that a quiet tree ends as one run: until then no other merge of the
 // tree starts), else the tree's next merge (lsm.PickCompaction) in the
 // lane its size belongs to, on runs neither a lane nor a merge waiting to
 // be published holds; while the small lane is busy, the idle big lane
-// takes the smallest merge due of at least bigMergeBytes. The trees pick
-// in turn, from lsm.Trees[turn % len].
+// takes the smallest merge due of at least bigMergeBytes. Runs whose
+// merges failed lately (hs.run) wait. The trees pick in turn, from
+// lsm.Trees[turn % len].
 func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, lanes *[2]lane, offered []offeredMerge, turn int, hs mergeHolds, results chan<- mergeResult, merges *sync.WaitGroup) {
 	// The runs no lane or offered merge holds: a merge started below takes
 	// runs of its own tree only, so the other trees' picks need no update.
@@ -278,7 +292,7 @@ func (r *Runner) startMerges(ctx context.Context, w *Writer, m *lsm.Manifest, la
 			return
 		}
 		big := &lanes[laneBig]
-		if r.startDrop(ctx, w, m, lanes, reserved, tree, hs.drop(tree), results, merges) {
+		if r.startDrop(ctx, w, m, lanes, reserved, tree, hs.drop, results, merges) {
 			// No full compaction of the tree until its drops are done:
 			// it would take the run that holds a damaged table.
 		} else if fullRunning := big.full != nil && big.full.tree == tree; !fullRunning && big.inputs == nil && !hs.full(tree) && r.Config.Node.FSM.Setting(fullCompactionKey+string(tree)) != "" {
@@ -378,8 +392,9 @@ func runsTables(runs []lsm.Run) int {
 // mergeHolds say what failures hold back for now: a tree's full
 // compaction, its drop merges, a run's ordinary merges.
 type mergeHolds struct {
-	full, drop func(lsm.Tree) bool
-	run        func(id string) bool
+	full func(lsm.Tree) bool
+	drop func(run, asked string) bool
+	run  func(id string) bool
 }
 
 // runHold is a run's ordinary merges failed in a row, and until when the
@@ -401,16 +416,22 @@ func holdRuns(holds map[string]runHold, ids []string, now time.Time) time.Durati
 	for _, id := range ids {
 		h := holds[id]
 		h.fails++
-		d := time.Duration(0)
-		if h.fails > 1 {
-			d = fullRetryMax
-			if k := h.fails - 2; k < 16 {
-				d = min(fullRetryMin<<k, fullRetryMax)
-			}
-		}
+		d := retryWait(h.fails)
 		h.until = now.Add(d)
 		holds[id] = h
 		wait = max(wait, d)
 	}
 	return wait
+}
+
+// retryWait is the wait after fails failures in a row: none after the
+// first, then fullRetryMin doubling up to fullRetryMax.
+func retryWait(fails int) time.Duration {
+	switch k := fails - 2; {
+	case k < 0:
+		return 0
+	case k < 16:
+		return min(fullRetryMin<<k, fullRetryMax)
+	}
+	return fullRetryMax
 }

@@ -2,10 +2,10 @@ package ingest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,38 +16,77 @@ import (
 )
 
 // Dropping a damaged table: an operator's request (eddy-ctl tables drop)
-// that tables whose objects the bucket lost or damaged, with no copy to
-// restore them from, leave the index. Until then every query of a target
-// in such a table fails, and so does every merge that takes its run (a
-// merge reads its inputs whole): the runs behind it wait, and a full
-// compaction never ends. The table's records are lost from answers; a
-// crawl (eddy-ctl backfill restart) brings a backfill's links back.
+// that links tables whose objects the bucket lost or damaged, with no copy
+// to restore them from, leave the index. Until then every query of a
+// target in such a table fails, and so does every merge that takes its
+// run (a merge reads its inputs whole, so the runs behind it wait, and a
+// full compaction never ends). The table's links are lost from answers; a
+// crawl (eddy-ctl backfill restart) brings a backfill's links back. Only
+// the links tree's tables may be dropped: a revocation dropped would bring
+// deleted links back into answers (for good, for an account deleted since),
+// and the PLC map's and the names' tables are what other records are read
+// through, which no crawl writes again.
 //
-// The request is a replicated setting per table (dropTableKey + the tree
-// + ":" + the table's ID, its value the generation it was asked at), so
-// whichever node leads carries it out, and every node's status shows it.
-// The leader's compaction loop rewrites the run that holds the table
-// without it: the run's other tables merged into a new run as any merge
-// of that one run would write them (read through a view of the manifest
-// without the dropped tables, so a table whose metadata is lost too does
-// not stop it), published by the next flush like any merge, which makes
-// the old run's tables garbage; a run whose every table is dropped is
-// removed with no new run. Such a merge takes the big lane before the
-// tree's full compaction, and ordinary merges leave the run alone while
-// the request is pending. A request whose table is no longer in the
-// manifest (dropped, or merged away after its object was restored) is
-// done, and its setting deleted, at the loop's next look: so a leader lost
-// between publishing and deleting leaves nothing to do again. A drop
-// merge that fails (another table of the run is damaged too, or the
-// dictionary the run's tables share is lost with the table that held it:
-// the log names the table) is tried again after fullRetryMin, then twice
-// as long each time up to fullRetryMax, while the request stays; naming
-// the run instead drops every table of it.
-const dropTableKey = "drop_table:"
+// The request is a replicated setting per run (dropTablesKey + the tree
+// + ":" + the run's ID, its value a dropRequest: the tables to drop and
+// the generation last asked at), written in one entry however many
+// tables it names, so whichever node leads carries it out and every
+// node's status shows it. The leader's compaction loop rewrites the run
+// without those tables: the run's other tables merged into a new run as
+// any merge of that one run would write them (their shared account
+// dictionary counted again from their records, so nothing refers to a
+// dropped table afterwards), read through a view of that run alone
+// without the dropped tables (a dropped table's metadata, lost too and
+// never fetched by a new leader, and any other damaged table of the
+// index, do not stop it); a run whose every table is dropped is removed
+// with no new run. The merge takes the big lane before the tree's full
+// compaction; ordinary merges leave the run alone meanwhile. The flush
+// that publishes it marks the request carried out (dropDoneKey, a cursor
+// set to the request's value in the same entry). Once the run has left the
+// manifest, the loop's next look deletes the request: counted and logged
+// as dropped if marked, else logged as merged away by another merge
+// (which read every table, so none was lost, and nothing was dropped). A
+// request that changed while its merge ran (more tables named) has that
+// merge's result thrown away and merged again. A drop merge that fails
+// (another table of the run is damaged too, or the account dictionary the
+// run's tables share is lost with the table that held it: the log names
+// the table) is tried again at the next look, then after fullRetryMin
+// doubling up to fullRetryMax while the request stays the same; a drop
+// of another run does not wait for it.
+const (
+	dropTablesKey = "drop_tables:"
+	dropDoneKey   = "drop_done:"
+)
 
-// dropKey is the setting that asks for table id of tree to be dropped.
-func dropKey(tree lsm.Tree, id string) string {
-	return dropTableKey + string(tree) + ":" + id
+// dropKey is the setting that asks for tables of run of tree to be
+// dropped (and, with dropDoneKey, the cursor that marks it carried out).
+func dropKey(prefix string, tree lsm.Tree, run string) string {
+	return prefix + string(tree) + ":" + run
+}
+
+// dropRequest is a drop request's setting: the tables of one run to drop.
+type dropRequest struct {
+	Generation uint64         `json:"generation"` // the manifest's when last asked
+	Tables     []lsm.TableRef `json:"tables"`
+}
+
+func (d dropRequest) records() uint64 {
+	r := lsm.Run{Tables: d.Tables}
+	return r.Records()
+}
+
+func (d dropRequest) ids() []string {
+	out := make([]string, len(d.Tables))
+	for i, t := range d.Tables {
+		out[i] = t.ID
+	}
+	return out
+}
+
+func parseDropRequest(v string) (dropRequest, error) {
+	var d dropRequest
+	err := json.Unmarshal([]byte(v), &d)
+	return d, err
 }
 
 // ErrNotInIndex: a drop request named a table or run the manifest does
@@ -64,22 +103,25 @@ type DroppedTable struct {
 }
 
 // dropTargets returns the tables of tree that ids name in m (a table's
-// ID, or a run's: every table of the run), in the manifest's order.
-func dropTargets(m *lsm.Manifest, tree lsm.Tree, ids []string) ([]DroppedTable, error) {
-	if _, err := lsm.FormatOf(tree); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNotInIndex, err)
+// ID, or a run's: every table of the run), in the manifest's order, and
+// the runs holding them.
+func dropTargets(m *lsm.Manifest, tree lsm.Tree, ids []string) ([]DroppedTable, map[string][]lsm.TableRef, error) {
+	if tree != lsm.TreeLinks {
+		return nil, nil, fmt.Errorf("%w: only tables of the links tree can be dropped, not of %q: a revocation dropped would bring deleted links back, and the other trees' records are what links are read through, which no crawl writes again (restore the object instead)", cluster.ErrBadRequest, tree)
 	}
 	want := map[string]bool{}
 	for _, id := range ids {
 		want[id] = true
 	}
 	var out []DroppedTable
+	byRun := map[string][]lsm.TableRef{}
 	for _, run := range m.RunsOf(tree) {
 		whole := want[run.ID]
 		delete(want, run.ID)
 		for _, t := range run.Tables {
 			if whole || want[t.ID] {
 				out = append(out, DroppedTable{Tree: tree, Table: t.ID, Run: run.ID, Records: t.Records, Bytes: t.DataBytes + t.MetaBytes})
+				byRun[run.ID] = append(byRun[run.ID], t)
 			}
 			delete(want, t.ID)
 		}
@@ -90,55 +132,104 @@ func dropTargets(m *lsm.Manifest, tree lsm.Tree, ids []string) ([]DroppedTable, 
 			missing = append(missing, id)
 		}
 		slices.Sort(missing)
-		return nil, fmt.Errorf("%w: no table or run of tree %s at generation %d is named %s", ErrNotInIndex, tree, m.Generation, strings.Join(missing, ", "))
+		return nil, nil, fmt.Errorf("%w: no table or run of tree %s at generation %d is named %s", ErrNotInIndex, tree, m.Generation, strings.Join(missing, ", "))
 	}
-	return out, nil
+	return out, byRun, nil
 }
 
+// dropMu serializes the leader's changes to drop requests (each a read,
+// a union and a write of a run's setting).
+var dropMu sync.Mutex
+
 // RequestDropTables asks (on the leader: the settings are proposed
-// through Raft) that the tables of tree named by ids (tables or runs) be
-// dropped from the index, and returns them.
+// through Raft, one entry a run) that the tables of tree named by ids
+// (tables or runs) be dropped from the index, and returns them. A run
+// asked again gets the union of the tables asked.
 func RequestDropTables(ctx context.Context, node *cluster.Node, tree lsm.Tree, ids []string) ([]DroppedTable, error) {
+	dropMu.Lock()
+	defer dropMu.Unlock()
 	m := node.FSM.Manifest()
-	tables, err := dropTargets(m, tree, ids)
+	tables, byRun, err := dropTargets(m, tree, ids)
 	if err != nil {
 		return nil, err
 	}
-	gen := strconv.FormatUint(m.Generation, 10)
-	for _, t := range tables {
-		if _, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: dropKey(tree, t.Table), Value: gen}); err != nil {
-			return nil, fmt.Errorf("drop table %s: %w", t.Table, err)
+	for _, run := range m.RunsOf(tree) {
+		add := byRun[run.ID]
+		if len(add) == 0 {
+			continue
+		}
+		key := dropKey(dropTablesKey, tree, run.ID)
+		req, _ := parseDropRequest(node.FSM.Setting(key)) // none yet, or an unreadable one: replaced
+		for _, t := range add {
+			if !slices.ContainsFunc(req.Tables, func(r lsm.TableRef) bool { return r.ID == t.ID }) {
+				req.Tables = append(req.Tables, t)
+			}
+		}
+		req.Generation = m.Generation
+		b, err := json.Marshal(req)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: key, Value: string(b)}); err != nil {
+			return nil, fmt.Errorf("drop tables of run %s: %w", run.ID, err)
 		}
 	}
 	return tables, nil
 }
 
-// CancelDropTables withdraws the drop requests of tree's tables named by
-// ids (every pending one of the tree if ids is empty; on the leader): a
-// drop merge already running is published. It returns the requests it
-// withdrew.
+// CancelDropTables withdraws the drop requests of tree for the tables or
+// runs named by ids (every pending one of the tree if ids is empty; on the
+// leader): a drop merge already running is published. It returns the
+// tables it withdrew.
 func CancelDropTables(ctx context.Context, node *cluster.Node, tree lsm.Tree, ids []string) ([]string, error) {
+	dropMu.Lock()
+	defer dropMu.Unlock()
 	var out []string
-	for id := range pendingDrops(node.FSM, tree) {
-		if len(ids) > 0 && !slices.Contains(ids, id) {
+	for run, p := range pendingDrops(node.FSM, tree) {
+		keep := p.req.Tables
+		if len(ids) == 0 || slices.Contains(ids, run) {
+			keep = nil
+		} else {
+			keep = slices.DeleteFunc(slices.Clone(keep), func(t lsm.TableRef) bool { return slices.Contains(ids, t.ID) })
+		}
+		if len(keep) == len(p.req.Tables) {
 			continue
 		}
-		if _, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: dropKey(tree, id)}); err != nil {
-			return out, fmt.Errorf("withdraw the drop of %s: %w", id, err)
+		for _, t := range p.req.Tables {
+			if !slices.ContainsFunc(keep, func(k lsm.TableRef) bool { return k.ID == t.ID }) {
+				out = append(out, t.ID)
+			}
 		}
-		out = append(out, id)
+		value := ""
+		if len(keep) > 0 {
+			b, err := json.Marshal(dropRequest{Generation: p.req.Generation, Tables: keep})
+			if err != nil {
+				return nil, err
+			}
+			value = string(b)
+		}
+		if _, err := node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: dropKey(dropTablesKey, tree, run), Value: value}); err != nil {
+			return out, fmt.Errorf("withdraw the drop of run %s: %w", run, err)
+		}
 	}
 	slices.Sort(out)
 	return out, nil
 }
 
-// pendingDrops returns the tables of tree a drop request asks for, each
-// with the request's value.
-func pendingDrops(s *fsm.State, tree lsm.Tree) map[string]string {
-	prefix := dropTableKey + string(tree) + ":"
-	out := map[string]string{}
+// pendingDrop is a run's drop request: as set (value) and read (req; a
+// value that does not parse is a request of no tables).
+type pendingDrop struct {
+	value string
+	req   dropRequest
+}
+
+// pendingDrops returns tree's drop requests by run.
+func pendingDrops(s *fsm.State, tree lsm.Tree) map[string]pendingDrop {
+	prefix := dropKey(dropTablesKey, tree, "")
+	out := map[string]pendingDrop{}
 	for k, v := range s.SettingsWithPrefix(prefix) {
-		out[strings.TrimPrefix(k, prefix)] = v
+		req, _ := parseDropRequest(v)
+		out[strings.TrimPrefix(k, prefix)] = pendingDrop{value: v, req: req}
 	}
 	return out
 }
@@ -148,15 +239,11 @@ func pendingDrops(s *fsm.State, tree lsm.Tree) map[string]string {
 func DropsPending(s *fsm.State) map[lsm.Tree][]string {
 	var out map[lsm.Tree][]string
 	for _, t := range lsm.Trees {
-		d := pendingDrops(s, t)
-		if len(d) == 0 {
-			continue
-		}
-		if out == nil {
-			out = map[lsm.Tree][]string{}
-		}
-		for id := range d {
-			out[t] = append(out[t], id)
+		for _, p := range pendingDrops(s, t) {
+			if out == nil {
+				out = map[lsm.Tree][]string{}
+			}
+			out[t] = append(out[t], p.req.ids()...)
 		}
 		slices.Sort(out[t])
 	}
@@ -188,88 +275,113 @@ func AdminDropTables(node *cluster.Node) func(context.Context, cluster.DropTable
 }
 
 // dropMerge is a merge that drops tables from their run: the run's other
-// tables merged into a new run (none if it keeps none).
+// tables merged into a new run (none if it keeps none), for the request
+// whose value was asked.
 type dropMerge struct {
 	tree    lsm.Tree
 	run     string
+	asked   string
 	dropped []lsm.TableRef
 }
 
-// dropHold holds back a tree's drop merges after one failed.
+// dropHold holds back a run's drop merges after they failed, while its
+// request stays asked.
 type dropHold struct {
+	asked string
+	fails int
 	until time.Time
-	wait  time.Duration
-}
-
-// withoutTables returns m with the tables of drop left out of their runs
-// (a run left with none left out): the view a drop merge reads through,
-// which never opens a dropped table.
-func withoutTables(m *lsm.Manifest, drop map[string]bool) *lsm.Manifest {
-	out := *m
-	out.Runs = nil
-	for _, run := range m.Runs {
-		run.Tables = slices.DeleteFunc(slices.Clone(run.Tables), func(t lsm.TableRef) bool { return drop[t.ID] })
-		if len(run.Tables) > 0 {
-			out.Runs = append(out.Runs, run)
-		}
-	}
-	return &out
 }
 
 // startDrop carries out tree's drop requests, if it has any: deletes
-// those whose tables are no longer in m (done), and starts in the idle big
-// lane the merge of the first run that holds tables to drop and that no
-// other merge holds (unless a drop of the tree failed lately: held). It
-// reports whether the tree still has tables to drop, so that the caller
-// starts no full compaction of it.
-func (r *Runner) startDrop(ctx context.Context, w *Writer, m *lsm.Manifest, lanes *[2]lane, reserved func(string) bool, tree lsm.Tree, held bool, results chan<- mergeResult, merges *sync.WaitGroup) bool {
+// those whose runs are no longer in m (done, dropFinished), and starts in
+// the idle big lane the merge of the first run that holds tables to drop,
+// that no other merge holds and whose drop is not held back after a
+// failure (held). It reports whether the tree still has tables to drop,
+// so that the caller starts no full compaction of it.
+func (r *Runner) startDrop(ctx context.Context, w *Writer, m *lsm.Manifest, lanes *[2]lane, reserved func(string) bool, tree lsm.Tree, held func(run, asked string) bool, results chan<- mergeResult, merges *sync.WaitGroup) bool {
 	drops := pendingDrops(r.Config.Node.FSM, tree)
 	if len(drops) == 0 {
 		return false
 	}
-	present := map[string]bool{}
+	pending := false
 	var first *lsm.Run
+	var firstDrop pendingDrop
 	runs := m.RunsOf(tree)
 	for i := range runs {
-		for _, t := range runs[i].Tables {
-			if _, ok := drops[t.ID]; ok {
-				present[t.ID] = true
-				if first == nil && !reserved(runs[i].ID) {
-					first = &runs[i]
-				}
-			}
-		}
-	}
-	for id := range drops {
-		if present[id] {
+		p, ok := drops[runs[i].ID]
+		if !ok {
 			continue
 		}
-		if _, err := r.Config.Node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: dropKey(tree, id)}); err != nil {
-			w.log.Warn("drop table: could not mark the request done; trying again", "tree", tree, "table", id, "error", err)
+		delete(drops, runs[i].ID)
+		pending = true
+		if first == nil && !reserved(runs[i].ID) && !held(runs[i].ID, p.value) {
+			first, firstDrop = &runs[i], p
 		}
 	}
-	if len(present) == 0 {
-		return false
+	for run, p := range drops { // not in m
+		if m.Generation < p.req.Generation {
+			pending = true // asked on a manifest newer than this look's
+			continue
+		}
+		r.dropFinished(ctx, w, tree, run, p)
 	}
-	if first == nil || held || lanes[laneBig].inputs != nil {
-		return true // a merge holding the run ends first
+	if first == nil || lanes[laneBig].inputs != nil {
+		return pending // a merge holding the run ends first
 	}
-	d := &dropMerge{tree: tree, run: first.ID}
-	drop := map[string]bool{}
+	d := &dropMerge{tree: tree, run: first.ID, asked: firstDrop.value}
 	keep := *first
 	keep.Tables = nil
 	for _, t := range first.Tables {
-		if present[t.ID] {
+		if slices.ContainsFunc(firstDrop.req.Tables, func(x lsm.TableRef) bool { return x.ID == t.ID }) {
 			d.dropped = append(d.dropped, t)
-			drop[t.ID] = true
 		} else {
 			keep.Tables = append(keep.Tables, t)
 		}
 	}
-	r.startMerge(ctx, w, withoutTables(m, drop), laneBig, &lanes[laneBig], tree, []lsm.Run{keep}, nil, results, merges)
+	// The view of the kept tables alone: the merge reads nothing else.
+	only := &lsm.Manifest{Generation: m.Generation, NextSeq: m.NextSeq}
+	if len(keep.Tables) > 0 {
+		only.Runs = []lsm.Run{keep}
+	}
+	r.startMerge(ctx, w, only, laneBig, &lanes[laneBig], tree, []lsm.Run{keep}, nil, results, merges)
 	lanes[laneBig].drop = d
 	w.log.Warn("dropping tables from the index at an operator's request: the run's other tables are merged into a new run", "tree", tree, "run", first.ID, "tables", len(d.dropped), "records", droppedRecords(d.dropped), "kept_tables", len(keep.Tables))
 	return true
+}
+
+// dropFinished deletes the request p of a run that has left the index:
+// counted and logged as dropped if the flush that removed it marked it
+// (dropDoneKey), else logged as merged away by another merge.
+func (r *Runner) dropFinished(ctx context.Context, w *Writer, tree lsm.Tree, run string, p pendingDrop) {
+	mark := r.Config.Node.FSM.Cursor(dropKey(dropDoneKey, tree, run))
+	if _, err := r.Config.Node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: dropKey(dropTablesKey, tree, run)}); err != nil {
+		w.log.Warn("drop tables: could not mark the request done; trying again", "tree", tree, "run", run, "error", err)
+		return
+	}
+	if mark == "" {
+		w.log.Warn("drop tables: the run left the index through another merge before its drop, which read every one of its tables: nothing was dropped (ask again if a table is still damaged)", "tree", tree, "run", run, "tables", strings.Join(p.req.ids(), ","))
+		return
+	}
+	w.SetCursor(dropKey(dropDoneKey, tree, run), "")
+	done, err := parseDropRequest(mark)
+	if err != nil {
+		w.log.Warn("drop tables: the mark of a drop carried out does not read", "tree", tree, "run", run, "error", err)
+		return
+	}
+	w.metrics.TablesDropped.WithLabelValues(string(tree)).Add(float64(len(done.Tables)))
+	w.metrics.TablesDroppedLinks.WithLabelValues(string(tree)).Add(float64(done.records()))
+	w.log.Warn("dropped tables from the index: their links are gone from answers until a crawl brings them back", "tree", tree, "run", run, "tables", strings.Join(done.ids(), ","), "records", done.records())
+	if mark != p.value {
+		var late []string
+		for _, t := range p.req.Tables {
+			if !slices.ContainsFunc(done.Tables, func(x lsm.TableRef) bool { return x.ID == t.ID }) {
+				late = append(late, t.ID)
+			}
+		}
+		if len(late) > 0 {
+			w.log.Error("drop tables: tables asked while the drop of their run was being published were kept in its new run; ask again for the tables the errors name now", "tree", tree, "run", run, "tables", strings.Join(late, ","))
+		}
+	}
 }
 
 // droppedRecords is the records of tables.
@@ -278,20 +390,16 @@ func droppedRecords(tables []lsm.TableRef) uint64 {
 	return r.Records()
 }
 
-// dropRuns returns the runs of m that hold a table a drop request asks
-// for: no ordinary merge takes them meanwhile.
+// dropRuns returns the runs of m that a drop request names: no ordinary
+// merge takes them meanwhile.
 func (r *Runner) dropRuns(m *lsm.Manifest) map[string]bool {
 	var out map[string]bool
-	for tree, ids := range DropsPending(r.Config.Node.FSM) {
-		for _, run := range m.RunsOf(tree) {
-			for _, t := range run.Tables {
-				if slices.Contains(ids, t.ID) {
-					if out == nil {
-						out = map[string]bool{}
-					}
-					out[run.ID] = true
-				}
+	for _, t := range lsm.Trees {
+		for run := range pendingDrops(r.Config.Node.FSM, t) {
+			if out == nil {
+				out = map[string]bool{}
 			}
+			out[run] = true
 		}
 	}
 	return out

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/fsm"
 	"github.com/eddy-backlinks/eddy/ingest/simnet"
 	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
@@ -183,8 +185,10 @@ func TestDropDamagedTable(t *testing.T) {
 	if _, err := RequestDropTables(ctx, g.node, lsm.TreeLinks, []string{victim.ID, "00112233445566778899aabbccddeeff"}); !errors.Is(err, ErrNotInIndex) {
 		t.Fatalf("a request naming a table not in the index: %v, want ErrNotInIndex", err)
 	}
-	if _, err := RequestDropTables(ctx, g.node, "nope", []string{victim.ID}); !errors.Is(err, ErrNotInIndex) {
-		t.Fatalf("a request naming an unknown tree: %v, want ErrNotInIndex", err)
+	for _, tree := range []lsm.Tree{"nope", lsm.TreeRevocations, lsm.TreeNames} {
+		if _, err := RequestDropTables(ctx, g.node, tree, []string{victim.ID}); !errors.Is(err, cluster.ErrBadRequest) {
+			t.Fatalf("a request naming tree %q: %v, want ErrBadRequest: only links tables can be dropped", tree, err)
+		}
 	}
 	if p := DropsPending(g.node.FSM); p != nil {
 		t.Fatalf("refused requests left %v pending", p)
@@ -264,11 +268,14 @@ func TestDropWholeRunAndWithdraw(t *testing.T) {
 	defer cancel()
 	g := newDropRig(t, ctx)
 	g.compactAll(ctx)
-	merged := g.node.FSM.Manifest().RunsOf(lsm.TreeLinks)
 	g.world.Step(40)
 	g.waitStream()
+	// Asked with no write path running, so that no ordinary merge takes
+	// the flush first.
+	g.stop(cancel)
+	before := g.node.FSM.Manifest().RunsOf(lsm.TreeLinks)
 	var flush lsm.Run
-	for _, run := range g.node.FSM.Manifest().RunsOf(lsm.TreeLinks) {
+	for _, run := range before {
 		if run.Kind == lsm.RunDelta {
 			flush = run
 		}
@@ -276,10 +283,13 @@ func TestDropWholeRunAndWithdraw(t *testing.T) {
 	if flush.ID == "" {
 		t.Fatal("no flush after the full compaction")
 	}
-	tables, err := RequestDropTables(ctx, g.node, lsm.TreeLinks, []string{flush.ID})
+	tables, err := RequestDropTables(context.Background(), g.node, lsm.TreeLinks, []string{flush.ID})
 	if err != nil || len(tables) != 1 || tables[0].Table != flush.Tables[0].ID {
 		t.Fatalf("drop of run %s: %+v, %v", flush.ID, tables, err)
 	}
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	g.start(ctx)
 	waitFor(t, "the drop", time.Minute, func() error {
 		if p := DropsPending(g.node.FSM); p != nil {
 			return fmt.Errorf("pending %v", p)
@@ -288,7 +298,7 @@ func TestDropWholeRunAndWithdraw(t *testing.T) {
 	})
 	m := g.node.FSM.Manifest()
 	for _, run := range m.RunsOf(lsm.TreeLinks) {
-		if run.ID == flush.ID || run.Records() == flush.Records() && run.Kind == lsm.RunCompacted && !slices.ContainsFunc(merged, func(r lsm.Run) bool { return r.ID == run.ID }) {
+		if run.ID == flush.ID || run.Records() == flush.Records() && run.Kind == lsm.RunCompacted && !slices.ContainsFunc(before, func(r lsm.Run) bool { return r.ID == run.ID }) {
 			t.Fatalf("run %s (%d records) after the drop of run %s: want it gone with nothing in its place", run.ID, run.Records(), flush.ID)
 		}
 	}
@@ -312,5 +322,193 @@ func TestDropWholeRunAndWithdraw(t *testing.T) {
 	}
 	if p := DropsPending(g.node.FSM); p != nil {
 		t.Fatalf("pending after the withdrawal: %v", p)
+	}
+}
+
+// damage removes a table's metadata object (with meta) and cuts its data
+// object in half.
+func (g *dropRig) damage(id string, meta bool) {
+	g.t.Helper()
+	data, mk := lsm.TableKeys(lsm.TreeLinks, id)
+	if meta {
+		if err := os.Remove(filepath.Join(g.dir, filepath.FromSlash(mk))); err != nil {
+			g.t.Fatal(err)
+		}
+	}
+	p := filepath.Join(g.dir, filepath.FromSlash(data))
+	b, err := os.ReadFile(p)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b[:len(b)/2], 0o644); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// Two runs each with a table lost whole, both asked at once, carried out
+// by a new leader that never fetched either table's metadata: each drop
+// merge reads its own run only, so neither stops the other. (Each read
+// the whole index but its own dropped tables, so each failed on the
+// other's for good.) A run of a single table is dropped whole, asked by
+// its run's ID.
+func TestDropTwoRunsWithLostTables(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := newDropRig(t, ctx)
+	g.compactAll(ctx)
+	g.world.Step(40)
+	g.waitStream()
+	g.stop(cancel)
+	runs := g.node.FSM.Manifest().RunsOf(lsm.TreeLinks)
+	if len(runs) < 2 || len(runs[0].Tables) < 4 || len(runs[len(runs)-1].Tables) != 1 {
+		t.Fatalf("%d links runs: want a merged one of several tables and a flush", len(runs))
+	}
+	r1, r2 := runs[0], runs[len(runs)-1]
+	v1, v2 := r1.Tables[len(r1.Tables)/2], r2.Tables[0]
+	g.damage(v1.ID, true)
+	g.damage(v2.ID, true)
+	if _, err := RequestDropTables(context.Background(), g.node, lsm.TreeLinks, []string{v1.ID, r2.ID}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	g.start(ctx) // a new leader: a fresh catalog
+	waitFor(t, "both drops", time.Minute, func() error {
+		if p := DropsPending(g.node.FSM); p != nil {
+			return fmt.Errorf("pending %v", p)
+		}
+		return nil
+	})
+	if n, r := testutil.ToFloat64(g.metrics.TablesDropped.WithLabelValues("links")), testutil.ToFloat64(g.metrics.TablesDroppedLinks.WithLabelValues("links")); n != 2 || r != float64(v1.Records+v2.Records) {
+		t.Fatalf("eddy_tables_dropped_total %v, records %v; want 2 and %d", n, r, v1.Records+v2.Records)
+	}
+	if _, err := g.answers(ctx); err != nil {
+		t.Fatalf("the index without the dropped tables: %v", err)
+	}
+	g.stop(cancel)
+}
+
+// A request that names a whole run is one entry: every table of the run
+// is dropped, never part of them. (Proposed a table at a time, a look of
+// the compaction loop between two proposals dropped the tables asked so
+// far, kept the others in a new run and took the rest of the request as
+// done.) A request for a run that another merge took first is deleted as
+// merged away, without counting a drop.
+func TestDropRequestIsOneEntry(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := newDropRig(t, ctx)
+	g.compactAll(ctx)
+	run := g.node.FSM.Manifest().RunsOf(lsm.TreeLinks)[0]
+	gen := g.node.FSM.Manifest().Generation
+	if _, err := RequestDropTables(ctx, g.node, lsm.TreeLinks, []string{run.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if p := DropsPending(g.node.FSM); len(p[lsm.TreeLinks]) != len(run.Tables) || g.node.FSM.Manifest().Generation != gen {
+		t.Fatalf("after one request: pending %v (want the run's %d tables at once)", p, len(run.Tables))
+	}
+	waitFor(t, "the drop", time.Minute, func() error {
+		if p := DropsPending(g.node.FSM); p != nil {
+			return fmt.Errorf("pending %v", p)
+		}
+		return nil
+	})
+	for _, r := range g.node.FSM.Manifest().RunsOf(lsm.TreeLinks) {
+		if r.Kind == lsm.RunCompacted {
+			t.Fatalf("a merged run of %d records left after the whole run was dropped", r.Records())
+		}
+	}
+	if n := testutil.ToFloat64(g.metrics.TablesDropped.WithLabelValues("links")); int(n) != len(run.Tables) {
+		t.Fatalf("eddy_tables_dropped_total %v, want the run's %d tables", n, len(run.Tables))
+	}
+	g.world.Step(40) // a flush for the second part
+	g.waitStream()
+	g.stop(cancel)
+
+	// A run merged away by another merge before its drop: the request is
+	// deleted, nothing counted.
+	before := testutil.ToFloat64(g.metrics.TablesDropped.WithLabelValues("links"))
+	runs := g.node.FSM.Manifest().RunsOf(lsm.TreeLinks)
+	if len(runs) == 0 {
+		t.Fatal("no links run left")
+	}
+	if _, err := RequestDropTables(context.Background(), g.node, lsm.TreeLinks, []string{runs[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	// The merge of the whole tree, published by a flush as a compaction
+	// that did not carry the drop out.
+	m := g.node.FSM.Manifest()
+	var ids []string
+	for _, r := range runs {
+		ids = append(ids, r.ID)
+	}
+	if _, err := g.node.Propose(context.Background(), fsm.TypeFlush, 0, fsm.Flush{Edit: lsm.Edit{Base: m.Generation, Remove: ids}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	g.start(ctx)
+	waitFor(t, "the request deleted", time.Minute, func() error {
+		if p := DropsPending(g.node.FSM); p != nil {
+			return fmt.Errorf("pending %v", p)
+		}
+		return nil
+	})
+	if n := testutil.ToFloat64(g.metrics.TablesDropped.WithLabelValues("links")); n != before {
+		t.Fatalf("eddy_tables_dropped_total %v after a run merged away, want %v", n, before)
+	}
+	g.stop(cancel)
+}
+
+// A request withdrawn by its run's ID withdraws every table of it; by a
+// table's ID, that table alone.
+func TestCancelDropByRunOrTable(t *testing.T) {
+	node := oneNode(t)
+	ctx := context.Background()
+	run := lsm.Run{ID: "ab01", Tree: lsm.TreeLinks, Kind: lsm.RunCompacted, Tables: []lsm.TableRef{{ID: "cd02", Records: 7, DataBytes: 100, ShardBits: 1}, {ID: "cd03", Records: 7, DataBytes: 100, ShardBits: 1, Shard: 1}}}
+	if _, err := node.Propose(ctx, fsm.TypeFlush, 0, fsm.Flush{Edit: lsm.Edit{Base: node.FSM.Manifest().Generation, Add: []lsm.Run{run}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RequestDropTables(ctx, node, lsm.TreeLinks, []string{"ab01"}); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := CancelDropTables(ctx, node, lsm.TreeLinks, []string{"cd03"})
+	if err != nil || !slices.Equal(ids, []string{"cd03"}) || !slices.Equal(DropsPending(node.FSM)[lsm.TreeLinks], []string{"cd02"}) {
+		t.Fatalf("withdrew %v (%v); pending %v, want cd02", ids, err, DropsPending(node.FSM))
+	}
+	if _, err := RequestDropTables(ctx, node, lsm.TreeLinks, []string{"cd03"}); err != nil {
+		t.Fatal(err)
+	}
+	ids, err = CancelDropTables(ctx, node, lsm.TreeLinks, []string{"ab01"})
+	if err != nil || !slices.Equal(ids, []string{"cd02", "cd03"}) || DropsPending(node.FSM) != nil {
+		t.Fatalf("withdrew %v (%v); pending %v, want none", ids, err, DropsPending(node.FSM))
+	}
+}
+
+// The compaction loop reads the manifest before the requests: a request
+// asked on a newer manifest (its run published in between) is not taken
+// as done because the loop's manifest lacks its run.
+func TestDropRequestNewerThanTheLook(t *testing.T) {
+	node := oneNode(t)
+	ctx := context.Background()
+	add := func(run lsm.Run) {
+		if _, err := node.Propose(ctx, fsm.TypeFlush, 0, fsm.Flush{Edit: lsm.Edit{Base: node.FSM.Manifest().Generation, Add: []lsm.Run{run}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(lsm.Run{ID: "a1", Tree: lsm.TreeLinks, Kind: lsm.RunDelta, Tables: []lsm.TableRef{{ID: "t1", Records: 1, DataBytes: 10}}})
+	m := node.FSM.Manifest() // the loop's look
+	add(lsm.Run{ID: "a2", Tree: lsm.TreeLinks, Kind: lsm.RunDelta, Tables: []lsm.TableRef{{ID: "t2", Records: 1, DataBytes: 10}}})
+	if _, err := RequestDropTables(ctx, node, lsm.TreeLinks, []string{"t2"}); err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{Config: Config{Node: node}}
+	w := &Writer{log: hclog.NewNullLogger(), metrics: NewMetrics()}
+	var lanes [2]lane
+	var merges sync.WaitGroup
+	pending := r.startDrop(ctx, w, m, &lanes, func(string) bool { return false }, lsm.TreeLinks, func(string, string) bool { return false }, make(chan mergeResult, 2), &merges)
+	merges.Wait()
+	if !pending || DropsPending(node.FSM) == nil {
+		t.Fatalf("the request for t2 (in the manifest, not dropped) was taken as done (pending %v)", pending)
 	}
 }

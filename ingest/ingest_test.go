@@ -438,7 +438,7 @@ func TestFullCompactionDoneSurvivesLeaderLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.OfferCompaction(out, []string{inputs[0].ID, inputs[1].ID}, &fullMerge{lsm.TreeLinks, asked})
+	w.OfferCompaction(out, []string{inputs[0].ID, inputs[1].ID}, &fullMerge{lsm.TreeLinks, asked}, nil)
 	flushRepo(2)
 	if got := len(node.FSM.Manifest().RunsOf(lsm.TreeLinks)); got != 2 || node.FSM.Cursor(mark) != asked || node.FSM.Setting(key) != asked {
 		t.Fatalf("published: %d runs, mark %q, request %q (asked %q)", got, node.FSM.Cursor(mark), node.FSM.Setting(key), asked)

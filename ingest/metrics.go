@@ -51,8 +51,8 @@ type Metrics struct {
 	// store could not be read or written; tried again at the next look).
 	Compactions *prometheus.CounterVec
 	// Tables dropped from the index at an operator's request (droptable.go),
-	// by tree, and the links they held: counted once the flush that drops
-	// them is published.
+	// by tree, and the links they held: counted at the leader's first look
+	// after the flush that drops them.
 	TablesDropped      *prometheus.CounterVec
 	TablesDroppedLinks *prometheus.CounterVec
 
@@ -89,9 +89,9 @@ func NewMetrics() *Metrics {
 		Compactions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_compactions_total",
 			Help: "Merges (and full compactions) the leader ended, by tree and result: done, or failed (logged with its error; tried again at the compaction loop's next look)."}, []string{"tree", "result"}),
 		TablesDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_tables_dropped_total",
-			Help: "Damaged or lost tables dropped from the index at an operator's request (eddy-ctl tables drop), by tree: their records are gone from answers until a crawl brings them back."}, []string{"tree"}),
+			Help: "Damaged or lost tables dropped from the index at an operator's request (eddy-ctl tables drop), by tree: their links are gone from answers until a crawl brings them back."}, []string{"tree"}),
 		TablesDroppedLinks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_tables_dropped_records_total",
-			Help: "Records (links, revocations, ...) the dropped tables held, by tree."}, []string{"tree"}),
+			Help: "Records (links) the dropped tables held, by tree."}, []string{"tree"}),
 
 		ResyncsDeferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_ingest_resyncs_deferred_total",
 			Help: "Resyncs held back because the repository fetched was ahead of the stream that asked for it (a stream catching up): each waits until the stream reaches the repository's revision, then fetches it again."}),

@@ -510,12 +510,16 @@ func (w *Writer) SetCursor(source, cursor string) {
 
 // OfferCompaction hands a finished compaction (of disjoint inputs) to the
 // next flush; full, if set, is the full compaction's request it carries
-// out, marked done in the same entry (fullDoneKey).
-func (w *Writer) OfferCompaction(add lsm.Run, remove []string, full *fullMerge) {
+// out, marked done in the same entry (fullDoneKey), as are marks (cursors:
+// a drop's, dropDoneKey).
+func (w *Writer) OfferCompaction(add lsm.Run, remove []string, full *fullMerge, marks map[string]string) {
 	w.mu.Lock()
 	w.mu.compactions = append(w.mu.compactions, compactionResult{add: add, remove: remove})
 	if full != nil {
 		w.mu.cursors[fullDoneKey+string(full.tree)] = full.asked
+	}
+	for k, v := range marks {
+		w.mu.cursors[k] = v
 	}
 	w.mu.Unlock()
 }

@@ -462,6 +462,9 @@ func TestClusterCommands(t *testing.T) {
 	if code, _, errs := ctl(t, append([]string{"tables", "drop", "--tree", "links", "--tables", "ef03", "--yes", "--addr", asked.admin}, auth...)...); code != 1 || !strings.Contains(errs, "NotFound") {
 		t.Fatalf("tables drop of a table not in the index: exit %d: %s", code, errs)
 	}
+	if code, _, errs := ctl(t, append([]string{"tables", "drop", "--tree", "revocations", "--tables", "ef03", "--yes", "--addr", asked.admin}, auth...)...); code != 1 || !strings.Contains(errs, "InvalidRequest") || !strings.Contains(errs, "only tables of the links tree") {
+		t.Fatalf("tables drop of a revocations table: exit %d: %s", code, errs)
+	}
 	out = mustCtl(t, append([]string{"tables", "drop", "--tree", "links", "--cancel", "--addr", asked.admin}, auth...)...)
 	if !strings.Contains(out, "drop requests withdrawn by leader "+leader+": cd02") {
 		t.Fatalf("tables drop --cancel: %s", out)

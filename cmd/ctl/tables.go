@@ -25,9 +25,11 @@ drop asks the leader (through any member) to drop tables from the index:
 tables whose objects the bucket lost or damaged, with no copy to restore
 them from (docs/operations.md, "A corrupt table"). Until then every query
 of a target in such a table fails, and every merge that takes its run.
-Each ID names a table of TREE (links, revocations, plc_did, plc_seq,
-names), as the log's "corrupt table" lines do, or a run (every table of
-it). The leader's write path rewrites the run without those tables (the
+Each ID names a table of TREE, as the log's "corrupt table" lines do,
+or a run (every table of it). Only the links tree's tables can be
+dropped: a revocation dropped would bring deleted links back, and the
+other trees are what links are read through, which no crawl writes
+again (restore their objects instead). The leader's write path rewrites the run without those tables (the
 big compaction lane, as a merge of that one run: as long as such a merge
 takes) and publishes it; the tables' records are then gone from answers
 until a crawl brings them back ("eddy-ctl backfill restart"). The
@@ -47,7 +49,7 @@ func runTables(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("%w: tables takes the subcommand drop", errUsage)
 	}
 	fs, af := adminFlagSet("tables drop", tablesUsage, stderr)
-	tree := fs.String("tree", "", "the tree the tables belong to (links, revocations, plc_did, plc_seq, names)")
+	tree := fs.String("tree", "", "the tree the tables belong to (links: the only one whose tables can be dropped)")
 	ids := fs.String("tables", "", "the tables (or runs) to drop, comma-separated")
 	yes := fs.Bool("yes", false, "drop them: their records are lost from answers until a crawl brings them back")
 	withdraw := fs.Bool("cancel", false, "withdraw drop requests instead (those of --tables, or every one of the tree)")
@@ -86,6 +88,11 @@ func runTables(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	// nothing more.
 	req := cluster.DropTablesRequest{Tree: *tree, Tables: tables, Cancel: *withdraw}
 	if err := adminCall(ctx, c, http.MethodPost, "/admin/tables/drop", req, &resp, true, stderr, "tables drop"); err != nil {
+		for _, ce := range callErrors(err) {
+			if ce.Status == http.StatusNotFound && ce.Name != "NotFound" {
+				return fmt.Errorf("%w (the leader runs a build without tables drop: upgrade it first)", err)
+			}
+		}
 		return err
 	}
 	if af.json {
