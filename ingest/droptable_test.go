@@ -132,6 +132,17 @@ func (g *dropRig) waitStream() {
 	})
 }
 
+// waitDrops waits until no drop request is pending.
+func (g *dropRig) waitDrops(what string) {
+	g.t.Helper()
+	waitFor(g.t, what, time.Minute, func() error {
+		if p := DropsPending(g.node.FSM); p != nil {
+			return fmt.Errorf("pending %v", p)
+		}
+		return nil
+	})
+}
+
 // stop ends the write path.
 func (g *dropRig) stop(cancel func()) {
 	g.t.Helper()
@@ -162,17 +173,8 @@ func TestDropDamagedTable(t *testing.T) {
 	}
 	run := runs[0]
 	victim := run.Tables[len(run.Tables)/2]
-	data, meta := lsm.TableKeys(lsm.TreeLinks, victim.ID)
-	if err := os.Remove(filepath.Join(g.dir, filepath.FromSlash(meta))); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(g.dir, filepath.FromSlash(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(g.dir, filepath.FromSlash(data)), b[:len(b)/2], 0o644); err != nil {
-		t.Fatal(err)
-	}
+	g.damage(victim.ID, true)
+	data, _ := lsm.TableKeys(lsm.TreeLinks, victim.ID)
 	if _, err := g.answers(ctx); err == nil {
 		t.Fatal("a node that never saw the index opened it without the lost table's metadata")
 	}
@@ -200,12 +202,7 @@ func TestDropDamagedTable(t *testing.T) {
 	if len(tables) != 1 || tables[0].Table != victim.ID || tables[0].Run != run.ID || tables[0].Records != victim.Records {
 		t.Fatalf("request answered %+v, want table %s of run %s, %d records", tables, victim.ID, run.ID, victim.Records)
 	}
-	waitFor(t, "the drop", time.Minute, func() error {
-		if p := DropsPending(g.node.FSM); p != nil {
-			return fmt.Errorf("pending %v", p)
-		}
-		return nil
-	})
+	g.waitDrops("the drop")
 	var merged []lsm.Run // the new write path may have flushed a few links beside them
 	for _, r := range g.node.FSM.Manifest().RunsOf(lsm.TreeLinks) {
 		if r.Kind == lsm.RunCompacted {
@@ -290,12 +287,7 @@ func TestDropWholeRunAndWithdraw(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	g.start(ctx)
-	waitFor(t, "the drop", time.Minute, func() error {
-		if p := DropsPending(g.node.FSM); p != nil {
-			return fmt.Errorf("pending %v", p)
-		}
-		return nil
-	})
+	g.waitDrops("the drop")
 	m := g.node.FSM.Manifest()
 	for _, run := range m.RunsOf(lsm.TreeLinks) {
 		if run.ID == flush.ID || run.Records() == flush.Records() && run.Kind == lsm.RunCompacted && !slices.ContainsFunc(before, func(r lsm.Run) bool { return r.ID == run.ID }) {
@@ -373,12 +365,7 @@ func TestDropTwoRunsWithLostTables(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	g.start(ctx) // a new leader: a fresh catalog
-	waitFor(t, "both drops", time.Minute, func() error {
-		if p := DropsPending(g.node.FSM); p != nil {
-			return fmt.Errorf("pending %v", p)
-		}
-		return nil
-	})
+	g.waitDrops("both drops")
 	if n, r := testutil.ToFloat64(g.metrics.TablesDropped.WithLabelValues("links")), testutil.ToFloat64(g.metrics.TablesDroppedLinks.WithLabelValues("links")); n != 2 || r != float64(v1.Records+v2.Records) {
 		t.Fatalf("eddy_tables_dropped_total %v, records %v; want 2 and %d", n, r, v1.Records+v2.Records)
 	}
@@ -407,12 +394,7 @@ func TestDropRequestIsOneEntry(t *testing.T) {
 	if p := DropsPending(g.node.FSM); len(p[lsm.TreeLinks]) != len(run.Tables) || g.node.FSM.Manifest().Generation != gen {
 		t.Fatalf("after one request: pending %v (want the run's %d tables at once)", p, len(run.Tables))
 	}
-	waitFor(t, "the drop", time.Minute, func() error {
-		if p := DropsPending(g.node.FSM); p != nil {
-			return fmt.Errorf("pending %v", p)
-		}
-		return nil
-	})
+	g.waitDrops("the drop")
 	for _, r := range g.node.FSM.Manifest().RunsOf(lsm.TreeLinks) {
 		if r.Kind == lsm.RunCompacted {
 			t.Fatalf("a merged run of %d records left after the whole run was dropped", r.Records())
@@ -448,12 +430,7 @@ func TestDropRequestIsOneEntry(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	g.start(ctx)
-	waitFor(t, "the request deleted", time.Minute, func() error {
-		if p := DropsPending(g.node.FSM); p != nil {
-			return fmt.Errorf("pending %v", p)
-		}
-		return nil
-	})
+	g.waitDrops("the request deleted")
 	if n := testutil.ToFloat64(g.metrics.TablesDropped.WithLabelValues("links")); n != before {
 		t.Fatalf("eddy_tables_dropped_total %v after a run merged away, want %v", n, before)
 	}
