@@ -362,6 +362,23 @@ func (s *State) SettingsWithPrefix(prefix string) map[string]string {
 	return out
 }
 
+// CursorsWithPrefix returns the cursors whose names start with prefix (a
+// new map; nil if none).
+func (s *State) CursorsWithPrefix(prefix string) map[string]string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out map[string]string
+	for k, v := range s.mu.cursors {
+		if strings.HasPrefix(k, prefix) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // Node returns a node's addresses.
 func (s *State) Node(id string) (NodeInfo, bool) {
 	s.mu.RLock()

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/eddy-backlinks/eddy/internal/corrupt"
 	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
 )
 
 // Compaction lanes. A merge of the top tier at the network's scale, or a
@@ -110,6 +112,8 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 		dropHolds = map[string]dropHold{}
 		// Runs whose merges failed in a row wait before the next try.
 		runHolds = map[string]runHold{}
+		// Drop marks this write path cleared, not yet out of the state.
+		clearedMarks = map[string]bool{}
 	)
 	results := make(chan mergeResult, len(lanes)) // never blocks a merge: one each at most
 	var merges sync.WaitGroup
@@ -153,7 +157,10 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 					continue
 				}
 				if !full {
-					wait := holdRuns(runHolds, res.ids, time.Now())
+					var wait time.Duration
+					if damaged(res.err) {
+						wait = holdRuns(runHolds, res.ids, time.Now())
+					}
 					w.log.Warn("compaction failed", "tree", res.tree, "runs", len(res.ids), "retry_in", wait, "error", res.err)
 					continue
 				}
@@ -195,6 +202,7 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 		}
 		maps.DeleteFunc(runHolds, func(id string, _ runHold) bool { return !present[id] })
 		maps.DeleteFunc(dropHolds, func(id string, _ dropHold) bool { return !present[id] })
+		r.sweepDropMarks(w, m, clearedMarks)
 		offered = slices.DeleteFunc(offered, func(o offeredMerge) bool {
 			if anyPresent(o.inputs, present) {
 				return false
@@ -404,13 +412,15 @@ type runHold struct {
 	until time.Time
 }
 
-// holdRuns notes a failed merge of runs (their IDs) at now and returns
-// how long their next merge waits: none after a first failure (a bucket's
-// passing fault; the next look tries again), then fullRetryMin doubling up
-// to fullRetryMax for each failure in a row. A merge that reads its inputs
-// whole fails the same way at every look while one of them is damaged or
-// lost (until an operator restores or drops it), and read the others'
-// gigabytes again each time: every look, with a log line each.
+// holdRuns notes a merge of runs (their IDs) failed at now on a damaged
+// or lost input (damaged) and returns how long their next merge waits:
+// none after a first failure, then fullRetryMin doubling up to
+// fullRetryMax for each failure in a row. Such a merge fails the same way
+// at every look until an operator restores or drops the table, and read
+// the other inputs' gigabytes again each time: every look, with a log
+// line each. Other failures (the bucket slow or away) are tried again at
+// the next look, as before: holding every run flushed during an outage of
+// reads for as long again would leave them all for queries to read.
 func holdRuns(holds map[string]runHold, ids []string, now time.Time) time.Duration {
 	var wait time.Duration
 	for _, id := range ids {
@@ -434,4 +444,11 @@ func retryWait(fails int) time.Duration {
 		return min(fullRetryMin<<k, fullRetryMax)
 	}
 	return fullRetryMax
+}
+
+// damaged reports whether a merge failed on a damaged or lost input: a
+// table that fails its checks, or an object the bucket does not have.
+func damaged(err error) bool {
+	var ce *lsm.CorruptError
+	return errors.As(err, &ce) || errors.Is(err, objstore.ErrNotFound)
 }

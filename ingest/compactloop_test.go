@@ -520,7 +520,7 @@ func TestFailingMergeWaits(t *testing.T) {
 	t.Cleanup(func() { fullRetryMin, fullRetryMax = prevMin, prevMax })
 	g := newGatedRig(t)
 	close(g.store.open)
-	before := g.holdLinks(errors.New("injected: the store refuses the table"))
+	before := g.holdLinks(fmt.Errorf("injected: the bucket lost the table: %w", objstore.ErrNotFound))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -569,6 +569,20 @@ func TestHoldRuns(t *testing.T) {
 	}
 	if got := holds["a"].until.Sub(now); got != 10*time.Second {
 		t.Fatalf("after 107 failures: wait %v", got)
+	}
+	// Only a damaged or lost input holds: a bucket slow or away does not.
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("fetch meta: %w", objstore.ErrNotFound), true},
+		{fmt.Errorf("compaction: %w", &lsm.CorruptError{Tree: lsm.TreeLinks, Table: "ab", Err: lsm.ErrCorrupt}), true},
+		{fmt.Errorf("get: %w", objstore.ErrUnavailable), false},
+		{context.DeadlineExceeded, false},
+	} {
+		if damaged(c.err) != c.want {
+			t.Errorf("damaged(%v) = %v", c.err, !c.want)
+		}
 	}
 	// A run that failed for the first time beside one failing again: the
 	// merge waits as long as the longest.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -43,11 +44,15 @@ import (
 // compaction; ordinary merges leave the run alone meanwhile. The flush
 // that publishes it marks the request carried out (dropDoneKey, a cursor
 // set to the request's value in the same entry). Once the run has left the
-// manifest, the loop's next look deletes the request: counted and logged
-// as dropped if marked, else logged as merged away by another merge
-// (which read every table, so none was lost, and nothing was dropped). A
-// request that changed while its merge ran (more tables named) has that
-// merge's result thrown away and merged again. A drop merge that fails
+// manifest, the loop's next look deletes the request, logged as merged
+// away by another merge (which read every table, so none was lost, and
+// nothing was dropped) if unmarked; a mark whose request is gone is
+// counted, logged as dropped and cleared (sweepDropMarks), whether the
+// request was deleted so or withdrawn once the merge was handed to the
+// flush. A request that changed while its merge ran (more tables named,
+// or withdrawn) has that merge's result thrown away (and merged again for
+// what it asks now); asking again for tables already asked changes
+// nothing. A drop merge that fails
 // (another table of the run is damaged too, or the account dictionary the
 // run's tables share is lost with the table that held it: the log names
 // the table) is tried again at the next look, then after fullRetryMin
@@ -57,6 +62,12 @@ const (
 	dropTablesKey = "drop_tables:"
 	dropDoneKey   = "drop_done:"
 )
+
+// RequestMark reports whether cursor name k marks an operator's request
+// carried out (a full compaction's, a drop's): not a source's position.
+func RequestMark(k string) bool {
+	return strings.HasPrefix(k, dropDoneKey) || strings.HasPrefix(k, fullDoneKey)
+}
 
 // dropKey is the setting that asks for tables of run of tree to be
 // dropped (and, with dropDoneKey, the cursor that marks it carried out).
@@ -159,13 +170,19 @@ func RequestDropTables(ctx context.Context, node *cluster.Node, tree lsm.Tree, i
 			continue
 		}
 		key := dropKey(dropTablesKey, tree, run.ID)
-		req, _ := parseDropRequest(node.FSM.Setting(key)) // none yet, or an unreadable one: replaced
+		req, err := parseDropRequest(node.FSM.Setting(key)) // none yet, or an unreadable one: replaced
+		if err != nil || req.Generation == 0 {
+			req = dropRequest{Generation: m.Generation}
+		}
+		n := len(req.Tables)
 		for _, t := range add {
 			if !slices.ContainsFunc(req.Tables, func(r lsm.TableRef) bool { return r.ID == t.ID }) {
 				req.Tables = append(req.Tables, t)
 			}
 		}
-		req.Generation = m.Generation
+		if len(req.Tables) == n {
+			continue // asked already: a running drop merge is not started again
+		}
 		b, err := json.Marshal(req)
 		if err != nil {
 			return nil, err
@@ -179,8 +196,8 @@ func RequestDropTables(ctx context.Context, node *cluster.Node, tree lsm.Tree, i
 
 // CancelDropTables withdraws the drop requests of tree for the tables or
 // runs named by ids (every pending one of the tree if ids is empty; on the
-// leader): a drop merge already running is published. It returns the
-// tables it withdrew.
+// leader): a drop merge still running is abandoned, one already handed to
+// the next flush is published. It returns the tables it withdrew.
 func CancelDropTables(ctx context.Context, node *cluster.Node, tree lsm.Tree, ids []string) ([]string, error) {
 	dropMu.Lock()
 	defer dropMu.Unlock()
@@ -192,8 +209,8 @@ func CancelDropTables(ctx context.Context, node *cluster.Node, tree lsm.Tree, id
 		} else {
 			keep = slices.DeleteFunc(slices.Clone(keep), func(t lsm.TableRef) bool { return slices.Contains(ids, t.ID) })
 		}
-		if len(keep) == len(p.req.Tables) {
-			continue
+		if len(keep) == len(p.req.Tables) && len(keep) > 0 {
+			continue // nothing of it named (a request of no readable tables goes whole)
 		}
 		for _, t := range p.req.Tables {
 			if !slices.ContainsFunc(keep, func(k lsm.TableRef) bool { return k.ID == t.ID }) {
@@ -313,6 +330,13 @@ func (r *Runner) startDrop(ctx context.Context, w *Writer, m *lsm.Manifest, lane
 			continue
 		}
 		delete(drops, runs[i].ID)
+		if len(p.req.Tables) == 0 {
+			// Not written by this build: nothing to drop, and nothing
+			// could withdraw it.
+			w.log.Warn("drop tables: a request names no table it can read; deleted", "tree", tree, "run", runs[i].ID, "request", p.value)
+			r.deleteDrop(ctx, w, tree, runs[i].ID)
+			continue
+		}
 		pending = true
 		if first == nil && !reserved(runs[i].ID) && !held(runs[i].ID, p.value) {
 			first, firstDrop = &runs[i], p
@@ -350,28 +374,19 @@ func (r *Runner) startDrop(ctx context.Context, w *Writer, m *lsm.Manifest, lane
 }
 
 // dropFinished deletes the request p of a run that has left the index:
-// counted and logged as dropped if the flush that removed it marked it
-// (dropDoneKey), else logged as merged away by another merge.
+// logged as merged away by another merge unless the flush that removed
+// the run marked the drop carried out (dropDoneKey), which sweepDropMarks
+// then counts, logs and clears.
 func (r *Runner) dropFinished(ctx context.Context, w *Writer, tree lsm.Tree, run string, p pendingDrop) {
-	mark := r.Config.Node.FSM.Cursor(dropKey(dropDoneKey, tree, run))
-	if _, err := r.Config.Node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: dropKey(dropTablesKey, tree, run)}); err != nil {
-		w.log.Warn("drop tables: could not mark the request done; trying again", "tree", tree, "run", run, "error", err)
+	if !r.deleteDrop(ctx, w, tree, run) {
 		return
 	}
+	mark := r.Config.Node.FSM.Cursor(dropKey(dropDoneKey, tree, run))
 	if mark == "" {
 		w.log.Warn("drop tables: the run left the index through another merge before its drop, which read every one of its tables: nothing was dropped (ask again if a table is still damaged)", "tree", tree, "run", run, "tables", strings.Join(p.req.ids(), ","))
 		return
 	}
-	w.SetCursor(dropKey(dropDoneKey, tree, run), "")
-	done, err := parseDropRequest(mark)
-	if err != nil {
-		w.log.Warn("drop tables: the mark of a drop carried out does not read", "tree", tree, "run", run, "error", err)
-		return
-	}
-	w.metrics.TablesDropped.WithLabelValues(string(tree)).Add(float64(len(done.Tables)))
-	w.metrics.TablesDroppedLinks.WithLabelValues(string(tree)).Add(float64(done.records()))
-	w.log.Warn("dropped tables from the index: their links are gone from answers until a crawl brings them back", "tree", tree, "run", run, "tables", strings.Join(done.ids(), ","), "records", done.records())
-	if mark != p.value {
+	if done, err := parseDropRequest(mark); err == nil && mark != p.value {
 		var late []string
 		for _, t := range p.req.Tables {
 			if !slices.ContainsFunc(done.Tables, func(x lsm.TableRef) bool { return x.ID == t.ID }) {
@@ -381,6 +396,49 @@ func (r *Runner) dropFinished(ctx context.Context, w *Writer, tree lsm.Tree, run
 		if len(late) > 0 {
 			w.log.Error("drop tables: tables asked while the drop of their run was being published were kept in its new run; ask again for the tables the errors name now", "tree", tree, "run", run, "tables", strings.Join(late, ","))
 		}
+	}
+}
+
+// deleteDrop deletes the drop request of run; false if it could not be
+// proposed (tried again at the next look).
+func (r *Runner) deleteDrop(ctx context.Context, w *Writer, tree lsm.Tree, run string) bool {
+	if _, err := r.Config.Node.Propose(ctx, fsm.TypeSetting, 0, &fsm.Setting{Key: dropKey(dropTablesKey, tree, run)}); err != nil {
+		w.log.Warn("drop tables: could not delete the request; trying again", "tree", tree, "run", run, "error", err)
+		return false
+	}
+	return true
+}
+
+// sweepDropMarks counts, logs and clears (in the writer's next flush) the
+// marks of drops carried out (dropDoneKey) whose request is gone and whose
+// run is no longer in m: the request deleted (dropFinished, by this leader
+// or one lost before it flushed the clearing), or withdrawn after the
+// merge was handed to the flush (it was published all the same). cleared
+// holds the marks this write path cleared and has not seen leave the
+// state yet, so that each is counted once here.
+func (r *Runner) sweepDropMarks(w *Writer, m *lsm.Manifest, cleared map[string]bool) {
+	marks := r.Config.Node.FSM.CursorsWithPrefix(dropDoneKey)
+	maps.DeleteFunc(cleared, func(k string, _ bool) bool { _, ok := marks[k]; return !ok })
+	present := map[string]bool{}
+	for _, run := range m.Runs {
+		present[string(run.Tree)+":"+run.ID] = true
+	}
+	for k, v := range marks {
+		treeRun := strings.TrimPrefix(k, dropDoneKey)
+		if cleared[k] || present[treeRun] || r.Config.Node.FSM.Setting(dropTablesKey+treeRun) != "" {
+			continue
+		}
+		cleared[k] = true
+		w.SetCursor(k, "")
+		tree, run, _ := strings.Cut(treeRun, ":")
+		done, err := parseDropRequest(v)
+		if err != nil {
+			w.log.Warn("drop tables: the mark of a drop carried out does not read", "tree", tree, "run", run, "error", err)
+			continue
+		}
+		w.metrics.TablesDropped.WithLabelValues(tree).Add(float64(len(done.Tables)))
+		w.metrics.TablesDroppedLinks.WithLabelValues(tree).Add(float64(done.records()))
+		w.log.Warn("dropped tables from the index: their links are gone from answers until a crawl brings them back", "tree", tree, "run", run, "tables", strings.Join(done.ids(), ","), "records", done.records())
 	}
 }
 

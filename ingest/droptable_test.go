@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -143,6 +144,25 @@ func (g *dropRig) waitDrops(what string) {
 	})
 }
 
+// waitDropped waits until the metrics count tables dropped and the
+// records they held, and checks that they stay so for a few more looks.
+func (g *dropRig) waitDropped(tables, records float64) {
+	g.t.Helper()
+	got := func() (float64, float64) {
+		return testutil.ToFloat64(g.metrics.TablesDropped.WithLabelValues("links")), testutil.ToFloat64(g.metrics.TablesDroppedLinks.WithLabelValues("links"))
+	}
+	waitFor(g.t, "the drop counted", time.Minute, func() error {
+		if n, r := got(); n != tables || r != records {
+			return fmt.Errorf("eddy_tables_dropped_total %v, records %v; want %v and %v", n, r, tables, records)
+		}
+		return nil
+	})
+	time.Sleep(300 * time.Millisecond)
+	if n, r := got(); n != tables || r != records {
+		g.t.Fatalf("eddy_tables_dropped_total %v, records %v after a few more looks; want %v and %v, once", n, r, tables, records)
+	}
+}
+
 // stop ends the write path.
 func (g *dropRig) stop(cancel func()) {
 	g.t.Helper()
@@ -212,9 +232,7 @@ func TestDropDamagedTable(t *testing.T) {
 	if len(merged) != 1 || merged[0].ID == run.ID || merged[0].Records() != run.Records()-victim.Records {
 		t.Fatalf("merged links runs after the drop: %d, the first %s of %d records; want one new run of %d", len(merged), merged[0].ID, merged[0].Records(), run.Records()-victim.Records)
 	}
-	if n, r := testutil.ToFloat64(g.metrics.TablesDropped.WithLabelValues("links")), testutil.ToFloat64(g.metrics.TablesDroppedLinks.WithLabelValues("links")); n != 1 || r != float64(victim.Records) {
-		t.Fatalf("eddy_tables_dropped_total %v, records %v; want 1 and %d", n, r, victim.Records)
-	}
+	g.waitDropped(1, float64(victim.Records))
 	after, err := g.answers(ctx)
 	if err != nil {
 		t.Fatalf("the index without the dropped table: %v", err)
@@ -294,9 +312,7 @@ func TestDropWholeRunAndWithdraw(t *testing.T) {
 			t.Fatalf("run %s (%d records) after the drop of run %s: want it gone with nothing in its place", run.ID, run.Records(), flush.ID)
 		}
 	}
-	if n, r := testutil.ToFloat64(g.metrics.TablesDropped.WithLabelValues("links")), testutil.ToFloat64(g.metrics.TablesDroppedLinks.WithLabelValues("links")); n != 1 || r != float64(flush.Records()) {
-		t.Fatalf("eddy_tables_dropped_total %v, records %v; want 1 and %d", n, r, flush.Records())
-	}
+	g.waitDropped(1, float64(flush.Records()))
 	g.stop(cancel)
 
 	// No write path now: a request stays pending until withdrawn.
@@ -366,9 +382,7 @@ func TestDropTwoRunsWithLostTables(t *testing.T) {
 	defer cancel()
 	g.start(ctx) // a new leader: a fresh catalog
 	g.waitDrops("both drops")
-	if n, r := testutil.ToFloat64(g.metrics.TablesDropped.WithLabelValues("links")), testutil.ToFloat64(g.metrics.TablesDroppedLinks.WithLabelValues("links")); n != 2 || r != float64(v1.Records+v2.Records) {
-		t.Fatalf("eddy_tables_dropped_total %v, records %v; want 2 and %d", n, r, v1.Records+v2.Records)
-	}
+	g.waitDropped(2, float64(v1.Records+v2.Records))
 	if _, err := g.answers(ctx); err != nil {
 		t.Fatalf("the index without the dropped tables: %v", err)
 	}
@@ -400,9 +414,7 @@ func TestDropRequestIsOneEntry(t *testing.T) {
 			t.Fatalf("a merged run of %d records left after the whole run was dropped", r.Records())
 		}
 	}
-	if n := testutil.ToFloat64(g.metrics.TablesDropped.WithLabelValues("links")); int(n) != len(run.Tables) {
-		t.Fatalf("eddy_tables_dropped_total %v, want the run's %d tables", n, len(run.Tables))
-	}
+	g.waitDropped(float64(len(run.Tables)), float64(run.Records()))
 	g.world.Step(40) // a flush for the second part
 	g.waitStream()
 	g.stop(cancel)
@@ -488,4 +500,73 @@ func TestDropRequestNewerThanTheLook(t *testing.T) {
 	if !pending || DropsPending(node.FSM) == nil {
 		t.Fatalf("the request for t2 (in the manifest, not dropped) was taken as done (pending %v)", pending)
 	}
+}
+
+// A drop's mark whose request is gone (withdrawn once the merge was
+// handed to the flush, or deleted by a leader lost before it flushed the
+// mark's clearing) is counted, logged and cleared by the next write path,
+// once: it had stayed in the state for good. Asking again for tables
+// already asked changes nothing (a running drop merge would have been
+// thrown away), and a request that names no table it can read is deleted
+// (it could not be withdrawn, and would rewrite its run for nothing).
+func TestDropMarksAndRequestsSettle(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := newDropRig(t, ctx)
+	g.compactAll(ctx)
+	g.world.Step(40)
+	g.waitStream()
+	g.stop(cancel)
+	bg := context.Background()
+	runs := g.node.FSM.Manifest().RunsOf(lsm.TreeLinks)
+	if len(runs) < 2 {
+		t.Fatalf("%d links runs, want two", len(runs))
+	}
+	gone, kept := runs[len(runs)-1], runs[0]
+
+	// Asked twice, a flush between: the request is the same.
+	if _, err := RequestDropTables(bg, g.node, lsm.TreeLinks, []string{kept.Tables[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	key := dropKey(dropTablesKey, lsm.TreeLinks, kept.ID)
+	asked := g.node.FSM.Setting(key)
+	if _, err := g.node.Propose(bg, fsm.TypeFlush, 0, fsm.Flush{Edit: lsm.Edit{Base: g.node.FSM.Manifest().Generation}, Cursors: map[string]string{"other": "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RequestDropTables(bg, g.node, lsm.TreeLinks, []string{kept.Tables[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	if again := g.node.FSM.Setting(key); again != asked {
+		t.Fatalf("asked again for the same table: %s, was %s", again, asked)
+	}
+	// Replaced by a request that reads as none.
+	if _, err := g.node.Propose(bg, fsm.TypeSetting, 0, &fsm.Setting{Key: key, Value: `{"generation":1,"tables":[]}`}); err != nil {
+		t.Fatal(err)
+	}
+	// The run of the other request published as dropped, with its mark,
+	// and the request withdrawn.
+	value, err := json.Marshal(dropRequest{Generation: g.node.FSM.Manifest().Generation, Tables: gone.Tables})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := dropKey(dropDoneKey, lsm.TreeLinks, gone.ID)
+	if _, err := g.node.Propose(bg, fsm.TypeFlush, 0, fsm.Flush{Edit: lsm.Edit{Base: g.node.FSM.Manifest().Generation, Remove: []string{gone.ID}}, Cursors: map[string]string{mark: string(value)}}); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel = context.WithCancel(bg)
+	defer cancel()
+	g.start(ctx)
+	g.waitDrops("the request of no table deleted")
+	waitFor(t, "the mark cleared", time.Minute, func() error {
+		if v := g.node.FSM.Cursor(mark); v != "" {
+			return fmt.Errorf("mark %s", v)
+		}
+		return nil
+	})
+	g.waitDropped(float64(len(gone.Tables)), float64(gone.Records()))
+	if !slices.ContainsFunc(g.node.FSM.Manifest().RunsOf(lsm.TreeLinks), func(r lsm.Run) bool { return r.ID == kept.ID }) {
+		t.Fatal("the run of the request of no table was rewritten")
+	}
+	g.stop(cancel)
 }

@@ -189,6 +189,9 @@ func cursors(m map[string]string) string {
 			resyncs++
 			continue
 		}
+		if ingest.RequestMark(k) {
+			continue // a request's carrying out, kept for a look or two
+		}
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)

@@ -37,8 +37,8 @@ answer lists the tables and the records they hold; "eddy-ctl status"
 prints the tables still to drop (drops_pending in its --json, on every
 node) until they are carried out. The request is replicated: if leadership moves, the next leader
 carries it out. --yes is required. --cancel withdraws the requests for
-the tables named (all of TREE's if none): a drop merge already running
-is published.
+the tables or runs named (all of TREE's if none): a drop merge still
+running is abandoned; one already handed to the next flush is published.
 
 Flags:
 `
@@ -83,11 +83,12 @@ func runTables(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Pending   map[string][]string   `json:"pending"`
 		Leader    string                `json:"leader"`
 	}
-	// Idempotent: asking twice asks for the same tables (a table dropped
-	// meanwhile is answered 404 NotFound); withdrawing twice withdraws
-	// nothing more.
+	// Withdrawing twice withdraws nothing more; asking twice asks nothing
+	// more while the drop is pending, but a table dropped meanwhile is
+	// answered 404 NotFound: a request whose answer was lost is not sent
+	// again (status says whether it was taken).
 	req := cluster.DropTablesRequest{Tree: *tree, Tables: tables, Cancel: *withdraw}
-	if err := adminCall(ctx, c, http.MethodPost, "/admin/tables/drop", req, &resp, true, stderr, "tables drop"); err != nil {
+	if err := adminCall(ctx, c, http.MethodPost, "/admin/tables/drop", req, &resp, *withdraw, stderr, "tables drop"); err != nil {
 		for _, ce := range callErrors(err) {
 			if ce.Status == http.StatusNotFound && ce.Name != "NotFound" {
 				return fmt.Errorf("%w (the leader runs a build without tables drop: upgrade it first)", err)
