@@ -367,11 +367,18 @@ func TestDropTwoRunsWithLostTables(t *testing.T) {
 	g.world.Step(40)
 	g.waitStream()
 	g.stop(cancel)
-	runs := g.node.FSM.Manifest().RunsOf(lsm.TreeLinks)
-	if len(runs) < 2 || len(runs[0].Tables) < 4 || len(runs[len(runs)-1].Tables) != 1 {
-		t.Fatalf("%d links runs: want a merged one of several tables and a flush", len(runs))
+	var r1, r2 lsm.Run // a merged run of several tables, a flush
+	for _, run := range g.node.FSM.Manifest().RunsOf(lsm.TreeLinks) {
+		switch {
+		case run.Kind == lsm.RunCompacted && len(run.Tables) >= 4 && r1.ID == "":
+			r1 = run
+		case run.Kind == lsm.RunDelta:
+			r2 = run
+		}
 	}
-	r1, r2 := runs[0], runs[len(runs)-1]
+	if r1.ID == "" || r2.ID == "" {
+		t.Fatalf("links runs %+v: want a merged one of several tables and a flush", g.node.FSM.Manifest().RunsOf(lsm.TreeLinks))
+	}
 	v1, v2 := r1.Tables[len(r1.Tables)/2], r2.Tables[0]
 	g.damage(v1.ID, true)
 	g.damage(v2.ID, true)
