@@ -159,7 +159,7 @@ func (r *Runner) compactLoop(ctx context.Context, w *Writer) {
 				if !full {
 					var wait time.Duration
 					if damaged(res.err) {
-						wait = holdRuns(runHolds, res.ids, time.Now())
+						wait = holdRuns(runHolds, damagedRuns(r.Config.Node.FSM.Manifest(), res.ids, res.err), time.Now())
 					}
 					w.log.Warn("compaction failed", "tree", res.tree, "runs", len(res.ids), "retry_in", wait, "error", res.err)
 					continue
@@ -451,4 +451,24 @@ func retryWait(fails int) time.Duration {
 func damaged(err error) bool {
 	var ce *lsm.CorruptError
 	return errors.As(err, &ce) || errors.Is(err, objstore.ErrNotFound)
+}
+
+// damagedRuns returns the runs of ids to hold after their merge failed on
+// err: the one holding the table a *lsm.CorruptError names, so that the
+// others merge with other runs meanwhile; all of them when the error
+// names no table of theirs (an object not found says only its key).
+func damagedRuns(m *lsm.Manifest, ids []string, err error) []string {
+	var ce *lsm.CorruptError
+	if !errors.As(err, &ce) || ce.Table == "" {
+		return ids
+	}
+	for _, run := range m.Runs {
+		if !slices.Contains(ids, run.ID) {
+			continue
+		}
+		if slices.ContainsFunc(run.Tables, func(t lsm.TableRef) bool { return t.ID == ce.Table }) {
+			return []string{run.ID}
+		}
+	}
+	return ids
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -583,6 +584,25 @@ func TestHoldRuns(t *testing.T) {
 	} {
 		if damaged(c.err) != c.want {
 			t.Errorf("damaged(%v) = %v", c.err, !c.want)
+		}
+	}
+	// A corrupt table holds its own run alone; an object not found, or a
+	// table of no input, every input.
+	m := &lsm.Manifest{Runs: []lsm.Run{
+		{ID: "r1", Tree: lsm.TreeLinks, Tables: []lsm.TableRef{{ID: "t1"}}},
+		{ID: "r2", Tree: lsm.TreeLinks, Tables: []lsm.TableRef{{ID: "t2"}, {ID: "t3"}}},
+	}}
+	corruptT3 := fmt.Errorf("compaction: %w", &lsm.CorruptError{Tree: lsm.TreeLinks, Table: "t3", Err: lsm.ErrCorrupt})
+	for _, c := range []struct {
+		err  error
+		want []string
+	}{
+		{corruptT3, []string{"r2"}},
+		{&lsm.CorruptError{Tree: lsm.TreeLinks, Table: "t9", Err: lsm.ErrCorrupt}, []string{"r1", "r2"}},
+		{fmt.Errorf("read table t3: %w", objstore.ErrNotFound), []string{"r1", "r2"}},
+	} {
+		if got := damagedRuns(m, []string{"r1", "r2"}, c.err); !slices.Equal(got, c.want) {
+			t.Errorf("damagedRuns(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 	// A run that failed for the first time beside one failing again: the
