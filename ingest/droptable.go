@@ -369,7 +369,7 @@ func (r *Runner) startDrop(ctx context.Context, w *Writer, m *lsm.Manifest, lane
 	}
 	r.startMerge(ctx, w, only, laneBig, &lanes[laneBig], tree, []lsm.Run{keep}, nil, results, merges)
 	lanes[laneBig].drop = d
-	w.log.Warn("dropping tables from the index at an operator's request: the run's other tables are merged into a new run", "tree", tree, "run", first.ID, "tables", len(d.dropped), "records", droppedRecords(d.dropped), "kept_tables", len(keep.Tables))
+	w.log.Warn("dropping tables from the index at an operator's request: the run's other tables are merged into a new run", "tree", tree, "run", first.ID, "tables", len(d.dropped), "records", dropRequest{Tables: d.dropped}.records(), "kept_tables", len(keep.Tables))
 	return true
 }
 
@@ -440,12 +440,6 @@ func (r *Runner) sweepDropMarks(w *Writer, m *lsm.Manifest, cleared map[string]b
 		w.metrics.TablesDroppedLinks.WithLabelValues(tree).Add(float64(done.records()))
 		w.log.Warn("dropped tables from the index: their links are gone from answers until a crawl brings them back", "tree", tree, "run", run, "tables", strings.Join(done.ids(), ","), "records", done.records())
 	}
-}
-
-// droppedRecords is the records of tables.
-func droppedRecords(tables []lsm.TableRef) uint64 {
-	r := lsm.Run{Tables: tables}
-	return r.Records()
 }
 
 // dropRuns returns the runs of m that a drop request names: no ordinary
