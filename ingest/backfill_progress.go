@@ -14,15 +14,14 @@ import (
 type progress struct {
 	got     atomic.Int64
 	waiting atomic.Int32 // > 0 while the fetch waits for its memory share
-	waits   atomic.Int64 // the waits begun
+	waits   atomic.Int64 // the waits ended
 }
 
 // wait runs grow (the fetch's memory share growing), which the watch does
 // not count against the PDS.
 func (p *progress) wait(grow func() error) error {
-	p.waits.Add(1)
 	p.waiting.Add(1)
-	defer p.waiting.Add(-1)
+	defer func() { p.waits.Add(1); p.waiting.Add(-1) }()
 	return grow()
 }
 
@@ -38,25 +37,39 @@ const progressMin = 16 << 10
 var errTooSlow = errors.New("the PDS sends too slowly")
 
 // watch cancels ctx with errTooSlow at the first window of every that
-// delivers less than progressMin bytes, but a window in which the fetch
-// waited for memory, until ctx ends.
+// delivers less than progressMin bytes, until ctx ends. A window in which
+// the fetch waited for memory is not counted: not one the wait spans, nor
+// the one it ends in (the fetch had only the rest of it; before, a wait
+// that ended just before the window's end gave the PDS a moment to send
+// its share).
 func (p *progress) watch(ctx context.Context, cancel context.CancelCauseFunc, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	last, lastWaits := int64(0), int64(0)
+	var w window
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		n, waits := p.got.Load(), p.waits.Load()
-		if n-last < progressMin && p.waiting.Load() == 0 && waits == lastWaits {
-			cancel(fmt.Errorf("%w: %d bytes in %v", errTooSlow, n-last, every))
+		if n, slow := w.look(p); slow {
+			cancel(fmt.Errorf("%w: %d bytes in %v", errTooSlow, n, every))
 			return
 		}
-		last, lastWaits = n, waits
 	}
+}
+
+// window is what the watch saw at the end of the last window.
+type window struct{ got, waits int64 }
+
+// look ends a window: whether it was too slow, and the bytes it got.
+func (w *window) look(p *progress) (int64, bool) {
+	waiting := p.waiting.Load() > 0 // before waits: a wait ending between the loads counts
+	n, waits := p.got.Load(), p.waits.Load()
+	got := n - w.got
+	slow := got < progressMin && !waiting && waits == w.waits
+	w.got, w.waits = n, waits
+	return got, slow
 }
 
 // reader counts what r delivers.
