@@ -433,7 +433,12 @@ func (b *Backfill) Ingest(ctx context.Context, w *Writer, cursor string) error {
 			cursor, fresh, wait = "", true, 0
 		}
 		crossing := !Done(cursor) // this pass, if it succeeds, reaches the listing's end
-		err := b.pass(ctx, w, cursor, fresh)
+		pctx, asked := b.watchRestart(ctx, w)
+		err := b.pass(pctx, w, cursor, fresh)
+		if err != nil && asked() && ctx.Err() == nil { // a restart asked meanwhile: it stopped the pass
+			w.log.Warn("backfill pass stopped: a restart was asked", "source", b.Name(), "cursor", cursor)
+			continue
+		}
 		if err == nil && crossing && !b.NoCompaction {
 			if err := compactAfterBackfill(ctx, w.cfg.Node, b.Name(), b.restartOf(w)); err != nil {
 				w.log.Warn("backfill done; the full compaction after it is asked again by the next leader", "error", err)

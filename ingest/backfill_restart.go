@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -23,8 +24,8 @@ import (
 //
 // The request is a replicated setting (backfillRestartKey + the source's
 // name, its value the time it was asked), so whichever node leads carries
-// it out: the backfill takes it up when it starts, or when a pass ends
-// (a pass running when it is asked ends first), or, done, while it waits
+// it out: the backfill takes it up when it starts, or during a pass
+// (which it stops: watchRestart), or, done, while it waits
 // (Runner.runSource). It then starts again from the first page with an
 // empty state, and the writer publishes, in its next flush, the page
 // cursor and the checkpoint's key deleted and the request carried out
@@ -88,6 +89,41 @@ func (b *Backfill) restartAsked(w *Writer) string {
 		return ""
 	}
 	return req
+}
+
+// restartPoll is how often a running pass, or a done backfill, looks for
+// a restart request.
+const restartPoll = time.Second
+
+// errRestartAsked ends a pass for a restart asked while it ran.
+var errRestartAsked = errors.New("backfill restart asked")
+
+// watchRestart returns the context of one pass, cancelled (errRestartAsked)
+// when a restart is asked while it runs, and asked, which ends the watch
+// and says whether it cancelled the pass. Before, the pass went on to the
+// listing's end, for days at the network's size, and the crawl then
+// fetched the same repositories again.
+func (b *Backfill) watchRestart(ctx context.Context, w *Writer) (context.Context, func() bool) {
+	pctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		t := time.NewTicker(restartPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-t.C:
+			}
+			if b.restartAsked(w) != "" {
+				cancel(errRestartAsked)
+				return
+			}
+		}
+	}()
+	return pctx, func() bool {
+		cancel(nil) // a no-op if the watch cancelled first
+		return errors.Is(context.Cause(pctx), errRestartAsked)
+	}
 }
 
 // restartUnpublished says whether this process took up a restart whose
@@ -155,6 +191,3 @@ func (b *Backfill) waitRestart(ctx context.Context, w *Writer) bool {
 	}
 	return true
 }
-
-// restartPoll: how often a done backfill looks for a restart request.
-const restartPoll = time.Second

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,36 +121,49 @@ func TestBackfillRestartTakenUpAgain(t *testing.T) {
 	}
 }
 
-// A restart asked while a crawl runs: that crawl ends first (its end asks
-// for a full compaction), then the crawl starts again, and its own end
-// asks for one more; before, the first end's ask stood for both.
+// A restart asked while a crawl runs stops that crawl's pass (its relay
+// here never answers the first listing) and starts the crawl again from
+// the first page; only the new crawl's end asks for a full compaction.
+// Before, the pass went on to the listing's end first, for days at the
+// network's size, and this test waited for ever.
 func TestBackfillRestartDuringACrawl(t *testing.T) {
-	gate := make(chan struct{})
-	var once sync.Once
+	var lists atomic.Int32
+	abandoned := make(chan struct{})
 	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		once.Do(func() { <-gate })
+		if lists.Add(1) == 1 {
+			<-r.Context().Done() // the old crawl's listing: the pass gives it up
+			close(abandoned)
+			return
+		}
 		fmt.Fprint(w, `{"repos":[]}`)
 	}))
 	defer relay.Close()
 	w, node, _, _ := testWriterOf(t, 1<<20)
 	b := &Backfill{Relay: relay.URL}
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- b.Ingest(ctx, w, "") }()
-	time.Sleep(100 * time.Millisecond) // the first listing waits
+	for lists.Load() == 0 { // the first listing waits
+		time.Sleep(10 * time.Millisecond)
+	}
 	req, err := RequestBackfillRestart(ctx, node, []string{b.Name()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	close(gate)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case <-abandoned:
+	case <-ctx.Done():
+		t.Fatal("the old crawl's listing was never given up")
 	}
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := node.FSM.Setting(backfillCompactedKey + b.Name()); got != "restart:"+req || node.FSM.Cursor(backfillRestartedKey+b.Name()) != req {
-		t.Fatalf("full compaction asked as %q, restart mark %q: want the restart %s's", got, node.FSM.Cursor(backfillRestartedKey+b.Name()), req)
+	if got := node.FSM.Setting(backfillCompactedKey + b.Name()); got != "restart:"+req || node.FSM.Cursor(backfillRestartedKey+b.Name()) != req || lists.Load() != 2 {
+		t.Fatalf("full compaction asked as %q, restart mark %q, %d listings: want the restart %s's, and 2", got, node.FSM.Cursor(backfillRestartedKey+b.Name()), lists.Load(), req)
 	}
 }
 
