@@ -454,19 +454,19 @@ func damaged(err error) bool {
 }
 
 // damagedRuns returns the runs of ids to hold after their merge failed on
-// err: the one holding the table a *lsm.CorruptError names, so that the
-// others merge with other runs meanwhile; all of them when the error
-// names no table of theirs (an object not found says only its key).
+// err: the one holding the table err names as corrupt or missing
+// (lsm.DamagedTable), so that the others merge with other runs meanwhile;
+// all of them when err names no table of theirs.
 func damagedRuns(m *lsm.Manifest, ids []string, err error) []string {
-	var ce *lsm.CorruptError
-	if !errors.As(err, &ce) || ce.Table == "" {
+	table, ok := lsm.DamagedTable(err)
+	if !ok {
 		return ids
 	}
 	for _, run := range m.Runs {
 		if !slices.Contains(ids, run.ID) {
 			continue
 		}
-		if slices.ContainsFunc(run.Tables, func(t lsm.TableRef) bool { return t.ID == ce.Table }) {
+		if slices.ContainsFunc(run.Tables, func(t lsm.TableRef) bool { return t.ID == table }) {
 			return []string{run.ID}
 		}
 	}

@@ -586,8 +586,8 @@ func TestHoldRuns(t *testing.T) {
 			t.Errorf("damaged(%v) = %v", c.err, !c.want)
 		}
 	}
-	// A corrupt table holds its own run alone; an object not found, or a
-	// table of no input, every input.
+	// A corrupt or missing table holds its own run alone; an object not
+	// found that names no table, or a table of no input, every input.
 	m := &lsm.Manifest{Runs: []lsm.Run{
 		{ID: "r1", Tree: lsm.TreeLinks, Tables: []lsm.TableRef{{ID: "t1"}}},
 		{ID: "r2", Tree: lsm.TreeLinks, Tables: []lsm.TableRef{{ID: "t2"}, {ID: "t3"}}},
@@ -600,6 +600,8 @@ func TestHoldRuns(t *testing.T) {
 		{corruptT3, []string{"r2"}},
 		{&lsm.CorruptError{Tree: lsm.TreeLinks, Table: "t9", Err: lsm.ErrCorrupt}, []string{"r1", "r2"}},
 		{fmt.Errorf("read table t3: %w", objstore.ErrNotFound), []string{"r1", "r2"}},
+		{fmt.Errorf("read table t3: %w", &lsm.MissingError{Tree: lsm.TreeLinks, Table: "t3", Err: objstore.ErrNotFound}), []string{"r2"}},
+		{&lsm.MissingError{Tree: lsm.TreeLinks, Table: "t1", Err: objstore.ErrNotFound}, []string{"r1"}},
 	} {
 		if got := damagedRuns(m, []string{"r1", "r2"}, c.err); !slices.Equal(got, c.want) {
 			t.Errorf("damagedRuns(%v) = %v, want %v", c.err, got, c.want)

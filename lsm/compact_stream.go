@@ -609,7 +609,7 @@ func (in *compactionInput) frames(ctx context.Context, id string, meta *TableMet
 func (in *compactionInput) get(ctx context.Context, id string, meta *TableMeta) ([]byte, error) {
 	data, err := in.store.Get(ctx, dataKey(in.tree, id))
 	if err != nil {
-		return nil, fmt.Errorf("read table %s: %w", id, err)
+		return nil, fmt.Errorf("read table %s: %w", id, missing(in.tree, id, err))
 	}
 	in.bytesRead += int64(len(data))
 	if in.bytesPerSec > 0 {

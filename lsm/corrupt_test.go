@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/eddy-backlinks/eddy/link"
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
 )
 
@@ -188,6 +189,47 @@ func TestCompactCorruptError(t *testing.T) {
 			_, err = f.db.Compact(ctx)
 			checkCorruptError(t, err, TreeLinks, id)
 		})
+	}
+}
+
+// A compaction that meets a table's data object missing from the store,
+// and a fresh catalog that meets its meta missing, fail with a
+// *MissingError naming the table (what lets the write path hold the run
+// holding it alone); errors.Is(err, objstore.ErrNotFound) still holds.
+func TestCompactMissingTable(t *testing.T) {
+	ctx := context.Background()
+	f := newCorruptFixture(t, 2)
+	id := f.table(t, TreeLinks)
+	if err := os.Remove(filepath.Join(f.storeDir, dataKey(TreeLinks, id))); err != nil {
+		t.Fatal(err)
+	}
+	l := link.Backlink{Target: f.target, Source: link.RecordID{RKey: 1, Collection: link.CollectionFirst, DID: 1}, Location: 1, SourceRev: 30}
+	if err := f.db.AddBacklink(&l); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		var me *MissingError
+		if !errors.As(err, &me) || me.Tree != TreeLinks || me.Table != id || !errors.Is(err, objstore.ErrNotFound) {
+			t.Fatalf("%s: %v, want a MissingError of links table %s", what, err, id)
+		}
+		if got, ok := DamagedTable(err); !ok || got != id {
+			t.Fatalf("%s: DamagedTable %q %v", what, got, ok)
+		}
+	}
+	_, err := f.db.Compact(ctx)
+	check("the merge", err)
+
+	if err := os.Remove(filepath.Join(f.storeDir, metaKey(TreeLinks, id))); err != nil {
+		t.Fatal(err)
+	}
+	_, err = OpenView(ctx, NewCatalog(t.TempDir(), f.db.store), f.db.View().Manifest)
+	check("a fresh catalog", err)
+	if _, ok := DamagedTable(errors.New("get: connection refused")); ok {
+		t.Fatal("an error of no table names one")
 	}
 }
 

@@ -306,7 +306,7 @@ func (c *Catalog) Load(ctx context.Context, t Tree, ref TableRef) (*TableMeta, e
 func (c *Catalog) fetch(ctx context.Context, t Tree, ref TableRef) (*TableMeta, error) {
 	b, err := c.store.Get(ctx, metaKey(t, ref.ID))
 	if err != nil {
-		return nil, fmt.Errorf("fetch meta of table %s: %w", ref.ID, err)
+		return nil, fmt.Errorf("fetch meta of table %s: %w", ref.ID, missing(t, ref.ID, err))
 	}
 	if len(b) > MaxMetaBytes || (ref.MetaBytes != 0 && uint64(len(b)) != ref.MetaBytes) {
 		return nil, &CorruptError{Tree: t, Table: ref.ID, Err: fmt.Errorf("meta of %d bytes, manifest says %d: %w", len(b), ref.MetaBytes, ErrCorrupt)}
@@ -319,7 +319,7 @@ func (c *Catalog) fetch(ctx context.Context, t Tree, ref TableRef) (*TableMeta, 
 func (c *Catalog) fetchDropped(ctx context.Context, t Tree, ref TableRef) (*TableMeta, error) {
 	b, err := c.store.Get(ctx, metaKey(t, ref.ID))
 	if err != nil {
-		return nil, fmt.Errorf("fetch meta of replaced table %s: %w", ref.ID, err)
+		return nil, fmt.Errorf("fetch meta of replaced table %s: %w", ref.ID, missing(t, ref.ID, err))
 	}
 	m, err := DecodeMeta(b)
 	if err != nil {
