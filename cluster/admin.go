@@ -37,6 +37,13 @@ const adminBodyBytesMax = 1 << 20
 // adminCallTimeout bounds one admin call between nodes.
 const adminCallTimeout = 25 * time.Second
 
+// PeerStatusTimeout bounds the wait for one member's status in
+// GET /admin/cluster: a member that has not answered by then (a hung
+// process, a host that drops packets) shows as not answering, where it
+// held the whole answer for adminCallTimeout, longer than eddy-ctl's
+// default --timeout with another address to try.
+const PeerStatusTimeout = 5 * time.Second
+
 // NodeStatus is one node's view of itself.
 type NodeStatus struct {
 	ID             string            `json:"id"`
@@ -320,7 +327,12 @@ func (a *Admin) handleCluster(w http.ResponseWriter, r *http.Request) {
 			var st NodeStatus
 			err := errors.New("admin address unknown")
 			if s.Admin != "" {
-				err = a.call(r.Context(), s.Admin, http.MethodGet, "/admin/status", nil, &st)
+				ctx, cancel := context.WithTimeout(r.Context(), PeerStatusTimeout)
+				err = a.call(ctx, s.Admin, http.MethodGet, "/admin/status", nil, &st)
+				cancel()
+				if err != nil && ctx.Err() != nil && r.Context().Err() == nil {
+					err = fmt.Errorf("no answer within %v: %w", PeerStatusTimeout, err)
+				}
 			}
 			if err != nil {
 				st = NodeStatus{ID: s.ID, Error: err.Error(), LastContactMs: -1}
@@ -346,7 +358,7 @@ func (a *Admin) forward(w http.ResponseWriter, r *http.Request, body []byte) boo
 	id, _ := a.node.Leader()
 	ni, ok := a.node.FSM.Node(id)
 	if id == "" || !ok || ni.Admin == "" {
-		writeErr(w, http.StatusServiceUnavailable, "NoLeader", "no leader is known yet; retry")
+		writeErr(w, http.StatusServiceUnavailable, "NoLeader", "no leader is known yet; retry (if this lasts, a majority of the voters is down or cut off: eddy-ctl status shows which, and docs/operations.md, \"Losing two of three nodes\", what to do)")
 		return true
 	}
 	var resp json.RawMessage

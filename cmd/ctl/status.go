@@ -27,8 +27,10 @@ func init() {
 
 const statusUsage = `Usage: eddy-ctl status --addr ADMIN_ADDRS [--token-file FILE] [--json]
 
-Asks the first node that answers (and is a cluster member) for the status
-of every node (GET /admin/cluster) and prints one row per node: state,
+Asks every address at once for the status of every node (GET
+/admin/cluster), takes the first answer of a cluster member that shows a
+leader (each node waits at most 5 s for another member's status), and
+prints one row per node: state,
 leader mark, Raft applied index, time since the leader was last heard from,
 manifest generation applied and served, ingestion clock and stream cursors,
 then the configuration. A node that did not answer shows its error. With
@@ -65,55 +67,86 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// clusterStatus asks each address in turn for GET /admin/cluster and
-// returns, raw and decoded, the first answer of a cluster member that shows
-// a leader, or else the first answer of a member (a removed or cut-off node
-// still answers, from a stale configuration).
+// clusterStatus asks every address at once for GET /admin/cluster and
+// returns, raw and decoded, the first answer to arrive of a cluster member
+// that shows a leader, or else, once every address has answered or failed,
+// the answer of the first member in the addresses' order (a removed or
+// cut-off node still answers, from a stale configuration). Before, the
+// addresses were asked in turn, and a hung one held the command for its
+// whole call timeout before the next was tried.
 func clusterStatus(ctx context.Context, c *cluster.AdminClient, stderr io.Writer) (json.RawMessage, []cluster.NodeStatus, error) {
-	var (
-		errs      []string
-		fallback  json.RawMessage
-		fallbackN []cluster.NodeStatus
-	)
-	for _, addr := range c.Addrs {
-		one := *c
-		one.Addrs = []string{addr}
-		var raw json.RawMessage
-		err := one.Call(ctx, http.MethodGet, "/admin/cluster", nil, &raw)
-		if err != nil {
-			err = describeCallErr(ctx, err)
-			if len(callErrorsWith(err, http.StatusUnauthorized)) > 0 {
-				return nil, nil, err
+	type answer struct {
+		raw    json.RawMessage
+		nodes  []cluster.NodeStatus
+		err    error
+		leader bool
+	}
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type arrival struct {
+		i int
+		a *answer
+	}
+	arrived := make(chan arrival, len(c.Addrs))
+	for i, addr := range c.Addrs {
+		go func() {
+			a := &answer{}
+			defer func() { arrived <- arrival{i, a} }()
+			one := *c
+			one.Addrs = []string{addr}
+			if a.err = one.Call(callCtx, http.MethodGet, "/admin/cluster", nil, &a.raw); a.err != nil {
+				return
+			}
+			if err := json.Unmarshal(a.raw, &a.nodes); err != nil {
+				a.err = fmt.Errorf("%s: bad answer: %v", addr, err)
+				return
+			}
+			if len(a.nodes) == 0 {
+				a.err = fmt.Errorf("%s: this node is not a member of a cluster yet", addr)
+				return
+			}
+			a.leader = slices.ContainsFunc(a.nodes, func(n cluster.NodeStatus) bool { return n.Error == "" && n.State == "Leader" })
+		}()
+	}
+	var chosen *answer
+	answers := make([]*answer, len(c.Addrs)) // those that arrived
+	for range c.Addrs {
+		got := <-arrived
+		answers[got.i] = got.a
+		if got.a.leader {
+			chosen = got.a
+			break
+		}
+	}
+	cancel() // the others are not waited for
+	var errs []string
+	var unauthorized error
+	for i, a := range answers {
+		switch {
+		case a == nil || a == chosen:
+		case a.err != nil:
+			err := describeCallErr(ctx, a.err)
+			if unauthorized == nil && len(callErrorsWith(err, http.StatusUnauthorized)) > 0 {
+				unauthorized = err
 			}
 			errs = append(errs, err.Error())
-			continue
-		}
-		var nodes []cluster.NodeStatus
-		if err := json.Unmarshal(raw, &nodes); err != nil {
-			errs = append(errs, fmt.Sprintf("%s: bad answer: %v", addr, err))
-			continue
-		}
-		if len(nodes) == 0 {
-			errs = append(errs, fmt.Sprintf("%s: this node is not a member of a cluster yet", addr))
-			continue
-		}
-		if !slices.ContainsFunc(nodes, func(n cluster.NodeStatus) bool { return n.Error == "" && n.State == "Leader" }) {
-			if fallback == nil {
-				fallback, fallbackN = raw, nodes
+		default:
+			if chosen == nil {
+				chosen = a
 			}
-			errs = append(errs, fmt.Sprintf("%s: answered, but shows no leader", addr))
-			continue
+			errs = append(errs, fmt.Sprintf("%s: answered, but shows no leader", c.Addrs[i]))
 		}
-		fallback, fallbackN = raw, nodes
-		break
 	}
-	if fallback == nil {
+	if chosen == nil {
+		if unauthorized != nil {
+			return nil, nil, unauthorized
+		}
 		return nil, nil, fmt.Errorf("no member of the cluster answered: %s", strings.Join(errs, "; "))
 	}
 	for _, e := range errs {
 		fmt.Fprintf(stderr, "eddy-ctl status: %s\n", e)
 	}
-	return fallback, fallbackN, nil
+	return chosen.raw, chosen.nodes, nil
 }
 
 func printStatus(w io.Writer, nodes []cluster.NodeStatus) {
@@ -150,7 +183,10 @@ func printStatus(w io.Writer, nodes []cluster.NodeStatus) {
 		}
 		printRequests(w, lead)
 	}
+	named := namedLeader(nodes)
 	switch {
+	case leaders == 0 && named != "":
+		fmt.Fprintf(w, "the leader, %s as the nodes that answered name it, did not answer this status itself\n", named)
 	case leaders == 0:
 		fmt.Fprintln(w, "no node is leader: the cluster cannot change until one is elected (a majority of voters must be up)")
 	case leaders > 1:
@@ -166,6 +202,23 @@ func printStatus(w io.Writer, nodes []cluster.NodeStatus) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.ID, s.Suffrage, s.Raft, dash(s.Admin), dash(s.HTTP))
 	}
 	tw.Flush()
+}
+
+// namedLeader returns the leader the answering followers name when they
+// all name the same one (a leader whose own answer is missing: its admin
+// port unreachable or hung, or a token it refuses), else "".
+func namedLeader(nodes []cluster.NodeStatus) string {
+	named := ""
+	for _, n := range nodes {
+		switch {
+		case n.Error != "" || n.State == "Leader":
+		case n.Leader == "" || named != "" && n.Leader != named:
+			return ""
+		default:
+			named = n.Leader
+		}
+	}
+	return named
 }
 
 func lastContact(ms int64) string {
