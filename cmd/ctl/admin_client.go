@@ -96,6 +96,16 @@ func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// helpAsked says whether arg asks for help (a command with subcommands
+// given -h instead of one).
+func helpAsked(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "--h", "help":
+		return true
+	}
+	return false
+}
+
 // parseFlags parses args into fs: -h gives flag.ErrHelp, a bad flag or a
 // stray argument a usage error.
 func parseFlags(fs *flag.FlagSet, args []string) error { return cliflag.Parse(fs, args, errUsage) }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -39,7 +40,7 @@ once (what brings back links an older release did not extract, or a
 lost table held: docs/operations.md, "Crawling again"). It costs what
 the first crawl cost, and the bucket holds the revoked links until the
 full compaction the crawl's end asks for. A pass running when it is
-asked ends first. The request is replicated: if leadership moves, the
+asked stops, and the crawl starts again at once. The request is replicated: if leadership moves, the
 next leader carries it out. --yes is required.
 
 Flags:
@@ -55,6 +56,10 @@ type backfillReport struct {
 func runBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "restart" {
 		return runBackfillRestart(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && helpAsked(args[0]) {
+		fmt.Fprint(stderr, strings.TrimSuffix(backfillUsage, "Flags:\n")+"Each subcommand's flags: eddy-ctl backfill status -h, eddy-ctl backfill restart -h\n")
+		return flag.ErrHelp
 	}
 	if len(args) == 0 || args[0] != "status" {
 		fmt.Fprint(stderr, backfillUsage)

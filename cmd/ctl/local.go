@@ -57,6 +57,10 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) > 0 && args[0] == "restart" {
 		return runLocalRestart(ctx, args[1:], stdout, stderr) // local_restart.go
 	}
+	if len(args) > 0 && helpAsked(args[0]) {
+		fmt.Fprint(stderr, "Usage: eddy-ctl local up|down|restart --dir DIR [flags]\n\nRuns a cluster of local processes. Each subcommand's flags: eddy-ctl local up -h, eddy-ctl local down -h, eddy-ctl local restart -h\n")
+		return flag.ErrHelp
+	}
 	if len(args) == 0 || (args[0] != "up" && args[0] != "down") {
 		return fmt.Errorf("local up|down|restart --dir DIR: %w", errUsage)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -44,6 +45,10 @@ Flags:
 `
 
 func runTables(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && helpAsked(args[0]) {
+		fmt.Fprint(stderr, strings.TrimSuffix(tablesUsage, "Flags:\n")+"The subcommand's flags: eddy-ctl tables drop -h\n")
+		return flag.ErrHelp
+	}
 	if len(args) == 0 || args[0] != "drop" {
 		fmt.Fprint(stderr, tablesUsage)
 		return fmt.Errorf("%w: tables takes the subcommand drop", errUsage)
