@@ -258,6 +258,20 @@ func TestSecretsNotLogged(t *testing.T) {
 		t.Fatalf("the admin token was logged:\n%s", log)
 	}
 
+	// An admin token file that is empty or cannot be read is a
+	// configuration error, exit 2 (before, 1, as a failure at run time).
+	empty := filepath.Join(dir, "empty-token")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{empty, filepath.Join(dir, "no-such-token")} {
+		stderr.Reset()
+		code := run([]string{"--id", "n1", "--data-dir", dir, "--certs-dir", dir, "--admin-token-file", f}, &stdout, &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), "invalid configuration") || !strings.Contains(stderr.String(), f) {
+			t.Fatalf("--admin-token-file %s: exit %d:\n%s", f, code, stderr.String())
+		}
+	}
+
 	// A store URL with credentials or a query is refused or redacted, never echoed.
 	for _, s := range []string{"s3://AKIA:SEKRETKEY@bucket/p", "s3x://bucket/p?secret_key=SEKRETKEY", "ftp://u:SEKRETKEY@h/p?x=SEKRETKEY"} {
 		stderr.Reset()

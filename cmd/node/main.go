@@ -65,6 +65,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Error("invalid configuration", "error", err)
 		return 2
 	}
+	if _, err := adminToken(*c); err != nil { // an empty or unreadable file: configuration, as for the other files
+		log.Error("invalid configuration", "error", err)
+		return 2
+	}
 	log.SetLevel(hclog.LevelFromString(c.logLevel))
 	log.Info("configuration", c.logged()...)
 	ml := resolveMemoryLimit(c.memoryLimit, os.LookupEnv, "/")
