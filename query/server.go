@@ -200,7 +200,7 @@ const exposedHeaders = GenerationHeader + ", " + StaleHeader + ", Retry-After"
 func cors(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Access-Control-Allow-Origin", "*")
-		w.Header().Set("Access-Control-Allow-Methods", "GET, OPTIONS")
+		w.Header().Set("Access-Control-Allow-Methods", "GET, HEAD, OPTIONS")
 		w.Header().Set("Access-Control-Allow-Headers", "*")
 		// Retry-After is not among the headers a browser shows a page
 		// from another origin unless named: the 429s and 503s carry it.
@@ -396,6 +396,10 @@ type handler func(ctx context.Context, r *http.Request, v *lsm.View) (any, error
 // bodies.
 func (s *Server) wrap(h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		// Every answer carries a generation: the one the node serves until
+		// a view is taken (an answer refused before, as a bad parameter or
+		// a node not ready, says what the node serves).
+		w.Header().Set(GenerationHeader, strconv.FormatUint(s.Views.Current().Generation(), 10))
 		// A ';' is a character of a value, as in Constellation (URLs hold
 		// them), not a separator: Go's parser would refuse the query.
 		if strings.Contains(r.URL.RawQuery, ";") {
@@ -468,8 +472,7 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 			v, release, err = s.Views.AcquireAtLeast(wctx, gen)
 			wcancel()
 			if err != nil {
-				w.Header().Set("Retry-After", "1")
-				w.Header().Set(GenerationHeader, strconv.FormatUint(s.Views.Current().Generation(), 10)) // what it serves
+				w.Header().Set("Retry-After", "1") // the generation header: what it serves, set above
 				writeErr(w, &apiError{http.StatusServiceUnavailable, "GenerationNotReady", "this node has not applied generation " + mg + " yet; retry"})
 				return
 			}

@@ -334,6 +334,8 @@ func TestAPIErrors(t *testing.T) {
 		{"/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}, "reverse": {"maybe"}}, 400, "InvalidRequest"},
 		{"/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}, "limit": {"1001"}}, 400, "InvalidRequest"},
 		{"/xrpc/blue.cerulea.backlinks.listBacklinks", url.Values{"target": {post}, "minGeneration": {fmt.Sprint(gen + 5)}}, 503, "GenerationNotReady"},
+		{"/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}, "limit": {"1", "2"}}, 400, "InvalidRequest"},
+		{"/xrpc/blue.microcosm.links.getBacklinks", url.Values{"subject": {post}, "source": {"app.bsky.feed.like:subject.uri"}, "minGeneration": {"-1"}}, 400, "InvalidRequest"},
 	}
 	for _, c := range cases {
 		var out map[string]string
@@ -341,9 +343,11 @@ func TestAPIErrors(t *testing.T) {
 		if code != c.code || out["error"] != c.name || out["message"] == "" {
 			t.Errorf("%s %v: %d %v", c.path, c.params, code, out)
 		}
-		// A generation not yet served: the answer says which one is.
-		if c.name == "GenerationNotReady" && h.Get(GenerationHeader) != fmt.Sprint(gen) {
-			t.Errorf("GenerationNotReady: %s %q, want the served generation %d", GenerationHeader, h.Get(GenerationHeader), gen)
+		// Every answer says the generation the node serves: a generation
+		// not yet served, and a request refused before a view is taken (a
+		// repeated or malformed parameter; before, those had no header).
+		if h.Get(GenerationHeader) != fmt.Sprint(gen) {
+			t.Errorf("%s %v: %s %q, want the served generation %d", c.path, c.params, GenerationHeader, h.Get(GenerationHeader), gen)
 		}
 		// A page on another origin reads the error and when to retry.
 		if e := h.Get("Access-Control-Expose-Headers"); h.Get("Access-Control-Allow-Origin") != "*" || !strings.Contains(e, "Retry-After") || !strings.Contains(e, GenerationHeader) {
