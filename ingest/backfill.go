@@ -302,7 +302,7 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 		b.skip("bad_did", did, nil)
 		return nil
 	}
-	stamp, err := w.ReserveStamp(ctx)
+	stamp, err := w.ReserveStamp(writeCtx(ctx))
 	if err != nil {
 		return err
 	}
@@ -368,7 +368,7 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 	if strict && !w.ResyncReady(did, info.Rev) {
 		return fmt.Errorf("%s: %w", did, ErrResyncHeld)
 	}
-	rb.ops, err = w.ApplyRepoCAR(ctx, b.Name(), did, stamp, c, info.Records, rb.ops)
+	rb.ops, err = w.ApplyRepoCAR(writeCtx(ctx), b.Name(), did, stamp, c, info.Records, rb.ops)
 	if err != nil {
 		return err
 	}
@@ -382,7 +382,7 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 func (b *Backfill) writeGone(ctx context.Context, w *Writer, did string, stamp uint64) error {
 	b.stats.add(func(s *BackfillStats) { s.Gone++ })
 	b.setState(did, RepoGone, "", nil)
-	return w.ApplyRepo(ctx, b.Name(), did, stamp, nil)
+	return w.ApplyRepo(writeCtx(ctx), b.Name(), did, stamp, nil)
 }
 
 // failed counts a repository that could not be written, for reason, and
@@ -435,7 +435,7 @@ func (b *Backfill) Ingest(ctx context.Context, w *Writer, cursor string) error {
 		crossing := !Done(cursor) // this pass, if it succeeds, reaches the listing's end
 		pctx, asked := b.watchRestart(ctx, w)
 		err := b.pass(pctx, w, cursor, fresh)
-		if err != nil && asked() && ctx.Err() == nil { // a restart asked meanwhile: it stopped the pass
+		if stopped := asked(); err != nil && stopped && ctx.Err() == nil && !errors.Is(err, ErrLeadershipLost) { // a restart asked meanwhile: it stopped the pass
 			w.log.Warn("backfill pass stopped: a restart was asked", "source", b.Name(), "cursor", cursor)
 			continue
 		}

@@ -100,9 +100,11 @@ var errRestartAsked = errors.New("backfill restart asked")
 
 // watchRestart returns the context of one pass, cancelled (errRestartAsked)
 // when a restart is asked while it runs, and asked, which ends the watch
-// and says whether it cancelled the pass. Before, the pass went on to the
-// listing's end, for days at the network's size, and the crawl then
-// fetched the same repositories again.
+// and says whether it cancelled the pass; call it once the pass returned.
+// Before, the pass went on to the listing's end, for days at the
+// network's size, and the crawl then fetched the same repositories again.
+// The cancel stops the pass's listing and fetches; its writes run under
+// ctx, the term's (writeCtx).
 func (b *Backfill) watchRestart(ctx context.Context, w *Writer) (context.Context, func() bool) {
 	pctx, cancel := context.WithCancelCause(ctx)
 	go func() {
@@ -120,10 +122,24 @@ func (b *Backfill) watchRestart(ctx context.Context, w *Writer) (context.Context
 			}
 		}
 	}()
-	return pctx, func() bool {
+	return context.WithValue(pctx, termCtxKey{}, ctx), func() bool {
 		cancel(nil) // a no-op if the watch cancelled first
 		return errors.Is(context.Cause(pctx), errRestartAsked)
 	}
+}
+
+// termCtxKey holds, in a pass's context, the term's context.
+type termCtxKey struct{}
+
+// writeCtx is the context a backfill's writes run under: ctx's term's in a
+// pass that a restart may stop. A write the restart cancelled midway (a
+// flush that makeRoom started, whose upload it cut) would stop the writer
+// and every source with it; a repository fetched is written whole.
+func writeCtx(ctx context.Context) context.Context {
+	if t, ok := ctx.Value(termCtxKey{}).(context.Context); ok {
+		return t
+	}
+	return ctx
 }
 
 // restartUnpublished says whether this process took up a restart whose
@@ -170,7 +186,7 @@ func (b *Backfill) revokeRepo(ctx context.Context, w *Writer, did string, _ bool
 		b.skip("bad_did", did, nil)
 		return nil
 	}
-	stamp, err := w.ReserveStamp(ctx)
+	stamp, err := w.ReserveStamp(writeCtx(ctx))
 	if err != nil {
 		return err
 	}

@@ -6,12 +6,17 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/eddy-backlinks/eddy/cluster"
+	"github.com/eddy-backlinks/eddy/ingest/simnet"
 	"github.com/eddy-backlinks/eddy/lsm"
+	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
 	"github.com/hashicorp/go-hclog"
 )
@@ -195,5 +200,96 @@ func TestRecrawlRevokesAccountsListedGone(t *testing.T) {
 	m := node.FSM.Manifest()
 	if counts, _ := b.Progress(); fetched.Load() != 0 || counts["gone"] != 1 || len(m.RunsOf(lsm.TreeRevocations)) == 0 || len(m.RunsOf(lsm.TreeLinks)) != 0 {
 		t.Fatalf("fetched %d times, counts %v, %d runs of revocations, %d of links", fetched.Load(), counts, len(m.RunsOf(lsm.TreeRevocations)), len(m.RunsOf(lsm.TreeLinks)))
+	}
+}
+
+// putGate holds back the first Put of a table object until opened, then
+// answers as an upload whose request was cancelled meanwhile would.
+type putGate struct {
+	objstore.Store
+	once    sync.Once
+	waiting chan struct{} // closed when the first table Put waits
+	open    chan struct{}
+}
+
+func (s *putGate) Put(ctx context.Context, key string, data []byte) error {
+	if strings.HasPrefix(key, "tables/") {
+		first := false
+		s.once.Do(func() { first = true; close(s.waiting) })
+		if first {
+			<-s.open
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+	}
+	return s.Store.Put(ctx, key, data)
+}
+
+// A restart that stops a pass while one of its repositories' writes
+// flushes the memtables leaves that flush to end: the writer lives on, and
+// the crawl starts again. Before, the restart's cancel reached the flush's
+// upload, the writer stopped, and with it every source of the write path.
+func TestBackfillRestartLeavesTheWriterAlive(t *testing.T) {
+	world := simnet.NewWorld(simnet.Config{Seed: 7, Accounts: 6, WebPercent: -1})
+	world.Step(4000)
+	var repos []string
+	for _, a := range world.Accounts() {
+		if a.Active() {
+			repos = append(repos, fmt.Sprintf(`{"did":%q,"head":"x","rev":"x","active":true}`, a.DID))
+		}
+	}
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"repos":[%s]}`, strings.Join(repos, ","))
+	}))
+	defer relay.Close()
+	pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serveCAR(w, r, world) }))
+	defer pds.Close()
+	node := oneNode(t)
+	dir, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &putGate{Store: dir, waiting: make(chan struct{}), open: make(chan struct{})}
+	w, err := NewWriter(context.Background(), Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), MemtableBytes: 80 << 10, // full past ~16 KB of links: room is kept for a record of extract.LinksPerRecordMax links
+		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &Backfill{Relay: relay.URL, PLC: faultPLC(t, pds.URL), NoCompaction: true, Concurrency: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- b.Ingest(ctx, w, "") }()
+	select {
+	case <-store.waiting: // a repository's write is flushing
+	case err := <-done:
+		t.Fatalf("the crawl ended (%v) without a flush: the memtable is too large for the world", err)
+	}
+	req, err := RequestBackfillRestart(ctx, node, []string{b.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(restartPoll + 500*time.Millisecond) // the pass is stopped
+	close(store.open)
+	if err := <-done; err != nil {
+		t.Fatalf("the crawl after the restart: %v", err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatalf("the writer after the restart: %v", err)
+	}
+	if got := node.FSM.Cursor(backfillRestartedKey + b.Name()); got != req || !Done(node.FSM.Cursor(b.Name())) {
+		t.Fatalf("restart mark %q, cursor %q: want the restart %s carried out and the crawl done", got, node.FSM.Cursor(b.Name()), req)
+	}
+	// No pass's restart watch outlives it (before, a pass that ended well
+	// left its watch polling until the term ended).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		buf := make([]byte, 1<<20)
+		if !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "watchRestart") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a restart watch runs after its crawl ended")
+		}
 	}
 }
