@@ -472,7 +472,8 @@ func (s *Server) wrap(h handler) http.HandlerFunc {
 			v, release, err = s.Views.AcquireAtLeast(wctx, gen)
 			wcancel()
 			if err != nil {
-				w.Header().Set("Retry-After", "1") // the generation header: what it serves, set above
+				w.Header().Set("Retry-After", "1")
+				w.Header().Set(GenerationHeader, strconv.FormatUint(s.Views.Current().Generation(), 10)) // what it serves now, after the wait
 				writeErr(w, &apiError{http.StatusServiceUnavailable, "GenerationNotReady", "this node has not applied generation " + mg + " yet; retry"})
 				return
 			}

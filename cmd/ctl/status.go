@@ -67,6 +67,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
+// statusGrace is how long status waits for an answer showing a leader
+// once a member answered without one: the answering node's own wait for a
+// member that does not answer, and a second.
+const statusGrace = cluster.PeerStatusTimeout + time.Second
+
 // clusterStatus asks every address at once for GET /admin/cluster and
 // returns, raw and decoded, the first answer to arrive of a cluster member
 // that shows a leader, or else, once every address has answered or failed,
@@ -110,12 +115,21 @@ func clusterStatus(ctx context.Context, c *cluster.AdminClient, stderr io.Writer
 	}
 	var chosen *answer
 	answers := make([]*answer, len(c.Addrs)) // those that arrived
+	var grace <-chan time.Time               // once a member answered with no leader
+wait:
 	for range c.Addrs {
-		got := <-arrived
-		answers[got.i] = got.a
-		if got.a.leader {
-			chosen = got.a
-			break
+		select {
+		case got := <-arrived:
+			answers[got.i] = got.a
+			if got.a.leader {
+				chosen = got.a
+				break wait
+			}
+			if got.a.err == nil && grace == nil {
+				grace = time.After(statusGrace)
+			}
+		case <-grace: // no leader: a hung address is not waited for past a member's own wait for it
+			break wait
 		}
 	}
 	cancel() // the others are not waited for

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +90,25 @@ func TestStatusNamesALeaderThatDidNotAnswer(t *testing.T) {
 		if !strings.Contains(b.String(), c.want) {
 			t.Errorf("%+v: want %q in\n%s", c.nodes, c.want, b.String())
 		}
+	}
+}
+
+// With no leader (a lost majority), a member's answer is printed once
+// status has waited statusGrace for one showing a leader: a hung address
+// does not hold it for its whole --timeout.
+func TestStatusWithoutALeaderAndAHungAddress(t *testing.T) {
+	noTokenEnv(t)
+	t.Setenv(envToken, "0123456789abcdef0123456789abcdef")
+	candidate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `[{"id":"n1","state":"Candidate","last_contact_ms":-1},{"id":"n2","error":"no answer within 5s","last_contact_ms":-1}]`)
+	}))
+	defer candidate.Close()
+	start := time.Now()
+	code, out, errs := ctl(t, "status", "--addr", hungListener(t)+","+strings.TrimPrefix(candidate.URL, "http://"), "--timeout", "20s")
+	took := time.Since(start)
+	t.Logf("after %v:\n%s%s", took, out, errs)
+	if code != 0 || !strings.Contains(out, "no node is leader") || took < statusGrace || took > statusGrace+3*time.Second {
+		t.Fatalf("status without a leader: exit %d after %v, want 0 after about %v", code, took, statusGrace)
 	}
 }
