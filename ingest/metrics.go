@@ -157,6 +157,8 @@ func (m *Metrics) Watch(s Source, committed func(name string) string) {
 	switch s.(type) {
 	case *Firehose, *Jetstream, *Jetstream2:
 		m.lagEvents.addLive(name)
+	case *Backfill:
+		m.lagEvents.addBackfill(name, func() string { return committed(name) })
 	}
 	ws.watch(watchHooks{
 		skip: func(reason string) { m.Skipped.WithLabelValues(name, reason).Inc() },
@@ -240,6 +242,8 @@ type replayLag struct {
 
 type lagEventsCollector struct {
 	desc, seconds *prometheus.Desc
+	backfillDone  *prometheus.Desc
+	backfills     []backfillCrawl
 	mu            sync.Mutex
 	start         time.Time // the write path's term (or leadership) on this node began; zero: none
 	leading       bool      // a leadership holds start: a run's start and end leave it
@@ -247,8 +251,16 @@ type lagEventsCollector struct {
 	reps          []*replayLag
 }
 
+// backfillCrawl is a backfill source, whose committed cursor says whether
+// its crawl reached the listing's end.
+type backfillCrawl struct {
+	name      string
+	committed func() string
+}
+
 func newLagEvents() *lagEventsCollector {
 	return &lagEventsCollector{
+		backfillDone: prometheus.NewDesc("eddy_backfill_done", "1 once a backfill source's crawl reached the end of the relay's listing (its committed cursor, on every node), 0 while it crawls: a backfill has no lag; alert on it staying 0 while its repositories (eddy_ingest_events_total, kind repo) stop coming.", []string{"source"}, nil),
 		desc: prometheus.NewDesc("eddy_ingest_lag_events", "Events behind the stream head, by source: exact for a replay (events after the committed cursor), estimated for a live stream (seconds behind times the recent event rate).", []string{"source"}, nil),
 		seconds: prometheus.NewDesc("eddy_ingest_lag_seconds", "Seconds between the newest consumed event's own time and now, by live source, on the node that runs the write path (before the term's first event: since the term began).",
 			[]string{"source"}, nil),
@@ -292,6 +304,13 @@ func (c *lagEventsCollector) observe(source string, at time.Time) {
 	}
 	l.times[l.n%rateWindow] = at
 	l.n++
+}
+
+// addBackfill names a backfill source and its committed cursor.
+func (c *lagEventsCollector) addBackfill(name string, committed func() string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.backfills = append(c.backfills, backfillCrawl{name, committed})
 }
 
 func (c *lagEventsCollector) addReplay(name, path string, committed func() string) {
@@ -357,7 +376,11 @@ func countReplayEvents(path string) (int, error) {
 	return n, err
 }
 
-func (c *lagEventsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc; ch <- c.seconds }
+func (c *lagEventsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.desc
+	ch <- c.seconds
+	ch <- c.backfillDone
+}
 
 func (c *lagEventsCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
@@ -369,6 +392,13 @@ func (c *lagEventsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.GaugeValue, lag, name)
 			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, l.behind(lag), name)
 		}
+	}
+	for _, b := range c.backfills {
+		done := 0.0
+		if Done(b.committed()) {
+			done = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.backfillDone, prometheus.GaugeValue, done, b.name)
 	}
 	for _, r := range c.reps {
 		r.mu.Lock()

@@ -185,3 +185,31 @@ func TestAlertCountersStartAtZero(t *testing.T) {
 		}
 	}
 }
+
+// A backfill source's crawl is 0 until its committed cursor reaches the
+// listing's end, then 1, on any node (the cursor is replicated).
+func TestMetricsBackfillDone(t *testing.T) {
+	m := NewMetrics()
+	reg := prometheus.NewRegistry()
+	if err := m.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	b := &Backfill{Relay: "https://relay.example"}
+	committed := ""
+	m.Watch(b, func(name string) string {
+		if name != b.Name() {
+			t.Errorf("cursor of %q asked", name)
+		}
+		return committed
+	})
+	key := "eddy_backfill_done{source=" + b.Name() + "}"
+	for _, c := range []struct {
+		cursor string
+		want   float64
+	}{{"", 0}, {"page-7", 0}, {EOFCursor("page-9"), 1}} {
+		committed = c.cursor
+		if got, ok := metricstest.Values(t, reg)[key]; !ok || got != c.want {
+			t.Fatalf("at cursor %q: %s = %v (present %v), want %v", c.cursor, key, got, ok, c.want)
+		}
+	}
+}
