@@ -261,7 +261,7 @@ type backfillCrawl struct {
 func newLagEvents() *lagEventsCollector {
 	return &lagEventsCollector{
 		backfillDone: prometheus.NewDesc("eddy_backfill_done", "1 once a backfill source's crawl reached the end of the relay's listing (its committed cursor, on every node), 0 while it crawls: a backfill has no lag; alert on it staying 0 while its repositories (eddy_ingest_events_total, kind repo) stop coming.", []string{"source"}, nil),
-		desc: prometheus.NewDesc("eddy_ingest_lag_events", "Events behind the stream head, by source: exact for a replay (events after the committed cursor), estimated for a live stream (seconds behind times the recent event rate).", []string{"source"}, nil),
+		desc:         prometheus.NewDesc("eddy_ingest_lag_events", "Events behind the stream head, by source: exact for a replay (events after the committed cursor), estimated for a live stream (seconds behind times the recent event rate).", []string{"source"}, nil),
 		seconds: prometheus.NewDesc("eddy_ingest_lag_seconds", "Seconds between the newest consumed event's own time and now, by live source, on the node that runs the write path (before the term's first event: since the term began).",
 			[]string{"source"}, nil),
 		live: map[string]*liveLag{},
