@@ -440,10 +440,21 @@ func (c *config) validate(getenv func(string) (string, bool)) error {
 			return fmt.Errorf("--store %s: %v", redactStore(c.store), err)
 		}
 	}
+	names := map[string]bool{}
 	for _, s := range c.sources {
-		if _, err := ingest.ParseSource(s, nil); err != nil {
+		src, err := ingest.ParseSource(s, nil)
+		if err != nil {
 			return fmt.Errorf("--source: %w", err)
 		}
+		// A source's cursor, metrics and resyncs are kept under its name:
+		// two of one name would overwrite each other's cursor, and each
+		// restart would send one back to its relay's head (a firehose's
+		// name is its kind: one relay stream, one Jetstream, one
+		// Jetstream v2 a node).
+		if names[src.Name()] {
+			return fmt.Errorf("--source: two sources named %q: a node follows one stream of each kind (its cursor is kept under that name); list a Jetstream's other instances in the one source (jetstream+wss://a/subscribe,wss://b/subscribe)", src.Name())
+		}
+		names[src.Name()] = true
 	}
 	return nil
 }

@@ -258,6 +258,13 @@ func TestSecretsNotLogged(t *testing.T) {
 		t.Fatalf("the admin token was logged:\n%s", log)
 	}
 
+	// Two sources of one name (two relay firehoses) would share a cursor:
+	// refused as configuration.
+	stderr.Reset()
+	if code := run([]string{"--id", "n1", "--data-dir", dir, "--certs-dir", dir, "--source", "firehose+wss://a.example", "--source", "firehose+wss://b.example"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `two sources named \"firehose\"`) {
+		t.Fatalf("two firehoses: exit %d:\n%s", code, stderr.String())
+	}
+
 	// An admin token file that is empty or cannot be read is a
 	// configuration error, exit 2 (before, 1, as a failure at run time).
 	empty := filepath.Join(dir, "empty-token")
