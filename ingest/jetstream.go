@@ -289,7 +289,7 @@ func (j *Jetstream) session(ctx context.Context, base string, rewind int64, cur,
 		j.Log.Info("jetstream connected", "url", base, "cursor", u.Query().Get("cursor"))
 	}
 	defer conn.Close()
-	conn.SetReadLimit(wsMessageBytesMax)
+	conn.SetReadLimit(event.MaxJetstreamMessageSize) // uncompressed JSON of a 1 MiB record can be six times its size
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	var buf []byte

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -449,4 +450,26 @@ func TestResyncsDoNotWaitForAStalledOne(t *testing.T) {
 	}
 	f.marker(a, "", "a's resyncs written")
 	f.marker(b, "", "b's written")
+}
+
+// A Jetstream record past the JSON decoder's bound (valid: its CBOR under
+// 1 MiB) is skipped as record_too_big, and its repository is fetched
+// again, where its links are read from the CBOR; before, the whole event
+// was refused, and an update's old links stayed live.
+func TestJetstreamRecordTooBigResyncs(t *testing.T) {
+	f := newResyncFixture(t)
+	const a = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
+	f.repos.at(a, f.t0.Add(-time.Hour))
+	f.apply(f.commit(0))
+	msg := fmt.Sprintf(`{"did":%q,"time_us":%d,"kind":"commit","commit":{"rev":"3mptbypluud2a","operation":"update","collection":"app.bsky.feed.post","rkey":"3mptbyplj5d2c","cid":"bafy","record":{"$type":"app.bsky.feed.post","text":"%s"}}}`,
+		a, f.t0.Add(time.Second).UnixMicro(), strings.Repeat(`\u0001`, 400_000))
+	op, err := event.DecodeJetstream([]byte(msg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.apply(op)
+	f.repos.expect(t, a+" written")
+	if v := metricstest.Values(t, f.reg)["eddy_ingest_skipped_total{reason=record_too_big,source=jetstream}"]; v != 1 {
+		t.Fatalf("record_too_big skipped %v times, want 1", v)
+	}
 }

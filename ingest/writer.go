@@ -394,6 +394,12 @@ func (w *Writer) applyLocked(ctx context.Context, source string, op *event.Op) e
 	}
 	if op.Skip != "" || op.Record == nil {
 		w.skipOp(source, skipReason(op.Skip), op, nil) // a tooBig commit's: its KindSync op asks for a resync
+		if op.Skip == event.SkipRecordTooBig {
+			// A record the JSON decoder does not take whole: its links
+			// come from the repository, fetched again (a firehose's
+			// tooBig commit is resynced the same way).
+			w.requestResync(source, op.DID, op.Time)
+		}
 		return nil
 	}
 	return w.linksLocked(source, op, src, stamp)

@@ -13,9 +13,13 @@ import (
 
 // MaxJetstreamMessageSize is the largest Jetstream message accepted, by
 // DecodeJetstream and as the output of Decompress. A record is at most
-// 1 MiB of CBOR and 2 MiB of JSON (atdata.MAX_JSON_RECORD_SIZE); the
-// envelope adds little.
-const MaxJetstreamMessageSize = 2<<20 + 64<<10
+// 1 MiB of CBOR, which its JSON can take six times over (a string of
+// control characters, or of <, > and &, is written as \u0001 or \u003c
+// escapes); the envelope adds little. Before, the bound was atdata's 2 MiB
+// of JSON, and a valid record past it was dropped with its event: an
+// update's old links stayed live. A record past atdata's bound is now
+// decoded as far as its path (SkipRecordTooBig).
+const MaxJetstreamMessageSize = 6<<20 + 64<<10
 
 // ErrUnknownKind wraps the error DecodeJetstream returns for an event
 // whose kind is not commit, identity or account. Callers that want to
@@ -109,6 +113,10 @@ func DecodeJetstream(msg []byte) (Op, error) {
 			op.CID = c.CID
 			if len(c.Record) == 0 || string(c.Record) == "null" {
 				op.Skip = SkipRecordMissing
+				break
+			}
+			if len(c.Record) > atdata.MAX_JSON_RECORD_SIZE {
+				op.Skip = SkipRecordTooBig // valid, but past what the JSON decoder takes
 				break
 			}
 			rec, err := atdata.UnmarshalJSON(c.Record)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,6 +146,16 @@ func TestDecodeJetstreamSkipsAndErrors(t *testing.T) {
 	op, _ := DecodeJetstream([]byte(ok[len(ok)-1].msg))
 	if op.Kind != KindAccount || op.Active || op.Status != "takendown" {
 		t.Fatalf("account op %+v", op)
+	}
+
+	// A valid record of 400 KB of CBOR whose JSON is 2.4 MB of \u0001
+	// escapes (as a Jetstream server writes it): decoded as far as its
+	// path, SkipRecordTooBig, so an update still revokes and its
+	// repository is resynced. Before, the whole event was refused.
+	big := `{"did":"did:plc:a","time_us":5,"kind":"commit","commit":{"rev":"r","operation":"update","collection":"a.b.c","rkey":"x","cid":"bafy","record":{"$type":"a.b.c","text":"` +
+		strings.Repeat(`\u0001`, 400_000) + `"}}}`
+	if op, err := DecodeJetstream([]byte(big)); err != nil || op.Skip != SkipRecordTooBig || op.Action != ActionUpdate || op.RKey != "x" || op.Record != nil {
+		t.Fatalf("a %d-byte event of a valid record: op %+v, %v", len(big), op, err)
 	}
 
 	bad := []string{

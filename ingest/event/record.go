@@ -7,6 +7,7 @@ const (
 	SkipRecordMissing = "record_missing" // the record block is not in the frame or CAR
 	SkipRecordCBOR    = "record_cbor"    // the record block is not valid atproto DAG-CBOR data
 	SkipRecordJSON    = "record_json"    // the Jetstream record is not valid atproto JSON data
+	SkipRecordTooBig  = "record_too_big" // the Jetstream record is past atdata's 2 MiB of JSON: its repository is resynced
 	SkipTooBig        = "too_big"        // firehose commit flagged tooBig: the relay left the blocks out
 	SkipBadPath       = "bad_path"       // the record path is not "collection/rkey"
 	SkipBadAction     = "bad_action"     // the operation is not create, update or delete
