@@ -97,8 +97,15 @@ func readHead(b []byte, off int) (maj byte, arg uint64, next int, err error) {
 // null, reserved encodings. Floats (16, 32 and 64 bit) are let through for
 // the decoders to judge. Key order, key type and minimal integer encoding
 // are not checked.
-func scanItem(b []byte, off int, depth int) (int, error) {
+func scanItem(b []byte, off int, depth int) (int, error) { return scan(b, off, depth, false) }
+
+// scan is scanItem; with cut, an item past MaxCBORDepth is checked by
+// skipItem (a record's subtree the decoder leaves out) instead of refused.
+func scan(b []byte, off int, depth int, cut bool) (int, error) {
 	if depth > MaxCBORDepth {
+		if cut {
+			return skipItem(b, off)
+		}
 		return off, errCBORDepth
 	}
 	start := off
@@ -119,7 +126,7 @@ func scanItem(b []byte, off int, depth int) (int, error) {
 			return off, errCBORShort
 		}
 		for i := uint64(0); i < arg; i++ {
-			if off, err = scanItem(b, off, depth+1); err != nil {
+			if off, err = scan(b, off, depth+1, cut); err != nil {
 				return off, err
 			}
 		}
@@ -129,7 +136,7 @@ func scanItem(b []byte, off int, depth int) (int, error) {
 			return off, errCBORShort
 		}
 		for i := uint64(0); i < 2*arg; i++ {
-			if off, err = scanItem(b, off, depth+1); err != nil {
+			if off, err = scan(b, off, depth+1, cut); err != nil {
 				return off, err
 			}
 		}
@@ -162,8 +169,11 @@ func scanItem(b []byte, off int, depth int) (int, error) {
 }
 
 // scanOne checks that b is exactly one well-formed item (see scanItem).
-func scanOne(b []byte) error {
-	end, err := scanItem(b, 0, 0)
+func scanOne(b []byte) error { return scanWhole(b, false) }
+
+// scanWhole is scanOne; with cut, as scan's.
+func scanWhole(b []byte, cut bool) error {
+	end, err := scan(b, 0, 0, cut)
 	if err != nil {
 		return err
 	}
@@ -171,6 +181,61 @@ func scanOne(b []byte) error {
 		return errCBORTrailing
 	}
 	return nil
+}
+
+// skipItem checks the item at b[off:] as scanItem does, at any depth,
+// without recursion (a count of the items still to read: each takes at
+// least a byte, so it never passes the input's length), and returns the
+// offset just after it.
+func skipItem(b []byte, off int) (int, error) {
+	for pending := uint64(1); pending > 0; pending-- {
+		start := off
+		maj, arg, next, err := readHead(b, off)
+		if err != nil {
+			return next, err
+		}
+		off = next
+		switch maj {
+		case majUint, majNegInt:
+		case majBytes, majText:
+			if arg > uint64(len(b)-off) {
+				return off, errCBORShort
+			}
+			off += int(arg)
+		case majArray:
+			if arg > uint64(len(b)-off) {
+				return off, errCBORShort
+			}
+			pending += arg
+		case majMap:
+			if arg > uint64(len(b)-off)/2 {
+				return off, errCBORShort
+			}
+			pending += 2 * arg
+		case majTag:
+			if arg != cidTag {
+				return off, errCBORTag
+			}
+			m, n, next, err := readHead(b, off)
+			if err != nil {
+				return next, err
+			}
+			if m != majBytes {
+				return off, errCBORTag
+			}
+			if n > uint64(len(b)-next) {
+				return next, errCBORShort
+			}
+			off = next + int(n)
+		default: // majSimple
+			switch b[start] & 0x1f {
+			case 20, 21, 22, 25, 26, 27: // false, true, null, floats
+			default:
+				return off, errCBORSimple
+			}
+		}
+	}
+	return off, nil
 }
 
 // cborReader decodes items from a slice that scanItem has already checked,

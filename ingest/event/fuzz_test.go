@@ -3,6 +3,7 @@ package event
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"testing"
 
@@ -156,6 +157,9 @@ func FuzzRecordCBOR(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if _, err := decodeRecord(b); err != nil {
 			return // atdata's own behaviour on rejected input is not ours to test
+		}
+		if errors.Is(scanOne(b), errCBORDepth) {
+			return // nested past MaxCBORDepth: left out by ours, kept by atdata (TestDecodeRecordEdgeCases)
 		}
 		compareRecordDecoders(t, b)
 	})

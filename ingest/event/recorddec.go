@@ -63,7 +63,7 @@ func decodeRecord(b []byte) (map[string]any, error) {
 	if len(b) > atdata.MAX_CBOR_RECORD_SIZE {
 		return nil, errRecordTooBig
 	}
-	if err := scanOne(b); err != nil {
+	if err := scanWhole(b, true); err != nil { // a subtree past MaxCBORDepth is cut, not the record refused
 		return nil, err
 	}
 	if len(b) == 0 || b[0]>>5 != majMap {
@@ -82,8 +82,9 @@ func decodeRecord(b []byte) (map[string]any, error) {
 }
 
 type recDecoder struct {
-	b   []byte
-	off int
+	b     []byte
+	off   int
+	depth int // of the item value decodes next; the record is 0
 }
 
 // head reads an item head; scanItem has already vouched for the bytes.
@@ -96,8 +97,17 @@ func (d *recDecoder) head() (maj byte, ai byte, arg uint64, err error) {
 	return maj, ai, arg, err
 }
 
-// value decodes one item into its atdata form.
+// value decodes one item into its atdata form. An item past MaxCBORDepth
+// is left out (nil, as a JSON null): the JSON path keeps it, and the
+// extractor walks neither past extract.DepthMax, far above real records
+// (the atproto data model suggests 32 levels). Before, the record was
+// refused whole, and its links lost on the firehose and in backfills.
 func (d *recDecoder) value() (any, error) {
+	if d.depth > MaxCBORDepth {
+		end, err := skipItem(d.b, d.off)
+		d.off = end
+		return nil, err
+	}
 	maj, ai, arg, err := d.head()
 	if err != nil {
 		return nil, err
@@ -136,11 +146,13 @@ func (d *recDecoder) value() (any, error) {
 			return nil, errCBORShort
 		}
 		out := make([]any, arg)
+		d.depth++
 		for i := range out {
 			if out[i], err = d.value(); err != nil {
 				return nil, err
 			}
 		}
+		d.depth--
 		return out, nil
 	case majMap:
 		return d.mapValue(arg)
@@ -287,6 +299,7 @@ func (d *recDecoder) mapValue(n uint64) (any, error) {
 	}
 	out := make(map[string]any, n)
 	var kk keyKinds
+	d.depth++ // for its values (an error ends the decoder: no need to undo it)
 	for i := uint64(0); i < n; i++ {
 		maj, _, kl, err := d.head()
 		if err != nil {
@@ -329,6 +342,7 @@ func (d *recDecoder) mapValue(n uint64) (any, error) {
 			return nil, errRecDupKey
 		}
 	}
+	d.depth--
 	return special(out, kk)
 }
 

@@ -213,20 +213,39 @@ func TestDecodeRecordEdgeCases(t *testing.T) {
 		}
 	}
 
-	// Nesting: MaxCBORDepth levels of arrays inside the record are fine,
-	// one more is refused.
-	deep := func(n int) []byte {
-		b := []byte{0xa1, 0x61, 'a'}
+	// Nesting: items down to MaxCBORDepth are decoded as atdata does;
+	// one past it is left out (nil), whatever is below it, and the rest of
+	// the record kept (before, the record was refused whole, its links
+	// lost on the firehose and in backfills while Jetstream's JSON kept
+	// them). A subtree a million levels deep (the 1 MiB record bound) costs no stack.
+	deep := func(n int, last byte) []byte {
+		b := []byte{0xa2, 0x61, 'a'}
 		for i := 0; i < n; i++ {
 			b = append(b, 0x81)
 		}
-		return append(b, 0x01)
+		return append(append(b, last), 0x61, 'u', 0x63, 'u', 'r', 'i')
 	}
-	if ours, theirs := compareRecordDecoders(t, deep(MaxCBORDepth-1)); !ours || !theirs {
+	if ours, theirs := compareRecordDecoders(t, deep(MaxCBORDepth-1, 0x01)); !ours || !theirs {
 		t.Fatal("deep record refused")
 	}
-	if ours, _ := compareRecordDecoders(t, deep(MaxCBORDepth+1)); ours {
-		t.Fatal("too deep record accepted")
+	want, err := decodeRecord(deep(MaxCBORDepth, 0xf6)) // the item at MaxCBORDepth+1 a null
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{MaxCBORDepth, MaxCBORDepth + 1, MaxCBORDepth + 50, 1<<20 - 64} {
+		got, err := decodeRecord(deep(n, 0x01))
+		if err != nil || !reflect.DeepEqual(got, want) || got["u"] != "uri" {
+			t.Fatalf("%d levels of arrays: %v (a key beside them %v)", n, err, got["u"])
+		}
+	}
+	// What lies past the depth is still checked: a malformed item there
+	// refuses the record.
+	for _, bad := range []byte{0x1c /* a reserved head */, 0xf7 /* undefined */, 0x9f /* indefinite */, 0xc1 /* tag 1 */} {
+		b := deep(MaxCBORDepth+3, 0x01)
+		b[3+MaxCBORDepth+2] = bad
+		if _, err := decodeRecord(b); err == nil {
+			t.Fatalf("a malformed item (%#x) past the depth accepted", bad)
+		}
 	}
 }
 
