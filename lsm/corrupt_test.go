@@ -61,6 +61,19 @@ func (f *corruptFixture) table(t *testing.T, tree Tree) string {
 	return runs[0].Tables[0].ID
 }
 
+// secondRun flushes a second links run, which fills the tier (fan-in 2):
+// the next Compact merges both.
+func (f *corruptFixture) secondRun(t *testing.T) {
+	t.Helper()
+	l := link.Backlink{Target: f.target, Source: link.RecordID{RKey: 1, Collection: link.CollectionFirst, DID: 1}, Location: 1, SourceRev: 30}
+	if err := f.db.AddBacklink(&l); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.db.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // flip flips a byte of an object of the store and returns a function
 // that restores it.
 func (f *corruptFixture) flip(t *testing.T, key string, at func(n int) int) (restore func()) {
@@ -178,14 +191,7 @@ func TestCompactCorruptError(t *testing.T) {
 			if err := os.WriteFile(path, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			// A second links run fills the tier.
-			l := link.Backlink{Target: f.target, Source: link.RecordID{RKey: 1, Collection: link.CollectionFirst, DID: 1}, Location: 1, SourceRev: 30}
-			if err := f.db.AddBacklink(&l); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.db.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
+			f.secondRun(t)
 			_, err = f.db.Compact(ctx)
 			checkCorruptError(t, err, TreeLinks, id)
 		})
@@ -203,13 +209,7 @@ func TestCompactMissingTable(t *testing.T) {
 	if err := os.Remove(filepath.Join(f.storeDir, dataKey(TreeLinks, id))); err != nil {
 		t.Fatal(err)
 	}
-	l := link.Backlink{Target: f.target, Source: link.RecordID{RKey: 1, Collection: link.CollectionFirst, DID: 1}, Location: 1, SourceRev: 30}
-	if err := f.db.AddBacklink(&l); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.db.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	f.secondRun(t)
 	check := func(what string, err error) {
 		t.Helper()
 		var me *MissingError

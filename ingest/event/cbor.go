@@ -142,20 +142,7 @@ func scan(b []byte, off int, depth int, cut bool) (int, error) {
 		}
 		return off, nil
 	case majTag:
-		if arg != cidTag {
-			return off, errCBORTag
-		}
-		m, n, next, err := readHead(b, off)
-		if err != nil {
-			return next, err
-		}
-		if m != majBytes {
-			return off, errCBORTag
-		}
-		if n > uint64(len(b)-next) {
-			return next, errCBORShort
-		}
-		return next + int(n), nil
+		return scanTagged(b, off, arg)
 	default: // majSimple
 		ai := b[start] & 0x1f
 		switch ai {
@@ -181,6 +168,25 @@ func scanWhole(b []byte, cut bool) error {
 		return errCBORTrailing
 	}
 	return nil
+}
+
+// scanTagged checks the content of a tag (arg) whose head ended at off:
+// only tag 42, wrapping a byte string (a CID link), is accepted.
+func scanTagged(b []byte, off int, arg uint64) (int, error) {
+	if arg != cidTag {
+		return off, errCBORTag
+	}
+	m, n, next, err := readHead(b, off)
+	if err != nil {
+		return next, err
+	}
+	if m != majBytes {
+		return off, errCBORTag
+	}
+	if n > uint64(len(b)-next) {
+		return next, errCBORShort
+	}
+	return next + int(n), nil
 }
 
 // skipItem checks the item at b[off:] as scanItem does, at any depth,
@@ -213,20 +219,9 @@ func skipItem(b []byte, off int) (int, error) {
 			}
 			pending += 2 * arg
 		case majTag:
-			if arg != cidTag {
-				return off, errCBORTag
+			if off, err = scanTagged(b, off, arg); err != nil {
+				return off, err
 			}
-			m, n, next, err := readHead(b, off)
-			if err != nil {
-				return next, err
-			}
-			if m != majBytes {
-				return off, errCBORTag
-			}
-			if n > uint64(len(b)-next) {
-				return next, errCBORShort
-			}
-			off = next + int(n)
 		default: // majSimple
 			switch b[start] & 0x1f {
 			case 20, 21, 22, 25, 26, 27: // false, true, null, floats
