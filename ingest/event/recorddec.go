@@ -18,13 +18,15 @@ import (
 // atproto data model's rules; this decoder applies the same rules in one
 // pass over the bytes.
 //
-// Where the two differ, this one is stricter, never more lenient:
-// anything it accepts, atdata accepts with a deep-equal result (checked on
-// every real record of the test set and by FuzzRecordCBOR). It rejects
-// what scanItem rejects (indefinite lengths, the undefined value, trailing
-// bytes, nesting beyond MaxCBORDepth), unsigned integers above MaxInt64
-// (refmt wraps them to negative numbers), and a top-level null (atdata
-// turns it into an empty record).
+// Where the two differ, this one is stricter, never more lenient: anything
+// it accepts within MaxCBORDepth, atdata accepts with a deep-equal result
+// (checked on every real record of the test set and by FuzzRecordCBOR). It
+// rejects what scanItem rejects (indefinite lengths, the undefined value,
+// trailing bytes), unsigned integers above MaxInt64 (refmt wraps them to
+// negative numbers), and a top-level null (atdata turns it into an empty
+// record). What is nested past MaxCBORDepth, and a map at it (whose
+// values would be), it leaves out (nil) after checking it well formed,
+// where atdata keeps it: the extractor never walks that deep.
 //
 // The rules of atdata's parse step (data.go, parse.go in
 // github.com/bluesky-social/indigo/atproto/atdata), mirrored here:
@@ -103,10 +105,9 @@ func (d *recDecoder) head() (maj byte, ai byte, arg uint64, err error) {
 // (the atproto data model suggests 32 levels). Before, the record was
 // refused whole, and its links lost on the firehose and in backfills.
 func (d *recDecoder) value() (any, error) {
+	start := d.off
 	if d.depth > MaxCBORDepth {
-		end, err := skipItem(d.b, d.off)
-		d.off = end
-		return nil, err
+		return d.skip(start)
 	}
 	maj, ai, arg, err := d.head()
 	if err != nil {
@@ -155,6 +156,11 @@ func (d *recDecoder) value() (any, error) {
 		d.depth--
 		return out, nil
 	case majMap:
+		if d.depth == MaxCBORDepth && arg > 0 {
+			// Its values would be left out, and a special form (a blob,
+			// a $link) cannot be judged without them: the map is.
+			return d.skip(start)
+		}
 		return d.mapValue(arg)
 	case majTag:
 		if arg != cidTag {
@@ -178,6 +184,13 @@ func (d *recDecoder) value() (any, error) {
 		}
 		return nil, errCBORSimple
 	}
+}
+
+// skip leaves out the item at start (checked well formed): nil.
+func (d *recDecoder) skip(start int) (any, error) {
+	end, err := skipItem(d.b, start)
+	d.off = end
+	return nil, err
 }
 
 // link decodes the byte string of a tag 42 as go-ipld-cbor does.

@@ -238,6 +238,29 @@ func TestDecodeRecordEdgeCases(t *testing.T) {
 			t.Fatalf("%d levels of arrays: %v (a key beside them %v)", n, err, got["u"])
 		}
 	}
+	// A map at the depth (its values past it), a special form among
+	// them, is left out whole: before, its values were, and the form then
+	// failed its checks and the record was refused. An empty one is kept,
+	// as atdata keeps it.
+	link = testLink()
+	emptyAt := append(append([]byte{0xa1, 0x61, 'a'}, bytes.Repeat([]byte{0x81}, MaxCBORDepth-1)...), 0xa0)
+	if ours, theirs := compareRecordDecoders(t, emptyAt); !ours || !theirs {
+		t.Fatal("an empty map at the depth refused")
+	}
+	for _, special := range []any{
+		cmap{"$type", "blob", "ref", link, "mimeType", "image/png", "size", 12},
+		cmap{"$link", testCID},
+		cmap{"$bytes", "aGk"},
+		cmap{"cid", testCID, "mimeType", "image/jpeg"},
+	} {
+		inner := cenc(special)
+		b := append([]byte{0xa2, 0x61, 'a'}, bytes.Repeat([]byte{0x81}, MaxCBORDepth-1)...)
+		b = append(append(b, inner...), 0x61, 'u', 0x63, 'u', 'r', 'i')
+		got, err := decodeRecord(b)
+		if err != nil || got["u"] != "uri" {
+			t.Fatalf("%v at depth %d: %v", special, MaxCBORDepth, err)
+		}
+	}
 	// What lies past the depth is still checked: a malformed item there
 	// refuses the record.
 	for _, bad := range []byte{0x1c /* a reserved head */, 0xf7 /* undefined */, 0x9f /* indefinite */, 0xc1 /* tag 1 */} {
