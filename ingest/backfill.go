@@ -76,6 +76,9 @@ type Backfill struct {
 	HTTP    *http.Client
 	Log     hclog.Logger
 	OnSkip  func(reason string)
+	// OnCrawled, if set, is called for each repository the crawl wrote or
+	// revoked (a resync's are not counted).
+	OnCrawled func()
 
 	// pagesOpen: backfillPagesOpen unless set (a benchmark's comparison).
 	pagesOpen int
@@ -338,7 +341,11 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 			if strict && !w.ResyncReady(did, "") {
 				return fmt.Errorf("%s: %w", did, ErrResyncHeld)
 			}
-			return b.writeGone(ctx, w, did, stamp) // the repository is gone: revoke it
+			err := b.writeGone(ctx, w, did, stamp) // the repository is gone: revoke it
+			if err == nil && !strict {
+				b.crawled()
+			}
+			return err
 		}
 		return b.failed(did, "fetch_failed", ferr, strict)
 	}
@@ -374,6 +381,9 @@ func (b *Backfill) repo(ctx context.Context, w *Writer, did string, strict bool)
 	}
 	b.stats.add(func(s *BackfillStats) { s.Done++ })
 	b.setState(did, RepoDone, info.Rev, nil)
+	if !strict {
+		b.crawled()
+	}
 	return nil
 }
 
@@ -409,7 +419,14 @@ var (
 func (b *Backfill) Live() bool { return false }
 
 // watch counts what it skips.
-func (b *Backfill) watch(h watchHooks) { b.OnSkip = h.skip }
+func (b *Backfill) watch(h watchHooks) { b.OnSkip, b.OnCrawled = h.skip, h.crawled }
+
+// crawled counts a repository the crawl wrote or revoked.
+func (b *Backfill) crawled() {
+	if b.OnCrawled != nil {
+		b.OnCrawled()
+	}
+}
 
 // report adds its progress: the counters and the first failed repositories.
 func (b *Backfill) report(st *SourceStatus, _ time.Time) { st.Backfill, st.Failed = b.Progress() }

@@ -190,7 +190,11 @@ func (b *Backfill) revokeRepo(ctx context.Context, w *Writer, did string, _ bool
 	if err != nil {
 		return err
 	}
-	return b.writeGone(ctx, w, did, stamp)
+	if err := b.writeGone(ctx, w, did, stamp); err != nil {
+		return err
+	}
+	b.crawled()
+	return nil
 }
 
 // waitRestart waits, after b's crawl is done, until a restart is asked

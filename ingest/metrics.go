@@ -26,15 +26,18 @@ import (
 // of events per second of event time (the stream offers no count of what
 // it holds past the consumer).
 type Metrics struct {
-	Events         *prometheus.CounterVec // by source, kind
-	Links          *prometheus.CounterVec // by source
-	Skipped        *prometheus.CounterVec // by source, reason
-	RepoSplits     prometheus.Counter     // repositories written whole across two flushes (the memtables filled while they were written)
-	OutlineEntries prometheus.Counter     // entries of outlines alone, published ahead of their flush (publishOutlines)
-	FlushSeconds   prometheus.Histogram   // a whole flush: tables written and the entry committed
-	PublishSeconds prometheus.Histogram   // the flush entry's Raft commit alone
-	Generation     prometheus.Gauge
-	lagEvents      *lagEventsCollector // seconds and events behind the stream head, by source
+	Events  *prometheus.CounterVec // by source, kind
+	Links   *prometheus.CounterVec // by source
+	Skipped *prometheus.CounterVec // by source, reason
+	// BackfillCrawled: repositories a backfill's crawl wrote or revoked,
+	// by source (resyncs not counted: they go on while a crawl stalls).
+	BackfillCrawled *prometheus.CounterVec
+	RepoSplits      prometheus.Counter   // repositories written whole across two flushes (the memtables filled while they were written)
+	OutlineEntries  prometheus.Counter   // entries of outlines alone, published ahead of their flush (publishOutlines)
+	FlushSeconds    prometheus.Histogram // a whole flush: tables written and the entry committed
+	PublishSeconds  prometheus.Histogram // the flush entry's Raft commit alone
+	Generation      prometheus.Gauge
+	lagEvents       *lagEventsCollector // seconds and events behind the stream head, by source
 	// The leader's garbage collector (gc.go); the pending list itself is
 	// replicated state, exported by every node (eddy_gc_pending_tables).
 	GCDeleted        *prometheus.CounterVec // tables deleted, by reason: replaced, orphan
@@ -68,9 +71,11 @@ type Metrics struct {
 // NewMetrics makes unregistered metrics; Register adds them to a registry.
 func NewMetrics() *Metrics {
 	return &Metrics{
-		Events:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_events_total", Help: "Operations consumed, by source and kind."}, []string{"source", "kind"}),
-		Links:          prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_links_total", Help: "Links extracted, by source."}, []string{"source"}),
-		Skipped:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_skipped_total", Help: "Inputs or links skipped as bad, by source and reason."}, []string{"source", "reason"}),
+		Events:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_events_total", Help: "Operations consumed, by source and kind."}, []string{"source", "kind"}),
+		Links:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_links_total", Help: "Links extracted, by source."}, []string{"source"}),
+		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_ingest_skipped_total", Help: "Inputs or links skipped as bad, by source and reason."}, []string{"source", "reason"}),
+		BackfillCrawled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "eddy_backfill_crawled_total",
+			Help: "Repositories a backfill's crawl wrote or revoked, by source, on the leader (resyncs not counted)."}, []string{"source"}),
 		OutlineEntries: prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_ingest_outline_entries_total", Help: "Raft entries of new paths and collections alone, published ahead of their flush because one entry could not carry them (records of many made-up field names)."}),
 		RepoSplits:     prometheus.NewCounter(prometheus.CounterOpts{Name: "eddy_ingest_repo_splits_total", Help: "Repositories written whole (a backfill or a resync) that went out in two flushes because the memtables filled while they were written (every one being written then): answers from the generation between miss their links."}),
 		FlushSeconds:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "eddy_ingest_flush_seconds", Help: "Time of a whole flush: tables written to the store and the entry committed.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
@@ -104,7 +109,7 @@ func NewMetrics() *Metrics {
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Events, m.Links, m.Skipped, m.RepoSplits, m.OutlineEntries, m.FlushSeconds, m.PublishSeconds, m.Generation, m.lagEvents,
+	for _, c := range []prometheus.Collector{m.Events, m.Links, m.Skipped, m.BackfillCrawled, m.RepoSplits, m.OutlineEntries, m.FlushSeconds, m.PublishSeconds, m.Generation, m.lagEvents,
 		m.GCDeleted, m.GCDeletedBytes, m.GCBlockedSeconds, m.GCOrphans, m.StateBackups, m.StateBackupGeneration, m.Compactions, m.TablesDropped, m.TablesDroppedLinks, m.ResyncsDeferred, m.ResyncsCancelled, m.AccountsKept} {
 		if err := r.Register(c); err != nil {
 			return err
@@ -138,9 +143,10 @@ type watched interface {
 
 // watchHooks are what a source reports to the metrics.
 type watchHooks struct {
-	skip   func(reason string)   // an input it could not decode (by reason)
-	lag    func(d time.Duration) // a live stream: its newest event is d behind now
-	replay func(path string)     // a replay: its events behind are its file's events after the committed cursor
+	skip    func(reason string)   // an input it could not decode (by reason)
+	crawled func()                // a backfill: a repository its crawl wrote or revoked
+	lag     func(d time.Duration) // a live stream: its newest event is d behind now
+	replay  func(path string)     // a replay: its events behind are its file's events after the committed cursor
 }
 
 // Watch connects a source's callbacks to the metrics: inputs it cannot
@@ -159,10 +165,12 @@ func (m *Metrics) Watch(s Source, committed func(name string) string) {
 		m.lagEvents.addLive(name)
 	case *Backfill:
 		m.lagEvents.addBackfill(name, func() string { return committed(name) })
+		m.BackfillCrawled.WithLabelValues(name) // 0 until the first repository
 	}
 	ws.watch(watchHooks{
-		skip: func(reason string) { m.Skipped.WithLabelValues(name, reason).Inc() },
-		lag:  func(d time.Duration) { m.observeLag(name, time.Now().Add(-d)) },
+		skip:    func(reason string) { m.Skipped.WithLabelValues(name, reason).Inc() },
+		crawled: func() { m.BackfillCrawled.WithLabelValues(name).Inc() },
+		lag:     func(d time.Duration) { m.observeLag(name, time.Now().Add(-d)) },
 		replay: func(path string) {
 			m.lagEvents.addReplay(name, path, func() string { return committed(name) })
 		},

@@ -3,8 +3,11 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -211,5 +214,47 @@ func TestMetricsBackfillDone(t *testing.T) {
 		if got, ok := metricstest.Values(t, reg)[key]; !ok || got != c.want {
 			t.Fatalf("at cursor %q: %s = %v (present %v), want %v", c.cursor, key, got, ok, c.want)
 		}
+	}
+}
+
+// A crawl counts each repository it writes (or revokes) in
+// eddy_backfill_crawled_total, from 0; a resync of one is not counted:
+// resyncs go on while a crawl stalls, and would hide it.
+func TestMetricsBackfillCrawled(t *testing.T) {
+	world, dids := carWorld(t)
+	var repos []string
+	for _, did := range dids {
+		repos = append(repos, fmt.Sprintf(`{"did":%q,"head":"x","rev":"x","active":true}`, did))
+	}
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"repos":[%s]}`, strings.Join(repos, ","))
+	}))
+	defer relay.Close()
+	pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serveCAR(w, r, world) }))
+	defer pds.Close()
+	w, _, _, _ := testWriterOf(t, 1<<20)
+	m := NewMetrics()
+	reg := prometheus.NewRegistry()
+	if err := m.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	b := &Backfill{Relay: relay.URL, PLC: faultPLC(t, pds.URL), NoCompaction: true}
+	m.Watch(b, func(string) string { return "" })
+	key := "eddy_backfill_crawled_total{source=" + b.Name() + "}"
+	if v, ok := metricstest.Values(t, reg)[key]; !ok || v != 0 {
+		t.Fatalf("before the crawl: %v (present %v), want 0", v, ok)
+	}
+	ctx := context.Background()
+	if err := b.Ingest(ctx, w, ""); err != nil {
+		t.Fatal(err)
+	}
+	if v := metricstest.Values(t, reg)[key]; v != float64(len(dids)) {
+		t.Fatalf("after the crawl of %d repositories: %v", len(dids), v)
+	}
+	if err := b.Resync(ctx, w, dids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if v := metricstest.Values(t, reg)[key]; v != float64(len(dids)) {
+		t.Fatalf("a resync counted: %v", v)
 	}
 }

@@ -22,9 +22,9 @@ func init() {
 	})
 }
 
-// jetstreamLineBytesMax bounds one line of a Jetstream capture: an event
-// carries one record (at most 1 MiB of CBOR; JSON is larger).
-const jetstreamLineBytesMax = 4 << 20
+// jetstreamLineBytesMax bounds one line of a Jetstream capture: the node's
+// bound on one event (a 1 MiB record's JSON can take six times its size).
+const jetstreamLineBytesMax = event.MaxJetstreamMessageSize
 
 type linkLine struct {
 	Source string `json:"source"`
