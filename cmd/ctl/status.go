@@ -135,8 +135,11 @@ wait:
 	cancel() // the others are not waited for
 	var errs []string
 	var unauthorized error
+	leaderShown := chosen != nil
 	for i, a := range answers {
 		switch {
+		case a == nil && !leaderShown:
+			errs = append(errs, fmt.Sprintf("%s: no answer within %v of a member's", c.Addrs[i], statusGrace))
 		case a == nil || a == chosen:
 		case a.err != nil:
 			err := describeCallErr(ctx, a.err)
