@@ -270,7 +270,9 @@ func TestBackfillRestartLeavesTheWriterAlive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(restartPoll + 500*time.Millisecond) // the pass is stopped
+	// The pass is stopped: its watch ends once it has cancelled the pass
+	// (before the gate opens, else the flush would not see the cancel).
+	waitNoWatch(t, "the restart watch did not stop the pass")
 	close(store.open)
 	if err := <-done; err != nil {
 		t.Fatalf("the crawl after the restart: %v", err)
@@ -283,13 +285,20 @@ func TestBackfillRestartLeavesTheWriterAlive(t *testing.T) {
 	}
 	// No pass's restart watch outlives it (before, a pass that ended well
 	// left its watch polling until the term ended).
+	waitNoWatch(t, "a restart watch runs after its crawl ended")
+}
+
+// waitNoWatch waits up to 5 s until no pass's restart watch runs, else
+// fails with why.
+func waitNoWatch(t *testing.T, why string) {
+	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		buf := make([]byte, 1<<20)
 		if !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "watchRestart") {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("a restart watch runs after its crawl ended")
+			t.Fatal(why)
 		}
 	}
 }

@@ -36,11 +36,7 @@ func testWriterOf(t testing.TB, memtableBytes int) (*Writer, *cluster.Node, objs
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := NewMetrics()
-	reg := prometheus.NewRegistry()
-	if err := m.Register(reg); err != nil {
-		t.Fatal(err)
-	}
+	m, reg := registeredMetrics(t)
 	w, err := NewWriter(context.Background(), Config{Node: node, Store: store, Catalog: lsm.NewCatalog(t.TempDir(), store), MemtableBytes: memtableBytes, Metrics: m,
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
 	if err != nil {

@@ -18,6 +18,29 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
+// registeredMetrics is a write path's metrics, registered in a registry of
+// their own.
+func registeredMetrics(t testing.TB) (*Metrics, *prometheus.Registry) {
+	t.Helper()
+	m := NewMetrics()
+	reg := prometheus.NewRegistry()
+	if err := m.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	return m, reg
+}
+
+// watchCommitted watches s with *committed as its committed cursor; a
+// cursor asked of another source is an error.
+func watchCommitted(t *testing.T, m *Metrics, s Source, committed *string) {
+	m.Watch(s, func(name string) string {
+		if name != s.Name() {
+			t.Errorf("cursor of %q asked", name)
+		}
+		return *committed
+	})
+}
+
 // A replay's undecodable lines count as skipped by reason, and its events
 // behind follow the committed cursor: every line, then the rest, then 0.
 func TestMetricsReplay(t *testing.T) {
@@ -25,19 +48,10 @@ func TestMetricsReplay(t *testing.T) {
 	if err := os.WriteFile(path, []byte("{bad\n\n{also bad\nnot json at all"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m := NewMetrics()
-	reg := prometheus.NewRegistry()
-	if err := m.Register(reg); err != nil {
-		t.Fatal(err)
-	}
+	m, reg := registeredMetrics(t)
 	r := &Replay{Path: path}
 	committed := ""
-	m.Watch(r, func(name string) string {
-		if name != r.Name() {
-			t.Errorf("cursor of %q asked", name)
-		}
-		return committed
-	})
+	watchCommitted(t, m, r, &committed)
 	key := "eddy_ingest_lag_events{source=" + r.Name() + "}"
 	deadline := time.Now().Add(5 * time.Second)
 	for metricstest.Values(t, reg)[key] != 4 {
@@ -69,11 +83,7 @@ func TestMetricsReplay(t *testing.T) {
 // that stops sending falls behind; only while this node runs the write
 // path; before the term's first event, from the term's start.
 func TestMetricsLiveLag(t *testing.T) {
-	m := NewMetrics()
-	reg := prometheus.NewRegistry()
-	if err := m.Register(reg); err != nil {
-		t.Fatal(err)
-	}
+	m, reg := registeredMetrics(t)
 	j, err := NewJetstream([]string{"ws://127.0.0.1:1/subscribe"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -171,11 +181,7 @@ func TestCompactionBacklog(t *testing.T) {
 // The counters suggested alerts take the increase of are there at 0 from
 // the start: the first failure is an increase.
 func TestAlertCountersStartAtZero(t *testing.T) {
-	m := NewMetrics()
-	reg := prometheus.NewRegistry()
-	if err := m.Register(reg); err != nil {
-		t.Fatal(err)
-	}
+	m, _ := registeredMetrics(t)
 	for _, c := range []struct {
 		v      *prometheus.CounterVec
 		labels []string
@@ -192,19 +198,10 @@ func TestAlertCountersStartAtZero(t *testing.T) {
 // A backfill source's crawl is 0 until its committed cursor reaches the
 // listing's end, then 1, on any node (the cursor is replicated).
 func TestMetricsBackfillDone(t *testing.T) {
-	m := NewMetrics()
-	reg := prometheus.NewRegistry()
-	if err := m.Register(reg); err != nil {
-		t.Fatal(err)
-	}
+	m, reg := registeredMetrics(t)
 	b := &Backfill{Relay: "https://relay.example"}
 	committed := ""
-	m.Watch(b, func(name string) string {
-		if name != b.Name() {
-			t.Errorf("cursor of %q asked", name)
-		}
-		return committed
-	})
+	watchCommitted(t, m, b, &committed)
 	key := "eddy_backfill_done{source=" + b.Name() + "}"
 	for _, c := range []struct {
 		cursor string
@@ -233,11 +230,7 @@ func TestMetricsBackfillCrawled(t *testing.T) {
 	pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serveCAR(w, r, world) }))
 	defer pds.Close()
 	w, _, _, _ := testWriterOf(t, 1<<20)
-	m := NewMetrics()
-	reg := prometheus.NewRegistry()
-	if err := m.Register(reg); err != nil {
-		t.Fatal(err)
-	}
+	m, reg := registeredMetrics(t)
 	b := &Backfill{Relay: relay.URL, PLC: faultPLC(t, pds.URL), NoCompaction: true}
 	m.Watch(b, func(string) string { return "" })
 	key := "eddy_backfill_crawled_total{source=" + b.Name() + "}"

@@ -65,7 +65,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Error("invalid configuration", "error", err)
 		return 2
 	}
-	if _, err := adminToken(*c); err != nil { // an empty or unreadable file: configuration, as for the other files
+	token, err := adminToken(*c)
+	if err != nil { // an empty or unreadable file: configuration, as for the other files
 		log.Error("invalid configuration", "error", err)
 		return 2
 	}
@@ -79,7 +80,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, *c, log); err != nil {
+	if err := serve(ctx, *c, token, log); err != nil {
 		log.Error("node stopped", "error", err)
 		return 1
 	}
@@ -98,12 +99,9 @@ func adminToken(c config) (string, error) {
 
 // serve runs the node until ctx ends: it wires the store, Raft, the query
 // server and its readiness, the write path (which runs while the node
-// leads) and the listeners, then stops them in order.
-func serve(ctx context.Context, c config, log hclog.Logger) error {
-	token, err := adminToken(c)
-	if err != nil {
-		return err
-	}
+// leads) and the listeners, then stops them in order. token is the admin
+// token, read by run with the configuration.
+func serve(ctx context.Context, c config, token string, log hclog.Logger) error {
 	if os.Getenv(envAdminToken) != "" && c.tokenFile != "" {
 		// Both set: the file is the token, as for eddy-ctl; say so, or a
 		// variable left over from a rotation would look in force.
