@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -314,6 +315,13 @@ func (a *Admin) handleStatus(w http.ResponseWriter, r *http.Request) { writeJSON
 // handleCluster asks every member for its status, concurrently.
 func (a *Admin) handleCluster(w http.ResponseWriter, r *http.Request) {
 	self := a.Status()
+	if slices.ContainsFunc(self.Servers, func(s ServerStatus) bool { return s.Admin == "" }) {
+		// A member that just joined: a follower takes a configuration
+		// as it appends it, and applies the addresses before it (JoinAs)
+		// once they commit.
+		a.node.waitApplied(r.Context(), a.node.raft.LastIndex(), addressWait)
+		self = a.Status()
+	}
 	out := make([]NodeStatus, len(self.Servers))
 	var wg sync.WaitGroup
 	for i, s := range self.Servers {

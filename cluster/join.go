@@ -106,6 +106,14 @@ func (n *Node) JoinAs(ctx context.Context, req JoinRequest) error {
 	if cur != nil && !req.ChangeSuffrage {
 		nonvoter = cur.Suffrage == raft.Nonvoter
 	}
+	// The addresses go in before the configuration names the member, so
+	// that no node lists it without them (its status, the garbage
+	// collector's served generations): every node applies the log in order.
+	if have, ok := n.FSM.Node(info.ID); !ok || have != info {
+		if _, err := n.Propose(ctx, fsm.TypeNodeInfo, 0, info); err != nil {
+			return fmt.Errorf("join %s: record addresses: %w", info.ID, err)
+		}
+	}
 	id, addr := raft.ServerID(info.ID), raft.ServerAddress(info.Raft)
 	switch {
 	case cur != nil && cur.Address == addr && (cur.Suffrage == raft.Nonvoter) == nonvoter:
@@ -133,11 +141,6 @@ func (n *Node) JoinAs(ctx context.Context, req JoinRequest) error {
 			if err := n.raft.AddNonvoter(id, addr, 0, MembershipTimeout).Error(); err != nil {
 				return fmt.Errorf("join %s: %w", info.ID, err)
 			}
-		}
-	}
-	if have, ok := n.FSM.Node(info.ID); !ok || have != info {
-		if _, err := n.Propose(ctx, fsm.TypeNodeInfo, 0, info); err != nil {
-			return fmt.Errorf("join %s: record addresses: %w", info.ID, err)
 		}
 	}
 	return nil

@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/eddy-backlinks/eddy/fsm"
+	"github.com/hashicorp/raft"
 )
 
 // A join from a node without Raft state (fresh) under a voter's ID is
@@ -49,5 +52,72 @@ func TestFreshJoinUnderAVotersIDRefused(t *testing.T) {
 	}
 	if err := ask("n2", n2.raftAddr, true, true); !errors.As(err, &ce) || ce.Name != "Removed" {
 		t.Fatalf("a check for a removed ID: %v, want Removed", err)
+	}
+}
+
+// A join records the member's addresses before the configuration names it,
+// so that the cluster status asked of any node right after the join shows
+// no member without them (it showed "admin address unknown" while a
+// follower had the new configuration but not yet the addresses).
+func TestJoinRecordsAddressesFirst(t *testing.T) {
+	c := newTCluster(t)
+	n1 := c.start("n1", true)
+	c.leader(5 * time.Second)
+	n2, n3 := c.start("n2", false), c.start("n3", false)
+	for _, n := range []*tnode{n2, n3} {
+		if err := c.join(n1, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		q := c.start(fmt.Sprintf("q%d", i+1), false)
+		if _, err := c.joinReq(n2, q, JoinRequest{Suffrage: "nonvoter"}); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []*tnode{n1, n2, n3, q} {
+			var sts []NodeStatus
+			cl := AdminClient{Addrs: []string{n.adminAddr}, Token: testToken}
+			if err := cl.Call(context.Background(), http.MethodGet, "/admin/cluster", nil, &sts); err != nil {
+				t.Fatal(err)
+			}
+			for _, st := range sts {
+				if st.Error != "" {
+					t.Fatalf("%s's cluster status right after %s joined: %s: %s", n.id, q.id, st.ID, st.Error)
+				}
+			}
+		}
+		// In the leader's log, the addresses come before the configuration.
+		l := c.leader(5 * time.Second)
+		first, err := l.node.store.FirstIndex()
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := l.node.store.LastIndex()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info, conf uint64
+		for i := first; i <= last && conf == 0; i++ {
+			var e raft.Log
+			if err := l.node.store.GetLog(i, &e); err != nil {
+				t.Fatal(err)
+			}
+			switch e.Type {
+			case raft.LogCommand:
+				d, err := fsm.Decode(e.Data)
+				if ni, ok := d.Payload.(*fsm.NodeInfo); err == nil && ok && ni.ID == q.id && info == 0 {
+					info = i
+				}
+			case raft.LogConfiguration:
+				for _, s := range raft.DecodeConfiguration(e.Data).Servers {
+					if string(s.ID) == q.id {
+						conf = i
+					}
+				}
+			}
+		}
+		if info == 0 || conf == 0 || info > conf {
+			t.Fatalf("%s: addresses at index %d, first configuration naming it at %d (log %d..%d)", q.id, info, conf, first, last)
+		}
 	}
 }
