@@ -227,9 +227,11 @@ func (e *Extractor) consider(s string, strongURI bool) {
 	}
 	t, err := link.ParseTarget(s)
 	if err != nil {
-		if err == link.ErrTooLong {
+		switch err {
+		case link.ErrTooLong:
 			e.stats.TargetTooLong++
-		} else {
+		case link.ErrNotURI: // text such as "Note: …", not a broken link
+		default:
 			e.stats.Invalid++
 		}
 		return

@@ -2,6 +2,7 @@ package extract
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -291,9 +292,39 @@ func TestExtractLimits(t *testing.T) {
 	if len(links) != 0 || st.PathTooLong != 1 {
 		t.Fatalf("long path: %d links, %+v", len(links), st)
 	}
-	// Invalid link-like strings are counted.
-	_, st = Extract(rec(t, `{"a":"https://bad\\x","b":"at://nope nope","c":"did:X:y"}`))
-	if st.Invalid != 3 {
+	// Invalid link-like strings are counted; text that only begins like a
+	// URI of another scheme is not.
+	_, st = Extract(rec(t, `{"a":"https://bad\\x","b":"at://nope nope","c":"did:X:y","d":"Note: a post's text","e":"Update:`+strings.Repeat(" word", 1000)+`"}`))
+	if st.Invalid != 3 || st.TargetTooLong != 0 {
 		t.Fatalf("invalid %+v", st)
+	}
+}
+
+// URIs of any scheme are links, as in Constellation: a real stream.place
+// origin record (testdata/jetstream/subscribe/golden_v1.jsonl) names its
+// server by a wss:// URL.
+func TestOtherSchemeLinks(t *testing.T) {
+	const origin = `{"$type":"place.stream.broadcast.origin","broadcaster":"did:web:stream.place","server":"did:web:prod-sea0.stream.place","streamer":"did:plc:qlhxnyjaacdu5jvapiqtbgqg","updatedAt":"2026-05-25T14:23:29.807Z","websocketURL":"wss://prod-sea0.stream.place/xrpc/place.stream.live.subscribeSegments?streamer=did%3Aplc%3Aqlhxnyjaacdu5jvapiqtbgqg"}`
+	links, st := Extract(rec(t, origin))
+	got := map[string]string{}
+	for _, l := range links {
+		got[l.Path] = l.Target.Kind.String() + " " + l.Target.Norm
+	}
+	want := map[string]string{
+		".broadcaster":  "did did:web:stream.place",
+		".server":       "did did:web:prod-sea0.stream.place",
+		".streamer":     "did did:plc:qlhxnyjaacdu5jvapiqtbgqg",
+		".websocketURL": "uri wss://prod-sea0.stream.place/xrpc/place.stream.live.subscribeSegments?streamer=did%3Aplc%3Aqlhxnyjaacdu5jvapiqtbgqg",
+	}
+	if !maps.Equal(got, want) || st.Invalid != 0 {
+		t.Fatalf("links %v (%+v), want %v", got, st, want)
+	}
+	links, _ = Extract(rec(t, `{"a":"MAILTO:Someone@Example.com","b":"ipfs://bafy/./x/../y","c":"Re:"}`))
+	got = map[string]string{}
+	for _, l := range links {
+		got[l.Path] = l.Target.Norm
+	}
+	if want := map[string]string{".a": "mailto:Someone@Example.com", ".b": "ipfs://bafy/y", ".c": "re:"}; !maps.Equal(got, want) {
+		t.Fatalf("links %v, want %v", got, want)
 	}
 }

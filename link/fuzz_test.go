@@ -18,6 +18,7 @@ func FuzzParseTarget(f *testing.F) {
 		"at://Alice.example.com/app.bsky.feed.post/3jwdwj2ctlk26", "did:web:example.com",
 		"https://ja.wikipedia.org/wiki/日本?q=%7e#f", "https://[::1]:443/x",
 		"https://example.com/" + strings.Repeat("日", 600),
+		"wss://Stream.Place:443/a/./b/../c?%7e=%2f#Frag", "foo:/.//x", "foo://[0:0:0:0:0:0:0:1]:80", "foo://u%41@H%41st/%7E%2f/", "Note: hi",
 	} {
 		f.Add(s)
 	}

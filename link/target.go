@@ -31,7 +31,7 @@ const (
 	TargetUnknown TargetKind = iota
 	TargetATURI              // an at:// URI
 	TargetDID                // a bare DID
-	TargetURL                // an http(s) URL
+	TargetURL                // an http(s) URL, or a URI of another scheme
 )
 
 func (k TargetKind) String() string {
@@ -87,20 +87,26 @@ func (t *Target) hashName() string {
 }
 
 // LooksLikeLink is the cheap test the extractor runs on every string before
-// parsing: only strings with a link scheme prefix can be links.
+// parsing: only strings that begin with a scheme (letters, then a colon)
+// can be links.
 func LooksLikeLink(s string) bool {
-	if len(s) < 5 {
-		return false
+	if len(s) >= 5 {
+		switch s[0] {
+		case 'a':
+			if strings.HasPrefix(s, "at://") {
+				return true
+			}
+		case 'd':
+			if strings.HasPrefix(s, "did:") {
+				return true
+			}
+		case 'h', 'H':
+			if hasPrefixFold(s, "http://") || hasPrefixFold(s, "https://") {
+				return true
+			}
+		}
 	}
-	switch s[0] {
-	case 'a':
-		return strings.HasPrefix(s, "at://")
-	case 'd':
-		return strings.HasPrefix(s, "did:")
-	case 'h', 'H':
-		return hasPrefixFold(s, "http://") || hasPrefixFold(s, "https://")
-	}
-	return false
+	return otherScheme(s)
 }
 
 func hasPrefixFold(s, p string) bool {
@@ -108,12 +114,20 @@ func hasPrefixFold(s, p string) bool {
 }
 
 // ParseTarget parses s as a link target: the whole string must be an at-uri
-// (atproto's strict syntax: no query or fragment), a DID, or an http(s) URL.
+// (atproto's strict syntax: no query or fragment), a DID, an http(s) URL
+// or a URI of another scheme (NormalizeURI).
 // The returned target is normalised (see docs/links.md): a handle authority
 // is lowercased; a URL's scheme and host are lowercased, its default port
 // and dot segments removed, and its percent-encoding made canonical.
 func ParseTarget(s string) (Target, error) {
 	if len(s) > TargetBytesMax {
+		if otherScheme(s) {
+			// A long text that begins "Note:" is not a URI, and not a
+			// link dropped for its length.
+			if _, err := NormalizeURI(s); err != nil {
+				return Target{}, err
+			}
+		}
 		return Target{}, ErrTooLong
 	}
 	return parseTarget(s)
@@ -146,10 +160,16 @@ func parseTarget(s string) (Target, error) {
 	if !LooksLikeLink(s) {
 		return Target{}, ErrNotLink
 	}
-	switch s[0] {
-	case 'a':
+	switch {
+	case otherScheme(s):
+		n, err := NormalizeURI(s)
+		if err != nil {
+			return Target{}, err
+		}
+		return Target{Kind: TargetURL, Norm: n}, nil
+	case s[0] == 'a':
 		return parseATURI(s)
-	case 'd':
+	case s[0] == 'd':
 		if !isDID(s) {
 			return Target{}, ErrNotLink
 		}

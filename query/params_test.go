@@ -64,7 +64,7 @@ var notDIDs = []string{
 // badValues per kind: each must get 400 InvalidRequest.
 var badValues = map[string][]string{
 	"target": {
-		"not a link", "at://", "did:", "did:plc:", "https://", "http://", "ftp://example.com/a", "mailto:a@example.com",
+		"not a link", "at://", "did:", "did:plc:", "https://", "http://", "ftp://exa mple.com/a", "mailto:%zz", "AT://did:plc:abc",
 		"http://exa mple.com/", "at://did:plc:abc/not a collection/x", "at://did:plc:abc/app.bsky.feed.post/bad rkey",
 		"at://did:plc:abc/app.bsky.feed.post/3mp?x=1", "\xff\xfe", " at://did:plc:abc",
 		// Past link.TargetBytesMax and not a normalised form; past
