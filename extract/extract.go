@@ -1,7 +1,7 @@
 // Package extract finds the links in an atproto record of any lexicon.
 //
-// A link is a string value that, as a whole, is a valid at-uri, DID or
-// http(s) URL (link.ParseTarget). Text inside a longer string is not a link;
+// A link is a string value that, as a whole, is a valid at-uri, DID,
+// http(s) URL or URI of another scheme (link.ParseTarget). Text inside a longer string is not a link;
 // CID links, blobs and bytes never are. Records are walked as decoded by
 // indigo's atproto/atdata (map[string]any, []any, string, int64, bool, nil,
 // atdata.CIDLink, atdata.Bytes, atdata.Blob), in sorted key order, so the
@@ -107,7 +107,7 @@ type Stats struct {
 	TooManyLinks  int // links dropped past LinksPerRecordMax
 	PathTooLong   int // links dropped: path past PathBytesMax
 	TargetTooLong int // link-like strings past link.TargetBytesMax
-	Invalid       int // link-like strings (scheme prefix) that did not parse
+	Invalid       int // strings beginning "at://", "did:" or "http(s)://" that did not parse (not those of other schemes: ErrNotURI)
 }
 
 // Add accumulates o into s.

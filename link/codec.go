@@ -405,7 +405,7 @@ func (c *Codec) NameTarget(t *Target, key RecordID) error {
 }
 
 // RenderHashedTarget returns the string NameTarget stored for a hashed
-// target's key: an http(s) URL, an at-uri, or a DID; false if none was
+// target's key: a URL or other URI, an at-uri, or a DID; false if none was
 // stored (the target was never named, or the codec has no names).
 func (c *Codec) RenderHashedTarget(key RecordID) (string, bool, error) {
 	if key.Collection != CollectionHashed || c.Names == nil {

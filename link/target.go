@@ -121,12 +121,10 @@ func hasPrefixFold(s, p string) bool {
 // and dot segments removed, and its percent-encoding made canonical.
 func ParseTarget(s string) (Target, error) {
 	if len(s) > TargetBytesMax {
-		if otherScheme(s) {
+		if otherScheme(s) && !validURI(s) {
 			// A long text that begins "Note:" is not a URI, and not a
 			// link dropped for its length.
-			if _, err := NormalizeURI(s); err != nil {
-				return Target{}, err
-			}
+			return Target{}, ErrNotURI
 		}
 		return Target{}, ErrTooLong
 	}

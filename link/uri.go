@@ -34,15 +34,19 @@ func uriScheme(s string) int {
 
 // otherScheme reports whether s begins with a scheme that is not one of
 // the schemes with rules of their own (at, did, http, https: a string of
-// those that fails their rules is not a link under another name).
+// those that fails their rules is not a link under another name) or
+// "hash", which many-to-many answers use to name a subject stored only as
+// a hash (hash:<32 hex digits>), so that such a name is never also a
+// target.
 func otherScheme(s string) bool {
 	n := uriScheme(s)
 	if n == 0 {
 		return false
 	}
-	switch strings.ToLower(s[:n]) {
-	case "at", "did", "http", "https":
-		return false
+	for _, own := range [...]string{"at", "did", "http", "https", "hash"} {
+		if strings.EqualFold(s[:n], own) {
+			return false
+		}
 	}
 	return true
 }
@@ -55,52 +59,41 @@ func otherScheme(s string) bool {
 // unreserved characters are decoded and other percent-encodings get
 // upper-case hex; dot segments are removed from a path that begins with
 // '/'; an empty port is dropped, any other kept. Nothing else changes.
+//
+// A path without an authority that would begin with "//" once its dot
+// segments are gone keeps a "/." before it ("foo:/..//x" is "foo:/.//x"),
+// or it would read as an authority.
 func NormalizeURI(s string) (string, error) {
-	n := uriScheme(s)
-	if n == 0 {
+	u, ok := splitURI(s)
+	if !ok {
 		return "", ErrNotURI
 	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c >= 0x7f {
-			return "", ErrNotURI
-		}
-	}
-	scheme, rest := strings.ToLower(s[:n]), s[n+1:]
 	var b strings.Builder
 	b.Grow(len(s) + 2)
-	b.WriteString(scheme)
+	b.WriteString(strings.ToLower(u.scheme))
 	b.WriteByte(':')
-	hasAuthority := strings.HasPrefix(rest, "//")
-	if hasAuthority {
-		rest = rest[2:]
-		end := strings.IndexAny(rest, "/?#")
-		if end < 0 {
-			end = len(rest)
-		}
-		auth, err := normalizeURIAuthority(rest[:end])
-		if err != nil {
-			return "", err
-		}
+	if u.hasAuthority {
 		b.WriteString("//")
-		b.WriteString(auth)
-		rest = rest[end:]
+		if u.hasUserinfo {
+			b.WriteString(pctCanonical(u.userinfo, false))
+			b.WriteByte('@')
+		}
+		if u.ipLiteral != "" {
+			b.WriteString(u.ipLiteral)
+		} else {
+			b.WriteString(pctCanonical(u.host, true))
+		}
+		if u.port != ":" {
+			b.WriteString(u.port)
+		}
 	}
-	path, query, fragment := rest, "", ""
-	hasQuery, hasFragment := false, false
-	if i := strings.IndexByte(path, '#'); i >= 0 {
-		path, fragment, hasFragment = path[:i], path[i+1:], true
-	}
-	if i := strings.IndexByte(path, '?'); i >= 0 {
-		path, query, hasQuery = path[:i], path[i+1:], true
-	}
-	if !validURIPart(path, pathChar) || !validURIPart(query, queryChar) || !validURIPart(fragment, queryChar) {
-		return "", ErrNotURI
-	}
+	hasQuery, hasFragment := u.hasQuery, u.hasFragment
+	path, query, fragment := u.path, u.query, u.fragment
 	p := pctCanonical(path, false)
 	if strings.HasPrefix(p, "/") {
 		p = removeDotSegments(p)
 	}
-	if !hasAuthority && strings.HasPrefix(p, "//") {
+	if !u.hasAuthority && strings.HasPrefix(p, "//") {
 		// Without this the path would read as an authority.
 		b.WriteString("/.")
 	}
@@ -116,50 +109,101 @@ func NormalizeURI(s string) (string, error) {
 	return b.String(), nil
 }
 
-// normalizeURIAuthority checks and normalises an authority (what lies
-// between "//" and the path): [userinfo "@"] host [":" port].
-func normalizeURIAuthority(a string) (string, error) {
-	userinfo := ""
+// uriParts are a valid URI's parts, as written (but an IP literal's,
+// canonical).
+type uriParts struct {
+	scheme                          string
+	hasAuthority, hasUserinfo       bool
+	userinfo, host, ipLiteral, port string // port: "" or ":" and its digits
+	path, query, fragment           string
+	hasQuery, hasFragment           bool
+}
+
+// validURI reports whether s is a URI of another scheme, reading it once
+// and building nothing: what ParseTarget asks of a string too long to be
+// a link, which may be a whole post's text.
+func validURI(s string) bool {
+	_, ok := splitURI(s)
+	return ok
+}
+
+// splitURI checks s against RFC 3986's URI grammar (ASCII only) and splits
+// it into its parts.
+func splitURI(s string) (uriParts, bool) {
+	var u uriParts
+	n := uriScheme(s)
+	if n == 0 {
+		return u, false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f {
+			return u, false
+		}
+	}
+	u.scheme = s[:n]
+	rest := s[n+1:]
+	if strings.HasPrefix(rest, "//") {
+		u.hasAuthority = true
+		rest = rest[2:]
+		end := strings.IndexAny(rest, "/?#")
+		if end < 0 {
+			end = len(rest)
+		}
+		if !u.splitAuthority(rest[:end]) {
+			return u, false
+		}
+		rest = rest[end:]
+	}
+	u.path = rest
+	if i := strings.IndexByte(u.path, '#'); i >= 0 {
+		u.path, u.fragment, u.hasFragment = u.path[:i], u.path[i+1:], true
+	}
+	if i := strings.IndexByte(u.path, '?'); i >= 0 {
+		u.path, u.query, u.hasQuery = u.path[:i], u.path[i+1:], true
+	}
+	ok := validURIPart(u.path, pathChar) && validURIPart(u.query, queryChar) && validURIPart(u.fragment, queryChar)
+	return u, ok
+}
+
+// splitAuthority checks and splits an authority (what lies between "//"
+// and the path): [userinfo "@"] host [":" port].
+func (u *uriParts) splitAuthority(a string) bool {
 	if i := strings.IndexByte(a, '@'); i >= 0 {
 		if !validURIPart(a[:i], userinfoChar) {
-			return "", ErrNotURI
+			return false
 		}
-		userinfo, a = pctCanonical(a[:i], false)+"@", a[i+1:]
+		u.hasUserinfo, u.userinfo, a = true, a[:i], a[i+1:]
 	}
-	host, port := a, ""
 	if strings.HasPrefix(a, "[") {
 		i := strings.IndexByte(a, ']')
 		if i < 0 {
-			return "", ErrNotURI
+			return false
 		}
 		h, ok := ipLiteral(a[1:i])
 		if !ok {
-			return "", ErrNotURI
+			return false
 		}
-		host, port = "["+h+"]", a[i+1:]
+		u.ipLiteral, u.port = "["+h+"]", a[i+1:]
 	} else {
+		u.host = a
 		if i := strings.IndexByte(a, ':'); i >= 0 {
-			host, port = a[:i], a[i:]
+			u.host, u.port = a[:i], a[i:]
 		}
-		if !validURIPart(host, regNameChar) {
-			return "", ErrNotURI
+		if !validURIPart(u.host, regNameChar) {
+			return false
 		}
-		host = pctCanonical(host, true)
 	}
-	if port != "" {
-		if port[0] != ':' {
-			return "", ErrNotURI
+	if u.port != "" {
+		if u.port[0] != ':' {
+			return false
 		}
-		for i := 1; i < len(port); i++ {
-			if port[i] < '0' || port[i] > '9' {
-				return "", ErrNotURI
+		for i := 1; i < len(u.port); i++ {
+			if u.port[i] < '0' || u.port[i] > '9' {
+				return false
 			}
 		}
-		if port == ":" {
-			port = ""
-		}
 	}
-	return userinfo + host + port, nil
+	return true
 }
 
 // ipLiteral checks what lies between an IP literal's brackets and returns

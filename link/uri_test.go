@@ -68,6 +68,21 @@ func TestOtherSchemes(t *testing.T) {
 	if _, err := ParseTarget("wss://x/" + strings.Repeat("a", TargetBytesMax)); err != ErrTooLong {
 		t.Errorf("a long wss URL: %v, want ErrTooLong", err)
 	}
+	// A string past TargetBytesMax is only checked, never normalised (a
+	// 1 MB one of dot segments took 47 MB and 226 ms to normalise).
+	long := "foo:" + strings.Repeat("/a", 1<<19) + "/."
+	for _, s := range []string{long, long + " text"} {
+		if n := testing.AllocsPerRun(3, func() { ParseTarget(s) }); n != 0 {
+			t.Errorf("a %d-byte string past the bound: %v allocations", len(s), n)
+		}
+	}
+	// Many-to-many names a subject stored only as a hash "hash:<hex>":
+	// such a name is never a target.
+	for _, s := range []string{"hash:0123456789abcdef0123456789abcdef", "HASH:x"} {
+		if tg, err := ParseTarget(s); err == nil {
+			t.Errorf("%q: a link %s %q", s, tg.Kind, tg.Norm)
+		}
+	}
 	for _, s := range []string{"wss://stream.place/x", "a:", "Re:"} {
 		if !LooksLikeLink(s) {
 			t.Errorf("%q: LooksLikeLink false", s)

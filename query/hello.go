@@ -180,7 +180,7 @@ stored link records from <strong id="dids">{{.Stats.DIDs}}</strong> interned acc
 <dd>{{.About}} Parameters: {{.Params}}.{{if .Example}} <a href="{{.Example}}">Example</a>.{{end}}</dd>
 {{end}}</dl>
 <h2>Definitions</h2>
-<p><strong>subject</strong> (or <strong>target</strong>): an at-uri, a DID or an http(s) URL.
+<p><strong>subject</strong> (or <strong>target</strong>): an at-uri, a DID, an http(s) URL or a URI of another scheme.
 <strong>source</strong>: <code>collection:path</code>, the collection of the linking records and the path of the link
 inside them, e.g. <code>app.bsky.feed.like:subject.uri</code>.
 <strong>cursor</strong>: opaque; <code>null</code> when there is no further page.

@@ -33,9 +33,11 @@ const (
 // subject instead of running into the timeout. (A variable for tests.)
 var m2mScanMax = 10_000
 
-// hashedPrefix names an other subject the index keeps only as a hash (an
-// http(s) URL, an at-uri with a handle): its text is not stored, so an
+// hashedPrefix names an other subject the index keeps only as a hash (a
+// URL or other URI, an at-uri with a handle): its text is not stored, so an
 // answer names it by its hash unless the query named it in otherSubject.
+// No target is of the scheme "hash" (link's otherScheme), so such a name
+// is never also a target's.
 const hashedPrefix = "hash:"
 
 // m2mQuery is a parsed many-to-many question.

@@ -145,7 +145,7 @@ func (s *Server) parseSubject(ctx context.Context, param, raw string) (subject, 
 		return subject{}, badRequest(param + " is too long: a target is at most " + strconv.Itoa(link.TargetBytesMax) + " bytes, or " + strconv.Itoa(link.NormBytesMax) + " in its normalised form")
 	}
 	if err != nil {
-		return subject{}, badRequest(param + " must be an at-uri, a DID or an http(s) URL")
+		return subject{}, badRequest(param + " must be an at-uri, a DID, an http(s) URL or a URI of another scheme")
 	}
 	keys, err := s.codec(ctx).TargetKeys(&t)
 	if err != nil {
