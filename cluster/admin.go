@@ -11,8 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -311,47 +309,6 @@ func servedOf(st NodeStatus) uint64 {
 }
 
 func (a *Admin) handleStatus(w http.ResponseWriter, r *http.Request) { writeJSON(w, a.Status()) }
-
-// handleCluster asks every member for its status, concurrently.
-func (a *Admin) handleCluster(w http.ResponseWriter, r *http.Request) {
-	self := a.Status()
-	if slices.ContainsFunc(self.Servers, func(s ServerStatus) bool { return s.Admin == "" }) {
-		// A member that just joined: a follower takes a configuration
-		// as it appends it, and applies the addresses before it (JoinAs)
-		// once they commit.
-		a.node.waitApplied(r.Context(), a.node.raft.LastIndex(), addressWait)
-		self = a.Status()
-	}
-	out := make([]NodeStatus, len(self.Servers))
-	var wg sync.WaitGroup
-	for i, s := range self.Servers {
-		if s.ID == self.ID {
-			out[i] = self
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var st NodeStatus
-			err := errors.New("admin address unknown")
-			if s.Admin != "" {
-				ctx, cancel := context.WithTimeout(r.Context(), PeerStatusTimeout)
-				err = a.call(ctx, s.Admin, http.MethodGet, "/admin/status", nil, &st)
-				cancel()
-				if err != nil && ctx.Err() != nil && r.Context().Err() == nil {
-					err = fmt.Errorf("no answer within %v: %w", PeerStatusTimeout, err)
-				}
-			}
-			if err != nil {
-				st = NodeStatus{ID: s.ID, Error: err.Error(), LastContactMs: -1}
-			}
-			out[i] = st
-		}()
-	}
-	wg.Wait()
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	writeJSON(w, out)
-}
 
 // forward sends a membership call to the leader when this node is not it.
 // It returns true when it handled the request.

@@ -106,12 +106,22 @@ func (n *Node) JoinAs(ctx context.Context, req JoinRequest) error {
 	if cur != nil && !req.ChangeSuffrage {
 		nonvoter = cur.Suffrage == raft.Nonvoter
 	}
-	// The addresses go in before the configuration names the member, so
-	// that no node lists it without them (its status, the garbage
-	// collector's served generations): every node applies the log in order.
-	if have, ok := n.FSM.Node(info.ID); !ok || have != info {
-		if _, err := n.Propose(ctx, fsm.TypeNodeInfo, 0, info); err != nil {
-			return fmt.Errorf("join %s: record addresses: %w", info.ID, err)
+	record := func() error {
+		if have, ok := n.FSM.Node(info.ID); !ok || have != info {
+			if _, err := n.Propose(ctx, fsm.TypeNodeInfo, 0, info); err != nil {
+				return fmt.Errorf("join %s: record addresses: %w", info.ID, err)
+			}
+		}
+		return nil
+	}
+	if cur == nil {
+		// A new member's addresses go in before the configuration names
+		// it, so that no node lists it without them (its status, the
+		// garbage collector's served generations). A member's changed
+		// addresses go in once the change is made, so that a refused one
+		// changes nothing.
+		if err := record(); err != nil {
+			return err
 		}
 	}
 	id, addr := raft.ServerID(info.ID), raft.ServerAddress(info.Raft)
@@ -143,5 +153,5 @@ func (n *Node) JoinAs(ctx context.Context, req JoinRequest) error {
 			}
 		}
 	}
-	return nil
+	return record()
 }

@@ -120,4 +120,17 @@ func TestJoinRecordsAddressesFirst(t *testing.T) {
 			t.Fatalf("%s: addresses at index %d, first configuration naming it at %d (log %d..%d)", q.id, info, conf, first, last)
 		}
 	}
+	// A refused join changes nothing: the leader asked to demote itself,
+	// with other addresses, keeps the ones it had.
+	l := c.leader(5 * time.Second)
+	before, _ := l.node.FSM.Node(l.id)
+	body := fmt.Sprintf(`{"id":%q,"raft":%q,"admin":"127.0.0.1:1","http":"127.0.0.1:1","suffrage":"nonvoter","change_suffrage":true}`, l.id, l.raftAddr)
+	var ce *CallError
+	cl := AdminClient{Addrs: []string{l.adminAddr}, Token: testToken}
+	if err := cl.Call(context.Background(), http.MethodPost, "/admin/join", []byte(body), nil); !errors.As(err, &ce) || ce.Status != http.StatusConflict {
+		t.Fatalf("the leader asked to demote itself: %v, want 409", err)
+	}
+	if after, _ := l.node.FSM.Node(l.id); after != before {
+		t.Fatalf("a refused join changed the leader's addresses: %+v, were %+v", after, before)
+	}
 }

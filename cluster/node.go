@@ -480,29 +480,6 @@ func (n *Node) ProposeRaw(ctx context.Context, b []byte) (any, error) {
 	return resp, nil
 }
 
-// addressWait bounds how long a node's cluster status waits for its log to
-// apply the addresses of a member that just joined.
-const addressWait = time.Second
-
-// waitApplied waits until this node has applied its log up to index, for at
-// most bound (or until ctx ends); it reports whether it got there.
-func (n *Node) waitApplied(ctx context.Context, index uint64, bound time.Duration) bool {
-	deadline := time.NewTimer(bound)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for n.raft.AppliedIndex() < index {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-deadline.C:
-			return false
-		case <-tick.C:
-		}
-	}
-	return true
-}
-
 // Barrier waits until every committed entry is applied on the leader.
 func (n *Node) Barrier(timeout time.Duration) error { return n.raft.Barrier(timeout).Error() }
 
