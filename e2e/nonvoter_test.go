@@ -126,12 +126,18 @@ func checkNonvoterStatus(t *testing.T, lc *localCluster) {
 	}
 	auth := []string{"--addr", strings.Join(all, ","), "--token-file", lc.TokenFile}
 	var sts []cluster.NodeStatus
-	if err := json.Unmarshal([]byte(ctl(t, append([]string{"status", "--json"}, auth...)...)), &sts); err != nil {
-		t.Fatal(err)
-	}
-	if len(sts) != 4 {
-		t.Fatalf("status lists %d nodes", len(sts))
-	}
+	// The first member to answer may be a voter that has not yet taken the
+	// configuration that adds q1 (a node's status lists what it has).
+	lc.waitFor(t, "status lists the four nodes", 10*time.Second, func() error {
+		sts = nil
+		if err := json.Unmarshal([]byte(ctl(t, append([]string{"status", "--json"}, auth...)...)), &sts); err != nil {
+			return err
+		}
+		if len(sts) != 4 {
+			return fmt.Errorf("status lists %d nodes", len(sts))
+		}
+		return nil
+	})
 	suffrage := func(id string) string {
 		if id == "q1" {
 			return cluster.SuffrageNonvoter
