@@ -214,3 +214,48 @@ func TestDropStaleRemovesEarlierTempFiles(t *testing.T) {
 		t.Fatalf("the catalog's own temporary file: %v, want kept", err)
 	}
 }
+
+// A bounded catalog (--meta-cache-bytes) whose local write fails (a full
+// disk) does not take the table for being on disk: every OpenView of the
+// view fails until the meta can be written, instead of the retry serving
+// a view without it, whose queries then failed (found by review).
+func TestBoundedCatalogFailedWrite(t *testing.T) {
+	ctx := context.Background()
+	store := newLocalStore(t)
+	db, err := Open(ctx, Options{Store: store, Dir: t.TempDir(), NoGCGrace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addTargetLinks(t, db, 5, 3, 0)
+	if err := db.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := db.View().Manifest
+	dir := t.TempDir()
+	cat := NewCatalogBounded(dir, store, 1<<20)
+	// The disk refuses the writes: tables/links is a file, not a directory.
+	if err := os.MkdirAll(filepath.Join(dir, "tables"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	blocker := filepath.Join(dir, "tables", "links")
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := OpenView(ctx, cat, m); err == nil {
+			t.Fatalf("OpenView %d with the meta unwritable: no error", i+1)
+		}
+	}
+	// Once the disk takes writes again, the view opens and answers.
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	v, err := OpenView(ctx, cat, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _, err := NewReader(store, nil).Count(ctx, v, link.RecordID{RKey: 1, Collection: 3, DID: 1}, Filter{})
+	if err != nil || n != 3 {
+		t.Fatalf("count on the view: %d, %v; want 3", n, err)
+	}
+}

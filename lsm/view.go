@@ -164,6 +164,7 @@ func (c *Catalog) add(ctx context.Context, t Tree, id string, meta []byte) (*Tab
 	if !c.maps(t, len(meta)) {
 		addHook(id, false)
 		if err := writeFileAtomic(c.localPath(t, id), meta); err != nil {
+			c.unmark(t, id)
 			return nil, err
 		}
 		addHook(id, true)
@@ -179,6 +180,7 @@ func (c *Catalog) add(ctx context.Context, t Tree, id string, meta []byte) (*Tab
 	path := c.localPath(t, id)
 	addHook(id, false)
 	if err := writeFileAtomic(path, local); err != nil {
+		c.unmark(t, id)
 		return nil, err
 	}
 	addHook(id, true)
@@ -199,6 +201,21 @@ func (c *Catalog) add(ctx context.Context, t Tree, id string, meta []byte) (*Tab
 		return nil, err
 	}
 	return c.keep(t, id, mm, true), nil
+}
+
+// unmark undoes add's mark of a table whose local file could not be
+// written (a full disk), unless another add wrote it meanwhile: a bounded
+// cache's ensure takes a marked table as being on disk, and would serve a
+// view without its meta.
+func (c *Catalog) unmark(t Tree, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.metas[id] != nil {
+		return
+	}
+	if _, err := os.Stat(c.localPath(t, id)); err != nil {
+		delete(c.mu.onDisk, id)
+	}
 }
 
 func (c *Catalog) isDropped(id string) bool {
