@@ -371,6 +371,7 @@ func (r *Runner) startMerge(ctx context.Context, w *Writer, m *lsm.Manifest, i i
 	if i == laneSmall {
 		opt.ShardBytesMax = smallMergeShardBytes
 	}
+	inputIDs := l.inputs
 	merges.Go(func() {
 		var out lsm.Run
 		if runsTables(inputs) == 0 {
@@ -379,7 +380,9 @@ func (r *Runner) startMerge(ctx context.Context, w *Writer, m *lsm.Manifest, i i
 			results <- mergeResult{lane: i, tree: tree, out: out, ids: ids}
 			return
 		}
-		v, err := lsm.OpenView(ctx, r.Config.Catalog, m)
+		// The view of the inputs alone: a merge reads nothing else, and a
+		// table of another run whose meta is lost must not fail it.
+		v, err := lsm.OpenView(ctx, r.Config.Catalog, m.Only(func(r lsm.Run) bool { return inputIDs[r.ID] }))
 		if err == nil {
 			out, err = lsm.CompactRuns(ctx, r.Config.Store, r.Config.Catalog, v, inputs, opt)
 			corrupt.Note(r.Config.Corrupt, w.log, "compaction", err)

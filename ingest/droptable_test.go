@@ -601,3 +601,50 @@ func TestDropMarksAndRequestsSettle(t *testing.T) {
 	}
 	g.stop(cancel)
 }
+
+// A new leader whose catalog never held a links table lost from the
+// bucket, before any drop is asked: what reads nothing of that table goes
+// on. The writer's map lookups (a record key that is not a TID) and the
+// merges of other runs each opened a view of the whole manifest, so the
+// first stopped the writer and every merge failed (found by review).
+func TestLostTableStopsNothingElse(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := newDropRig(t, ctx)
+	g.compactAll(ctx)
+	g.stop(cancel)
+	var lost lsm.Run
+	for _, run := range g.node.FSM.Manifest().RunsOf(lsm.TreeLinks) {
+		if run.Kind == lsm.RunCompacted && len(run.Tables) >= 4 {
+			lost = run
+		}
+	}
+	if lost.ID == "" {
+		t.Fatalf("links runs %+v: want a merged one of several tables", g.node.FSM.Manifest().RunsOf(lsm.TreeLinks))
+	}
+	g.damage(lost.Tables[len(lost.Tables)/2].ID, true)
+	w, err := NewWriter(context.Background(), Config{Node: g.node, Store: g.store, Catalog: lsm.NewCatalog(t.TempDir(), g.store)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Codec().RKey("self", true); err != nil {
+		t.Fatalf("a names lookup on a new leader: %v", err)
+	}
+	// A new leader's write path goes on ingesting, and merges its flushes.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	g.start(ctx)
+	for range 8 {
+		g.world.Step(100)
+		g.waitStream()
+	}
+	waitFor(t, "a merge of the new flushes", time.Minute, func() error {
+		for _, run := range g.node.FSM.Manifest().RunsOf(lsm.TreeLinks) {
+			if run.Kind == lsm.RunCompacted && run.ID != lost.ID {
+				return nil
+			}
+		}
+		return fmt.Errorf("links runs %d, none merged but the lost table's", len(g.node.FSM.Manifest().RunsOf(lsm.TreeLinks)))
+	})
+	g.stop(cancel)
+}

@@ -16,8 +16,11 @@ import (
 // reader; what the writer added since is pending in the maps until the
 // flush that publishes it.
 
-// currentView is the view of the manifest the leader has applied (the
-// catalog has the meta of every table this leader wrote).
+// currentView is the view of the maps' trees (names, the PLC map) in the
+// manifest the leader has applied (the catalog has the meta of every table
+// this leader wrote): the maps read nothing else, and a links table whose
+// meta this node cannot get (lost from the bucket, to be dropped) must not
+// stop the writer.
 func (w *Writer) currentView(ctx context.Context) (*lsm.View, error) {
 	w.vmu.Lock()
 	defer w.vmu.Unlock()
@@ -25,7 +28,10 @@ func (w *Writer) currentView(ctx context.Context) (*lsm.View, error) {
 	if w.view != nil && w.view.Generation() >= m.Generation {
 		return w.view, nil
 	}
-	v, err := lsm.OpenView(ctx, w.cfg.Catalog, m)
+	maps := m.Only(func(r lsm.Run) bool {
+		return r.Tree == lsm.TreeNames || r.Tree == lsm.TreePLCDID || r.Tree == lsm.TreePLCSeq
+	})
+	v, err := lsm.OpenView(ctx, w.cfg.Catalog, maps)
 	if err != nil {
 		return nil, fmt.Errorf("open generation %d: %w", m.Generation, err)
 	}

@@ -189,6 +189,20 @@ func (m *Manifest) RunsOf(t Tree) []Run {
 	return out
 }
 
+// Only returns the manifest at m's generation with only the runs keep
+// takes: what a reader opens a view of when it reads those runs alone,
+// so that a table it never reads (its meta lost from the bucket, say)
+// cannot stop it.
+func (m *Manifest) Only(keep func(Run) bool) *Manifest {
+	out := &Manifest{Generation: m.Generation, NextSeq: m.NextSeq}
+	for _, r := range m.Runs {
+		if keep(r) {
+			out.Runs = append(out.Runs, r)
+		}
+	}
+	return out
+}
+
 // Tables returns every live table of a tree.
 func (m *Manifest) Tables(t Tree) []TableRef {
 	var out []TableRef
