@@ -3,6 +3,8 @@ package ingest
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/eddy-backlinks/eddy/cluster"
 	"github.com/eddy-backlinks/eddy/fsm"
 	"github.com/eddy-backlinks/eddy/internal/metricstest"
+	"github.com/eddy-backlinks/eddy/link"
 	"github.com/eddy-backlinks/eddy/lsm"
 	"github.com/eddy-backlinks/eddy/objstore"
 	"github.com/eddy-backlinks/eddy/objstore/local"
@@ -229,5 +232,62 @@ func TestCollectGraceOnOwnClock(t *testing.T) {
 		if f.exists(r1) {
 			t.Fatalf("proposer's clock %v: still there a grace after this collector first saw it", skew)
 		}
+	}
+}
+
+// A write path that ends (its leadership lost, or stopped) removes the
+// local meta of the tables it uploaded and never published, and keeps
+// those of the manifest and of the garbage list: nothing else removed
+// them while the process ran (found by review).
+func TestWritePathForgetsItsUnpublishedTables(t *testing.T) {
+	node := oneNode(t)
+	store, err := local.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cat := lsm.NewCatalog(dir, store)
+	ctx := context.Background()
+	run := func(name string) lsm.Run {
+		r, err := lsm.WriteRun(ctx, store, cat, lsm.TreeNames, lsm.RunDelta, 0, lsm.NameRecords(nil, link.NameRKey, 1, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	publish := func(add []lsm.Run, remove []string) {
+		e := lsm.Edit{Base: node.FSM.Manifest().Generation, Add: add, Remove: remove}
+		if _, err := node.Propose(ctx, fsm.TypeFlush, 0, fsm.Flush{Edit: e, Time: time.Now().UnixNano()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replaced, live, unpublished := run("replaced"), run("live"), run("unpublished")
+	publish([]lsm.Run{replaced}, nil)
+	publish([]lsm.Run{live}, []string{replaced.ID}) // replaced waits in the garbage list
+	local := func(r lsm.Run) bool {
+		_, err := os.Stat(filepath.Join(dir, "tables", string(r.Tree), r.Tables[0].ID+".meta"))
+		return err == nil
+	}
+	if !local(replaced) || !local(live) || !local(unpublished) {
+		t.Fatal("the uploads' local meta is missing before the write path runs")
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	r := &Runner{Config: Config{Node: node, Store: store, Catalog: cat, FlushInterval: 20 * time.Millisecond}}
+	go func() { done <- r.Run(wctx) }()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if local(unpublished) {
+		t.Error("the local meta of a table never published is still there")
+	}
+	if !local(live) || !local(replaced) {
+		t.Errorf("a published table's local meta went: live %v, replaced (garbage) %v", local(live), local(replaced))
+	}
+	// A table forgotten that a view needs after all is fetched again.
+	if _, err := cat.Load(ctx, lsm.TreeNames, unpublished.Tables[0]); err != nil {
+		t.Fatalf("load a forgotten table: %v", err)
 	}
 }

@@ -321,8 +321,45 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		fcancel()
 	}
+	r.forgetUnpublished(log)
 	log.Info("write path stopped", "reason", result)
 	return result
+}
+
+// forgetUnpublished removes the local meta of the tables this term
+// uploaded and never published (its leadership lost, its upload cut, its
+// publication refused): the next leader's orphan sweep deletes their
+// objects, and nothing else would remove their local files while the
+// process runs. What is on local disk is listed before the manifest and
+// the garbage list are read, so a table a newer view loaded meanwhile is
+// named by them.
+func (r *Runner) forgetUnpublished(log hclog.Logger) {
+	cat := r.Config.Catalog
+	local, err := cat.LocalTables()
+	if err != nil {
+		log.Warn("list the local metadata of tables", "error", err)
+		return
+	}
+	keep := map[string]bool{}
+	m := r.Config.Node.FSM.Manifest()
+	for _, t := range lsm.Trees {
+		for _, ref := range m.Tables(t) {
+			keep[ref.ID] = true
+		}
+	}
+	for _, g := range r.Config.Node.FSM.Garbage() {
+		keep[g.ID] = true
+	}
+	n := 0
+	for _, lt := range local {
+		if !keep[lt.ID] {
+			cat.Forget(lt.Tree, lt.ID)
+			n++
+		}
+	}
+	if n > 0 {
+		log.Info("removed the local metadata of tables this term uploaded and did not publish", "tables", n, "generation", m.Generation)
+	}
 }
 
 // queueUnfinishedResyncs queues the resyncs a previous leader had not

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -69,4 +70,54 @@ func removeOldTemp(path string) error {
 		return err
 	}
 	return nil
+}
+
+// LocalTable names a table whose meta file is on local disk.
+type LocalTable struct {
+	Tree Tree
+	ID   string
+}
+
+// LocalTables lists the tables whose meta files are on local disk.
+func (c *Catalog) LocalTables() ([]LocalTable, error) {
+	var out []LocalTable
+	for _, t := range Trees {
+		entries, err := os.ReadDir(filepath.Join(c.dir, "tables", string(t)))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if id, ok := strings.CutSuffix(e.Name(), ".meta"); ok && !e.IsDir() && !strings.HasPrefix(id, ".") {
+				out = append(out, LocalTable{Tree: t, ID: id})
+			}
+		}
+	}
+	return out, nil
+}
+
+// Forget removes what the catalog holds of a table, its decoded meta and
+// its local file, as Drop does but leaving no mark: a table forgotten
+// that a view needs after all is fetched and kept again. A leader's
+// uploads that its term ended before publishing go so (nothing else
+// removes them while the process runs: DropStale leaves what this process
+// added).
+func (c *Catalog) Forget(t Tree, id string) {
+	c.mu.Lock()
+	if e := c.mu.metas[id]; e != nil {
+		delete(c.mu.metas, id)
+		c.mu.bytes -= e.size
+		if i := slices.Index(c.mu.ring, id); i >= 0 {
+			last := len(c.mu.ring) - 1
+			c.mu.ring[i] = c.mu.ring[last]
+			c.mu.ring = c.mu.ring[:last]
+		}
+	}
+	delete(c.mu.onDisk, id)
+	c.mu.Unlock()
+	// A table being added again meanwhile may lose its file here: its next
+	// Load fetches it again.
+	_ = os.Remove(c.localPath(t, id))
 }
