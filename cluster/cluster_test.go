@@ -128,6 +128,20 @@ func (c *tcluster) crash(n *tnode) {
 	n.node = nil
 }
 
+// three starts n1 (bootstrapped, leading) and joins n2 and n3 through it.
+func (c *tcluster) three() (n1, n2, n3 *tnode) {
+	c.t.Helper()
+	n1 = c.start("n1", true)
+	c.leader(5 * time.Second)
+	n2, n3 = c.start("n2", false), c.start("n3", false)
+	for _, n := range []*tnode{n2, n3} {
+		if err := c.join(n1, n); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	return n1, n2, n3
+}
+
 func (c *tcluster) join(via *tnode, n *tnode) error {
 	cl := AdminClient{Addrs: []string{via.adminAddr}, Token: testToken}
 	body := fmt.Sprintf(`{"id":%q,"raft":%q,"admin":%q,"http":"127.0.0.1:1"}`, n.id, n.raftAddr, n.adminAddr)
@@ -426,15 +440,7 @@ func TestNodeIDPersisted(t *testing.T) {
 // join under new IDs.
 func TestRecoverFromPeersJSON(t *testing.T) {
 	c := newTCluster(t)
-	n1 := c.start("n1", true)
-	c.leader(5 * time.Second)
-	n2, n3 := c.start("n2", false), c.start("n3", false)
-	if err := c.join(n1, n2); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.join(n1, n3); err != nil {
-		t.Fatal(err)
-	}
+	n1, n2, n3 := c.three()
 	l := c.leader(5 * time.Second)
 	gen := c.publish(l, "before")
 	c.waitGen(gen, 5*time.Second)

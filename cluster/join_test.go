@@ -61,14 +61,7 @@ func TestFreshJoinUnderAVotersIDRefused(t *testing.T) {
 // follower had the new configuration but not yet the addresses).
 func TestJoinRecordsAddressesFirst(t *testing.T) {
 	c := newTCluster(t)
-	n1 := c.start("n1", true)
-	c.leader(5 * time.Second)
-	n2, n3 := c.start("n2", false), c.start("n3", false)
-	for _, n := range []*tnode{n2, n3} {
-		if err := c.join(n1, n); err != nil {
-			t.Fatal(err)
-		}
-	}
+	n1, n2, n3 := c.three()
 	for i := range 3 {
 		q := c.start(fmt.Sprintf("q%d", i+1), false)
 		if _, err := c.joinReq(n2, q, JoinRequest{Suffrage: "nonvoter"}); err != nil {

@@ -70,14 +70,7 @@ func TestMembersServedChecksWhoAnswers(t *testing.T) {
 // build, a node not yet probed, a failed probe) or answers at all.
 func TestVoterReachesStore(t *testing.T) {
 	c := newTCluster(t)
-	n1 := c.start("n1", true)
-	c.leader(5 * time.Second)
-	n2, n3 := c.start("n2", false), c.start("n3", false)
-	for _, n := range []*tnode{n2, n3} {
-		if err := c.join(n1, n); err != nil {
-			t.Fatal(err)
-		}
-	}
+	n1, n2, n3 := c.three()
 	c.waitGen(c.publish(n1, "a"), 5*time.Second)
 	ctx := context.Background()
 	// Neither says anything (an older build, or not probed yet).
