@@ -176,6 +176,15 @@ func (f *plcFollower) DID(seq uint64) (string, bool) {
 
 func (f *plcFollower) LookupDID(seq uint64) (string, bool, error) { return f.m.DIDOf(f.ctx, seq) }
 
+// PeekSeq is LookupSeq without the wait, for a target's DID
+// (link.PLCPeek): an unknown one is written under its hash.
+func (f *plcFollower) PeekSeq(did string) (uint64, bool, error) {
+	if _, ok := lsm.ParsePLC(did); !ok {
+		return 0, false, nil
+	}
+	return f.m.SeqOf(f.ctx, did)
+}
+
 // LookupSeq is the writer's did:plc lookup: an unknown DID waits for the
 // follower (see the top of this file).
 func (f *plcFollower) LookupSeq(did string) (uint64, bool, error) {

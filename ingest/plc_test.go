@@ -264,6 +264,34 @@ func TestPLCFollowerAndWait(t *testing.T) {
 	if err != nil || v&link.OutlinedBit == 0 || took < dir.Wait || took > dir.Wait+2*time.Second {
 		t.Fatalf("hung directory: %x, %v after %v; want outlined after the bound %v", v, err, took, dir.Wait)
 	}
+	// A target's DID never waits: one the map does not know is written
+	// under its hash (which queries read too), though the directory hangs;
+	// a record naming many made-up DIDs held the writer a wait for each.
+	hang = make(chan struct{})
+	proxy.set(func(p *plcProxy) { p.hang = hang })
+	start = time.Now()
+	for range 20 {
+		rand.Read(id[:])
+		tg, err := link.ParseTarget(id.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.mu.Lock()
+		k := w.codec.TargetKey(&tg)
+		w.mu.Unlock()
+		if k.Collection != link.CollectionHashed {
+			t.Fatalf("a target of an unknown did:plc written as %+v, want its hash", k)
+		}
+	}
+	took = time.Since(start)
+	close(hang)
+	if took >= dir.Wait {
+		t.Fatalf("20 targets of unknown did:plc took %v with the directory hung: the writer waited for it", took)
+	}
+	tg, _ := link.ParseTarget(late) // known: its number, without a wait
+	if k := w.codec.TargetKey(&tg); k != link.RepoID(lateSeq) {
+		t.Fatalf("a target of a known did:plc written as %+v, want its number %d", k, lateSeq)
+	}
 
 	// Publish: the tables and the cursor in one entry; a fresh node's view
 	// answers both ways.

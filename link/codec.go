@@ -80,7 +80,11 @@ func (c *Codec) DID(did string, assign bool) (uint64, error) {
 	}
 	plc := strings.HasPrefix(did, "did:plc:")
 	if c.PLC != nil && plc {
-		seq, ok, err := plcSeq(c.PLC, did)
+		lookup := plcSeq
+		if p, peek := c.PLC.(PLCPeek); peek && !assign {
+			lookup = func(PLC, string) (uint64, bool, error) { return p.PeekSeq(did) }
+		}
+		seq, ok, err := lookup(c.PLC, did)
 		if err != nil {
 			return 0, fmt.Errorf("did %q: plc map: %w: %w", did, ErrLookup, err)
 		}

@@ -13,6 +13,17 @@ type PLCLookup interface {
 	LookupDID(seq uint64) (string, bool, error)
 }
 
+// PLCPeek is a PLC map that can also be asked without waiting: a
+// writer's, whose lookup of a DID it does not know waits for the
+// directory's next poll (an author's DID, which must get its number). A
+// target's DID is looked up with PeekSeq: a target the map does not know
+// yet is written under its hash, which queries read too, and a record
+// could name hundreds of made-up DIDs, each holding the writer for the
+// wait.
+type PLCPeek interface {
+	PeekSeq(did string) (uint64, bool, error)
+}
+
 func plcSeq(p PLC, did string) (uint64, bool, error) {
 	if l, ok := p.(PLCLookup); ok {
 		return l.LookupSeq(did)
