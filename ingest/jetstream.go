@@ -100,7 +100,7 @@ func (j *Jetstream) report(st *SourceStatus, now time.Time) {
 // the delete after it is applied again, so a replay publishes, for a
 // moment, the index as it was seconds ago (a deleted link comes back, a
 // revoked account's links too). So a run remembers, by identity, the
-// events it applied in the last jetstreamRewindUs (seenEvents: a commit
+// events it applied in the last seenWindowUs (seenEvents: a commit
 // by DID, collection, record key, operation, revision and CID, which every
 // instance serves alike; account and identity events by DID, kind and the
 // relay's sequence number) and skips
@@ -108,7 +108,10 @@ func (j *Jetstream) report(st *SourceStatus, now time.Time) {
 // jetstreamResumeRewindUs before the cursor, a failover to another
 // instance (whose clock stamps time_us differently) jetstreamRewindUs
 // before it: only events not yet applied are applied (after a failover,
-// late, which is the best a consumer can do). A new leader (a new Run,
+// late, which is the best a consumer can do). Instances whose time_us
+// differ by up to jetstreamRewindUs either way are so followed exactly;
+// past that, a failover to one behind misses events and one ahead applies
+// some again. A new leader (a new Run,
 // nothing remembered) resumes at the committed cursor when there is one
 // URL (Jetstream's cursor is inclusive: the events at exactly that time
 // come again); with several it cannot know which instance its predecessor
@@ -126,7 +129,8 @@ func (j *Jetstream) report(st *SourceStatus, now time.Time) {
 //
 // A Jetstream v2 server's seq (see Jetstream) is exact: a run that has one
 // for the instance it connects to resumes right after it, without a
-// rewind (a new run does when there is one URL).
+// rewind (a new run does when there is one URL); a run whose last event
+// came from another instance resumes by time.
 func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op, string) error) error {
 	cur, seq, host, err := parseJetstreamCursor(cursor)
 	if err != nil {
@@ -162,8 +166,8 @@ func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op,
 }
 
 // seenEvents remembers the events a Jetstream run applied in the last
-// jetstreamRewindUs, by identity (time_us, DID, kind, collection, rkey,
-// operation), so a resumed connection skips them.
+// seenWindowUs, by identity (DID, kind, collection, rkey, operation, rev),
+// so a resumed connection skips them.
 type seenEvents struct {
 	keys  map[string]int64 // key -> time_us
 	max   int64
@@ -172,6 +176,14 @@ type seenEvents struct {
 
 // seenPruneEvery: adds between two prunings of the keys past the window.
 const seenPruneEvery = 4096
+
+// seenWindowUs is how far behind the newest time_us applied the events
+// applied are remembered: twice the failover rewind, since the instance
+// failed over to resumes jetstreamRewindUs before the cursor on its own
+// clock, which may run up to jetstreamRewindUs ahead of the last one's
+// (its clock, or its lag behind the relay) and replay that much more.
+// (One running as far behind resumes at the cursor itself.)
+const seenWindowUs = 2 * jetstreamRewindUs
 
 func newSeenEvents() *seenEvents { return &seenEvents{keys: map[string]int64{}} }
 
@@ -200,7 +212,7 @@ func (s *seenEvents) add(op *event.Op) bool {
 	if s.added++; s.added >= seenPruneEvery {
 		s.added = 0
 		for k, t := range s.keys {
-			if t < s.max-jetstreamRewindUs {
+			if t < s.max-seenWindowUs {
 				delete(s.keys, k)
 			}
 		}
@@ -328,8 +340,14 @@ func (j *Jetstream) session(ctx context.Context, base string, rewind int64, cur,
 				j.OnLag(time.Since(t))
 			}
 		}
-		if op.Cursor > 0 {
+		switch {
+		case op.Cursor > 0:
 			pos.seq, pos.url = op.Cursor, base
+		case pos.url != base:
+			// Applied from another instance than the one whose seq pos
+			// holds: that seq is behind what was applied, and a return
+			// to that instance resumes by time instead.
+			*pos = seqPos{}
 		}
 		var seq int64
 		if pos.url == base {
