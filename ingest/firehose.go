@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strconv"
 	"strings"
@@ -157,15 +158,34 @@ func (f *Firehose) session(ctx context.Context, cur *int64, emit func(*event.Op,
 		f.Log.Info("firehose connected", "url", f.URL, "cursor", *cur)
 	}
 	defer conn.Close()
-	conn.SetReadLimit(wsMessageBytesMax)
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	var ops []event.Op
 	for {
 		conn.SetReadDeadline(time.Now().Add(readTimeout))
-		_, msg, err := conn.ReadMessage()
+		_, r, err := conn.NextReader()
 		if err != nil {
 			return err
+		}
+		msg, err := io.ReadAll(io.LimitReader(r, wsMessageBytesMax+1))
+		if err != nil {
+			return err
+		}
+		if len(msg) > wsMessageBytesMax {
+			// Read past it (the next NextReader skips its rest), its
+			// repository fetched whole; asked again from the same
+			// cursor, the relay would send it again for ever.
+			op, err := event.OversizeFrameOp(msg)
+			if err != nil {
+				f.skip("frame_too_big", *cur, fmt.Errorf("a frame past %d bytes: %w: reconnecting", wsMessageBytesMax, err))
+				return err
+			}
+			f.skip("frame_too_big", *cur, fmt.Errorf("the frame of seq %d (repository %s) is past %d bytes: left out, the repository to be fetched again", op.Seq, op.DID, wsMessageBytesMax))
+			if err := emit(&op, firehoseCursor(max(op.Seq, *cur), host)); err != nil {
+				return &emitError{err}
+			}
+			*cur = max(op.Seq, *cur)
+			continue
 		}
 		ops = ops[:0]
 		err = event.DecodeFrame(msg, func(o *event.Op) error { ops = append(ops, *o); return nil })
