@@ -3,8 +3,10 @@ package ingest
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,5 +116,55 @@ func TestFirehoseFramePastTheBound(t *testing.T) {
 	// First bytes that do not say the seq: counted, and the connection ends.
 	if _, err := event.OversizeFrameOp(make([]byte, 1<<10)); err == nil {
 		t.Fatal("a prefix of zeros gave an op")
+	}
+}
+
+// A Jetstream message past the read bound is read past and counted
+// (event_too_big), and the events after it are applied on the same
+// connection. (The connection failed on it, and every reconnection got
+// the same message: the source stopped for good; found by review.)
+func TestJetstreamMessagePastTheBound(t *testing.T) {
+	var mu sync.Mutex
+	var asked []string
+	up := websocket.Upgrader{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		mu.Lock()
+		asked = append(asked, r.URL.Query().Get("cursor"))
+		mu.Unlock()
+		message := func(seq int64, pad int) []byte {
+			return fmt.Appendf(nil, `{"did":"did:plc:%024d","time_us":%d,"kind":"account","account":{"active":true,"did":"did:plc:%024d","seq":%d,"time":"2026-01-01T00:00:00Z"},"pad":"%s"}`,
+				seq, 1_767_225_600_000_000+seq, seq, seq, strings.Repeat("x", pad))
+		}
+		for _, m := range [][]byte{message(1, 0), message(2, event.MaxJetstreamMessageSize), message(3, 0)} {
+			if c.WriteMessage(websocket.TextMessage, m) != nil {
+				return
+			}
+		}
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	j, err := NewJetstream([]string{"ws" + strings.TrimPrefix(srv.URL, "http") + "/subscribe"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skips := map[string]int{}
+	j.OnSkip = func(reason string) { skips[reason]++ }
+	got := follow(t, j, "", 2)
+	if !slices.Equal(got, []int64{1, 3}) || skips["event_too_big"] != 1 {
+		t.Fatalf("applied relay seqs %v, skips %v; want [1 3] and one event_too_big", got, skips)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 1 {
+		t.Fatalf("connections asked %v: want one", asked)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strconv"
 	"strings"
@@ -301,15 +302,26 @@ func (j *Jetstream) session(ctx context.Context, base string, rewind int64, cur,
 		j.Log.Info("jetstream connected", "url", base, "cursor", u.Query().Get("cursor"))
 	}
 	defer conn.Close()
-	conn.SetReadLimit(event.MaxJetstreamMessageSize) // uncompressed JSON of a 1 MiB record can be six times its size
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	var buf []byte
 	for {
 		conn.SetReadDeadline(time.Now().Add(readTimeout))
-		mt, msg, err := conn.ReadMessage()
+		mt, r, err := conn.NextReader()
 		if err != nil {
 			return err
+		}
+		// Uncompressed JSON of a 1 MiB record can be six times its size.
+		msg, err := io.ReadAll(io.LimitReader(r, event.MaxJetstreamMessageSize+1))
+		if err != nil {
+			return err
+		}
+		if len(msg) > event.MaxJetstreamMessageSize {
+			// Read past (the next NextReader skips its rest): asked
+			// again from the same cursor, the instance would send it
+			// again for ever. Which event it was is not known.
+			j.skip("event_too_big", *cur, fmt.Errorf("a message past %d bytes: left out", event.MaxJetstreamMessageSize))
+			continue
 		}
 		if mt == websocket.BinaryMessage {
 			buf, err = j.dec.Decompress(buf, msg)
