@@ -37,8 +37,9 @@ var ErrLookup = errors.New("lookup failed")
 // Encoding rules, which must never change for data already written:
 //   - a DID that has an outline keeps it (so a did:plc outlined before the
 //     PLC directory knew it stays outlined); otherwise a did:plc the PLC map
-//     knows is inline; otherwise, with Names, a DID of another method is
-//     named; otherwise it is outlined;
+//     knows is inline; otherwise, with Names, a DID of another method, or a
+//     did:plc that is not well formed (never in the map), is named;
+//     otherwise it is outlined;
 //   - a record key that is a TID is inline; otherwise, one that has an
 //     outline keeps it; otherwise, with Names, it is named (NamedBit);
 //     without, it is outlined;
@@ -78,7 +79,7 @@ func (c *Codec) DID(did string, assign bool) (uint64, error) {
 	if id, ok := c.Outlines.Lookup(OutlineDID, did); ok {
 		return OutlinedBit | id, nil
 	}
-	plc := strings.HasPrefix(did, "did:plc:")
+	plc := isPLCID(did) // a malformed did:plc is never in the map: named, as any other DID
 	if c.PLC != nil && plc {
 		lookup := plcSeq
 		if p, peek := c.PLC.(PLCPeek); peek && !assign {

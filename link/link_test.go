@@ -422,3 +422,44 @@ func TestTargetsAssignNoOutlines(t *testing.T) {
 		t.Fatalf("empty PLC map: account target %v, %d DID outlines", k, off.Len(OutlineDID))
 	}
 }
+
+// memNames is a Names in memory.
+type memNames map[uint64]string
+
+func (n memNames) Name(_ NameKind, v uint64) (string, bool, error) { s, ok := n[v]; return s, ok, nil }
+func (n memNames) AddName(_ NameKind, v uint64, s string) string {
+	if have, ok := n[v]; ok {
+		return have
+	}
+	n[v] = s
+	return s
+}
+
+// A did:plc that is not well formed is never in the PLC map: it is named,
+// as a DID of another method, not outlined into every node's replicated
+// state (a lax upstream could send any number of them; found by review).
+// A well-formed one the map does not know is outlined, as before, and a
+// malformed one outlined before keeps its outline.
+func TestMalformedPLCNamed(t *testing.T) {
+	out := NewMemOutlines()
+	c := Codec{Outlines: out, PLC: mapPLC{}, Names: memNames{}}
+	kept, err := out.Assign(OutlineDID, "did:plc:x0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"did:plc:x1", "did:plc:AAAAAAAAAAAAAAAAAAAAAAAA", "did:plc:aaaaaaaaaaaaaaaaaaaaaaa1", "did:web:x.example"} {
+		v, err := c.DID(d, true)
+		if err != nil || v&NamedBit == 0 {
+			t.Errorf("%s: %#x %v, want named", d, v, err)
+		}
+	}
+	if v, err := c.DID("did:plc:x0", true); err != nil || v != OutlinedBit|kept {
+		t.Errorf("did:plc:x0, outlined before: %#x %v, want its outline %d", v, err, kept)
+	}
+	if v, err := c.DID("did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", true); err != nil || v&OutlinedBit == 0 || v&NamedBit != 0 {
+		t.Errorf("a well-formed did:plc the map does not know: %#x %v, want an outline", v, err)
+	}
+	if n := out.Len(OutlineDID); n != 2 {
+		t.Errorf("%d DID outlines, want 2", n)
+	}
+}

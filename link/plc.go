@@ -24,6 +24,21 @@ type PLCPeek interface {
 	PeekSeq(did string) (uint64, bool, error)
 }
 
+// isPLCID reports whether did is a did:plc the PLC map can hold: "did:plc:"
+// and 24 characters of base32 (lowercase letters, digits 2 to 7).
+func isPLCID(did string) bool {
+	const prefix = "did:plc:"
+	if len(did) != len(prefix)+24 || did[:len(prefix)] != prefix {
+		return false
+	}
+	for i := len(prefix); i < len(did); i++ {
+		if c := did[i]; !(c >= 'a' && c <= 'z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	return true
+}
+
 func plcSeq(p PLC, did string) (uint64, bool, error) {
 	if l, ok := p.(PLCLookup); ok {
 		return l.LookupSeq(did)
