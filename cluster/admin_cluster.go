@@ -49,15 +49,21 @@ func (a *Admin) handleCluster(w http.ResponseWriter, r *http.Request) {
 
 // addressWait bounds how long a node's cluster status waits for the
 // addresses of a member that just joined.
-const addressWait = time.Second
+const addressWait = 2 * time.Second
 
 // statusWithAddresses is this node's status, once it knows every member's
-// addresses or after addressWait. A node takes a configuration as it
+// addresses or after addressWait (the whole answer stays within
+// PeerStatusTimeout: the members are asked in what is left of it). A node takes a configuration as it
 // appends it, and the addresses of a member that just joined, which come
 // before it in the log (JoinAs), once it has applied them.
 func (a *Admin) statusWithAddresses(ctx context.Context) NodeStatus {
 	self := a.Status()
-	missing := func(s ServerStatus) bool { return s.Admin == "" }
+	// A member whose addresses are recorded without an admin address (it
+	// joined without one) is not waited for.
+	missing := func(s ServerStatus) bool {
+		_, known := a.node.FSM.Node(s.ID)
+		return s.Admin == "" && !known
+	}
 	if !slices.ContainsFunc(self.Servers, missing) {
 		return self
 	}

@@ -126,4 +126,15 @@ func TestJoinRecordsAddressesFirst(t *testing.T) {
 	if after, _ := l.node.FSM.Node(l.id); after != before {
 		t.Fatalf("a refused join changed the leader's addresses: %+v, were %+v", after, before)
 	}
+	// A member recorded without an admin address (it joined without one)
+	// does not make status wait for one: it would wait on every call.
+	q := c.start("q9", false)
+	if err := l.node.JoinAs(context.Background(), JoinRequest{ID: q.id, Raft: q.raftAddr, Suffrage: "nonvoter"}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	st := l.admin.statusWithAddresses(context.Background())
+	if took := time.Since(start); took >= addressWait/2 {
+		t.Fatalf("status took %v with a member that has no admin address (%d members)", took, len(st.Servers))
+	}
 }

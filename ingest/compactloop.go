@@ -382,7 +382,7 @@ func (r *Runner) startMerge(ctx context.Context, w *Writer, m *lsm.Manifest, i i
 		}
 		// The view of the inputs alone: a merge reads nothing else, and a
 		// table of another run whose meta is lost must not fail it.
-		v, err := lsm.OpenView(ctx, r.Config.Catalog, m.Only(func(r lsm.Run) bool { return inputIDs[r.ID] }))
+		v, err := lsm.OpenView(ctx, r.Config.Catalog, m.Only(func(run lsm.Run) bool { return inputIDs[run.ID] }))
 		if err == nil {
 			out, err = lsm.CompactRuns(ctx, r.Config.Store, r.Config.Catalog, v, inputs, opt)
 			corrupt.Note(r.Config.Corrupt, w.log, "compaction", err)

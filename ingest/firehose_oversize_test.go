@@ -53,8 +53,8 @@ func commitFrame(t *testing.T, did string, seq int64, blocks int) []byte {
 // A relay frame past the read bound is read past, counted, and stands for
 // a resync of its repository at its seq: the stream goes on after it. (The
 // connection failed on it, and each reconnection asked the same cursor and
-// got the same frame: the source stopped for good; found by review.) One
-// whose first bytes do not say its seq still ends the connection.
+// got the same frame: the source stopped for good; found by review.) First
+// bytes that do not say the seq give no op (the source then reconnects).
 func TestFirehoseFramePastTheBound(t *testing.T) {
 	const big, small = "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb", "did:plc:cccccccccccccccccccccccc"
 	frames := map[int64][]byte{
@@ -113,7 +113,6 @@ func TestFirehoseFramePastTheBound(t *testing.T) {
 	if len(asked) != 1 {
 		t.Fatalf("connections asked %v: want one", asked)
 	}
-	// First bytes that do not say the seq: counted, and the connection ends.
 	if _, err := event.OversizeFrameOp(make([]byte, 1<<10)); err == nil {
 		t.Fatal("a prefix of zeros gave an op")
 	}

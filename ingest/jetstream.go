@@ -167,8 +167,8 @@ func (j *Jetstream) Run(ctx context.Context, cursor string, emit func(*event.Op,
 }
 
 // seenEvents remembers the events a Jetstream run applied in the last
-// seenWindowUs, by identity (DID, kind, collection, rkey, operation, rev),
-// so a resumed connection skips them.
+// seenWindowUs, by identity (eventKey), so a resumed connection skips
+// them.
 type seenEvents struct {
 	keys  map[string]int64 // key -> time_us
 	max   int64

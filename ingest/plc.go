@@ -12,8 +12,9 @@ package ingest
 //
 // Staying ahead of the stream: the sources start only once the follower
 // has reached the directory's head once in the leadership term; after
-// that, a did:plc the map does not know makes the writer wait (at most
-// PLCDirectory.Wait) until the follower has completed a poll that reached
+// that, an author's did:plc the map does not know makes the writer wait
+// (at most PLCDirectory.Wait; a target's is written under its hash
+// instead, PeekSeq) until the follower has completed a poll that reached
 // the head and started after the wait began, which it starts at once when
 // asked. A DID the directory had sequenced before the event arrived is then
 // known (and inline); any other did:plc is outlined, and stays outlined
@@ -176,13 +177,15 @@ func (f *plcFollower) DID(seq uint64) (string, bool) {
 
 func (f *plcFollower) LookupDID(seq uint64) (string, bool, error) { return f.m.DIDOf(f.ctx, seq) }
 
-// PeekSeq is LookupSeq without the wait, for a target's DID
-// (link.PLCPeek): an unknown one is written under its hash.
+// PeekSeq is LookupSeq without the wait for the directory, for a target's
+// DID (link.PLCPeek): an unknown one is written under its hash. A failed
+// read of the map takes LookupSeq's retries (and its end of the term).
 func (f *plcFollower) PeekSeq(did string) (uint64, bool, error) {
-	if _, ok := lsm.ParsePLC(did); !ok {
-		return 0, false, nil
+	s, ok, err := f.m.SeqOf(f.ctx, did)
+	if err != nil {
+		return f.LookupSeq(did)
 	}
-	return f.m.SeqOf(f.ctx, did)
+	return s, ok, nil
 }
 
 // LookupSeq is the writer's did:plc lookup: an unknown DID waits for the

@@ -289,7 +289,10 @@ func TestPLCFollowerAndWait(t *testing.T) {
 		t.Fatalf("20 targets of unknown did:plc took %v with the directory hung: the writer waited for it", took)
 	}
 	tg, _ := link.ParseTarget(late) // known: its number, without a wait
-	if k := w.codec.TargetKey(&tg); k != link.RepoID(lateSeq) {
+	w.mu.Lock()
+	k := w.codec.TargetKey(&tg)
+	w.mu.Unlock()
+	if k != link.RepoID(lateSeq) {
 		t.Fatalf("a target of a known did:plc written as %+v, want its number %d", k, lateSeq)
 	}
 

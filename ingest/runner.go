@@ -326,11 +326,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	return result
 }
 
-// forgetUnpublished removes the local meta of the tables this term
-// uploaded and never published (its leadership lost, its upload cut, its
-// publication refused): the next leader's orphan sweep deletes their
-// objects, and nothing else would remove their local files while the
-// process runs. What is on local disk is listed before the manifest and
+// forgetUnpublished removes the local meta of every table neither the
+// manifest nor the garbage list names: above all those this term uploaded
+// and never published (its leadership lost, its upload cut, its
+// publication refused), whose objects the next leader's orphan sweep
+// deletes, and which nothing else would remove while the process runs. What is on local disk is listed before the manifest and
 // the garbage list are read, so a table a newer view loaded meanwhile is
 // named by them.
 func (r *Runner) forgetUnpublished(log hclog.Logger) {

@@ -81,11 +81,14 @@ func (c *Codec) DID(did string, assign bool) (uint64, error) {
 	}
 	plc := isPLCID(did) // a malformed did:plc is never in the map: named, as any other DID
 	if c.PLC != nil && plc {
-		lookup := plcSeq
+		var seq uint64
+		var ok bool
+		var err error
 		if p, peek := c.PLC.(PLCPeek); peek && !assign {
-			lookup = func(PLC, string) (uint64, bool, error) { return p.PeekSeq(did) }
+			seq, ok, err = p.PeekSeq(did) // a target's: never waits
+		} else {
+			seq, ok, err = plcSeq(c.PLC, did)
 		}
-		seq, ok, err := lookup(c.PLC, did)
 		if err != nil {
 			return 0, fmt.Errorf("did %q: plc map: %w: %w", did, ErrLookup, err)
 		}

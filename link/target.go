@@ -87,8 +87,8 @@ func (t *Target) hashName() string {
 }
 
 // LooksLikeLink is the cheap test the extractor runs on every string before
-// parsing: only strings that begin with a scheme (letters, then a colon)
-// can be links.
+// parsing: only strings that begin with a scheme (a letter, then letters,
+// digits, '+', '-' or '.') and a colon can be links.
 func LooksLikeLink(s string) bool {
 	if len(s) >= 5 {
 		switch s[0] {

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// ErrNotURI: a string that begins like a URI of another scheme (letters,
+// ErrNotURI: a string that begins like a URI of another scheme (a scheme,
 // then a colon) but is not one. Such strings are everywhere in records
 // ("Note: …" in a post's text), so the extractor does not count them as
 // invalid links.

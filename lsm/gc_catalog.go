@@ -106,6 +106,16 @@ func (c *Catalog) LocalTables() ([]LocalTable, error) {
 // added).
 func (c *Catalog) Forget(t Tree, id string) {
 	c.mu.Lock()
+	c.forgetLocked(id)
+	c.mu.Unlock()
+	// A table being added again meanwhile may lose its file here: its next
+	// Load fetches it again.
+	_ = os.Remove(c.localPath(t, id))
+}
+
+// forgetLocked drops what the catalog holds of table id in memory: its
+// decoded meta (and its place on the clock) and its on-disk mark.
+func (c *Catalog) forgetLocked(id string) {
 	if e := c.mu.metas[id]; e != nil {
 		delete(c.mu.metas, id)
 		c.mu.bytes -= e.size
@@ -116,8 +126,4 @@ func (c *Catalog) Forget(t Tree, id string) {
 		}
 	}
 	delete(c.mu.onDisk, id)
-	c.mu.Unlock()
-	// A table being added again meanwhile may lose its file here: its next
-	// Load fetches it again.
-	_ = os.Remove(c.localPath(t, id))
 }

@@ -443,19 +443,7 @@ func (c *Catalog) Drop(t Tree, id string) {
 		c.mu.Unlock()
 		return // dropped already (a garbage table is dropped on every switch until collected)
 	}
-	if e := c.mu.metas[id]; e != nil {
-		delete(c.mu.metas, id)
-		c.mu.bytes -= e.size
-		for i, r := range c.mu.ring {
-			if r == id {
-				last := len(c.mu.ring) - 1
-				c.mu.ring[i] = c.mu.ring[last]
-				c.mu.ring = c.mu.ring[:last]
-				break
-			}
-		}
-	}
-	delete(c.mu.onDisk, id)
+	c.forgetLocked(id)
 	if len(c.mu.dropped) >= droppedMax {
 		clear(c.mu.dropped)
 	}
