@@ -50,6 +50,56 @@ func commitFrame(t *testing.T, did string, seq int64, blocks int) []byte {
 	return append(out, frame.Bytes()[i+len(empty):]...)
 }
 
+// wsServer is a websocket server on loopback that sends each connection
+// the messages of send(cursor asked) (binary ones if binary), then holds it
+// open; asked lists the cursors the connections asked.
+type wsServer struct {
+	*httptest.Server
+	mu    sync.Mutex
+	asked []string
+}
+
+func newWSServer(t *testing.T, binary bool, send func(cursor string) [][]byte) *wsServer {
+	s := &wsServer{}
+	kind := websocket.TextMessage
+	if binary {
+		kind = websocket.BinaryMessage
+	}
+	up := websocket.Upgrader{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		cur := r.URL.Query().Get("cursor")
+		s.mu.Lock()
+		s.asked = append(s.asked, cur)
+		s.mu.Unlock()
+		for _, m := range send(cur) {
+			if c.WriteMessage(kind, m) != nil {
+				return
+			}
+		}
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// connections returns the cursors the connections asked.
+func (s *wsServer) connections() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.asked)
+}
+
+func (s *wsServer) url() string { return "ws" + strings.TrimPrefix(s.URL, "http") }
+
 // A relay frame past the read bound is read past, counted, and stands for
 // a resync of its repository at its seq: the stream goes on after it. (The
 // connection failed on it, and each reconnection asked the same cursor and
@@ -61,33 +111,14 @@ func TestFirehoseFramePastTheBound(t *testing.T) {
 		6: commitFrame(t, big, 6, event.MaxFrameSize+1<<20),
 		7: commitFrame(t, small, 7, 0),
 	}
-	var mu sync.Mutex
-	var asked []string
-	up := websocket.Upgrader{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		cur := r.URL.Query().Get("cursor")
-		mu.Lock()
-		asked = append(asked, cur)
-		mu.Unlock()
+	srv := newWSServer(t, true, func(cur string) (out [][]byte) {
 		after, _ := strconv.ParseInt(cur, 10, 64)
 		for seq := after + 1; frames[seq] != nil; seq++ {
-			if c.WriteMessage(websocket.BinaryMessage, frames[seq]) != nil {
-				return
-			}
+			out = append(out, frames[seq])
 		}
-		for {
-			if _, _, err := c.ReadMessage(); err != nil {
-				return
-			}
-		}
-	}))
-	defer srv.Close()
-	f, err := NewFirehose("ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+		return out
+	})
+	f, err := NewFirehose(srv.url(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,9 +139,7 @@ func TestFirehoseFramePastTheBound(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") || skips["frame_too_big"] != 1 {
 		t.Fatalf("emitted\n%s\nwant\n%s\nskips %v", strings.Join(got, "\n"), strings.Join(want, "\n"), skips)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(asked) != 1 {
+	if asked := srv.connections(); len(asked) != 1 {
 		t.Fatalf("connections asked %v: want one", asked)
 	}
 	if _, err := event.OversizeFrameOp(make([]byte, 1<<10)); err == nil {
@@ -123,35 +152,14 @@ func TestFirehoseFramePastTheBound(t *testing.T) {
 // connection. (The connection failed on it, and every reconnection got
 // the same message: the source stopped for good; found by review.)
 func TestJetstreamMessagePastTheBound(t *testing.T) {
-	var mu sync.Mutex
-	var asked []string
-	up := websocket.Upgrader{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		mu.Lock()
-		asked = append(asked, r.URL.Query().Get("cursor"))
-		mu.Unlock()
-		message := func(seq int64, pad int) []byte {
-			return fmt.Appendf(nil, `{"did":"did:plc:%024d","time_us":%d,"kind":"account","account":{"active":true,"did":"did:plc:%024d","seq":%d,"time":"2026-01-01T00:00:00Z"},"pad":"%s"}`,
-				seq, 1_767_225_600_000_000+seq, seq, seq, strings.Repeat("x", pad))
-		}
-		for _, m := range [][]byte{message(1, 0), message(2, event.MaxJetstreamMessageSize), message(3, 0)} {
-			if c.WriteMessage(websocket.TextMessage, m) != nil {
-				return
-			}
-		}
-		for {
-			if _, _, err := c.ReadMessage(); err != nil {
-				return
-			}
-		}
-	}))
-	defer srv.Close()
-	j, err := NewJetstream([]string{"ws" + strings.TrimPrefix(srv.URL, "http") + "/subscribe"}, nil)
+	message := func(seq int64, pad int) []byte {
+		return fmt.Appendf(nil, `{"did":"did:plc:%024d","time_us":%d,"kind":"account","account":{"active":true,"did":"did:plc:%024d","seq":%d,"time":"2026-01-01T00:00:00Z"},"pad":"%s"}`,
+			seq, 1_767_225_600_000_000+seq, seq, seq, strings.Repeat("x", pad))
+	}
+	srv := newWSServer(t, false, func(string) [][]byte {
+		return [][]byte{message(1, 0), message(2, event.MaxJetstreamMessageSize), message(3, 0)}
+	})
+	j, err := NewJetstream([]string{srv.url() + "/subscribe"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,9 +169,7 @@ func TestJetstreamMessagePastTheBound(t *testing.T) {
 	if !slices.Equal(got, []int64{1, 3}) || skips["event_too_big"] != 1 {
 		t.Fatalf("applied relay seqs %v, skips %v; want [1 3] and one event_too_big", got, skips)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(asked) != 1 {
+	if asked := srv.connections(); len(asked) != 1 {
 		t.Fatalf("connections asked %v: want one", asked)
 	}
 }

@@ -333,6 +333,15 @@ func TestJetstreamV2SeqResume(t *testing.T) {
 	}
 }
 
+// msTimes is n event times 1 ms apart (13 s for 13,000).
+func msTimes(n int) []int64 {
+	times := make([]int64, n)
+	for i := range times {
+		times[i] = 1_767_225_600_000_000 + int64(i)*1000
+	}
+	return times
+}
+
 // distinctInOrder fails unless got is times' relay seqs, each once, in order.
 func distinctInOrder(t *testing.T, got, times []int64) {
 	t.Helper()
@@ -356,11 +365,7 @@ func distinctInOrder(t *testing.T, got, times []int64) {
 // create applied again after its delete was a link back for good; found
 // by review.)
 func TestJetstreamFailoverToAnInstanceAhead(t *testing.T) {
-	base := int64(1_767_225_600_000_000)
-	times := make([]int64, 13000) // 1 ms apart: the seen set is pruned thrice
-	for i := range times {
-		times[i] = base + int64(i)*1000
-	}
+	times := msTimes(13000) // the seen set is pruned thrice
 	a := newJSServer(t, times, 0, len(times)-1)
 	b := newJSServer(t, times, 2_000_000, 0)
 	j, err := NewJetstream([]string{a.url(), b.url()}, nil)
@@ -381,11 +386,7 @@ func TestJetstreamFailoverToAnInstanceAhead(t *testing.T) {
 // asked for that seq: minutes of events came again, and those older than
 // what the run remembers were applied twice; found by review.)
 func TestJetstreamFailbackAfterAnotherInstance(t *testing.T) {
-	base := int64(1_767_225_600_000_000)
-	times := make([]int64, 13000)
-	for i := range times {
-		times[i] = base + int64(i)*1000
-	}
+	times := msTimes(13000)
 	a := newJSServer(t, times, 0, 5)
 	a.seqs, a.cutConns = true, 1
 	b := newJSServer(t, times, 0, 9000)
