@@ -79,7 +79,7 @@ func (c *Codec) DID(did string, assign bool) (uint64, error) {
 	if id, ok := c.Outlines.Lookup(OutlineDID, did); ok {
 		return OutlinedBit | id, nil
 	}
-	plc := isPLCID(did) // a malformed did:plc is never in the map: named, as any other DID
+	plc := IsPLCID(did) // a malformed did:plc is never in the map: named, as any other DID
 	if c.PLC != nil && plc {
 		var seq uint64
 		var ok bool

@@ -24,9 +24,9 @@ type PLCPeek interface {
 	PeekSeq(did string) (uint64, bool, error)
 }
 
-// isPLCID reports whether did is a did:plc the PLC map can hold: "did:plc:"
+// IsPLCID reports whether did is a did:plc the PLC map can hold: "did:plc:"
 // and 24 characters of base32 (lowercase letters, digits 2 to 7).
-func isPLCID(did string) bool {
+func IsPLCID(did string) bool {
 	const prefix = "did:plc:"
 	if len(did) != len(prefix)+24 || did[:len(prefix)] != prefix {
 		return false

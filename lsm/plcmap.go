@@ -26,6 +26,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/eddy-backlinks/eddy/link"
 )
 
 // The PLC map trees' formats.
@@ -49,17 +51,10 @@ var plcBase32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPaddi
 // never be in the map).
 func ParsePLC(did string) (PLCID, bool) {
 	var id PLCID
-	if len(did) != len(plcPrefix)+24 || did[:len(plcPrefix)] != plcPrefix {
+	if !link.IsPLCID(did) {
 		return id, false
 	}
-	s := did[len(plcPrefix):]
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '2' && c <= '7') {
-			return id, false
-		}
-	}
-	n, err := plcBase32.Decode(id[:], []byte(s))
+	n, err := plcBase32.Decode(id[:], []byte(did[len(plcPrefix):]))
 	if err != nil || n != PLCIDSize {
 		return PLCID{}, false
 	}
